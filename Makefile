@@ -1,0 +1,54 @@
+# Two commands do all set-up on a fresh machine:
+#   make demo   creates .venv, installs gradguard and its pinned dev stack, runs the bundled examples
+#   make test   installs everything (PyTorch stack; PaddlePaddle and MindSpore in their own venvs) and runs every test
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP_FLAGS := -q --disable-pip-version-check
+PYTEST_FLAGS ?= -q -ra
+
+.PHONY: install install-paddle install-mindspore demo test test-torch test-paddle test-mindspore bench clean
+
+$(VENV)/.installed: pyproject.toml requirements-dev.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install $(PIP_FLAGS) -r requirements-dev.txt
+	$(PY) -m pip install $(PIP_FLAGS) --no-deps -e .
+	touch $@
+
+install: $(VENV)/.installed
+
+# Paddle and MindSpore conflict in one process (oneDNN symbols) and MindSpore needs numpy<2: one venv each.
+.venv-paddle/.installed: pyproject.toml requirements-paddle.txt
+	test -x .venv-paddle/bin/python || $(PYTHON) -m venv .venv-paddle
+	.venv-paddle/bin/python -m pip install $(PIP_FLAGS) -r requirements-paddle.txt
+	.venv-paddle/bin/python -m pip install $(PIP_FLAGS) --no-deps -e .
+	touch $@
+
+.venv-mindspore/.installed: pyproject.toml requirements-mindspore.txt
+	test -x .venv-mindspore/bin/python || $(PYTHON) -m venv .venv-mindspore
+	.venv-mindspore/bin/python -m pip install $(PIP_FLAGS) -r requirements-mindspore.txt
+	.venv-mindspore/bin/python -m pip install $(PIP_FLAGS) --no-deps -e .
+	touch $@
+
+install-paddle: .venv-paddle/.installed
+install-mindspore: .venv-mindspore/.installed
+
+demo: install
+	$(PY) examples/run_examples.py
+
+test-torch: install
+	$(PY) -m pytest $(PYTEST_FLAGS) tests/fast tests/slow
+
+test-paddle: install-paddle
+	@if [ -d tests/paddle ]; then .venv-paddle/bin/python -m pytest $(PYTEST_FLAGS) tests/paddle; fi
+
+test-mindspore: install-mindspore
+	@if [ -d tests/mindspore ]; then .venv-mindspore/bin/python -m pytest $(PYTEST_FLAGS) tests/mindspore; fi
+
+test: test-torch
+
+bench: install
+	$(PY) benchmarks/run.py
+
+clean:
+	rm -rf $(VENV) .venv-paddle .venv-mindspore

@@ -1,0 +1,39 @@
+"""Tracebacks trimmed to the user's frames: gradguard's own frames and runpy's are plumbing."""
+
+from __future__ import annotations
+
+import os
+import traceback
+import types
+
+_GRADGUARD_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _is_plumbing(filename: str) -> bool:
+    return filename.startswith(_GRADGUARD_DIR) or filename in ("<frozen runpy>",) or filename.endswith(
+        os.sep + "runpy.py"
+    )
+
+
+def trim_traceback(tb: types.TracebackType | None) -> types.TracebackType | None:
+    """The same traceback without gradguard/runpy frames (the user's frames and library frames stay)."""
+    entries = []
+    while tb is not None:
+        if not _is_plumbing(tb.tb_frame.f_code.co_filename):
+            entries.append(tb)
+        tb = tb.tb_next
+    head = None
+    for entry in reversed(entries):
+        head = types.TracebackType(head, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
+    return head
+
+
+def format_user_exception(error: BaseException) -> str:
+    """Format like Python's default hook, with plumbing frames removed from every exception in the chain."""
+    seen = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        current.__traceback__ = trim_traceback(current.__traceback__)
+        current = current.__cause__ or (None if current.__suppress_context__ else current.__context__)
+    return "".join(traceback.format_exception(error))

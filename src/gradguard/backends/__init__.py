@@ -1,0 +1,1 @@
+"""Framework backends. Each produces events and answers framework questions for the core."""

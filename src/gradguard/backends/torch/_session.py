@@ -1,0 +1,286 @@
+"""One guard session for PyTorch: saved-tensor hooks (versions + fingerprints) and the write log.
+
+# NOTE [Saved-tensor hooks switch PyTorch's own version check off]
+# torch/csrc/autograd/saved_variable.cpp, SavedVariable::unpack: "Only check version counter in the case
+# without hooks". So the moment the guard installs hooks, PyTorch stops raising "one of the variables
+# needed for gradient computation has been modified by an inplace operation". The unpack hook below redoes
+# exactly that check (saved ``_version`` vs current), so the guard raises when PyTorch would and only then.
+#
+# NOTE [What pack keeps]
+# ``t.detach()``: it shares ``t``'s memory *and* version counter and breaks the Python<->C++ reference cycle
+# that returning ``t`` itself creates (that leaks the output of every op that saves its result).
+# ``t.data`` would not do: it has its own version counter.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import torch
+from torch.autograd.graph import saved_tensors_hooks
+
+from ..._errors import InplaceModificationError, SilentModificationError
+from ...core._diagnosis import classify_source, diagnose
+from ...core._findings import Finding, SaveSite, TensorInfo, WriteRecord
+from ...core._frames import LIBRARY_PATHS, caller_context, user_location
+from ...core._ledger import SavedLedger
+from ._fingerprint import fingerprint as _fingerprint
+from ._fingerprint import same as _same_fingerprint
+from ._naming import name_tensor
+from ._writes import WriteTrackingMode
+
+__all__ = ["TorchGuardSession", "FINGERPRINT_MODES"]
+
+FINGERPRINT_MODES = ("full", "sample", "off")
+
+for _module in (torch,):
+    LIBRARY_PATHS.add(_module.__path__[0])
+
+_ACTIVATIONS = {
+    "relu_", "leaky_relu_", "elu_", "celu_", "selu_", "silu_", "gelu_", "hardtanh_", "hardsigmoid_",
+    "hardswish_", "mish_", "threshold_", "sigmoid_", "tanh_", "rrelu_with_noise_", "clamp_", "clamp_min_",
+    "bernoulli_", "feature_dropout_", "dropout_", "alpha_dropout_",
+}
+
+
+def _plain(t: torch.Tensor) -> bool:
+    return type(t) in (torch.Tensor, torch.nn.Parameter) and t.device.type != "meta" and not t.is_sparse
+
+
+def _byte_range(t: torch.Tensor) -> tuple[int, int, int]:
+    itemsize = t.element_size()
+    span = 1 + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()) if size > 0)
+    start = t.storage_offset() * itemsize
+    return t.untyped_storage().data_ptr(), start, start + span * itemsize
+
+
+def _is_owner(obj: object) -> bool:
+    return isinstance(obj, (torch.optim.Optimizer, torch.nn.Module))
+
+
+class _SavedRecord:
+    """What the pack hook returns; autograd keeps it exactly as long as the graph needs the tensor."""
+
+    __slots__ = ("tensor", "version", "fp", "site", "producer", "passes_at_save", "writes", "__weakref__")
+
+    def __init__(self, tensor, version, fp, site, producer, passes_at_save):
+        self.tensor = tensor
+        self.version = version
+        self.fp = fp
+        self.site = site
+        self.producer = producer
+        self.passes_at_save = passes_at_save
+        self.writes: list[tuple[WriteRecord, int]] | None = None  # (write, saved tensor's version before it)
+
+
+class TorchGuardSession:
+    """Installs the hooks (and, with ``track_writes``, the write log) between ``enter()`` and ``exit()``."""
+
+    backend = "torch"
+
+    def __init__(self, *, fingerprint: str = "full", track_writes: bool = True, record_sites: bool = True):
+        self.fingerprint_mode = fingerprint
+        self.track_writes = track_writes
+        self.record_sites = record_sites
+        self.ledger = SavedLedger()
+        self.findings: list[Finding] = []
+        self.backward_sites: list = []  # user lines of the backward passes seen (CPU: engine runs on this thread)
+        self._lock = threading.Lock()
+        self._hooks = None
+        self._mode = None
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def enter(self) -> None:
+        self._hooks = saved_tensors_hooks(self._pack, self._unpack)
+        self._hooks.__enter__()
+        if self.track_writes:
+            self._mode = WriteTrackingMode(self._on_write)
+            try:
+                self._mode.__enter__()
+            except BaseException:
+                self._hooks.__exit__(None, None, None)
+                self._hooks = None
+                raise
+
+    def exit(self) -> None:
+        try:
+            if self._mode is not None:
+                self._mode.__exit__(None, None, None)
+        finally:
+            self._mode = None
+            if self._hooks is not None:
+                self._hooks.__exit__(None, None, None)
+                self._hooks = None
+
+    # -- hooks ---------------------------------------------------------------------------------
+    def _pack(self, t: torch.Tensor):
+        detached = t.detach()
+        try:
+            version = t._version
+        except RuntimeError:  # inference tensors have no version counter
+            version = None
+        plain = _plain(t)
+        fp = None
+        if plain and self.fingerprint_mode != "off":
+            fp = _fingerprint(detached, self.fingerprint_mode)
+        site = user_location(2) if self.record_sites else None
+        grad_fn = t.grad_fn
+        producer = grad_fn.name() if grad_fn is not None else ("leaf" if t.requires_grad else None)
+        record = _SavedRecord(detached, version, fp, site, producer, self.ledger.backward_passes)
+        if plain and self.track_writes and t.numel() > 0:
+            self.ledger.add(record, *_byte_range(detached))
+        return record
+
+    def _unpack(self, record: _SavedRecord) -> torch.Tensor:
+        t = record.tensor
+        if self.ledger.note_backward_pass(torch._C._current_graph_task_id()) and self.record_sites:
+            site = user_location(2)
+            if site is not None:
+                self.backward_sites = (self.backward_sites + [site])[-8:]
+        if record.version is not None and t._version != record.version:
+            self._raise(record, "inplace_modification")
+        if record.fp is not None:
+            if not _same_fingerprint(_fingerprint(t, self.fingerprint_mode), record.fp):
+                if self._allowed_silent_change(record):
+                    record.fp = _fingerprint(t, self.fingerprint_mode)
+                else:
+                    self._raise(record, "silent_write")
+        elif record.writes and self.fingerprint_mode == "off":
+            self._raise(record, "silent_write")
+        return t
+
+    def _on_write(self, func, targets):
+        ledger = self.ledger
+        for target in targets:
+            if not _plain(target) or target.numel() == 0:
+                continue
+            key, start, end = _byte_range(target)
+            if not ledger.has_storage(key):
+                continue
+            records = ledger.overlapping(key, start, end)
+            if records:
+                write = self._describe_write(func, target)
+                with self._lock:
+                    for record in records:
+                        if record.writes is None:
+                            record.writes = []
+                        record.writes.append((write, record.tensor._version))
+        return None
+
+    def _describe_write(self, func, target) -> WriteRecord:
+        owners: list[object] = []
+        context = caller_context(skip=4, owner_filter=lambda o: _is_owner(o) and (owners.append(o) or True))
+        op = func.name().replace("::", ".")  # "aten.add_.Tensor"
+        name = op.split(".")[1]
+        code = context.location.code if context.location else ""
+        category, via = "other", None
+        optimizer = next((o for o in reversed(owners) if isinstance(o, torch.optim.Optimizer)), None)
+        module = next((o for o in owners if isinstance(o, torch.nn.Module)), None)
+        if optimizer is not None:
+            category, via = "optimizer", f"{type(optimizer).__name__}.step()"
+        elif name in _ACTIVATIONS or (module is not None and getattr(module, "inplace", False)):
+            category = "activation"
+            if module is not None and getattr(module, "inplace", False):
+                via = f"{type(module).__name__}(inplace=True)"
+            else:
+                via = f"torch.{name}" if name.endswith("_") else op
+        else:
+            category = classify_source(code) or ("copy" if name == "copy_" else "other")
+        return WriteRecord(op=op, location=context.location, via=via, library_frame=context.library_frame,
+                           category=category)
+
+    # -- findings ------------------------------------------------------------------------------
+    def _allowed_silent_change(self, record: _SavedRecord) -> bool:
+        """BatchNorm updates running stats in place without declaring it; its training-mode backward
+        does not read them, so the change is harmless."""
+        node, argument = _saver(record)
+        return argument in ("running_mean", "running_var") and node is not None and "BatchNorm" in node
+
+    def _raise(self, record: _SavedRecord, kind: str):
+        try:
+            finding = self._build_finding(record, kind)
+        except Exception as internal:  # never let our own failure hide the hazard
+            finding = Finding(kind=kind, tensor=TensorInfo(tuple(record.tensor.shape), str(record.tensor.dtype)))
+            finding.notes.append(f"gradguard could not build the full diagnosis: {internal!r}")
+            diagnose(finding)
+        with self._lock:
+            self.findings.append(finding)
+        error = InplaceModificationError if kind == "inplace_modification" else SilentModificationError
+        raise error(finding)
+
+    def _build_finding(self, record: _SavedRecord, kind: str) -> Finding:
+        t = record.tensor
+        node, argument = _saver(record)
+        name, role = name_tensor(t)
+        if role is None:
+            role = "leaf" if record.producer == "leaf" else "activation"
+        tensor = TensorInfo(
+            shape=tuple(t.shape),
+            dtype=str(t.dtype).replace("torch.", ""),
+            device=str(t.device),
+            name=name,
+            role=role,
+            producer=None if record.producer in (None, "leaf") else record.producer,
+        )
+        writes: list[WriteRecord] = []
+        entries = record.writes or []
+        for i, (write, before) in enumerate(entries):
+            after = entries[i + 1][1] if i + 1 < len(entries) else t._version
+            writes.append(
+                WriteRecord(
+                    op=write.op, location=write.location, via=write.via, library_frame=write.library_frame,
+                    version_before=before, version_after=after, bumps_version=after > before,
+                    category=write.category,
+                )
+            )
+        if kind == "silent_write":
+            for w in writes:
+                if not w.bumps_version and w.op.startswith("aten._fused_"):
+                    w.category = "optimizer"
+        backward = user_location(2)
+        passes = max(0, self.ledger.backward_passes - record.passes_at_save - 1)
+        finding = Finding(
+            kind=kind,
+            tensor=tensor,
+            saved_at=SaveSite(node=node, argument=argument, location=record.site),
+            modified_at=writes,
+            versions={"saved": record.version, "now": t._version},
+            backend="torch",
+            context={
+                "backward_passes_since_save": passes,
+                "retain_graph": bool(backward and "retain_graph=True" in backward.code) or None,
+                "backward_at": backward.to_dict() if backward else None,
+            },
+        )
+        if not self.track_writes:
+            finding.notes.append("write tracking was off: re-run with track_writes=True (or `gradguard run`) "
+                                 "to see which line wrote the tensor")
+        return diagnose(finding)
+
+
+def _saver(record) -> tuple[str | None, str | None]:
+    """(node name, argument) of ``record``, which the node running now is unpacking."""
+    node = torch._C._current_autograd_node()
+    if node is None:
+        return None, None
+    return node.name(), _unpacking_argument(node, record)
+
+
+def _unpacking_argument(node, target) -> str | None:
+    for attr in dir(node):
+        if not attr.startswith("_raw_saved_"):
+            continue
+        try:
+            value = getattr(node, attr)
+        except Exception:
+            continue
+        items = value if isinstance(value, (tuple, list)) else (value,)
+        for index, saved in enumerate(items):
+            try:
+                data = saved.data
+            except Exception:
+                continue
+            if data is target:
+                arg = attr[len("_raw_saved_"):]
+                return f"{arg}[{index}]" if isinstance(value, (tuple, list)) else arg
+    return None

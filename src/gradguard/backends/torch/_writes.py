@@ -1,0 +1,79 @@
+"""Seeing in-place writes: a TorchDispatchMode that reports writes into memory saved for backward.
+
+# NOTE [Version bumps under a Python dispatch mode]
+# Two facts measured on torch 2.13 shape this mode:
+#   1. For ordinary in-place ops the version bump happens in the ADInplaceOrView kernel *after*
+#      ``__torch_dispatch__`` returns, so inside the mode every target still shows its old version.
+#   2. While any Python TorchDispatchMode is active, ``_foreach_*_`` ops (the default optimizers' path)
+#      do NOT bump the version counter, although they do without a mode. A tool that hid the optimizer's
+#      writes from autograd would create the very bug it diagnoses, so we restore the bump ourselves.
+#      ``_fused_*`` ops (fused Adam/SGD) never bump on CPU, with or without a mode: we keep that as is
+#      (parity with plain PyTorch) and report them as silent writes instead.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+__all__ = ["WriteTrackingMode", "written_arguments"]
+
+
+@functools.lru_cache(maxsize=None)
+def written_arguments(func) -> tuple[tuple[int, str, bool], ...]:
+    """(position, name, kwarg_only) of every argument the op's schema marks as written (``Tensor(a!)``)."""
+    try:
+        arguments = func._schema.arguments
+    except AttributeError:
+        return ()
+    return tuple(
+        (i, a.name, a.kwarg_only)
+        for i, a in enumerate(arguments)
+        if a.alias_info is not None and a.alias_info.is_write
+    )
+
+
+@functools.lru_cache(maxsize=None)
+def _bumps_after_return(func) -> bool:
+    try:
+        return torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "ADInplaceOrView")
+    except Exception:
+        return True
+
+
+def _targets(func, spec, args, kwargs) -> list[torch.Tensor]:
+    out: list[torch.Tensor] = []
+    for position, name, kwarg_only in spec:
+        value = kwargs.get(name) if (kwarg_only or position >= len(args)) else args[position]
+        if isinstance(value, torch.Tensor):
+            out.append(value)
+        elif isinstance(value, (list, tuple)):
+            out.extend(v for v in value if isinstance(v, torch.Tensor))
+    return out
+
+
+class WriteTrackingMode(TorchDispatchMode):
+    """Calls ``on_write(func, targets)`` before every op that writes tensors in place; passes all ops through."""
+
+    def __init__(self, on_write):
+        super().__init__()
+        self._on_write = on_write
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        spec = written_arguments(func)
+        if not spec:
+            return func(*args, **kwargs)
+        targets = _targets(func, spec, args, kwargs)
+        finish = self._on_write(func, targets) if targets else None
+        before = [t._version for t in targets] if not _bumps_after_return(func) else None
+        out = func(*args, **kwargs)
+        if before is not None and func.name().startswith("aten::_foreach_"):
+            for t, v in zip(targets, before):
+                if t._version == v:
+                    torch.autograd.graph.increment_version(t)
+        if finish is not None:
+            finish()
+        return out

@@ -1,0 +1,122 @@
+"""``gradguard run [options] script.py [args...]``: run a script exactly as ``python script.py`` would,
+under the guard, and explain any gradient hazard it hits."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+__all__ = ["main"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gradguard",
+        description="Make gradient correctness visible: run training code under gradguard's guard.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    run = sub.add_parser("run", help="run a Python script under the guard (like `python script.py args...`)")
+    run.add_argument("--json", metavar="FILE", help="write the findings to FILE as JSON (a list, possibly empty)")
+    run.add_argument(
+        "--fingerprint", choices=("full", "sample", "off"), default="full",
+        help="how saved tensors are fingerprinted to catch silent writes (default: full)",
+    )
+    run.add_argument("--no-track-writes", action="store_true", help="do not record in-place writes (faster)")
+    run.add_argument("script", help="the Python script to run")
+    run.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    options = parser.parse_args(argv)
+    if options.command != "run":
+        parser.print_help(sys.stderr)
+        return 2
+    return run_script(options)
+
+
+def _write_json(path: str | None, findings, script: str) -> None:
+    if not path:
+        return
+    from .report._json import findings_to_json
+
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(findings_to_json(findings, script=script))
+
+
+def run_script(options) -> int:
+    script = options.script
+    if not os.path.isfile(script):
+        # The same words and exit code as `python missing.py`.
+        print(f"gradguard: can't open file {os.path.abspath(script)!r}: [Errno 2] No such file or directory",
+              file=sys.stderr)
+        return 2
+    with open(script, "rb") as handle:
+        source = handle.read()
+    try:
+        code = compile(source, script, "exec")
+    except SyntaxError as error:
+        import traceback
+
+        sys.stderr.write("".join(traceback.format_exception_only(type(error), error)))
+        return 1
+
+    from . import guard
+    from ._errors import GradientHazardError
+    from ._traceback import format_user_exception
+
+    sys.argv = [script, *options.args]
+    sys.path[0] = os.path.dirname(os.path.abspath(script))
+    guard_block = guard(fingerprint=options.fingerprint, track_writes=not options.no_track_writes)
+    globals_ = {"__name__": "__main__", "__file__": script, "__builtins__": __builtins__, "__package__": None,
+                "__spec__": None, "__loader__": None, "__cached__": None}
+    exit_code = 0
+    try:
+        with guard_block:
+            exec(code, globals_)
+    except SystemExit as stop:
+        _write_json(options.json, guard_block.findings, script)
+        raise stop
+    except KeyboardInterrupt:
+        _write_json(options.json, guard_block.findings, script)
+        raise
+    except GradientHazardError as error:
+        from .report._rich import print_findings
+
+        sys.stdout.flush()
+        sys.stderr.write(_traceback_head(error))
+        print_findings([error.finding], sys.stderr, type(error).__name__)
+        exit_code = 1
+    except BaseException as error:  # the user's own error: their traceback, Python's exit code
+        sys.stdout.flush()
+        sys.stderr.write(format_user_exception(error))
+        exit_code = 1
+    _write_json(options.json, guard_block.findings, script)
+    sys.stdout.flush()
+    return exit_code
+
+
+def _traceback_head(error) -> str:
+    """Where the error surfaced (the user's frames), without repeating the message the panel shows."""
+    import traceback
+
+    from ._traceback import trim_traceback
+
+    from .core._frames import LIBRARY_PATHS
+
+    tb = trim_traceback(error.__traceback__)
+    entries = []
+    while tb is not None:
+        entries.append(tb)
+        tb = tb.tb_next
+    user = [e for e in entries if not LIBRARY_PATHS.is_library(e.tb_frame.f_code.co_filename)]
+    frames = traceback.format_list(
+        [traceback.FrameSummary(e.tb_frame.f_code.co_filename, e.tb_lineno, e.tb_frame.f_code.co_name) for e in user]
+    )
+    return "Traceback (most recent call last):\n" + "".join(frames)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,15 @@
+"""Framework-neutral core: events, ledger, findings, diagnosis. Imports no deep-learning framework."""
+
+from ._findings import Finding, SaveSite, SourceLocation, TensorInfo, WriteRecord
+from ._frames import LibraryPaths, caller_context, user_location
+
+__all__ = [
+    "Finding",
+    "SaveSite",
+    "SourceLocation",
+    "TensorInfo",
+    "WriteRecord",
+    "LibraryPaths",
+    "caller_context",
+    "user_location",
+]

@@ -1,0 +1,189 @@
+"""Diagnosis: turn the facts of a finding (who saved, who wrote, when) into "why" and "how to fix".
+
+Rules are framework-neutral: backends only tag each write with a category; the rules read the
+categories, the user's source line and the pass counts.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ._findings import Finding, WriteRecord
+
+__all__ = ["diagnose", "classify_source", "HEADLINES"]
+
+HEADLINES = {
+    "inplace_modification": "a tensor saved for backward was modified in place before backward used it",
+    "silent_write": "a tensor saved for backward changed without its version counter moving: "
+    "gradients would be silently wrong",
+    "leaf_inplace": "an in-place operation was applied to a leaf tensor that requires grad",
+    "view_inplace": "an in-place operation was applied to a view that autograd cannot track",
+    "backward_twice": "backward ran through a part of the graph that an earlier backward already freed",
+}
+
+_AUGMENTED = re.compile(r"[\w\)\]]\s*(\+|-|\*|/|//|%|\*\*|@|&|\||\^|>>|<<)=(?!=)")
+_INDEX_ASSIGN = re.compile(r"\]\s*=(?!=)")
+
+
+def classify_source(code: str) -> str | None:
+    """Recognise the Python spelling of a write from the user's source line."""
+    if ".data" in code:
+        return "data_write"
+    if _AUGMENTED.search(code):
+        return "augmented_assign"
+    if _INDEX_ASSIGN.search(code):
+        return "index_assign"
+    return None
+
+
+def _first(writes: list[WriteRecord], category: str) -> WriteRecord | None:
+    return next((w for w in writes if w.category == category), None)
+
+
+def _where(write: WriteRecord) -> str:
+    return write.location.short if write.location else "an unknown line"
+
+
+def diagnose(finding: Finding) -> Finding:
+    """Fill ``headline``, ``explanation``, ``suggestion`` and ``rule`` in place; returns the finding."""
+    finding.headline = finding.headline or HEADLINES.get(finding.kind, finding.kind)
+    if finding.kind in ("inplace_modification", "silent_write"):
+        rule, why, fix = _saved_tensor_rules(finding)
+    else:
+        rule, why, fix = finding.rule, finding.explanation, finding.suggestion
+    finding.rule = rule
+    finding.explanation = finding.explanation or why
+    finding.suggestion = finding.suggestion or fix
+    return finding
+
+
+def _saved_tensor_rules(f: Finding) -> tuple[str, str, str]:
+    saver = f.saved_at.op or "an autograd node"
+    writes = f.modified_at
+    passes = f.context.get("backward_passes_since_save") or 0
+    retain = f.context.get("retain_graph")
+    silent = f.kind == "silent_write"
+    prefix = (
+        "Its bytes changed while its version counter did not, so the framework's own check cannot see it. "
+        if silent
+        else ""
+    )
+
+    opt = _first(writes, "optimizer")
+    if opt is not None:
+        stepper = opt.via or "the optimizer step"
+        if silent:
+            return (
+                "fused_optimizer",
+                prefix + f"{stepper} at {_where(opt)} updated the parameter in place with a fused kernel that "
+                f"does not bump the version counter, after {saver} saved it for a backward pass that had not run yet.",
+                "Use the non-fused optimizer path (fused=False; foreach=True keeps most of the speed), and/or run "
+                "every backward that needs this forward pass before the optimizer step.",
+            )
+        if passes >= 1:
+            kept = "retain_graph=True" if retain is not False else "a retained graph"
+            return (
+                "retained_graph_across_steps",
+                f"{saver} saved this parameter in a forward pass {passes} backward pass(es) ago. That graph is still "
+                f"alive ({kept}) and this backward runs through it again, because a tensor from that iteration was "
+                f"carried into this one (for example an RNN hidden state that was not detached). In between, "
+                f"{stepper} at {_where(opt)} updated the parameter in place, so the old graph's saved value is gone.",
+                "Cut the graph between iterations: carry the state detached (`h = h_next.detach()`) and drop "
+                "retain_graph=True. If you do want gradients through earlier iterations (truncated BPTT), call "
+                "optimizer.step() only after the last backward that uses that graph.",
+            )
+        return (
+            "optimizer_step_before_backward",
+            f"{stepper} at {_where(opt)} updated the parameter in place between the forward pass that saved it "
+            f"({saver}) and the backward pass that needs it. This is the classic GAN / actor-critic ordering bug: "
+            f"one model is stepped before the other loss's backward has run through it.",
+            "Run every backward() that uses this forward pass before any optimizer.step() (compute all losses, "
+            "backward them, then step), or recompute the forward pass after the step, or detach the tensor "
+            "that should not carry gradient into this model (e.g. `fake.detach()`).",
+        )
+
+    act = _first(writes, "activation")
+    if act is not None:
+        return (
+            "inplace_activation",
+            f"The in-place activation {act.via or act.op} at {_where(act)} overwrote a tensor that {saver} "
+            f"saved for backward ({f.saved_at.node or 'that node'} needs the original values to compute its gradient).",
+            "Use the out-of-place form: inplace=False (e.g. `nn.ReLU(inplace=False)`), or `torch.relu(x)` "
+            "instead of `torch.relu_(x)` / `F.relu(x, inplace=True)`.",
+        )
+
+    data = _first(writes, "data_write")
+    if data is not None:
+        return (
+            "data_write",
+            prefix + f"The write at {_where(data)} went through `.data`, which has its own version counter, "
+            f"so autograd does not see it; {saver} still needed the old values.",
+            "Do not write through `.data`. Update the real tensor inside `with torch.no_grad():` (the version "
+            "check then sees it), after the backward that needs the old values; or write into a `.clone()`.",
+        )
+
+    kernel = _first(writes, "kernel")
+    if kernel is not None or (silent and not writes):
+        who = (kernel.via or kernel.op) if kernel is not None else "code outside the framework"
+        where = f" at {_where(kernel)}" if kernel is not None else ""
+        return (
+            "silent_kernel_write",
+            prefix + f"{who}{where} wrote into memory that {saver} saved for backward.",
+            "Kernel authors: write results into a fresh buffer, or declare the write with "
+            "`torch.autograd.graph.increment_version(x)` / `ctx.mark_dirty(x)` so autograd can check it. "
+            "Users: pass a copy (`op(x.clone())`) to the kernel.",
+        )
+
+    numpy_write = _first(writes, "numpy")
+    if numpy_write is not None:
+        return (
+            "numpy_write",
+            prefix + f"Memory shared with a NumPy/DLPack alias was written at {_where(numpy_write)}.",
+            "Write through torch instead, inside `with torch.no_grad():`, or give NumPy a copy "
+            "(`t.detach().cpu().numpy().copy()`).",
+        )
+
+    aug = _first(writes, "augmented_assign")
+    if aug is not None:
+        return (
+            "augmented_assignment",
+            f"`{aug.location.code if aug.location else aug.op}` is an in-place operation: it overwrote a tensor "
+            f"that {saver} saved for backward.",
+            "Write it out of place: `x = x + y` instead of `x += y` (likewise `x = x * y`, `x = x / y`).",
+        )
+
+    idx = _first(writes, "index_assign")
+    if idx is not None:
+        return (
+            "index_assignment",
+            f"Index/slice assignment at {_where(idx)} writes in place into a tensor that {saver} saved "
+            f"for backward.",
+            "Assign into a copy (`x = x.clone(); x[idx] = value`) so the saved tensor stays intact, or use an "
+            "out-of-place form such as `torch.where(mask, value, x)` or `x.index_put((idx,), value)`.",
+        )
+
+    copy = _first(writes, "copy")
+    if copy is not None and f.tensor.role == "buffer":
+        return (
+            "buffer_refill",
+            f"The buffer {f.tensor.name or ''} was refilled with copy_ at {_where(copy)} after {saver} saved "
+            f"it for backward.",
+            "Refill the buffer only after the backward that uses it, or use a copy in forward "
+            "(`self.buf.clone()`), or assign a new tensor instead of copying into the old one.",
+        )
+
+    if not writes:
+        return (
+            "unseen_write",
+            prefix + f"{saver} saved this tensor, and its version moved before backward used it, but gradguard "
+            "saw no write: it happened before the guard was entered, in another thread, or in code that writes "
+            "memory without going through the framework.",
+            "Enter the guard earlier (or run the whole script with `gradguard run`) to see the write.",
+        )
+
+    first = writes[0]
+    return (
+        "generic_inplace",
+        prefix + f"{first.op} at {_where(first)} wrote in place into a tensor that {saver} saved for backward.",
+        "Clone before the in-place write (`y = x.clone()` and write into y), or use the out-of-place op.",
+    )

@@ -1,0 +1,163 @@
+"""Findings: the structured diagnosis that every renderer (text, rich, JSON, HTML) shows."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["SourceLocation", "TensorInfo", "SaveSite", "WriteRecord", "Finding", "JSON_FORMAT_VERSION"]
+
+JSON_FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class SourceLocation:
+    """A line of user code."""
+
+    file: str
+    line: int
+    function: str
+    code: str = ""
+
+    @property
+    def short(self) -> str:
+        return f"{display_path(self.file)}:{self.line}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"file": self.file, "line": self.line, "function": self.function, "code": self.code}
+
+
+def display_path(path: str) -> str:
+    """Paths relative to the working directory when below it, so messages stay short and stable."""
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:  # another drive on Windows
+        return path
+    return path if rel.startswith("..") else rel
+
+
+@dataclass
+class TensorInfo:
+    """What the hazardous tensor is: a named parameter/buffer, or an activation described by shape."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    device: str = "cpu"
+    name: str | None = None  # "rnn.weight_hh_l0" for parameters and buffers, else a variable name if known
+    role: str = "tensor"  # parameter | buffer | leaf | activation | view | tensor
+    producer: str | None = None  # autograd node that produced it, e.g. "SigmoidBackward0"
+
+    @property
+    def label(self) -> str:
+        shape = "[" + ", ".join(str(s) for s in self.shape) + "]"
+        head = f"{self.dtype}{shape}"
+        if self.device != "cpu":
+            head += f" on {self.device}"
+        if self.name and self.role in ("parameter", "buffer"):
+            return f"{self.role} {self.name} ({head})"
+        if self.name:
+            return f"{self.name} ({head}{', output of ' + self.producer if self.producer else ''})"
+        if self.producer:
+            return f"{head}, output of {self.producer}"
+        return f"{head}, {self.role}"
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["shape"] = list(self.shape)
+        d["label"] = self.label
+        return d
+
+
+@dataclass
+class SaveSite:
+    """Who saved the tensor for backward: the autograd node, its argument, and the forward call."""
+
+    node: str | None = None  # "AddmmBackward0"
+    argument: str | None = None  # "mat2"
+    location: SourceLocation | None = None
+
+    @property
+    def op(self) -> str | None:
+        if self.node and self.argument:
+            return f"{self.node}.{self.argument}"
+        return self.node
+
+    def to_dict(self) -> dict[str, Any]:
+        loc = self.location.to_dict() if self.location else {"file": None, "line": None, "function": None, "code": ""}
+        return {"op": self.op, "node": self.node, "argument": self.argument, **loc}
+
+
+@dataclass
+class WriteRecord:
+    """One write into the tensor's memory after it was saved."""
+
+    op: str  # "aten.add_.Tensor"
+    location: SourceLocation | None  # the user's line
+    via: str | None = None  # what the user called that did the write: "Adadelta.step()", "ReLU(inplace=True)"
+    library_frame: str | None = None  # innermost library frame, e.g. "torch/optim/adadelta.py:302 in _single_tensor_adadelta"
+    version_before: int | None = None
+    version_after: int | None = None
+    bumps_version: bool = True  # False: the framework cannot see this write (silent)
+    category: str = "other"  # optimizer | activation | augmented_assign | index_assign | data_write | copy | kernel | other
+
+    def to_dict(self) -> dict[str, Any]:
+        loc = self.location.to_dict() if self.location else {"file": None, "line": None, "function": None, "code": ""}
+        return {
+            "op": self.op,
+            **loc,
+            "via": self.via,
+            "library_frame": self.library_frame,
+            "version_before": self.version_before,
+            "version_after": self.version_after,
+            "bumps_version": self.bumps_version,
+            "category": self.category,
+        }
+
+
+@dataclass
+class Finding:
+    """One diagnosed gradient hazard."""
+
+    kind: str  # inplace_modification | silent_write | leaf_inplace | view_inplace | backward_twice
+    tensor: TensorInfo
+    saved_at: SaveSite = field(default_factory=SaveSite)
+    modified_at: list[WriteRecord] = field(default_factory=list)
+    versions: dict[str, int | None] = field(default_factory=dict)  # {"saved": 2, "now": 3}
+    explanation: str = ""
+    suggestion: str = ""
+    headline: str = ""
+    backend: str = "torch"
+    rule: str = "generic"  # the diagnosis rule that produced explanation and suggestion
+    context: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # what gradguard could not see
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format_version": JSON_FORMAT_VERSION,
+            "kind": self.kind,
+            "headline": self.headline,
+            "backend": self.backend,
+            "tensor": self.tensor.to_dict(),
+            "saved_at": self.saved_at.to_dict(),
+            "modified_at": [w.to_dict() for w in self.modified_at],
+            "versions": dict(self.versions),
+            "explanation": self.explanation,
+            "suggestion": self.suggestion,
+            "rule": self.rule,
+            "context": dict(self.context),
+            "notes": list(self.notes),
+        }
+
+    def __str__(self) -> str:
+        from ..report._text import render_finding
+
+        return render_finding(self)
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        from ..report._text import render_finding
+
+        text = render_finding(self)
+        html = "<pre>" + text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;") + "</pre>"
+        return {"text/plain": text, "text/html": html}

@@ -1,0 +1,134 @@
+"""Map a point inside library code back to the user's line.
+
+# NOTE [Why a frame walk and not traceback.extract_stack]
+# The pack hook runs once per saved tensor, so the walk is on the hot path. ``sys._getframe`` plus
+# ``f_back`` costs ~0.5 us + ~0.2 us per skipped frame; ``traceback.extract_stack`` costs ~25-100 us.
+# The "is this a library file?" answer is cached by ``co_filename`` (a str, hash cached), not by the
+# code object, whose hash is recomputed on every call.
+"""
+
+from __future__ import annotations
+
+import linecache
+import os
+import sys
+import threading
+from dataclasses import dataclass
+from typing import Callable
+
+from ._findings import SourceLocation
+
+__all__ = ["LibraryPaths", "user_location", "caller_context", "CallerContext", "LIBRARY_PATHS"]
+
+_GRADGUARD_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class LibraryPaths:
+    """The set of directories whose frames are "library", not "user" code.
+
+    Backends register their framework's package directories (torch, triton, liger_kernel ...).
+    """
+
+    def __init__(self) -> None:
+        self._prefixes: tuple[str, ...] = (_GRADGUARD_DIR + os.sep,)
+        self._cache: dict[str, bool] = {}
+        self._lock = threading.Lock()
+
+    def add(self, directory: str) -> None:
+        directory = os.path.abspath(directory).rstrip(os.sep) + os.sep
+        with self._lock:
+            if directory not in self._prefixes:
+                self._prefixes = self._prefixes + (directory,)
+                self._cache = {}
+
+    def is_library(self, filename: str) -> bool:
+        hit = self._cache.get(filename)
+        if hit is None:
+            hit = (
+                filename.startswith(self._prefixes)
+                or filename.startswith("<frozen ")
+                or os.path.basename(filename) in ("runpy.py", "contextlib.py", "threading.py")
+            )
+            if not hit and not os.path.isabs(filename) and not filename.startswith("<"):
+                hit = os.path.abspath(filename).startswith(self._prefixes)
+            self._cache[filename] = hit
+        return hit
+
+
+LIBRARY_PATHS = LibraryPaths()
+
+
+def _location(frame) -> SourceLocation:
+    code = frame.f_code
+    line = frame.f_lineno
+    return SourceLocation(code.co_filename, line, code.co_name, linecache.getline(code.co_filename, line).strip())
+
+
+def user_location(skip: int = 1, paths: LibraryPaths = LIBRARY_PATHS) -> SourceLocation | None:
+    """The innermost frame outside every library directory, or None (e.g. on an autograd worker thread)."""
+    try:
+        frame = sys._getframe(skip)
+    except ValueError:
+        return None
+    is_library = paths.is_library
+    while frame is not None:
+        if not is_library(frame.f_code.co_filename):
+            return _location(frame)
+        frame = frame.f_back
+    return None
+
+
+@dataclass
+class CallerContext:
+    """The user's line and the library call chain between it and the hook."""
+
+    location: SourceLocation | None
+    library_frame: str | None  # innermost library frame outside gradguard: "torch/optim/adadelta.py:302 in _single_tensor_adadelta"
+    owner: object | None  # the outermost library ``self`` the user called into (an optimizer, a module)
+
+
+# Dispatch and compile wrappers that sit between every op and its caller: never the interesting frame.
+_PLUMBING = ("/_dynamo/", "/utils/_python_dispatch.py", "/_ops.py", "/overrides.py", "/_compile.py",
+             "/utils/_contextlib.py", "/optim/optimizer.py", "/nn/modules/module.py")
+
+
+def _is_plumbing(filename: str) -> bool:
+    filename = filename.replace(os.sep, "/")
+    return any(p in filename for p in _PLUMBING)
+
+
+def _short_library_path(filename: str) -> str:
+    parts = filename.replace(os.sep, "/").split("/site-packages/")
+    return parts[-1] if len(parts) > 1 else filename
+
+
+def caller_context(
+    skip: int = 1,
+    paths: LibraryPaths = LIBRARY_PATHS,
+    owner_filter: Callable[[object], bool] | None = None,
+) -> CallerContext:
+    """Like :func:`user_location`, and also says which library call the user made (for writes).
+
+    ``owner_filter`` picks, among the ``self`` objects of the library frames, the one to name
+    (e.g. "is an optimizer or a module"); the outermost match wins because that is what the user called.
+    """
+    try:
+        frame = sys._getframe(skip)
+    except ValueError:
+        return CallerContext(None, None, None)
+    innermost_lib = None
+    owner = None
+    is_library = paths.is_library
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not is_library(filename):
+            return CallerContext(_location(frame), innermost_lib, owner)
+        if not filename.startswith(_GRADGUARD_DIR) and not _is_plumbing(filename):
+            if innermost_lib is None:
+                innermost_lib = f"{_short_library_path(filename)}:{frame.f_lineno} in {frame.f_code.co_name}"
+            if owner_filter is not None:
+                candidate = frame.f_locals.get("self")
+                if candidate is not None and owner_filter(candidate):
+                    owner = candidate
+        frame = frame.f_back
+    return CallerContext(None, innermost_lib, owner)

@@ -1,0 +1,98 @@
+"""Read the user's own source to name things an exception does not name.
+
+Used only on error paths (eager in-place errors raised by the framework at the write), never per op.
+"""
+
+from __future__ import annotations
+
+import ast
+import linecache
+
+from ._findings import SourceLocation
+
+__all__ = ["written_expression", "assignment_before"]
+
+
+def _statement_at(filename: str, line: int) -> ast.stmt | None:
+    source = "".join(linecache.getlines(filename))
+    if not source:
+        return None
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    best = None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.stmt) and node.lineno <= line <= (node.end_lineno or node.lineno):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.With, ast.For,
+                                     ast.While, ast.If, ast.Try, ast.AsyncWith, ast.AsyncFor)):
+                best = node
+    return best
+
+
+def _is_plain_reference(node: ast.AST) -> bool:
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return isinstance(node, ast.Name)
+
+
+def written_expression(filename: str, line: int) -> str | None:
+    """The expression written in place on that line: ``w`` in ``w += 1``, ``x[0] = 1``, ``x.add_(1)``,
+    ``torch.relu_(x)``. Only plain names and attribute chains are returned (safe to evaluate)."""
+    stmt = _statement_at(filename, line)
+    if stmt is None:
+        return None
+    target = None
+    if isinstance(stmt, ast.AugAssign):
+        target = stmt.target
+    elif isinstance(stmt, ast.Assign) and stmt.targets and isinstance(stmt.targets[0], ast.Subscript):
+        target = stmt.targets[0].value
+    else:
+        for node in ast.walk(stmt):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                name = node.func.attr
+                if name.endswith("_") and not name.endswith("__"):
+                    base = node.func.value
+                    if _is_plain_reference(base) and not (isinstance(base, ast.Name) and base.id in ("torch", "F")):
+                        target = base
+                    elif node.args:
+                        target = node.args[0]
+                    break
+    if target is None:
+        return None
+    while isinstance(target, ast.Subscript):
+        target = target.value
+    if not _is_plain_reference(target):
+        return None
+    return ast.unparse(target)
+
+
+def assignment_before(filename: str, line: int, expression: str) -> SourceLocation | None:
+    """The last statement before ``line`` that binds ``expression`` (a name or attribute chain)."""
+    source = "".join(linecache.getlines(filename))
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    found: ast.stmt | None = None
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.For, ast.With)) and node.lineno < line:
+            if isinstance(node, ast.Assign):
+                targets = node.targets
+            elif isinstance(node, ast.For):
+                targets = [node.target]
+            elif isinstance(node, ast.With):
+                targets = [item.optional_vars for item in node.items if item.optional_vars is not None]
+            else:
+                targets = [node.target]
+            names = set()
+            for t in targets:
+                for sub in ast.walk(t):
+                    if isinstance(sub, (ast.Name, ast.Attribute)):
+                        names.add(ast.unparse(sub))
+            if expression in names and (found is None or node.lineno > found.lineno):
+                found = node
+    if found is None:
+        return None
+    code = linecache.getline(filename, found.lineno).strip()
+    return SourceLocation(filename, found.lineno, "", code)

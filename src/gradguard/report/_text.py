@@ -1,0 +1,77 @@
+"""Plain-text rendering of a finding: the exception message, logs, notebooks' text fallback."""
+
+from __future__ import annotations
+
+import textwrap
+
+from ..core._findings import Finding, WriteRecord
+
+__all__ = ["render_finding"]
+
+_WIDTH = 100
+_LABEL = 12
+
+
+def _field(label: str, text: str) -> list[str]:
+    head = f"  {label:<{_LABEL}}: "
+    body = textwrap.wrap(text, width=_WIDTH - len(head), break_on_hyphens=False) or [""]
+    return [head + body[0]] + [" " * len(head) + line for line in body[1:]]
+
+
+def _code(code: str, indent: int) -> list[str]:
+    return [" " * indent + "| " + code] if code else []
+
+
+def _write_lines(index: int, w: WriteRecord) -> list[str]:
+    where = w.location.short if w.location else "an unknown line"
+    via = f" via {w.via}" if w.via else ""
+    if w.version_before is not None:
+        after = w.version_after if w.version_after is not None else "?"
+        versions = f"  (version {w.version_before} -> {after})"
+    else:
+        versions = ""
+    silent = "" if w.bumps_version else "  [no version bump: invisible to the framework]"
+    lines = [f"    {index}. {w.op}{via} at {where}{versions}{silent}"]
+    if w.location:
+        lines += _code(w.location.code, 7)
+    if w.library_frame:
+        lines.append(f"       inside {w.library_frame}")
+    return lines
+
+
+def render_finding(f: Finding) -> str:
+    lines = [f"{f.headline or f.kind}"]
+    lines += _field("tensor", f.tensor.label)
+    if f.saved_at.node or f.saved_at.location:
+        saver = f.saved_at.op or "?"
+        if f.saved_at.location:
+            saver += f", saved in the forward call at {f.saved_at.location.short}"
+        lines += _field("saved by", saver)
+        if f.saved_at.location:
+            lines += _code(f.saved_at.location.code, 17)
+    if f.versions:
+        saved, now = f.versions.get("saved"), f.versions.get("now")
+        lines += _field("versions", f"saved at {saved}, now {now}")
+    if f.kind in ("inplace_modification", "silent_write"):
+        if f.modified_at:
+            lines.append(f"  {'modified by':<{_LABEL}}:")
+            for i, w in enumerate(f.modified_at, 1):
+                lines += _write_lines(i, w)
+        else:
+            lines += _field("modified by", "no write seen by gradguard")
+    else:
+        for i, w in enumerate(f.modified_at, 1):
+            label = "at" if i == 1 else ""
+            where = w.location.short if w.location else "an unknown line"
+            lines += _field(label, f"{w.op} at {where}")
+            if w.location:
+                lines += _code(w.location.code, 17)
+    for label, value in f.context.get("display", []):
+        lines += _field(label, value)
+    if f.explanation:
+        lines += _field("why", f.explanation)
+    if f.suggestion:
+        lines += _field("fix", f.suggestion)
+    for note in f.notes:
+        lines += _field("note", note)
+    return "\n".join(lines)
