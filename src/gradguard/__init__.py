@@ -18,8 +18,24 @@ from .core._findings import Finding
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name):
+    # Lazy: ``import gradguard`` stays light and framework-free; the op audit loads on first use.
+    if name in ("check_op", "OpReport"):
+        from . import checks
+
+        return getattr(checks, name)
+    if name == "testing":
+        import importlib
+
+        return importlib.import_module(".testing", __name__)
+    raise AttributeError(f"module 'gradguard' has no attribute {name!r}")
+
+
 __all__ = [
     "guard",
+    "check_op",
+    "OpReport",
     "Finding",
     "GradguardError",
     "InvalidArgument",
