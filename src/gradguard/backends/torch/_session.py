@@ -255,6 +255,12 @@ class TorchGuardSession:
         if not self.track_writes:
             finding.notes.append("write tracking was off: re-run with track_writes=True (or `gradguard run`) "
                                  "to see which line wrote the tensor")
+        try:  # the picture of the graph around the saver (HTML report); never breaks the error path
+            from ._graph import capture_graph
+
+            finding.context["graph"] = capture_graph(torch._C._current_autograd_node(), record, finding)
+        except Exception:
+            pass
         return diagnose(finding)
 
 

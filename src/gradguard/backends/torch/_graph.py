@@ -1,0 +1,191 @@
+"""Capture the autograd graph around a finding, at error time, as a framework-neutral dict.
+
+The unpack hook raises while ``torch._C._current_autograd_node()`` is the node that saved the stale tensor
+(the *saver*). From it we walk ``next_functions`` a few levels towards the inputs, list every node's saved
+arguments (through ``_raw_saved_*``, which never unpacks: unpacking would re-enter the guard's hook), and add
+the stale tensor and the writes that changed it. The HTML report draws the result; the JSON report carries
+it in ``context["graph"]``.
+
+Format (``format_version`` 1)::
+
+    {"format_version": 1,
+     "nodes": [{"id": "n0", "type": "op" | "leaf" | "tensor" | "write", "role": "saver" | "input" | "stale" |
+                "write", "name": str, "label": str, "detail": str, "depth": int,
+                "saved": [{"argument": str, "shape": [...], "dtype": str, "stale": bool}]}, ...],
+     "edges": [{"from": id, "to": id, "kind": "input" | "saved" | "write", "label": str}, ...],
+     "saver": id, "stale": id | None, "writes": [id, ...], "truncated": bool}
+
+Edges point the way data flows in backward: from a node to the nodes that compute its inputs' gradients.
+"""
+
+from __future__ import annotations
+
+import gc
+from typing import Any
+
+import torch
+
+__all__ = ["capture_graph", "GRAPH_FORMAT_VERSION"]
+
+GRAPH_FORMAT_VERSION = 1
+_MAX_DEPTH = 3
+_MAX_NODES = 24
+
+
+def _tensor_text(t: torch.Tensor) -> str:
+    return f"{str(t.dtype).replace('torch.', '')}[{', '.join(str(s) for s in t.shape)}]"
+
+
+def _parameter_names() -> dict[int, str]:
+    """storage pointer -> "model.layer.weight" for every module parameter/buffer on the heap (one scan)."""
+    from ._naming import _module_variable_names
+
+    module_type = torch.nn.Module
+    modules = [m for m in gc.get_objects() if issubclass(type(m), module_type)]
+    children = {id(c) for m in modules for c in m.children()}
+    roots = [m for m in modules if id(m) not in children]
+    variables = _module_variable_names({id(m) for m in roots})
+    names: dict[int, str] = {}
+    for module in roots:
+        prefix = variables.get(id(module), type(module).__name__)
+        for items in (module.named_parameters(), module.named_buffers()):
+            for name, value in items:
+                try:
+                    key = value.untyped_storage().data_ptr()
+                except Exception:
+                    continue
+                if key and key not in names:
+                    names[key] = f"{prefix}.{name}"
+    return names
+
+
+def _saved_arguments(node, record) -> tuple[list[dict[str, Any]], bool]:
+    """The node's saved tensor arguments (never unpacked) and whether ``record`` is among them."""
+    out: list[dict[str, Any]] = []
+    found = False
+    for attr in dir(node):
+        if not attr.startswith("_raw_saved_"):
+            continue
+        try:
+            value = getattr(node, attr)
+        except Exception:
+            continue
+        items = value if isinstance(value, (tuple, list)) else (value,)
+        for index, saved in enumerate(items):
+            argument = attr[len("_raw_saved_"):]
+            if isinstance(value, (tuple, list)):
+                argument = f"{argument}[{index}]"
+            try:
+                data = saved.data
+            except Exception:
+                data = None
+            tensor = getattr(data, "tensor", data)
+            entry: dict[str, Any] = {"argument": argument, "stale": data is record and record is not None}
+            if isinstance(tensor, torch.Tensor):
+                entry["shape"] = list(tensor.shape)
+                entry["dtype"] = str(tensor.dtype).replace("torch.", "")
+            found = found or entry["stale"]
+            out.append(entry)
+    return out, found
+
+
+def capture_graph(node, record=None, finding=None, *, max_depth: int = _MAX_DEPTH,
+                  max_nodes: int = _MAX_NODES) -> dict[str, Any] | None:
+    """The graph around ``node`` (the saver), with ``record``'s tensor and ``finding``'s writes marked."""
+    if node is None:
+        return None
+    names: dict[int, str] | None = None
+    nodes: list[dict[str, Any]] = []
+    edges: list[dict[str, Any]] = []
+    ids: dict[int, str] = {}
+    truncated = False
+    keep_alive: list[object] = []  # ids are only unique while the nodes are alive
+
+    def add(fn, depth: int, role: str) -> str:
+        nonlocal names
+        key = id(fn)
+        if key in ids:
+            return ids[key]
+        node_id = f"n{len(ids)}"
+        ids[key] = node_id
+        keep_alive.append(fn)
+        name = fn.name().replace("torch::autograd::", "")
+        entry: dict[str, Any] = {"id": node_id, "type": "op", "role": role, "name": name, "label": name,
+                                 "detail": "", "depth": depth, "saved": []}
+        variable = getattr(fn, "variable", None) if "AccumulateGrad" in name else None
+        if isinstance(variable, torch.Tensor):
+            if names is None:
+                try:
+                    names = _parameter_names()
+                except Exception:
+                    names = {}
+            try:
+                label = names.get(variable.untyped_storage().data_ptr())
+            except Exception:
+                label = None
+            entry["type"] = "leaf"
+            entry["label"] = label or "leaf tensor"
+            entry["detail"] = f"{'parameter' if label else 'leaf'} {_tensor_text(variable)}"
+        else:
+            saved, _ = _saved_arguments(fn, record)
+            entry["saved"] = saved
+            if saved:
+                entry["detail"] = "saved: " + ", ".join(s["argument"] for s in saved)
+        nodes.append(entry)
+        return node_id
+
+    saver_id = add(node, 0, "saver")
+    frontier = [(node, saver_id)]
+    for depth in range(1, max_depth + 1):
+        following = []
+        for fn, fn_id in frontier:
+            for position, (child, _) in enumerate(getattr(fn, "next_functions", ()) or ()):
+                if child is None:
+                    continue
+                if id(child) not in ids and len(ids) >= max_nodes:
+                    truncated = True
+                    continue
+                new = id(child) not in ids
+                child_id = add(child, depth, "input")
+                edges.append({"from": fn_id, "to": child_id, "kind": "input", "label": f"input {position}"})
+                if new:
+                    following.append((child, child_id))
+        frontier = following
+    if any(getattr(fn, "next_functions", ()) for fn, _ in frontier):
+        truncated = True
+
+    stale_id = None
+    saver_entry = nodes[0]
+    stale_argument = next((s for s in saver_entry["saved"] if s.get("stale")), None)
+    if finding is not None or stale_argument is not None:
+        stale_id = "t0"
+        label = finding.tensor.label if finding is not None else "saved tensor"
+        detail = ""
+        if finding is not None and finding.versions:
+            detail = f"version saved {finding.versions.get('saved')}, now {finding.versions.get('now')}"
+        nodes.append({"id": stale_id, "type": "tensor", "role": "stale", "name": "stale tensor", "label": label,
+                      "detail": detail, "depth": 1, "saved": []})
+        argument = stale_argument["argument"] if stale_argument else (
+            finding.saved_at.argument if finding is not None else None)
+        edges.append({"from": saver_id, "to": stale_id, "kind": "saved", "label": f"saved {argument or ''}".strip()})
+
+    write_ids: list[str] = []
+    if finding is not None and stale_id is not None:
+        for index, write in enumerate(finding.modified_at[:4]):
+            write_id = f"w{index}"
+            write_ids.append(write_id)
+            where = write.location.short if write.location else "an unknown line"
+            nodes.append({
+                "id": write_id, "type": "write", "role": "write", "name": write.op,
+                "label": f"{write.op}{' via ' + write.via if write.via else ''}",
+                "detail": f"at {where}" + (f": {write.location.code}" if write.location and write.location.code else ""),
+                "depth": 2, "saved": [],
+            })
+            versions = ""
+            if write.version_before is not None:
+                versions = f"version {write.version_before} -> {write.version_after}"
+            elif not write.bumps_version:
+                versions = "no version bump"
+            edges.append({"from": write_id, "to": stale_id, "kind": "write", "label": versions or "wrote"})
+    return {"format_version": GRAPH_FORMAT_VERSION, "nodes": nodes, "edges": edges, "saver": saver_id,
+            "stale": stale_id, "writes": write_ids, "truncated": truncated}
