@@ -55,8 +55,9 @@ def run_script(options) -> int:
         return 2
     with open(script, "rb") as handle:
         source = handle.read()
+    path = os.path.abspath(script)  # like `python script.py` since 3.9: code and __file__ use the absolute path
     try:
-        code = compile(source, script, "exec")
+        code = compile(source, path, "exec")
     except SyntaxError as error:
         import traceback
 
@@ -70,7 +71,7 @@ def run_script(options) -> int:
     sys.argv = [script, *options.args]
     sys.path[0] = os.path.dirname(os.path.abspath(script))
     guard_block = guard(fingerprint=options.fingerprint, track_writes=not options.no_track_writes)
-    globals_ = {"__name__": "__main__", "__file__": script, "__builtins__": __builtins__, "__package__": None,
+    globals_ = {"__name__": "__main__", "__file__": path, "__builtins__": __builtins__, "__package__": None,
                 "__spec__": None, "__loader__": None, "__cached__": None}
     exit_code = 0
     try:

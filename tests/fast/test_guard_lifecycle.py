@@ -1,0 +1,189 @@
+"""The guard keeps no tensor alive past its graph and leaves no hooks or modes behind."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import pytest
+import torch
+
+import gradguard
+
+
+def _hooks_and_modes():
+    return torch._C._autograd._top_saved_tensors_default_hooks(False), torch._C._len_torch_dispatch_stack()
+
+
+def _live_tensor_count() -> int:
+    gc.collect()
+    return sum(1 for o in gc.get_objects() if issubclass(type(o), torch.Tensor))
+
+
+def _train(steps: int, model, opt):
+    for _ in range(steps):
+        x = torch.randn(8, 16)
+        loss = model(x).sigmoid().sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+
+def test_no_tensor_kept_alive_over_many_steps():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 4))
+    opt = torch.optim.Adam(model.parameters())
+    with gradguard.guard():
+        _train(3, model, opt)  # warm up: optimizer state exists from here on
+    before = _live_tensor_count()
+    with gradguard.guard() as g:
+        _train(200, model, opt)
+    assert _live_tensor_count() == before
+    assert len(g.session.ledger) == 0
+
+
+def test_saved_tensors_die_with_their_graph():
+    with gradguard.guard() as g:
+        x = torch.randn(5, requires_grad=True)
+        loss = (x * 2).sigmoid().sum()  # SigmoidBackward0 saves its output
+        saved = [weakref.ref(record.tensor) for record in g.session.ledger.live_records()]
+        assert saved
+        gc.collect()
+        assert all(ref() is not None for ref in saved)  # still needed by the graph
+        loss.backward()
+        del loss
+        gc.collect()
+        assert all(ref() is None for ref in saved)
+        assert len(g.session.ledger) == 0
+
+
+def test_guard_leaves_no_hooks_or_modes_behind():
+    assert _hooks_and_modes() == (None, 0)
+    with gradguard.guard():
+        assert _hooks_and_modes()[0] is not None and _hooks_and_modes()[1] == 1
+    assert _hooks_and_modes() == (None, 0)
+
+
+def test_guard_cleans_up_after_user_exception():
+    with pytest.raises(ZeroDivisionError):
+        with gradguard.guard():
+            1 / 0
+    assert _hooks_and_modes() == (None, 0)
+
+
+def test_guard_cleans_up_after_its_own_error():
+    with pytest.raises(gradguard.InplaceModificationError):
+        with gradguard.guard():
+            x = torch.randn(3, requires_grad=True)
+            y = x.sigmoid()
+            y.mul_(2)
+            y.sum().backward()
+    assert _hooks_and_modes() == (None, 0)
+
+
+def test_guard_as_decorator_and_nested():
+    @gradguard.guard()
+    def step():
+        x = torch.randn(3, requires_grad=True)
+        with gradguard.guard(fingerprint="off"):
+            y = x.exp()
+        y.sum().backward()
+        return x.grad
+
+    torch.testing.assert_close(step() is not None, True)
+    assert _hooks_and_modes() == (None, 0)
+
+
+def test_user_exception_passes_through_unchanged():
+    error = ValueError("my own bug")
+    with pytest.raises(ValueError) as info:
+        with gradguard.guard():
+            raise error
+    assert info.value is error
+
+
+def test_inplace_error_is_a_runtime_error_with_a_finding():
+    with pytest.raises(RuntimeError) as info:
+        with gradguard.guard():
+            x = torch.randn(3, requires_grad=True)
+            y = x.exp()
+            y.add_(1)
+            y.sum().backward()
+    finding = info.value.finding
+    assert finding.kind == "inplace_modification"
+    assert finding.saved_at.op == "ExpBackward0.result"
+    assert [w.op for w in finding.modified_at] == ["aten.add_.Tensor"]
+    assert finding.versions == {"saved": 0, "now": 1}
+
+
+def test_gradients_bit_identical_with_guard_on():
+    def run(guarded):
+        torch.manual_seed(1)
+        model = torch.nn.Sequential(
+            torch.nn.Linear(8, 16), torch.nn.LayerNorm(16), torch.nn.GELU(), torch.nn.Linear(16, 8), torch.nn.Softmax(-1)
+        )
+        x = torch.randn(4, 8)
+        block = gradguard.guard() if guarded else torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t)
+        if guarded:
+            with block:
+                model(x).log().sum().backward()
+        else:
+            model(x).log().sum().backward()
+        return [p.grad for p in model.parameters()]
+
+    for plain, guarded in zip(run(False), run(True)):
+        assert torch.equal(plain, guarded)
+
+
+def test_foreach_optimizer_mutations_stay_visible_to_autograd():
+    # A Python dispatch mode suppresses _foreach_ version bumps; the guard restores them.
+    w = torch.randn(3, requires_grad=True)
+    opt = torch.optim.SGD([w], lr=0.1, foreach=True)
+    w.grad = torch.ones(3)
+    with gradguard.guard():
+        before = w._version
+        opt.step()
+        assert w._version == before + 1
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (
+            {"fingerprint": "fast"},
+            "guard(fingerprint=...) must be one of 'full', 'sample', 'off'; got 'fast'",
+        ),
+        ({"track_writes": "yes"}, "guard(track_writes=...) must be True or False; got 'yes'"),
+    ],
+)
+def test_bad_guard_arguments(kwargs, message):
+    with pytest.raises(gradguard.InvalidArgument) as info:
+        gradguard.guard(**kwargs)
+    assert str(info.value) == message
+    assert isinstance(info.value, TypeError)
+
+
+def test_threads_are_isolated():
+    import threading
+
+    results = {}
+
+    def worker(name, bad):
+        try:
+            with gradguard.guard():
+                x = torch.randn(3, requires_grad=True)
+                y = x.sigmoid()
+                if bad:
+                    y.mul_(2)
+                y.sum().backward()
+            results[name] = "ok"
+        except gradguard.InplaceModificationError as error:
+            results[name] = error.finding.modified_at[0].location.line
+
+    threads = [threading.Thread(target=worker, args=(f"t{i}", i == 2)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results["t0"] == results["t1"] == results["t3"] == "ok"
+    assert isinstance(results["t2"], int)
