@@ -14,6 +14,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import sys
 import threading
 
 import torch
@@ -24,6 +26,7 @@ from ...core._diagnosis import classify_source, diagnose
 from ...core._findings import Finding, SaveSite, TensorInfo, WriteRecord
 from ...core._frames import LIBRARY_PATHS, caller_context, user_location
 from ...core._ledger import SavedLedger
+from . import _attribution
 from ._fingerprint import fingerprint as _fingerprint
 from ._fingerprint import same as _same_fingerprint
 from ._naming import name_tensor
@@ -88,6 +91,11 @@ class TorchGuardSession:
         self._lock = threading.Lock()
         self._hooks = None
         self._mode = None
+        # Writer attribution at Function / Triton boundaries hashes saved memory: on when fingerprints and
+        # the write log are both on (see _attribution.py).
+        self.boundary_mode = fingerprint if (track_writes and fingerprint != "off") else None
+        self._attribution = False
+        self._triton_pending = False
 
     # -- lifecycle -----------------------------------------------------------------------------
     def enter(self) -> None:
@@ -97,13 +105,19 @@ class TorchGuardSession:
             self._mode = WriteTrackingMode(self._on_write)
             try:
                 self._mode.__enter__()
+                if self.boundary_mode is not None:
+                    _attribution.install(self)
+                    self._attribution = True
+                    self._triton_pending = not _attribution.triton_wrapped()
             except BaseException:
-                self._hooks.__exit__(None, None, None)
-                self._hooks = None
+                self.exit()
                 raise
 
     def exit(self) -> None:
         try:
+            if self._attribution:
+                self._attribution = False
+                _attribution.uninstall(self)
             if self._mode is not None:
                 self._mode.__exit__(None, None, None)
         finally:
@@ -129,6 +143,8 @@ class TorchGuardSession:
         record = _SavedRecord(detached, version, fp, site, producer, self.ledger.backward_passes)
         if plain and self.track_writes and t.numel() > 0:
             self.ledger.add(record, *_byte_range(detached))
+        if self._triton_pending and "triton" in sys.modules:  # imported after the guard was entered
+            self._triton_pending = not _attribution.maybe_wrap_triton()
         return record
 
     def _unpack(self, record: _SavedRecord) -> torch.Tensor:
@@ -150,6 +166,8 @@ class TorchGuardSession:
         return t
 
     def _on_write(self, func, targets):
+        if _attribution.in_kernel():  # the Triton launch boundary reports the kernel's writes itself
+            return None
         ledger = self.ledger
         for target in targets:
             if not _plain(target) or target.numel() == 0:
@@ -160,12 +178,26 @@ class TorchGuardSession:
             records = ledger.overlapping(key, start, end)
             if records:
                 write = self._describe_write(func, target)
-                with self._lock:
-                    for record in records:
-                        if record.writes is None:
-                            record.writes = []
-                        record.writes.append((write, record.tensor._version))
+                alias = None
+                impl = target.untyped_storage()._cdata
+                for record in records:
+                    if record.tensor.untyped_storage()._cdata != impl and write.category in ("other", "copy"):
+                        # Same memory, another storage object: a torch.from_numpy / DLPack alias, which has
+                        # its own version counter, so the saved tensor's version cannot move.
+                        if alias is None:
+                            alias = dataclasses.replace(write, category="numpy", via=write.via or "a NumPy/DLPack alias")
+                        self.record_write([record], alias)
+                    else:
+                        self.record_write([record], write)
         return None
+
+    def record_write(self, records, write: WriteRecord) -> None:
+        """Attach ``write`` to saved records (with each record's version before the write)."""
+        with self._lock:
+            for record in records:
+                if record.writes is None:
+                    record.writes = []
+                record.writes.append((write, record.tensor._version))
 
     def _describe_write(self, func, target) -> WriteRecord:
         owners: list[object] = []

@@ -1,0 +1,352 @@
+"""Writer attribution: name what wrote into saved memory when no version counter moved.
+
+The dispatch-mode write log (``_writes.py``) sees every *torch op* that writes, including ``.data`` and
+``from_numpy``/DLPack aliases (same memory). It cannot see writes made below the dispatcher: Triton kernels,
+C++/CUDA extensions writing through ``data_ptr()``, NumPy. This module adds two boundaries where such
+writes can be caught without any cooperation from the writer:
+
+* ``torch.autograd.Function``: ``Function.apply`` (forward) and ``BackwardCFunction.apply`` (the custom
+  Function's backward) are wrapped while a guard is active. Around each call we hash the saved tensors
+  that share storage with the call's tensors (forward: its tensor arguments; backward: its own saved
+  tensors) and compare afterwards.
+* Triton launches: ``JITFunction.run`` / ``InterpretedFunction.run`` (what ``kernel[grid](...)`` calls,
+  compiled or under ``TRITON_INTERPRET=1``) are wrapped the same way, keyed on the launch's tensor
+  arguments.
+
+# NOTE [Only saved memory is hashed]
+# A boundary hashes nothing unless one of the call's tensors shares storage with a tensor currently saved
+# for backward (one dict lookup per tensor argument otherwise). It then hashes every saved tensor on that
+# storage, because a kernel gets a pointer and may write anywhere in it.
+#
+# NOTE [Innermost boundary wins]
+# A Triton launch inside a custom Function's forward is attributed to the launch (and names the Function
+# in ``via``); the Function boundary then skips records that already got a write during the call. Torch
+# ops the Triton interpreter itself runs to copy results back (``copy_`` of the storage) are not logged as
+# writes: the launch boundary reports them as the kernel's.
+#
+# NOTE [Patching is global, reference counted, and undone on exit]
+# The class attributes are patched when the first session enters and restored when the last one exits,
+# also after exceptions. The wrappers consult the innermost active session and pass straight through when
+# there is none, so other threads see only one extra Python call.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import weakref
+
+import torch
+
+from ...core._findings import WriteRecord
+from ...core._frames import LIBRARY_PATHS, caller_context
+from ._fingerprint import fingerprint as _fingerprint
+from ._fingerprint import same as _same
+
+__all__ = ["install", "uninstall", "in_kernel", "maybe_wrap_triton", "snapshot"]
+
+_lock = threading.RLock()
+_sessions: list = []  # active sessions, innermost last (weak references)
+_local = threading.local()
+_patched: dict[tuple[object, str], object] = {}  # (class, attribute) -> original class __dict__ value
+
+
+def _stack() -> list:
+    stack = getattr(_local, "calls", None)
+    if stack is None:
+        stack = _local.calls = []
+    return stack
+
+
+def in_kernel() -> bool:
+    """True while a Triton launch boundary is running on this thread (its own torch ops are not writes)."""
+    return getattr(_local, "kernel_depth", 0) > 0
+
+
+def _active():
+    sessions = _sessions
+    while sessions:
+        session = sessions[-1]()
+        if session is not None:
+            return session
+        with _lock:
+            if sessions and sessions[-1]() is None:
+                sessions.pop()
+    return None
+
+
+# -- snapshots -----------------------------------------------------------------------------------------
+
+def _tensors(values) -> list[torch.Tensor]:
+    out = []
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            out.append(v)
+        elif isinstance(v, (list, tuple)):
+            out.extend(x for x in v if isinstance(x, torch.Tensor))
+        else:
+            base = getattr(v, "base", None)  # triton.TensorWrapper
+            if isinstance(base, torch.Tensor):
+                out.append(base)
+    return out
+
+
+def _storage_key(t: torch.Tensor) -> int | None:
+    if type(t) not in (torch.Tensor, torch.nn.Parameter) or t.is_sparse or t.device.type == "meta":
+        return None
+    try:
+        return t.untyped_storage().data_ptr()
+    except Exception:
+        return None
+
+
+class Snapshot:
+    """Fingerprints of the saved tensors on the storages of some tensors, to compare after a call."""
+
+    __slots__ = ("session", "entries")
+
+    def __init__(self, session, entries):
+        self.session = session
+        self.entries = entries  # [(record, version, fingerprint, writes_before)]
+
+    def __bool__(self) -> bool:
+        return bool(self.entries)
+
+    def changed(self) -> list:
+        """Records whose bytes changed while their version did not, and that no inner boundary explained."""
+        out = []
+        mode = self.session.boundary_mode
+        for record, version, fp, writes_before in self.entries:
+            t = record.tensor
+            if t._version != version:
+                continue  # a visible write: the version check and the write log handle it
+            if len(record.writes or ()) > writes_before:
+                continue  # already attributed (by an inner boundary or the write log)
+            if not _same(_fingerprint(t, mode), fp):
+                out.append(record)
+        return out
+
+
+def snapshot(session, tensors) -> Snapshot:
+    ledger = session.ledger
+    mode = session.boundary_mode
+    entries = []
+    if mode is None:
+        return Snapshot(session, entries)
+    seen_storage: set[int] = set()
+    seen: set[int] = set()
+    for t in tensors:
+        key = _storage_key(t)
+        if not key or key in seen_storage or not ledger.has_storage(key):
+            continue
+        seen_storage.add(key)
+        for record in ledger.overlapping(key, 0, 1 << 62):
+            if id(record) in seen or record.version is None:
+                continue
+            seen.add(id(record))
+            entries.append((record, record.tensor._version, _fingerprint(record.tensor, mode),
+                            len(record.writes or ())))
+    return Snapshot(session, entries)
+
+
+_GRADGUARD_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
+_SKIP_FRAMES = [_GRADGUARD_DIR]  # never the "inside ..." frame of a kernel write (triton's own dir is added)
+
+
+def _library_frame(skip: int) -> str | None:
+    """Innermost library frame that is not gradguard or Triton's launcher: where the library launched it."""
+    try:
+        frame = sys._getframe(skip + 1)
+    except ValueError:
+        return None
+    skipped = tuple(_SKIP_FRAMES)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not LIBRARY_PATHS.is_library(filename):
+            return None
+        if not filename.startswith(skipped) and "/torch/autograd/function.py" not in filename.replace(os.sep, "/"):
+            parts = filename.replace(os.sep, "/").split("/site-packages/")
+            return f"{parts[-1]}:{frame.f_lineno} in {frame.f_code.co_name}"
+        frame = frame.f_back
+    return None
+
+
+def _report(session, records, *, op: str, via: str | None, skip: int) -> None:
+    context = caller_context(skip=skip + 1)
+    write = WriteRecord(op=op, location=context.location, via=via, library_frame=_library_frame(skip + 1),
+                        category="kernel", bumps_version=False)
+    session.record_write(records, write)
+
+
+_registered: set[str] = set()
+
+
+def _register_library(obj) -> None:
+    """Frames of third-party kernel libraries (liger_kernel, triton ...) are library frames, not user lines."""
+    name = getattr(obj, "__module__", None) or ""
+    if name in _registered:
+        return
+    _registered.add(name)
+    module = sys.modules.get(name)
+    path = getattr(module, "__file__", None)
+    if not path:
+        return
+    parts = os.path.abspath(path).split(os.sep)
+    for marker in ("site-packages", "dist-packages"):
+        if marker in parts:
+            i = parts.index(marker)
+            if i + 1 < len(parts):
+                LIBRARY_PATHS.add(os.sep.join(parts[: i + 2]))
+            return
+
+
+# -- autograd.Function ---------------------------------------------------------------------------------
+
+def _function_apply(original):
+    func = original.__func__
+
+    def apply(cls, *args, **kwargs):
+        session = _active()
+        if session is None or session.boundary_mode is None:
+            return func(cls, *args, **kwargs)
+        _register_library(cls)
+        snap = snapshot(session, _tensors(args) + _tensors(kwargs.values()))
+        name = cls.__name__
+        stack = _stack()
+        stack.append(f"{name}.forward")
+        try:
+            return func(cls, *args, **kwargs)
+        finally:
+            stack.pop()
+            if snap:
+                changed = snap.changed()
+                if changed:
+                    _report(session, changed, op=f"{name}.forward", via=name, skip=2)
+
+    apply.__wrapped__ = func
+    return classmethod(apply)
+
+
+def _backward_apply(original):
+    def apply(self, *args):
+        session = _active()
+        if session is None or session.boundary_mode is None:
+            return original(self, *args)
+        saved = []
+        try:
+            for s in self._raw_saved_tensors or ():
+                record = s.data
+                if getattr(record, "tensor", None) is not None:
+                    saved.append(record.tensor)
+        except Exception:
+            saved = []
+        snap = snapshot(session, saved + _tensors(args))
+        name = getattr(self._forward_cls, "__name__", type(self).__name__)
+        stack = _stack()
+        stack.append(f"{name}.backward")
+        try:
+            return original(self, *args)
+        finally:
+            stack.pop()
+            if snap:
+                changed = snap.changed()
+                if changed:
+                    _report(session, changed, op=f"{name}.backward", via=name, skip=2)
+
+    apply.__wrapped__ = original
+    return apply
+
+
+# -- Triton --------------------------------------------------------------------------------------------
+
+def _kernel_name(kernel) -> str:
+    fn = getattr(kernel, "fn", None)
+    return getattr(fn, "__name__", None) or getattr(kernel, "__name__", None) or type(kernel).__name__
+
+
+def _triton_run(original):
+    def run(self, *args, **kwargs):
+        session = _active()
+        if session is None or session.boundary_mode is None or kwargs.get("warmup"):
+            return original(self, *args, **kwargs)
+        snap = snapshot(session, _tensors(args) + _tensors(kwargs.values()))
+        if not snap:
+            return original(self, *args, **kwargs)
+        _register_library(getattr(self, "fn", None))
+        _local.kernel_depth = getattr(_local, "kernel_depth", 0) + 1
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            _local.kernel_depth -= 1
+            changed = snap.changed()
+            if changed:
+                stack = _stack()
+                via = stack[-1] if stack else None
+                if via is None:
+                    node = torch._C._current_autograd_node()
+                    via = node.name() if node is not None else None
+                _report(session, changed, op=f"triton:{_kernel_name(self)}", via=via, skip=2)
+
+    run.__wrapped__ = original
+    return run
+
+
+def _patch(cls, attr: str, make) -> None:
+    key = (cls, attr)
+    if key in _patched:
+        return
+    original = cls.__dict__[attr]
+    _patched[key] = original
+    setattr(cls, attr, make(original))
+
+
+def maybe_wrap_triton() -> bool:
+    """Wrap Triton's launchers if Triton is imported (never imports it). True when wrapped."""
+    if "triton" not in sys.modules:
+        return False
+    with _lock:
+        if not _sessions:
+            return False
+        try:
+            import triton
+            from triton.runtime.jit import JITFunction
+        except Exception:
+            return False
+        triton_dir = os.path.dirname(os.path.abspath(triton.__file__))
+        LIBRARY_PATHS.add(triton_dir)
+        if triton_dir + os.sep not in _SKIP_FRAMES:
+            _SKIP_FRAMES.append(triton_dir + os.sep)
+        _patch(JITFunction, "run", _triton_run)
+        interpreter = sys.modules.get("triton.runtime.interpreter")
+        if interpreter is not None and "run" in getattr(interpreter, "InterpretedFunction", object).__dict__:
+            _patch(interpreter.InterpretedFunction, "run", _triton_run)
+        return True
+
+
+# -- lifecycle -----------------------------------------------------------------------------------------
+
+def install(session) -> None:
+    with _lock:
+        if not _sessions:
+            from torch.autograd.function import BackwardCFunction
+
+            _patch(torch.autograd.Function, "apply", _function_apply)
+            _patch(BackwardCFunction, "apply", _backward_apply)
+        _sessions.append(weakref.ref(session))
+    maybe_wrap_triton()
+
+
+def uninstall(session) -> None:
+    with _lock:
+        for i in range(len(_sessions) - 1, -1, -1):
+            if _sessions[i]() is session or _sessions[i]() is None:
+                del _sessions[i]
+        if not _sessions:
+            for (cls, attr), original in list(_patched.items()):
+                setattr(cls, attr, original)
+            _patched.clear()
+
+
+def triton_wrapped() -> bool:
+    return any(attr == "run" for (_cls, attr) in _patched)
