@@ -31,10 +31,15 @@ class guard(contextlib.ContextDecorator):
         track_writes: record in-place writes into saved memory (names the writer's line). Costs a few
             microseconds per op; with it off the finding still names the tensor and the saver.
 
+        backend: ``"auto"`` (default) uses the one deep-learning framework imported in this process
+            (torch when none or several are, as before); or name it: ``"torch"``, ``"paddle"``,
+            ``"mindspore"``. Findings say which backend (``Finding.backend``) and mode (``Finding.context``)
+            they hold for.
+
     Gradients are bit-identical with the guard on: it never changes what autograd computes.
     """
 
-    def __init__(self, *, fingerprint: str = "full", track_writes: bool = True):
+    def __init__(self, *, fingerprint: str = "full", track_writes: bool = True, backend: str = "auto"):
         if fingerprint not in _FINGERPRINT_MODES:
             raise InvalidArgument(
                 f"guard(fingerprint=...) must be one of {', '.join(map(repr, _FINGERPRINT_MODES))}; "
@@ -42,8 +47,15 @@ class guard(contextlib.ContextDecorator):
             )
         if not isinstance(track_writes, bool):
             raise InvalidArgument(f"guard(track_writes=...) must be True or False; got {track_writes!r}")
+        from .backends import KNOWN
+
+        if backend != "auto" and backend not in KNOWN:
+            raise InvalidArgument(
+                f"guard(backend=...) must be 'auto' or one of {', '.join(map(repr, KNOWN))}; got {backend!r}"
+            )
         self.fingerprint = fingerprint
         self.track_writes = track_writes
+        self.backend = backend
         self._local = threading.local()
         self.findings: list = []
 
@@ -53,10 +65,25 @@ class guard(contextlib.ContextDecorator):
             stack = self._local.stack = []
         return stack
 
-    def __enter__(self) -> "guard":
-        from .backends.torch import TorchGuardSession
+    def _backend_name(self) -> str:
+        if self.backend != "auto":
+            return self.backend
+        from .backends import detect_backend
 
-        session = TorchGuardSession(fingerprint=self.fingerprint, track_writes=self.track_writes)
+        # No framework, or several, imported: torch, as before backends existed.
+        return detect_backend() or "torch"
+
+    def __enter__(self) -> "guard":
+        name = self._backend_name()
+        if name == "torch":
+            from .backends.torch import TorchGuardSession
+
+            session = TorchGuardSession(fingerprint=self.fingerprint, track_writes=self.track_writes)
+        else:
+            from .backends import get_adapter
+
+            session = get_adapter(name).new_guard_session(fingerprint=self.fingerprint,
+                                                          track_writes=self.track_writes)
         session.enter()
         self._stack().append(session)
         self.session = session
@@ -67,9 +94,14 @@ class guard(contextlib.ContextDecorator):
         session.exit()
         self.findings = list(session.findings)
         if exc is not None and not isinstance(exc, GradguardError):
-            from .backends.torch import enrich_eager_error
+            if session.backend == "torch":
+                from .backends.torch import enrich_eager_error
 
-            enriched = enrich_eager_error(exc, session)
+                enriched = enrich_eager_error(exc, session)
+            else:
+                from .backends import get_adapter
+
+                enriched = get_adapter(session.backend).enrich_error(exc, session)
             if enriched is not None:
                 self.findings.append(enriched.finding)
                 raise enriched.with_traceback(tb) from exc
