@@ -123,15 +123,39 @@ def _saved_tensor_rules(f: Finding) -> tuple[str, str, str]:
         )
 
     kernel = _first(writes, "kernel")
-    if kernel is not None or (silent and not writes):
-        who = (kernel.via or kernel.op) if kernel is not None else "code outside the framework"
-        where = f" at {_where(kernel)}" if kernel is not None else ""
+    if kernel is not None:
+        if kernel.op.startswith("triton:"):
+            who = f"The Triton kernel `{kernel.op[len('triton:'):]}`"
+            who += f" (launched by {kernel.via})" if kernel.via else ""
+        elif kernel.op.endswith((".forward", ".backward")):
+            who = f"The custom autograd.Function {kernel.op}"
+        else:
+            who = f"{kernel.via or kernel.op}"
         return (
             "silent_kernel_write",
-            prefix + f"{who}{where} wrote into memory that {saver} saved for backward.",
-            "Kernel authors: write results into a fresh buffer, or declare the write with "
-            "`torch.autograd.graph.increment_version(x)` / `ctx.mark_dirty(x)` so autograd can check it. "
-            "Users: pass a copy (`op(x.clone())`) to the kernel.",
+            prefix + f"{who}, called at {_where(kernel)}, wrote into memory that {saver} saved for backward.",
+            "Kernel authors: write results into a fresh buffer (`torch.empty_like(x)`), or declare the write "
+            "with `torch.autograd.graph.increment_version(x)` right after the kernel (or `ctx.mark_dirty(x)` and "
+            "return x) so autograd can check it. Users: pass a copy (`op(x.clone())`) to the kernel.",
+        )
+
+    outside = _first(writes, "outside")
+    if silent and (outside is not None or not writes):
+        if outside is not None:
+            where = outside.op.replace("write outside torch ", "", 1)
+            why = (f"No torch op wrote it: the bytes changed {where}, in code that writes memory directly "
+                   f"(a NumPy view from `.numpy()`, ctypes, DLPack, or a C++/CUDA extension using `data_ptr()`).")
+        else:
+            why = (f"No torch op, custom autograd.Function or Triton launch that gradguard watches wrote it, so the "
+                   f"writer is code that writes memory directly: a NumPy view from `.numpy()`, ctypes, DLPack, or a "
+                   f"C++/CUDA extension using `data_ptr()`. Re-run in bisect mode to pin it between two "
+                   f"lines.")
+        return (
+            "silent_kernel_write",
+            prefix + why + f" {saver} still needed the old values.",
+            "Users: give NumPy/ctypes a copy (`t.detach().numpy().copy()`) or make the update with torch ops "
+            "inside `with torch.no_grad():` on the real tensor. Extension authors: write into a fresh buffer, or "
+            "call `torch.autograd.graph.increment_version(x)` after writing so autograd can check it.",
         )
 
     numpy_write = _first(writes, "numpy")

@@ -222,7 +222,7 @@ def _function_apply(original):
             if snap:
                 changed = snap.changed()
                 if changed:
-                    _report(session, changed, op=f"{name}.forward", via=name, skip=2)
+                    _report(session, changed, op=f"{name}.forward", via=None, skip=2)
 
     apply.__wrapped__ = func
     return classmethod(apply)
@@ -252,7 +252,7 @@ def _backward_apply(original):
             if snap:
                 changed = snap.changed()
                 if changed:
-                    _report(session, changed, op=f"{name}.backward", via=name, skip=2)
+                    _report(session, changed, op=f"{name}.backward", via=None, skip=2)
 
     apply.__wrapped__ = original
     return apply

@@ -81,9 +81,14 @@ class TorchGuardSession:
 
     backend = "torch"
 
-    def __init__(self, *, fingerprint: str = "full", track_writes: bool = True, record_sites: bool = True):
+    def __init__(self, *, fingerprint: str = "full", track_writes: bool = True, record_sites: bool = True,
+                 bisect: bool = False):
+        if bisect:  # bisect needs the ledger (write log) and full fingerprints
+            fingerprint, track_writes = "full", True
         self.fingerprint_mode = fingerprint
         self.track_writes = track_writes
+        self.bisect = bisect
+        self._bisect = None
         self.record_sites = record_sites
         self.ledger = SavedLedger()
         self.findings: list[Finding] = []
@@ -109,12 +114,20 @@ class TorchGuardSession:
                     _attribution.install(self)
                     self._attribution = True
                     self._triton_pending = not _attribution.triton_wrapped()
+                if self.bisect:
+                    from ._bisect import BisectMode
+
+                    self._bisect = BisectMode(self)
+                    self._bisect.__enter__()
             except BaseException:
                 self.exit()
                 raise
 
     def exit(self) -> None:
         try:
+            if self._bisect is not None:
+                bisect, self._bisect = self._bisect, None
+                bisect.__exit__(None, None, None)
             if self._attribution:
                 self._attribution = False
                 _attribution.uninstall(self)
@@ -160,6 +173,8 @@ class TorchGuardSession:
                 if self._allowed_silent_change(record):
                     record.fp = _fingerprint(t, self.fingerprint_mode)
                 else:
+                    if self._bisect is not None:  # the write happened after the last op: name that interval
+                        self._bisect.check(None, user_location(2))
                     self._raise(record, "silent_write")
         elif record.writes and self.fingerprint_mode == "off":
             self._raise(record, "silent_write")

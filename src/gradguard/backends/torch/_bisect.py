@@ -1,0 +1,106 @@
+"""Bisect mode: pin a silent write that no boundary explained to one op, or to an interval of user lines.
+
+Re-run the code with this mode on (``TorchGuardSession(bisect=True)``, or :func:`bisect`). Around every
+dispatched op it re-checks the fingerprint of every tensor currently saved for backward:
+
+* bytes changed *during* an op, and the write log did not see that op write there: the op wrote without
+  declaring it (an extension op whose schema lacks ``Tensor(a!)``, a fused kernel): the write is pinned to
+  that op and its user line;
+* bytes changed *between* two ops: no torch op did it (NumPy view, ctypes, DLPack consumer, a C++/CUDA
+  extension called directly). gradguard cannot see Python code that does not call torch, so it names the
+  interval: after the op at line A and before the op at line B (or before the backward at line B).
+
+This costs one full hash of every live saved tensor per op: a diagnosis re-run, not a training mode.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from ...core._findings import WriteRecord
+from ...core._frames import user_location
+from ._fingerprint import fingerprint as _fingerprint
+from ._fingerprint import same as _same
+
+__all__ = ["BisectMode", "bisect"]
+
+
+class BisectMode(TorchDispatchMode):
+    """Checks saved tensors' fingerprints before and after every op (see the module docstring)."""
+
+    def __init__(self, session):
+        super().__init__()
+        self._session = weakref.ref(session)
+        self._baseline: dict[int, tuple[weakref.ref, object, int, int]] = {}  # id -> (ref, fp, version, n writes)
+        self._last = None  # user line of the previous op
+
+    def _state(self, record):
+        entry = self._baseline.get(id(record))
+        if entry is not None and entry[0]() is record:
+            return entry[1], entry[2], entry[3]
+        return record.fp, record.version, len(record.writes or ())
+
+    def check(self, op=None, location=None) -> None:
+        """Compare every live saved tensor with its baseline; attribute the changes; move the baselines."""
+        session = self._session()
+        if session is None:
+            return
+        for record in list(session.ledger.live_records()):
+            if record.fp is None:
+                continue
+            fp, version, nwrites = self._state(record)
+            t = record.tensor
+            now = _fingerprint(t, session.fingerprint_mode)
+            writes = len(record.writes or ())
+            if not _same(now, fp) and t._version == version and writes == nwrites:
+                if location is None:
+                    location = user_location(2)
+                if op is not None:
+                    write = WriteRecord(op=op, location=location, via="an op that does not declare the write",
+                                        category="kernel", bumps_version=False)
+                else:
+                    here = location.short if location is not None else "an unknown line"
+                    if self._last is None:
+                        interval = f"before {here}"
+                    elif location is not None and self._last.short == location.short:
+                        interval = f"within {here}"
+                    else:
+                        interval = f"between {self._last.short} and {here}"
+                    write = WriteRecord(op=f"write outside torch {interval}", location=location,
+                                        category="outside", bumps_version=False)
+                session.record_write([record], write)
+                writes += 1
+            self._baseline[id(record)] = (weakref.ref(record), now, t._version, writes)
+        if len(self._baseline) > 4 * (len(session.ledger) + 16):
+            self._baseline = {k: v for k, v in self._baseline.items() if v[0]() is not None}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        location = user_location(2)
+        self.check(None, location)
+        out = func(*args, **kwargs)
+        self.check(func.name().replace("::", "."), location)
+        self._last = location
+        return out
+
+
+def bisect(fn, *args, **kwargs) -> list:
+    """Run ``fn(*args, **kwargs)`` in bisect mode and return gradguard's findings (it stops at the first).
+
+    Use it to re-run code whose silent-write finding says "no write seen by gradguard".
+    """
+    from ..._errors import GradientHazardError
+    from ._session import TorchGuardSession
+
+    session = TorchGuardSession(fingerprint="full", track_writes=True, bisect=True)
+    session.enter()
+    try:
+        fn(*args, **kwargs)
+    except GradientHazardError:
+        pass
+    finally:
+        session.exit()
+    return list(session.findings)
