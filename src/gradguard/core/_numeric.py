@@ -94,7 +94,9 @@ def check_gradients(
             passed = False
         if err > PRECISION_ATOL * max(1.0, scale) + PRECISION_RTOL * abs(n):
             precise = False
-        if worst is None or err > max_abs:
+        # an element beats a probe as "worst": it points at the exact entry
+        if worst is None or ("probe" in worst) == ("probe" in where) and err > max_abs or (
+                "probe" in worst and "probe" not in where):
             worst = {**where, "analytic": float(a), "numeric": float(n)}
         max_abs = max(max_abs, err)
         max_rel = max(max_rel, rel)
