@@ -18,6 +18,8 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     run = sub.add_parser("run", help="run a Python script under the guard (like `python script.py args...`)")
     run.add_argument("--json", metavar="FILE", help="write the findings to FILE as JSON (a list, possibly empty)")
+    run.add_argument("--html", metavar="FILE",
+                     help="write a self-contained HTML report (findings and a picture of the autograd graph) to FILE")
     run.add_argument(
         "--fingerprint", choices=("full", "sample", "off"), default="full",
         help="how saved tensors are fingerprinted to catch silent writes (default: full)",
@@ -37,13 +39,25 @@ def main(argv: list[str] | None = None) -> int:
     return run_script(options)
 
 
-def _write_json(path: str | None, findings, script: str) -> None:
-    if not path:
-        return
-    from .report._json import findings_to_json
+def _write_json(path: str | None, findings, script: str, options=None, exit_code: int | None = None) -> None:
+    # Under torchrun: findings tagged with the rank, one file per rank (report.rank1.json, report.rank1.html).
+    from .integrations.distributed import rank_info, rank_path, tag_findings
 
-    with open(path, "w", encoding="utf-8") as handle:
-        handle.write(findings_to_json(findings, script=script))
+    info = rank_info()
+    tag_findings(findings, info)
+    extra = {"rank": info.rank, "world_size": info.world_size} if info else {}
+    if path:
+        from .report._json import findings_to_json
+
+        with open(rank_path(path, info), "w", encoding="utf-8") as handle:
+            handle.write(findings_to_json(findings, script=script, **extra))
+    html = getattr(options, "html", None)
+    if html:
+        from .report._html import render_html
+
+        with open(rank_path(html, info), "w", encoding="utf-8") as handle:
+            handle.write(render_html(findings, script=script, rank=info.rank if info else None,
+                                     world_size=info.world_size if info else None, exit_code=exit_code))
 
 
 def run_script(options) -> int:
@@ -78,25 +92,31 @@ def run_script(options) -> int:
         with guard_block:
             exec(code, globals_)
     except SystemExit as stop:
-        _write_json(options.json, guard_block.findings, script)
+        _write_json(options.json, guard_block.findings, script, options)
         raise stop
     except KeyboardInterrupt:
-        _write_json(options.json, guard_block.findings, script)
+        _write_json(options.json, guard_block.findings, script, options)
         raise
     except GradientHazardError as error:
         from .report._rich import print_findings
 
         sys.stdout.flush()
+        from .integrations.distributed import rank_info, tag_findings
+
+        info = rank_info()
+        tag_findings([error.finding], info)
         sys.stderr.write(_traceback_head(error))
-        print_findings([error.finding], sys.stderr, type(error).__name__)
+        print_findings([error.finding], sys.stderr, type(error).__name__ + (f" on rank {info.rank}" if info else ""))
         exit_code = 1
     except BaseException as error:  # the user's own error: their traceback, Python's exit code
         sys.stdout.flush()
         sys.stderr.write(format_user_exception(error))
         exit_code = 1
-    _write_json(options.json, guard_block.findings, script)
+    _write_json(options.json, guard_block.findings, script, options, exit_code)
     sys.stdout.flush()
-    return exit_code
+    from .integrations.distributed import leave, rank_info
+
+    return leave(exit_code, rank_info())
 
 
 def _traceback_head(error) -> str:

@@ -1,0 +1,76 @@
+"""torchrun / DDP support for ``gradguard run``: which rank this process is, per-rank report files, and a
+prompt exit when a rank fails.
+
+Framework-free: reads only the environment variables torchrun (and ``torch.distributed.launch``, SLURM
+wrappers that mimic it) set: ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``.
+
+# NOTE [No hang when one rank fails]
+# When one rank raises (say in backward), the others are typically blocked in a collective (DDP's gradient
+# all-reduce, the buffer broadcast of the next forward) waiting for it. Two things make them stop promptly:
+#   1. the failing rank leaves with ``os._exit`` right after writing its report: a normal interpreter
+#      shutdown runs process-group destructors and atexit handlers that can themselves wait on peers;
+#   2. its exit closes its gloo/NCCL connections, so the peers' pending collective fails at once
+#      ("Connection closed by peer") instead of waiting for the 30-minute collective timeout; and torchrun's
+#      elastic agent, seeing a worker exit non-zero, stops the remaining workers.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+
+__all__ = ["RankInfo", "rank_info", "rank_path", "tag_findings", "leave"]
+
+
+@dataclass(frozen=True)
+class RankInfo:
+    rank: int
+    world_size: int
+    local_rank: int
+
+
+def _int(name: str) -> int | None:
+    value = os.environ.get(name)
+    try:
+        return int(value) if value not in (None, "") else None
+    except ValueError:
+        return None
+
+
+def rank_info() -> RankInfo | None:
+    """This process's place in a torchrun job, or None when it is not launched as one."""
+    rank = _int("RANK")
+    world = _int("WORLD_SIZE")
+    if rank is None or world is None:
+        return None
+    local = _int("LOCAL_RANK")
+    return RankInfo(rank=rank, world_size=world, local_rank=rank if local is None else local)
+
+
+def rank_path(path: str, info: RankInfo | None) -> str:
+    """``report.json`` -> ``report.rank1.json`` under torchrun (one file per rank); unchanged otherwise."""
+    if info is None:
+        return path
+    root, ext = os.path.splitext(path)
+    return f"{root}.rank{info.rank}{ext}"
+
+
+def tag_findings(findings, info: RankInfo | None) -> None:
+    """Record the rank in each finding (``context["rank"]``, ``context["world_size"]``)."""
+    if info is None:
+        return
+    for finding in findings:
+        finding.context.setdefault("rank", info.rank)
+        finding.context.setdefault("world_size", info.world_size)
+
+
+def leave(exit_code: int, info: RankInfo | None) -> int:
+    """Return ``exit_code``; under torchrun a failing rank exits right away (see the NOTE above)."""
+    if info is None or exit_code == 0:
+        return exit_code
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(exit_code)
