@@ -14,24 +14,34 @@ from __future__ import annotations
 import torch
 import xxhash
 
-__all__ = ["fingerprint", "SAMPLE_BYTES"]
+__all__ = ["fingerprint", "same", "SAMPLE_BYTES", "device_digest"]
 
 SAMPLE_BYTES = 64 * 1024  # "sample" mode hashes at most this many bytes per tensor
 _SAMPLE_CHUNKS = 16
 
 
+def _permuted_dense(t: torch.Tensor) -> bool:
+    """True when ``t`` covers one gap-free, non-overlapping block of memory in some dimension order."""
+    expected = 1
+    for size, stride in sorted((p for p in zip(t.shape, t.stride()) if p[0] != 1), key=lambda p: p[1]):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
 def _dense_bytes(t: torch.Tensor) -> torch.Tensor:
-    """A flat uint8 view of exactly the tensor's memory (a copy only when the tensor has gaps)."""
+    """A flat uint8 view of exactly the tensor's memory (a copy only when the tensor has gaps or overlaps)."""
     if t.is_conj() or t.is_neg():
         t = t.resolve_conj().resolve_neg()
     if t.numel() == 0:
         return t.new_empty(0, dtype=torch.uint8)
     if not t.is_contiguous():
-        span = 1 + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
-        if span == t.numel() and min(t.stride()) >= 0:
-            # dense but permuted (e.g. a transpose, channels_last): its memory is one block
-            t = t.as_strided((span,), (1,), t.storage_offset())
+        if _permuted_dense(t):
+            # dense but permuted (a transpose, channels_last): hash its memory block as is, no copy
+            t = t.as_strided((t.numel(),), (1,), t.storage_offset())
         else:
+            # gaps (a column slice) or overlaps (expand): hash the values; the gaps may belong to others
             t = t.contiguous()
     return t.reshape(-1).view(torch.uint8)
 
@@ -42,16 +52,23 @@ def _sample(raw: torch.Tensor) -> torch.Tensor:
         return raw
     chunk = SAMPLE_BYTES // _SAMPLE_CHUNKS
     step = (n - chunk) // (_SAMPLE_CHUNKS - 1)
-    return torch.cat([raw[i * step : i * step + chunk] for i in range(_SAMPLE_CHUNKS)])
+    starts = [i * step for i in range(_SAMPLE_CHUNKS - 1)] + [n - chunk]  # first and last bytes included
+    return torch.cat([raw[s : s + chunk] for s in starts])
 
 
 _WEIGHTS: dict[tuple[str, int], torch.Tensor] = {}
 
 
-def _device_digest(raw: torch.Tensor) -> torch.Tensor:
+def device_digest(raw: torch.Tensor) -> torch.Tensor:
+    """[position-weighted sum, plain sum] of the 8-byte words, plus the weighted tail bytes (all int64,
+    wrapping). Odd weights make any change of a single word change the weighted sum; the position weights
+    make swapped words visible. Stays on the device: no host sync at pack."""
+    if raw.storage_offset() % 8:
+        raw = raw.clone()  # int64 words need 8-byte alignment
     n8 = raw.numel() // 8
     words = raw[: n8 * 8].view(torch.int64)
-    tail = raw[n8 * 8 :].to(torch.int64)
+    tail = raw[n8 * 8 :].to(torch.int64) * torch.arange(1, raw.numel() - n8 * 8 + 1, device=raw.device,
+                                                         dtype=torch.int64)
     key = (str(raw.device), n8)
     weights = _WEIGHTS.get(key)
     if weights is None:
@@ -73,7 +90,7 @@ def fingerprint(t: torch.Tensor, mode: str = "full"):
             raw = _sample(raw)
         if raw.device.type == "cpu":
             return xxhash.xxh3_64_intdigest(memoryview(raw.numpy()))
-        return _device_digest(raw)
+        return device_digest(raw)
 
 
 def same(a, b) -> bool:
