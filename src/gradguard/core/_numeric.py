@@ -26,7 +26,7 @@ import numpy as np
 __all__ = ["NumericResult", "check_gradients", "CheckFailure", "OpCheckReport", "random_cotangents"]
 
 PRECISION_ATOL = 1e-8
-PRECISION_RTOL = 1e-7
+PRECISION_RTOL = 1e-9
 
 
 @dataclass

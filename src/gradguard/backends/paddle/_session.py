@@ -100,6 +100,11 @@ def _call_name(code: str) -> str | None:
     except SyntaxError:
         return None
     calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
+    if not calls:
+        binops = [n for n in ast.walk(tree) if isinstance(n, ast.BinOp)]
+        if len(binops) == 1:
+            return {"Mult": "multiply", "Add": "add", "Sub": "subtract", "Div": "divide", "MatMult": "matmul",
+                    "Pow": "pow"}.get(type(binops[0].op).__name__)
     if len(calls) != 1:
         return None
     func = calls[0].func

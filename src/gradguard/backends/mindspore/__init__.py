@@ -1,0 +1,7 @@
+"""MindSpore backend: ``check_op`` for Cells with a custom ``bprop`` (PyNative and graph mode), and the guard
+(saved-tensor hooks in PyNative + MsDispatchMode write log)."""
+
+from ._check import check_op
+from ._session import MindSporeGuardSession, enrich_mindspore_error
+
+__all__ = ["check_op", "MindSporeGuardSession", "enrich_mindspore_error"]
