@@ -1,0 +1,161 @@
+"""Correct programs: no finding, and gradients bit-identical with the guard on (every mode)."""
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+import gradguard
+
+
+def _snapshot(*modules):
+    out = []
+    for m in modules:
+        for p in m.parameters():
+            out.append(p.detach().clone())
+            out.append(None if p.grad is None else p.grad.detach().clone())
+    return out
+
+
+def mlp():
+    model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 32), nn.Tanh(), nn.Linear(32, 4))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for _ in range(3):
+        opt.zero_grad()
+        F.cross_entropy(model(torch.randn(8, 16)), torch.randint(0, 4, (8,))).backward()
+        opt.step()
+    return _snapshot(model)
+
+
+def cnn():
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(inplace=True), nn.MaxPool2d(2),
+                          nn.Conv2d(8, 8, 3), nn.BatchNorm2d(8), nn.SiLU(), nn.Dropout(0.2), nn.Flatten(),
+                          nn.Linear(8 * 2 * 2, 5))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    for _ in range(3):
+        opt.zero_grad()
+        F.cross_entropy(model(torch.randn(4, 3, 8, 8)), torch.randint(0, 5, (4,))).backward()
+        opt.step()
+    return _snapshot(model)
+
+
+def transformer():
+    layer = nn.TransformerEncoderLayer(d_model=16, nhead=2, dim_feedforward=32, dropout=0.1, batch_first=True)
+    model = nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    for _ in range(2):
+        opt.zero_grad()
+        model(torch.randn(2, 5, 16)).pow(2).mean().backward()
+        opt.step()
+    return _snapshot(model)
+
+
+def lstm():
+    model = nn.LSTM(4, 8, num_layers=2, batch_first=True)
+    head = nn.Linear(8, 1)
+    params = list(model.parameters()) + list(head.parameters())
+    opt = torch.optim.Adam(params, lr=1e-2, fused=True)  # fused is fine when steps follow every backward
+    h = None
+    for _ in range(3):
+        opt.zero_grad()
+        out, h = model(torch.randn(2, 6, 4), h)
+        h = tuple(s.detach() for s in h)  # truncated BPTT done right
+        F.mse_loss(head(out[:, -1]), torch.randn(2, 1)).backward()
+        opt.step()
+    return _snapshot(model, head)
+
+
+def gan():
+    g = nn.Sequential(nn.Linear(4, 16), nn.LeakyReLU(0.2), nn.Linear(16, 8))
+    d = nn.Sequential(nn.Linear(8, 16), nn.LeakyReLU(0.2), nn.Linear(16, 1))
+    opt_g = torch.optim.Adam(g.parameters(), lr=1e-3)
+    opt_d = torch.optim.Adam(d.parameters(), lr=1e-3)
+    for _ in range(3):
+        real = torch.randn(8, 8)
+        fake = g(torch.randn(8, 4))
+        opt_d.zero_grad()
+        loss_d = (F.binary_cross_entropy_with_logits(d(real), torch.ones(8, 1))
+                  + F.binary_cross_entropy_with_logits(d(fake.detach()), torch.zeros(8, 1)))
+        loss_d.backward()
+        opt_d.step()
+        opt_g.zero_grad()
+        F.binary_cross_entropy_with_logits(d(fake), torch.ones(8, 1)).backward()  # fresh forward through d
+        opt_g.step()
+    return _snapshot(g, d)
+
+
+def checkpointed():
+    blocks = nn.ModuleList(nn.Sequential(nn.Linear(8, 8), nn.Sigmoid()) for _ in range(3))
+    opt = torch.optim.SGD(blocks.parameters(), lr=0.1)
+    for reentrant in (False, True):
+        opt.zero_grad()
+        x = torch.randn(4, 8, requires_grad=True)
+        for b in blocks:
+            x = checkpoint(b, x, use_reentrant=reentrant)
+        x.exp().sum().backward()
+        opt.step()
+    return _snapshot(blocks)
+
+
+def bf16_autocast():
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.LayerNorm(16), nn.Linear(16, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(2):
+        opt.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = model(torch.randn(4, 8)).float().softmax(-1)[:, 0].sum()
+        loss.backward()
+        opt.step()
+    return _snapshot(model)
+
+
+class OutOfPlaceSquare(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return 2 * x * g
+
+
+def custom_function_retained():
+    w = nn.Linear(6, 6)
+    x = torch.randn(3, 6)
+    y = OutOfPlaceSquare.apply(w(x).sigmoid()).sum()
+    y.backward(retain_graph=True)
+    y.backward()  # the same graph twice: gradients accumulate, nothing was overwritten
+    return _snapshot(w)
+
+
+ZOO = [mlp, cnn, transformer, lstm, gan, checkpointed, bf16_autocast, custom_function_retained]
+
+
+@pytest.mark.parametrize("program", ZOO, ids=[p.__name__ for p in ZOO])
+def test_correct_program_no_findings_and_bit_identical_gradients(program):
+    torch.manual_seed(1234)
+    plain = program()
+    for mode in ("full", "sample", "off"):
+        torch.manual_seed(1234)
+        with gradguard.guard(fingerprint=mode) as g:
+            guarded = program()
+        assert g.findings == [], (mode, [str(f) for f in g.findings])
+        assert len(plain) == len(guarded)
+        for a, b in zip(plain, guarded):
+            assert (a is None and b is None) or (a.dtype == b.dtype and torch.equal(a, b)), mode
+
+
+@pytest.mark.parametrize("program", [cnn, lstm, gan, checkpointed], ids=["cnn", "lstm", "gan", "checkpointed"])
+def test_bisect_mode_has_no_false_findings_either(program):
+    from gradguard.backends.torch._bisect import bisect
+
+    torch.manual_seed(1234)
+    plain = program()
+    torch.manual_seed(1234)
+    out = []
+    assert bisect(lambda: out.append(program())) == []
+    for a, b in zip(plain, out[0]):
+        assert (a is None and b is None) or torch.equal(a, b)
