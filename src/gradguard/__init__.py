@@ -25,6 +25,10 @@ def __getattr__(name):
         from . import checks
 
         return getattr(checks, name)
+    if name == "advise":
+        from .advisor import advise
+
+        return advise
     if name == "testing":
         import importlib
 

@@ -1,0 +1,294 @@
+"""``gradguard.advise(fn, *args)``: record one step, propose in-place rewrites, verify them by re-running.
+
+Runs, all on the same state (parameters, optimizer state, ``.grad`` and the RNG are restored after each):
+  0. warm-up (optional): lazily created state (optimizer moments) exists before the measured runs
+  1. record: the op trace, saved tensors, live-storage accounting, gradients (the baseline)
+  2. rewrite: every safe candidate applied at dispatch level; gradients compared bit for bit
+  3. one run per proposal: its own measured peak saving, compared with its claim
+  4. timing: baseline and rewritten steps alternated, medians
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+
+import torch
+
+from .._errors import InvalidArgument
+from ._analysis import Candidate, analyse
+from ._report import AdviceReport, Proposal, RejectedCandidate, UnsafeInplaceOp
+from ._trace import StepComplete, StepMode, inplace_overload
+
+__all__ = ["advise", "run_advisor", "FunctionStep"]
+
+MEMORY_METHOD = ("tracked live tensor storage bytes allocated by the step (op outputs via a TorchDispatchMode, "
+                 "frees via storage weakref finalizers)")
+
+
+@dataclass
+class RunOutcome:
+    mode: StepMode
+    grads: list
+    values: list
+    seconds: float
+    error: BaseException | None
+
+
+class FunctionStep:
+    """One call of ``fn(*args)`` is the step. State the step writes in place is restored afterwards."""
+
+    warmup = True
+
+    def __init__(self, fn, args, kwargs):
+        self.fn = fn
+        self.args = args
+        self.kwargs = kwargs
+        self.rng = torch.get_rng_state()
+
+    def execute(self, mode: StepMode):
+        return self.fn(*self.args, **self.kwargs)
+
+    def cleanup(self, mode: StepMode) -> None:
+        for leaf, grad in zip(mode.leaves, mode.leaf_grads_before):
+            leaf.grad = grad
+        with torch.no_grad():
+            for storage, copy in mode.snapshots.values():
+                storage.copy_(copy)
+        mode.snapshots.clear()
+
+
+def _capture(mode: StepMode):
+    grads, values = [], []
+    with torch.no_grad():
+        for leaf in mode.leaves:
+            grads.append(None if leaf.grad is None else leaf.grad.detach().clone())
+            values.append(leaf.detach().clone())
+    return grads, values
+
+
+def _run(step, mode: StepMode) -> RunOutcome:
+    torch.set_rng_state(step.rng)
+    import torch.optim.optimizer as opt_mod
+
+    def pre(*_):
+        mode.in_optimizer += 1
+
+    def post(*_):
+        mode.in_optimizer -= 1
+        mode.optimizer_steps += 1
+
+    handles = [opt_mod.register_optimizer_step_pre_hook(pre), opt_mod.register_optimizer_step_post_hook(post)]
+    error = None
+    result = None
+    start = time.perf_counter()
+    try:
+        with mode.hooks(), mode:
+            try:
+                result = step.execute(mode)
+            except StepComplete:
+                pass
+    except BaseException as exc:  # noqa: BLE001 - reported, then re-raised by the caller if it is the baseline
+        error = exc
+    seconds = time.perf_counter() - start
+    for h in handles:
+        h.remove()
+    mode.finish()
+    grads, values = _capture(mode) if error is None else ([], [])
+    del result
+    step.cleanup(mode)
+    return RunOutcome(mode, grads, values, seconds, error)
+
+
+def _identical(a: RunOutcome, b: RunOutcome) -> bool:
+    if a.error is not None or b.error is not None:
+        return False
+    if len(a.grads) != len(b.grads):
+        return False
+    for x, y in zip(a.grads + a.values, b.grads + b.values):
+        if (x is None) != (y is None):
+            return False
+        if x is not None and (x.dtype != y.dtype or x.shape != y.shape or not torch.equal(x, y)):
+            return False
+    return True
+
+
+_SPELLING = {
+    "add": ("{a}.add_({b})", "{a} += {b}"),
+    "sub": ("{a}.sub_({b})", "{a} -= {b}"),
+    "mul": ("{a}.mul_({b})", "{a} *= {b}"),
+    "div": ("{a}.div_({b})", "{a} /= {b}"),
+}
+_INPLACE_MODULES = {"ReLU", "ReLU6", "LeakyReLU", "ELU", "SELU", "CELU", "Hardtanh", "Hardswish", "Hardsigmoid",
+                    "SiLU", "Mish", "Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout", "Threshold"}
+
+
+def _suggestion(cand: Candidate) -> str:
+    op = cand.op
+    packet = op.name.split("::", 1)[-1].split(".", 1)[0]
+    if op.module in _INPLACE_MODULES:
+        return f"construct nn.{op.module}(..., inplace=True)"
+    if packet in _SPELLING:
+        a, b = ("x", "y") if cand.operand == 0 else ("y", "x")
+        first, second = _SPELLING[packet]
+        text = f"{first.format(a=a, b=b)} (or {second.format(a=a, b=b)})"
+        if cand.operand == 1:
+            text += ": overwrite the second operand, it is the dead one"
+        return text
+    if packet in ("relu", "elu", "leaky_relu", "hardtanh", "silu", "hardswish", "hardsigmoid", "threshold"):
+        return f"F.{packet}(x, inplace=True) or x.{packet}_()" if packet != "relu" else \
+            "F.relu(x, inplace=True) or x.relu_()"
+    return f"x.{packet}_(...) instead of x.{packet}(...) / torch.{packet}(x, ...)"
+
+
+def _proposal(cand: Candidate) -> Proposal:
+    target = inplace_overload(cand.op.func)
+    dtype = str(cand.op.out_dtypes[0]).replace("torch.", "")
+    return Proposal(
+        op=cand.op.name, inplace_op=target.name() if target is not None else "?",
+        location=cand.op.location, module=cand.op.module, operand="self" if cand.operand == 0 else "other",
+        shape=cand.op.out_shapes[0], dtype=dtype, tensor_bytes=cand.nbytes,
+        suggestion=_suggestion(cand), claimed_peak_saving=cand.claimed_peak_saving,
+    )
+
+
+def run_advisor(step, *, per_proposal: bool = True, repeats: int = 3) -> AdviceReport:
+    report = AdviceReport(memory_method=MEMORY_METHOD)
+    runs = 0
+    if step.warmup:
+        warm = _run(step, StepMode(record=False))
+        runs += 1
+        if warm.error is not None:
+            raise warm.error
+    base = _run(step, StepMode(record=True))
+    runs += 1
+    if base.error is not None:
+        raise base.error
+    mode = base.mode
+    report.ops_recorded = len(mode.ops)
+    report.baseline_peak = mode.peak_bytes
+    devices = {t.device.type for t in mode.leaves}
+    report.device = ",".join(sorted(devices)) or "cpu"
+    candidates, unsafe = analyse(mode)
+    report.unsafe_inplace = [UnsafeInplaceOp(u.kind, u.op, u.location, u.saved_by, u.saved_at, u.detail)
+                             for u in unsafe]
+    for c in candidates:
+        if not c.safe:
+            report.rejected.append(RejectedCandidate(
+                c.op.name, c.op.location, "self" if c.operand == 0 else "other", c.op.out_shapes[0],
+                [(r.code, r.detail) for r in c.reasons]))
+    safe = [c for c in candidates if c.safe]
+    if unsafe:
+        report.notes.append("the step has unsafe in-place writes; its gradients already differ from what plain "
+                            "PyTorch would compute (or raise), and proposals are checked against them as recorded")
+
+    def plan_of(cands):
+        return {c.op.key: c.operand for c in cands}
+
+    def rewrite(cands) -> RunOutcome:
+        nonlocal runs
+        runs += 1
+        return _run(step, StepMode(record=False, plan=plan_of(cands)))
+
+    def ok(outcome: RunOutcome, cands) -> bool:
+        return _identical(base, outcome) and len(outcome.mode.applied) == len(cands)
+
+    # Verify all safe candidates together; on failure, find the culprits one by one.
+    kept = list(safe)
+    failed: dict[int, str] = {}
+    if kept:
+        together = rewrite(kept)
+        if not ok(together, kept):
+            for c in list(kept):
+                alone = rewrite([c])
+                if not ok(alone, [c]):
+                    failed[id(c)] = ("raised " + type(alone.error).__name__ if alone.error is not None
+                                     else "gradients or parameters differ" if len(alone.mode.applied) == 1
+                                     else "the op was not found again in the rewrite run")
+                    kept.remove(c)
+            together = rewrite(kept) if kept else None
+            if together is not None and not ok(together, kept):
+                for c in kept:
+                    failed[id(c)] = "failed when applied together with the others"
+                kept = []
+                together = None
+    else:
+        together = None
+
+    claimed_total = mode.peak_bytes - _sim(mode, kept)
+    for c in safe:
+        p = _proposal(c)
+        if id(c) in failed:
+            p.note = failed[id(c)]
+            p.gradients_identical = False
+            report.unverified.append(p)
+            continue
+        p.gradients_identical = True
+        if c.claimed_peak_saving <= 0:
+            p.verified = True
+            p.measured_peak_saving = 0 if not per_proposal else None
+            report.safe_without_peak_gain.append(p)
+            continue
+        if per_proposal:
+            alone = rewrite([c])
+            measured = mode.peak_bytes - alone.mode.peak_bytes
+            p.measured_peak_saving = measured
+            p.gradients_identical = ok(alone, [c])
+            p.verified = p.gradients_identical and measured == c.claimed_peak_saving
+            if not p.verified:
+                p.note = (f"measured {measured} B vs claimed {c.claimed_peak_saving} B"
+                          if p.gradients_identical else "gradients differ when applied alone")
+        else:
+            p.verified = True
+        (report.proposals if p.verified else report.unverified).append(p)
+
+    if together is not None:
+        report.rewritten_peak = together.mode.peak_bytes
+        report.measured_total_saving = mode.peak_bytes - together.mode.peak_bytes
+        report.gradients_identical = _identical(base, together)
+        report.claimed_total_saving = claimed_total
+        if report.measured_total_saving != claimed_total:
+            report.notes.append(f"combined: measured {report.measured_total_saving} B vs claimed {claimed_total} B")
+
+    if repeats > 0 and kept:
+        plain_t, fast_t = [], []
+        for _ in range(repeats):
+            plain_t.append(_run(step, StepMode(record=False)).seconds)
+            fast_t.append(_run(step, StepMode(record=False, plan=plan_of(kept))).seconds)
+            runs += 2
+        report.baseline_seconds = statistics.median(plain_t)
+        report.rewritten_seconds = statistics.median(fast_t)
+    report.runs = runs
+    return report
+
+
+def _sim(mode: StepMode, cands) -> int:
+    from ._analysis import simulate_peak
+
+    return simulate_peak(mode.events, [(c.sid, c.out_sid) for c in cands])
+
+
+def advise(fn, *args, kwargs: dict | None = None, per_proposal: bool = True, repeats: int = 3,
+           warmup: bool = True) -> AdviceReport:
+    """Record one training step ``fn(*args)`` and advise which out-of-place ops can safely become in-place.
+
+    ``fn`` runs several times (record, rewrite, verification, timing); every in-place write it makes to
+    memory that existed before the call (parameters, optimizer state, ``.grad``) is undone after each run,
+    and the torch RNG is reset to the same state before each run. Proposals are reported only when the
+    rewritten step gives bit-identical gradients and parameters and its peak drops by the claimed bytes.
+    """
+    if not callable(fn):
+        raise InvalidArgument(f"advise(fn, ...): 'fn' must be callable (one training step), got {type(fn).__name__}")
+    if kwargs is not None and not isinstance(kwargs, dict):
+        raise InvalidArgument(f"advise(...): 'kwargs' must be a dict of keyword arguments for fn, "
+                              f"got {type(kwargs).__name__}")
+    if not isinstance(repeats, int) or isinstance(repeats, bool) or repeats < 0:
+        raise InvalidArgument(f"advise(...): 'repeats' must be an int >= 0, got {repeats!r}")
+    if not isinstance(per_proposal, bool):
+        raise InvalidArgument(f"advise(...): 'per_proposal' must be a bool, got {per_proposal!r}")
+    if not isinstance(warmup, bool):
+        raise InvalidArgument(f"advise(...): 'warmup' must be a bool, got {warmup!r}")
+    step = FunctionStep(fn, args, kwargs or {})
+    step.warmup = warmup
+    return run_advisor(step, per_proposal=per_proposal, repeats=repeats)

@@ -1,0 +1,446 @@
+"""Recording one training step: every aten op, which storages it reads, writes and allocates, which
+storages autograd saves, and the live-storage byte count over time.
+
+# NOTE [Memory accounting on CPU]
+# A storage is "allocated" when it first appears as the output of an op during the step, and "freed"
+# when its ``weakref.finalize`` fires. Storage Python objects are preserved for as long as the C++
+# StorageImpl lives, so the finalizer fires exactly when the memory is released (checked on torch 2.13).
+# Storages that exist before the step (parameters, the batch, optimizer state) are "pre-existing" and
+# never counted: the figure is the peak of bytes allocated *by the step* that are alive at once. Internal
+# kernel scratch buffers never surface as op outputs, so they are not counted.
+#
+# NOTE [Ops run by our own hooks]
+# The pack hook calls ``detach()`` and the runner clones snapshots; those ops go through the mode too.
+# ``StepMode.quiet()`` passes them straight through so they are neither "reads" nor allocations.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import weakref
+from dataclasses import dataclass, field
+
+import torch
+from torch.autograd.graph import saved_tensors_hooks
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from ..backends.torch._writes import _bumps_after_return, written_arguments
+from ..core._findings import SourceLocation
+from ..core._frames import LIBRARY_PATHS, user_location
+
+__all__ = ["StepMode", "OpRecord", "SaveRecord", "WriteEvent", "op_key"]
+
+LIBRARY_PATHS.add(torch.__path__[0])
+
+_NN_DIR = torch.nn.__path__[0]
+
+
+def _tensors(value, out: list) -> list:
+    if isinstance(value, torch.Tensor):
+        out.append(value)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            if isinstance(v, torch.Tensor):
+                out.append(v)
+    return out
+
+
+def _module_context() -> str | None:
+    """The innermost torch.nn module whose forward runs this op ("ReLU", "Dropout"), if any."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not LIBRARY_PATHS.is_library(filename):
+            return None
+        if filename.startswith(_NN_DIR) and frame.f_code.co_name == "forward":
+            owner = frame.f_locals.get("self")
+            if isinstance(owner, torch.nn.Module):
+                return type(owner).__name__
+        frame = frame.f_back
+    return None
+
+
+@dataclass
+class WriteEvent:
+    index: int
+    op: str
+    location: SourceLocation | None
+    start: int
+    end: int
+
+
+@dataclass
+class SaveRecord:
+    """One tensor autograd saved during the step."""
+
+    sid: int | None
+    node: str | None
+    after_op: int  # index of the last op dispatched before the save (the op that saved it)
+    location: SourceLocation | None
+    version: int | None
+    start: int
+    end: int
+    unpacked_version_mismatch: bool = False
+    silent_writes: list = field(default_factory=list)
+    raising_writes: list = field(default_factory=list)
+
+
+@dataclass
+class OpRecord:
+    index: int
+    name: str  # "aten::add.Tensor"
+    func: object
+    phase: str  # forward | backward | optimizer
+    location: SourceLocation | None
+    module: str | None
+    grad_enabled: bool
+    in_sids: tuple  # per tensor input, storage id (None when untracked)
+    out_sids: tuple
+    write_sids: tuple
+    in_shapes: tuple
+    out_shapes: tuple
+    in_dtypes: tuple
+    out_dtypes: tuple
+    in_refs: tuple  # weakrefs to the input tensor objects (for liveness and autograd facts)
+    in_leaf_rg: tuple  # input is a leaf that requires grad
+    in_view_meta: tuple  # CreationMeta name of a view input that requires grad, else None
+    in_overlap: tuple  # input has internal memory overlap (expanded, stride 0)
+    out_refs: tuple
+    key: tuple = ()
+    swappable: bool = False  # add/mul of two tensors (alpha 1): the other operand may be overwritten instead
+    in_alive_end: tuple = ()  # filled by StepMode.finish()
+
+
+_TRACKED_INPLACE_CACHE: dict = {}
+
+
+def inplace_overload(func):
+    """The in-place overload of an out-of-place aten op (aten.relu.default -> aten.relu_.default), or None."""
+    hit = _TRACKED_INPLACE_CACHE.get(func, False)
+    if hit is not False:
+        return hit
+    result = None
+    try:
+        packet = func.overloadpacket.__name__
+        overload = func._overloadname
+        schema = func._schema
+        if not packet.endswith("_") and not written_arguments(func) and len(schema.returns) == 1:
+            target_packet = getattr(torch.ops.aten, packet + "_", None) if func.namespace == "aten" else None
+            if target_packet is not None and overload in target_packet.overloads():
+                target = getattr(target_packet, overload)
+                a = [(x.name, str(x.type)) for x in schema.arguments]
+                b = [(x.name, str(x.type)) for x in target._schema.arguments]
+                spec = written_arguments(target)
+                if a == b and len(spec) == 1 and spec[0][0] == 0:
+                    result = target
+    except Exception:
+        result = None
+    _TRACKED_INPLACE_CACHE[func] = result
+    return result
+
+
+def op_key(name, phase, location, in_shapes, counter: dict) -> tuple:
+    """Identify an op instance across two runs of the same step: where, what, on which shapes, which time."""
+    loc = (location.file, location.line) if location is not None else None
+    base = (phase, loc, name, in_shapes)
+    n = counter.get(base, 0)
+    counter[base] = n + 1
+    return base + (n,)
+
+
+def _byte_range(t: torch.Tensor) -> tuple[int, int]:
+    itemsize = t.element_size()
+    if t.numel() == 0:
+        return 0, 0
+    span = 1 + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()) if size > 0)
+    start = t.storage_offset() * itemsize
+    return start, start + span * itemsize
+
+
+class StepMode(TorchDispatchMode):
+    """Accounting (always), recording (``record=True``) and rewriting (``plan``) for one step.
+
+    ``plan`` maps an op key to the operand position to overwrite in place (0 = self, 1 = other).
+    """
+
+    def __init__(self, *, record: bool, plan: dict | None = None, snapshot_writes: bool = True):
+        super().__init__()
+        self.record = record
+        self.plan = plan or {}
+        self.snapshot_writes = snapshot_writes
+        self.ops: list[OpRecord] = []
+        self.saves: list[SaveRecord] = []
+        self.writes: dict[int, list[WriteEvent]] = {}
+        self.applied: set = set()
+        self.events: list[tuple] = []  # ("a", sid, nbytes, op_index) | ("f", sid, op_index)
+        self.live_bytes = 0
+        self.peak_bytes = 0
+        self.peak_at = -1
+        self.sizes: dict[int, int] = {}
+        self.preexisting: set[int] = set()
+        self.leaves: list[torch.Tensor] = []  # leaves that require grad, in order of first use
+        self._leaf_ids: set[int] = set()
+        self.leaf_grads_before: list = []
+        self.snapshots: dict[int, tuple] = {}  # sid -> (storage, copy)
+        self._by_ptr: dict[tuple, int] = {}
+        self._next_sid = 0
+        self._index = -1
+        self._quiet = 0
+        self._counter: dict = {}
+        self.in_optimizer = 0
+        self.stop_after_optimizer_steps: int | None = None
+        self.optimizer_steps = 0
+        self.alive_sids_at_end: set[int] | None = None
+
+    # -- storage identity and accounting ---------------------------------------------------------
+    def _sid(self, t: torch.Tensor, *, allocate: bool) -> int | None:
+        try:
+            storage = t.untyped_storage()
+        except Exception:  # sparse, meta, functional wrappers
+            return None
+        nbytes = storage.nbytes()
+        ptr = storage.data_ptr()
+        if nbytes == 0 or ptr == 0:
+            return None
+        key = (t.device.type, t.device.index, ptr)
+        sid = self._by_ptr.get(key)
+        if sid is not None:
+            return sid
+        sid = self._next_sid
+        self._next_sid += 1
+        self._by_ptr[key] = sid
+        self.sizes[sid] = nbytes
+        if allocate:
+            self.live_bytes += nbytes
+            self.events.append(("a", sid, nbytes, self._index))
+            if self.live_bytes > self.peak_bytes:
+                self.peak_bytes = self.live_bytes
+                self.peak_at = self._index
+        else:
+            self.preexisting.add(sid)
+        weakref.finalize(storage, self._freed, key, sid, allocate)
+        return sid
+
+    def _freed(self, key, sid, counted) -> None:
+        if self._by_ptr.get(key) == sid:
+            del self._by_ptr[key]
+        if counted:
+            self.live_bytes -= self.sizes[sid]
+            self.events.append(("f", sid, self._index))
+
+    def sid_of(self, t: torch.Tensor) -> int | None:
+        return self._sid(t, allocate=False)
+
+    @contextlib.contextmanager
+    def quiet(self):
+        self._quiet += 1
+        try:
+            yield
+        finally:
+            self._quiet -= 1
+
+    # -- saved-tensor hooks ----------------------------------------------------------------------
+    def hooks(self):
+        return saved_tensors_hooks(self._pack, self._unpack)
+
+    def _pack(self, t: torch.Tensor):
+        with self.quiet():
+            detached = t.detach()
+        if not self.record:
+            return detached
+        try:
+            version = t._version
+        except RuntimeError:
+            version = None
+        grad_fn = t.grad_fn
+        start, end = _byte_range(t)
+        record = SaveRecord(
+            sid=self.sid_of(t),
+            node=None,
+            after_op=self._index,
+            location=user_location(2),
+            version=version,
+            start=start,
+            end=end,
+        )
+        if 0 <= self._index < len(self.ops):
+            record.node = self.ops[self._index].name
+        else:
+            record.node = _current_node_name() or (grad_fn.name() if grad_fn is not None else None)
+        self.saves.append(record)
+        return (detached, record, self._index)
+
+    def _unpack(self, packed):
+        if not isinstance(packed, tuple):
+            return packed
+        detached, record, saved_at = packed
+        if record.version is not None and detached._version != record.version:
+            record.unpacked_version_mismatch = True
+            record.raising_writes = [w for w in self.writes.get(record.sid, ()) if w.index > saved_at]
+        else:
+            silent = [
+                w for w in self.writes.get(record.sid, ())
+                if w.index > saved_at and w.start < record.end and record.start < w.end
+            ]
+            if silent:
+                record.silent_writes = silent
+        return detached
+
+    # -- dispatch --------------------------------------------------------------------------------
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if self._quiet:
+            return func(*args, **kwargs)
+        if self.stop_after_optimizer_steps is not None and self.optimizer_steps >= self.stop_after_optimizer_steps \
+                and not self.in_optimizer:
+            raise StepComplete()
+        self._index += 1
+        index = self._index
+        inputs: list[torch.Tensor] = []
+        for a in args:
+            _tensors(a, inputs)
+        for a in kwargs.values():
+            _tensors(a, inputs)
+        in_sids = tuple(self._sid(t, allocate=False) for t in inputs)
+        spec = written_arguments(func)
+        write_targets: list[torch.Tensor] = []
+        if spec:
+            for position, name, kwarg_only in spec:
+                value = kwargs.get(name) if (kwarg_only or position >= len(args)) else args[position]
+                _tensors(value, write_targets)
+        grad_enabled = torch.is_grad_enabled()
+        phase = "backward" if torch._C._current_graph_task_id() != -1 else (
+            "optimizer" if self.in_optimizer else "forward")
+
+        # Snapshot pre-existing memory before its first in-place write, so the runner can restore state.
+        if write_targets and self.snapshot_writes:
+            for t in write_targets:
+                sid = self._sid(t, allocate=False)
+                if sid is not None and sid in self.preexisting and sid not in self.snapshots:
+                    storage = t.untyped_storage()
+                    with self.quiet():
+                        self.snapshots[sid] = (storage, storage.clone())
+
+        if grad_enabled and phase == "forward":
+            for t in inputs:
+                if t.requires_grad and t.is_leaf and id(t) not in self._leaf_ids:
+                    self._leaf_ids.add(id(t))
+                    self.leaves.append(t)
+                    self.leaf_grads_before.append(t.grad)
+
+        location = None
+        in_shapes = tuple(tuple(t.shape) for t in inputs)
+        want_location = self.record or bool(self.plan)
+        if want_location and phase == "forward":
+            location = user_location(2)
+        key = op_key(func.name(), phase, location, in_shapes, self._counter) if want_location else ()
+
+        # -- the rewrite: run the in-place overload on the dead operand and return an alias of it --
+        operand = self.plan.get(key) if self.plan else None
+        out = None
+        if operand is not None:
+            target = inplace_overload(func)
+            tensor_args = [a for a in args if isinstance(a, torch.Tensor)]
+            if target is not None and operand < len(tensor_args):
+                new_args = list(args)
+                if operand == 1:
+                    new_args[0], new_args[1] = args[1], args[0]
+                victim = new_args[0]
+                target(*new_args, **kwargs)
+                out = torch.ops.aten.alias.default(victim)
+                self.applied.add(key)
+        if out is None:
+            before = None
+            if write_targets and not _bumps_after_return(func):
+                before = [t._version for t in write_targets]
+            out = func(*args, **kwargs)
+            if before is not None and func.name().startswith("aten::_foreach_"):
+                # A Python dispatch mode suppresses the version bump of _foreach_ ops (see _writes.py).
+                for t, v in zip(write_targets, before):
+                    if t._version == v:
+                        torch.autograd.graph.increment_version(t)
+
+        outputs = _tensors(out, [])
+        out_sids = tuple(self._sid(t, allocate=True) for t in outputs)
+
+        if self.record:
+            write_sids = []
+            for t in write_targets:
+                sid = self._sid(t, allocate=False)
+                write_sids.append(sid)
+                if sid is not None:
+                    start, end = _byte_range(t)
+                    self.writes.setdefault(sid, []).append(
+                        WriteEvent(index, func.name(), location or user_location(2), start, end))
+            candidate = inplace_overload(func) is not None and phase == "forward"
+            self.ops.append(OpRecord(
+                index=index,
+                name=func.name(),
+                func=func,
+                phase=phase,
+                location=location,
+                module=_module_context() if candidate else None,
+                grad_enabled=grad_enabled,
+                in_sids=in_sids,
+                out_sids=out_sids,
+                write_sids=tuple(write_sids),
+                in_shapes=in_shapes,
+                out_shapes=tuple(tuple(t.shape) for t in outputs),
+                in_dtypes=tuple(t.dtype for t in inputs),
+                out_dtypes=tuple(t.dtype for t in outputs),
+                in_refs=tuple(weakref.ref(t) for t in inputs) if candidate else (),
+                in_leaf_rg=tuple(t.is_leaf and t.requires_grad for t in inputs) if candidate else (),
+                in_view_meta=tuple(_view_meta(t) for t in inputs) if candidate else (),
+                in_overlap=tuple(_overlaps(t) for t in inputs) if candidate else (),
+                out_refs=tuple(weakref.ref(t) for t in outputs) if candidate else (),
+                key=key,
+                swappable=candidate and _swappable(func, args, kwargs),
+            ))
+        return out
+
+    def finish(self) -> None:
+        """Called at the end of the step, before the caller drops its references: what is still alive."""
+        self.alive_sids_at_end = set(self._by_ptr.values())
+        for op in self.ops:
+            if op.in_refs:
+                op.in_alive_end = tuple(r() is not None for r in op.in_refs)
+
+
+_SWAPPABLE = ("aten::add.Tensor", "aten::mul.Tensor")
+
+
+def _swappable(func, args, kwargs) -> bool:
+    if func.name() not in _SWAPPABLE or len(args) < 2:
+        return False
+    if not (isinstance(args[0], torch.Tensor) and isinstance(args[1], torch.Tensor)):
+        return False
+    return kwargs.get("alpha", 1) == 1
+
+
+def _current_node_name() -> str | None:
+    try:
+        node = torch._C._current_autograd_node()
+    except Exception:
+        return None
+    return node.name() if node is not None else None
+
+
+def _view_meta(t: torch.Tensor) -> str | None:
+    if not (t._is_view() and t.requires_grad):
+        return None
+    try:
+        return torch._C._autograd._get_creation_meta(t).name
+    except Exception:
+        return "UNKNOWN"
+
+
+def _overlaps(t: torch.Tensor) -> bool:
+    try:
+        return torch._debug_has_internal_overlap(t) != 0
+    except Exception:
+        return True
+
+
+class StepComplete(BaseException):
+    """Raised inside a script once the requested number of optimizer steps ran: ends the recording."""
