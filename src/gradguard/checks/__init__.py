@@ -1,0 +1,30 @@
+"""Op audits: ``check_op`` checks a custom op's gradients, regimes, mutations, aliasing and composition.
+
+Framework-specific code lives in one adapter (``_torch_ops.TorchBackend``); everything else works on
+float64 numpy arrays.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from ._report import CheckResult, Failure, OpReport
+
+__all__ = ["check_op", "OpReport", "Failure", "CheckResult"]
+
+
+def check_op(fn: Callable, *inputs: Any, reference: Callable | None = None, **options: Any) -> OpReport:
+    """Audit ``fn``'s gradients on ``inputs``; returns an :class:`OpReport` (``.passed``, ``.failures``).
+
+    ``fn`` is any callable returning tensors (``autograd.Function.apply``, a ``torch.library`` op, a
+    Triton-backed function, a module). ``reference`` is a trusted implementation of the same function
+    (same outputs and shapes); with it, values, conventions at kinks and low-precision error are judged
+    against it. Options: ``kwargs`` (dict passed to fn and reference), ``wrt`` (input positions to
+    differentiate), ``checks`` (subset of ``gradient``, ``regime``, ``mutation``, ``aliasing``,
+    ``composition``), ``regimes``, ``seed``, ``probes``, ``full_jacobian_max``, ``rtol``,
+    ``reference_factor``, ``shrink``, ``name``.
+    """
+    from ._audit import run_check_op
+    from ._torch_ops import TORCH
+
+    return run_check_op(TORCH, fn, inputs, reference, options)

@@ -1,0 +1,204 @@
+"""Regimes: input variants derived from the inputs the user gave, where backward bugs like to hide.
+
+# NOTE [Regimes]
+# Each regime is (name, description, inputs, spec). ``spec`` says how the variant is judged:
+# - layout regimes (non-contiguous, channels_last) hold the same values, so outputs and gradients
+#   must match the run on the given inputs (a kernel that assumes contiguous memory fails here);
+# - value regimes (repeated indices, sentinels, large magnitudes, near-constant rows, other batch
+#   sizes) rerun the full gradient suite: float64 finite differences and the reference;
+# - the kink regime puts values exactly on non-differentiable points (0, clamp limits, thresholds).
+#   There the finite difference is meaningless, so only the reference's convention is used (and,
+#   without a reference, only finiteness).
+# Values are built in float64 numpy and rounded to each input's dtype by the backend.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Spec", "Regime", "build_regimes", "REGIME_NAMES", "SENTINEL_KWARGS"]
+
+REGIME_NAMES = (
+    "noncontiguous",
+    "channels_last",
+    "repeated_indices",
+    "sentinel_indices",
+    "kinks",
+    "large_magnitude",
+    "near_constant_rows",
+    "batch_size",
+)
+SENTINEL_KWARGS = ("ignore_index", "padding_idx")
+_KINK_KWARG = re.compile(r"(^|_)(min|max|threshold|lambd|limit|clip|bound|beta|cutoff|lower|upper)($|_)")
+LARGE_SCALE = 1e3
+NEAR_CONSTANT_SPREAD = 1e-3
+
+
+@dataclass(frozen=True)
+class Spec:
+    layout: bool = False  # same values as the given inputs: compare with that run
+    numerical: bool = True  # float64 finite differences are valid here
+    precision: bool = True  # compare the op's dtype run with its float64 run when there is no reference
+    convention: bool = False  # non-differentiable points: judge by the reference only
+
+
+@dataclass
+class Regime:
+    name: str
+    description: str
+    args: list[Any]
+    spec: Spec
+
+
+def _int_positions(B, args) -> list[int]:
+    return [i for i, a in enumerate(args) if B.is_tensor(a) and B.kind(a) == "int" and a.numel() >= 1]
+
+
+def _with(B, args, i, values):
+    out = list(args)
+    out[i] = B.with_values(args[i], values)
+    return out
+
+
+def kink_points(kwargs: dict[str, Any], defaults: dict[str, Any]) -> list[float]:
+    points = {0.0}
+    for key, value in {**defaults, **kwargs}.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or key in SENTINEL_KWARGS:
+            continue
+        if _KINK_KWARG.search(key):
+            points.add(float(value))
+            if key in ("lambd", "beta", "threshold"):
+                points.add(-float(value))
+    return sorted(points)
+
+
+def build_regimes(B, args, wrt, kwargs, defaults, selected) -> tuple[list[Regime], dict[str, str]]:
+    """Applicable regimes and, for the others, why they do not apply."""
+    regimes: list[Regime] = []
+    skipped: dict[str, str] = {}
+    tensors = [i for i, a in enumerate(args) if B.is_tensor(a)]
+    ints = _int_positions(B, args)
+    floats = [i for i in wrt if args[i].numel() >= 1]
+
+    def want(name):
+        return name in selected
+
+    if want("noncontiguous"):
+        cand = [i for i in tensors if args[i].numel() > 1]
+        if cand:
+            new = list(args)
+            for i in cand:
+                new[i] = B.noncontiguous_copy(args[i])
+            regimes.append(Regime("noncontiguous", "every tensor input copied into strided (non-contiguous) memory, same values", new, Spec(layout=True)))
+        else:
+            skipped["noncontiguous"] = "no tensor input with more than one element"
+
+    if want("channels_last"):
+        cand = [i for i in tensors if args[i].dim() == 4]
+        if cand:
+            new = list(args)
+            for i in cand:
+                new[i] = B.channels_last_copy(args[i])
+            regimes.append(Regime("channels_last", "4-D inputs in channels_last memory format, same values", new, Spec(layout=True)))
+        else:
+            skipped["channels_last"] = "no 4-D input"
+
+    sentinels = {k: v for k, v in {**defaults, **kwargs}.items() if k in SENTINEL_KWARGS and isinstance(v, int) and not isinstance(v, bool)}
+
+    if want("repeated_indices"):
+        cand = [i for i in ints if args[i].numel() >= 2]
+        if cand:
+            new = list(args)
+            for i in cand:
+                v = B.to_numpy(args[i]).reshape(-1).copy()
+                valid = [x for x in v if x not in sentinels.values()]
+                if not valid:
+                    continue
+                v[1::2] = valid[0]
+                new = _with(B, new, i, v)
+            regimes.append(Regime("repeated_indices", "every second entry of each integer input set to the same index", new, Spec()))
+        else:
+            skipped["repeated_indices"] = "no integer input with two or more entries"
+
+    if want("sentinel_indices"):
+        if sentinels and ints:
+            for key, value in sentinels.items():
+                if key == "padding_idx" and value < 0:
+                    continue
+                new = list(args)
+                for i in ints:
+                    v = B.to_numpy(args[i]).reshape(-1).copy()
+                    v[:: 3] = value
+                    new = _with(B, new, i, v)
+                # padding_idx is a convention (the padding row gets no gradient although the forward reads it):
+                # finite differences disagree with it by design.
+                spec = Spec(numerical=key != "padding_idx", convention=key == "padding_idx")
+                regimes.append(Regime("sentinel_indices", f"every third entry of each integer input set to {key}={value}", new, spec))
+        else:
+            skipped["sentinel_indices"] = "fn declares no ignore_index/padding_idx" if not sentinels else "no integer input"
+
+    if want("kinks"):
+        if floats:
+            points = kink_points(kwargs, defaults)
+            new = list(args)
+            for i in floats:
+                v = B.to_numpy(args[i]).reshape(-1).copy()
+                v[::3] = np.resize(np.array(points), v[::3].shape)
+                new = _with(B, new, i, v)
+            pts = ", ".join(f"{p:g}" for p in points)
+            regimes.append(Regime("kinks", f"every third entry of each differentiated input set to a kink/boundary value ({pts})", new, Spec(numerical=False, precision=False, convention=True)))
+
+    if want("large_magnitude"):
+        if floats:
+            new = list(args)
+            for i in floats:
+                new = _with(B, new, i, B.to_numpy(args[i]) * LARGE_SCALE)
+            regimes.append(Regime("large_magnitude", f"differentiated inputs multiplied by {LARGE_SCALE:g}", new, Spec()))
+
+    if want("near_constant_rows"):
+        cand = [i for i in floats if args[i].dim() >= 2 and args[i].shape[-1] >= 2]
+        if not cand:
+            cand = [i for i in floats if args[i].dim() >= 1 and args[i].shape[-1] >= 2][:1]
+        if cand:
+            new = list(args)
+            for i in cand:
+                v = B.to_numpy(args[i])
+                mean = v.mean(axis=-1, keepdims=True)
+                new = _with(B, new, i, mean + NEAR_CONSTANT_SPREAD * (v - mean))
+            regimes.append(Regime("near_constant_rows", f"rows (last dim) squeezed to their mean +- {NEAR_CONSTANT_SPREAD:g} x deviation (variance near eps)", new, Spec(precision=False)))
+        else:
+            skipped["near_constant_rows"] = "no differentiated input with rows of two or more elements"
+
+    if want("batch_size"):
+        first = next((i for i in tensors if args[i].dim() >= 1), None)
+        if first is not None:
+            b = args[first].shape[0]
+            batched = [i for i in tensors if args[i].dim() >= 1 and args[i].shape[0] == b]
+            sizes = ([1] if b > 1 else []) + [b + b // 2 + 1]
+            for size in sizes:
+                new = list(args)
+                for i in batched:
+                    v = B.to_numpy(args[i])
+                    v = v[:size] if size <= b else np.concatenate([v, v[: size - b]], axis=0)
+                    new[i] = B.from_numpy(v, args[i])
+                regimes.append(Regime("batch_size", f"leading dimension {b} -> {size} on every input that has it", new, Spec()))
+        else:
+            skipped["batch_size"] = "no input with a leading dimension"
+    return regimes, skipped
+
+
+def shrink_candidates(B, args) -> list[list[Any]]:
+    """Smaller versions of ``args`` (leading dimension 1) for minimal reproducers."""
+    first = next((i for i, a in enumerate(args) if B.is_tensor(a) and a.dim() >= 1 and a.shape[0] > 1), None)
+    if first is None:
+        return []
+    b = args[first].shape[0]
+    new = list(args)
+    for i, a in enumerate(args):
+        if B.is_tensor(a) and a.dim() >= 1 and a.shape[0] == b:
+            new[i] = B.from_numpy(B.to_numpy(a)[:1], a)
+    return [new]

@@ -1,0 +1,245 @@
+"""``OpReport``: the result of ``check_op``, one object with every view (text, rich, HTML, JSON).
+
+Framework-neutral: no deep-learning framework is imported here.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import textwrap
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Failure", "CheckResult", "OpReport", "OP_REPORT_FORMAT_VERSION"]
+
+OP_REPORT_FORMAT_VERSION = 1
+_WIDTH = 100
+
+
+@dataclass
+class Failure:
+    """One failed check.
+
+    ``check`` is a dotted name (``gradient.numerical``, ``regime.repeated_indices``,
+    ``mutation.silent_input_write``, ``composition.softmax``, ``aliasing.output_aliases_input`` ...);
+    ``regime`` says which inputs it ran on (``given`` for the inputs as passed).
+    """
+
+    check: str
+    regime: str
+    message: str
+    input: str | None = None
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    tolerance: str | None = None
+    where: str | None = None
+    why: str = ""
+    fix: str = ""
+    repro: str = ""
+    severity: str = "failure"  # failure | warning
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "check": self.check,
+            "regime": self.regime,
+            "severity": self.severity,
+            "message": self.message,
+            "input": self.input,
+            "max_abs_err": self.max_abs_err,
+            "max_rel_err": self.max_rel_err,
+            "tolerance": self.tolerance,
+            "where": self.where,
+            "why": self.why,
+            "fix": self.fix,
+            "repro": self.repro,
+        }
+
+    def lines(self) -> list[str]:
+        tag = "FAIL" if self.severity == "failure" else "WARN"
+        head = f"{tag} {self.check} [{self.regime}]"
+        if self.input:
+            head += f" {self.input}"
+        out = [head + ": " + self.message]
+        errs = []
+        if self.max_abs_err is not None:
+            errs.append(f"max abs err {self.max_abs_err:.3g}")
+        if self.max_rel_err is not None:
+            errs.append(f"max rel err {self.max_rel_err:.3g}")
+        if self.tolerance:
+            errs.append(f"allowed: {self.tolerance}")
+        if errs:
+            out += _field("error", ", ".join(errs))
+        if self.where:
+            out += _field("worst", self.where)
+        if self.why:
+            out += _field("why", self.why)
+        if self.fix:
+            out += _field("fix", self.fix)
+        if self.repro:
+            out.append("     repro:")
+            out += ["       " + line for line in self.repro.splitlines()]
+        return out
+
+
+def _field(label: str, text: str) -> list[str]:
+    head = f"     {label:<6}: "
+    body = textwrap.wrap(text, width=_WIDTH - len(head), break_on_hyphens=False) or [""]
+    return [head + body[0]] + [" " * len(head) + line for line in body[1:]]
+
+
+@dataclass
+class CheckResult:
+    """One check that ran (or was skipped) on one regime."""
+
+    check: str
+    regime: str
+    status: str  # pass | fail | warn | skip
+    detail: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"check": self.check, "regime": self.regime, "status": self.status, "detail": self.detail}
+
+
+@dataclass
+class OpReport:
+    """What ``check_op`` found. ``passed`` is True when no check failed (warnings do not fail)."""
+
+    op: str
+    backend: str
+    inputs: list[str]  # "x: float32[4, 8] (differentiated)"
+    reference: str | None
+    findings: list[Failure] = field(default_factory=list)
+    checks: list[CheckResult] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    elapsed_s: float = 0.0
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def failures(self) -> list[Failure]:
+        return [f for f in self.findings if f.severity == "failure"]
+
+    @property
+    def warnings(self) -> list[Failure]:
+        return [f for f in self.findings if f.severity == "warning"]
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+    def failed_checks(self) -> set[str]:
+        return {f.check for f in self.failures}
+
+    def _counts(self) -> tuple[int, int, int]:
+        ran = [c for c in self.checks if c.status != "skip"]
+        return len(ran), sum(c.status == "skip" for c in self.checks), len(self.failures)
+
+    def summary(self) -> str:
+        ran, skipped, nfail = self._counts()
+        status = "PASSED" if self.passed else "FAILED"
+        parts = [f"{nfail} failure{'s' * (nfail != 1)}"]
+        if self.warnings:
+            parts.append(f"{len(self.warnings)} warning{'s' * (len(self.warnings) != 1)}")
+        parts.append(f"{ran} checks run, {skipped} skipped, {self.elapsed_s:.2f} s")
+        return f"gradguard.check_op {status}: {self.op}  ({'; '.join(parts)})"
+
+    def __str__(self) -> str:
+        lines = [self.summary()]
+        lines += _field("inputs", "; ".join(self.inputs))
+        lines += _field("ref", self.reference or "none (pass reference= to compare values, conventions and precision)")
+        for f in self.findings:
+            lines += ["  " + line for line in f.lines()]
+        passed = sorted({c.check for c in self.checks if c.status == "pass"} - self.failed_checks())
+        if passed:
+            lines += _field("passed", ", ".join(passed))
+        skipped = sorted({f"{c.check} ({c.detail})" for c in self.checks if c.status == "skip"})
+        if skipped:
+            lines += _field("skipped", "; ".join(skipped))
+        for note in self.notes:
+            lines += _field("note", note)
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return f"<OpReport {self.op}: {'passed' if self.passed else 'FAILED ' + ', '.join(sorted(self.failed_checks()))}>"
+
+    def __rich__(self):
+        from rich.panel import Panel
+        from rich.text import Text
+
+        body = Text()
+        for line in str(self).splitlines()[1:]:
+            style = ""
+            stripped = line.strip()
+            if stripped.startswith("FAIL"):
+                style = "bold red"
+            elif stripped.startswith("WARN"):
+                style = "bold yellow"
+            elif stripped.startswith("passed"):
+                style = "green"
+            elif stripped.startswith(("why", "note", "skipped")):
+                style = "dim"
+            elif stripped.startswith("fix"):
+                style = "cyan"
+            body.append(line + "\n", style=style)
+        body.rstrip()
+        colour = "green" if self.passed else "red"
+        return Panel(body, title=Text(self.summary(), style=f"bold {colour}"), title_align="left", expand=False)
+
+    def to_html(self) -> str:
+        colour = "#1a7f37" if self.passed else "#cf222e"
+        rows = []
+        for f in self.findings:
+            errs = ", ".join(
+                x
+                for x in (
+                    f"abs {f.max_abs_err:.3g}" if f.max_abs_err is not None else "",
+                    f"rel {f.max_rel_err:.3g}" if f.max_rel_err is not None else "",
+                )
+                if x
+            )
+            detail = "<br>".join(html.escape(x) for x in (f.message, f.where or "", f.why, "fix: " + f.fix if f.fix else "") if x)
+            repro = f"<pre>{html.escape(f.repro)}</pre>" if f.repro else ""
+            rows.append(
+                f"<tr><td><b>{html.escape(f.severity.upper())}</b></td><td><code>{html.escape(f.check)}</code></td>"
+                f"<td>{html.escape(f.regime)}</td><td>{html.escape(f.input or '')}</td><td>{errs}</td>"
+                f"<td>{detail}{repro}</td></tr>"
+            )
+        table = ""
+        if rows:
+            table = (
+                "<table><tr><th></th><th>check</th><th>regime</th><th>input</th><th>error</th><th>details</th></tr>"
+                + "".join(rows)
+                + "</table>"
+            )
+        passed = sorted({c.check for c in self.checks if c.status == "pass"} - self.failed_checks())
+        notes = "".join(f"<li>{html.escape(n)}</li>" for n in self.notes)
+        return (
+            f"<div><p style='color:{colour}'><b>{html.escape(self.summary())}</b></p>"
+            f"<p>inputs: {html.escape('; '.join(self.inputs))}<br>reference: {html.escape(self.reference or 'none')}</p>"
+            f"{table}<p>passed: {html.escape(', '.join(passed))}</p>"
+            + (f"<ul>{notes}</ul>" if notes else "")
+            + "</div>"
+        )
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        return {"text/plain": str(self), "text/html": self.to_html()}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format_version": OP_REPORT_FORMAT_VERSION,
+            "op": self.op,
+            "backend": self.backend,
+            "passed": self.passed,
+            "elapsed_s": self.elapsed_s,
+            "inputs": list(self.inputs),
+            "reference": self.reference,
+            "failures": [f.to_dict() for f in self.failures],
+            "warnings": [f.to_dict() for f in self.warnings],
+            "checks": [c.to_dict() for c in self.checks],
+            "notes": list(self.notes),
+            "options": dict(self.options),
+        }
+
+    def to_json(self, **kwargs) -> str:
+        kwargs.setdefault("indent", 2)
+        return json.dumps(self.to_dict(), default=str, **kwargs)
