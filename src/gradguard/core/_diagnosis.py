@@ -186,6 +186,23 @@ def _saved_tensor_rules(f: Finding) -> tuple[str, str, str]:
             "out-of-place form such as `torch.where(mask, value, x)` or `x.index_put((idx,), value)`.",
         )
 
+    # DistributedDataParallel's forward broadcasts rank 0's buffers into every rank's buffers in place
+    # (broadcast_buffers=True). It is the cause when every version-bumping write is DDP's own.
+    ddp = [w for w in writes if "nn/parallel/distributed.py" in (w.library_frame or "").replace("\\", "/")]
+    if ddp and all(w in ddp or not w.bumps_version for w in writes):
+        return (
+            "ddp_broadcast",
+            prefix + f"DistributedDataParallel's forward at {_where(ddp[0])} copied rank 0's buffers into this "
+            f"rank's buffers in place (broadcast_buffers=True, the default), after {saver} had saved this buffer "
+            f"in an earlier forward pass whose backward had not run yet: that backward would use rank 0's values, "
+            f"not the ones its forward used. (PyTorch >= 2.13 keeps the version counter during this broadcast, so "
+            f"it computes the gradient silently wrong; earlier versions raise \"modified by an inplace operation\".)",
+            "Run backward after each forward through the DDP model, or put both batches through one forward "
+            "(torch.cat); or construct DDP with broadcast_buffers=False (forward_sync_buffers=False in PyTorch "
+            ">= 2.13) and keep the buffers in sync yourself; for BatchNorm, convert the model with "
+            "torch.nn.SyncBatchNorm.convert_sync_batchnorm(model).",
+        )
+
     copy = _first(writes, "copy")
     if copy is not None and f.tensor.role == "buffer":
         return (
