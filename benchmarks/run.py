@@ -1,0 +1,794 @@
+"""gradguard's performance benchmark (GitHub issue #6): ``make bench`` or ``python benchmarks/run.py``.
+
+Runs the model zoo (benchmarks/zoo.py) under plain PyTorch, anomaly mode (check_nan False and True) and every
+gradguard configuration found in ``gradguard.guard``'s signature *at run time*, and writes
+``benchmarks/results.md``:
+
+* step time: median over rounds of (config step time / plain step time in the same round), configurations
+  interleaved in a shuffled order each round, warm-up rounds excluded (benchmarks/_timing.py);
+* peak memory: tensor bytes allocated during a step above its starting level, ratio to plain (profiler
+  allocation events on CPU, ``max_memory_allocated`` on CUDA), and the Python heap (tracemalloc);
+* bit-identity of parameters, gradients and buffers after one step, against plain;
+* counts per step (saved tensors, aten ops, in-place ops) and the marginal cost per saved tensor / per op
+  derived from the timings; a cProfile breakdown of the worst models under each gradguard configuration;
+* torch.compile: graphs compiled and graph breaks under each configuration, gradients against plain compiled;
+* the tables of benchmarks/bench_fingerprint.py and benchmarks/bench_check_op.py when those scripts exist
+  (run as ``python <script> [--quick]``; their stdout, markdown, is included verbatim).
+
+``--quick`` is a smoke run (about a minute); the default run aims at under 10 minutes on 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import cProfile
+import inspect
+import itertools
+import json
+import math
+import os
+import pstats
+import re
+import subprocess
+import sys
+import time
+import traceback
+import warnings
+import zlib
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import torch  # noqa: E402
+
+import _timing  # noqa: E402
+import zoo  # noqa: E402
+
+import gradguard  # noqa: E402
+
+warnings.filterwarnings("ignore", message=".*[Aa]nomaly [Dd]etection.*")
+
+# guard() parameters that are never varied (they pick a framework, not a cost/coverage trade-off).
+NOT_VARIED = {"backend"}
+MAX_GRID = 12  # above this many combinations, vary one parameter at a time (plus fingerprint x track_writes)
+_ABBREV = {"fingerprint": "fp", "track_writes": "writes"}
+_PROBE = "__gradguard_bench_probe__"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Configurations
+# ---------------------------------------------------------------------------------------------------------
+def _quoted(text: str) -> list[str]:
+    return [m for m in re.findall(r"""['"]([^'"]+)['"]""", text) if m != _PROBE]
+
+
+def _choices(name: str, param: inspect.Parameter) -> list:
+    """The values worth benchmarking for one keyword of ``gradguard.guard``."""
+    default = param.default
+    annotation = param.annotation if isinstance(param.annotation, str) else repr(param.annotation)
+    if isinstance(default, bool) or annotation.strip() == "bool":
+        return [default, not default] if isinstance(default, bool) else [True, False]
+    if isinstance(default, str) or default is None:
+        values: list = []
+        # 1. a Literal[...] annotation
+        if "Literal" in annotation:
+            values = _quoted(annotation)
+        # 2. the error message for an invalid value ("must be one of 'full', 'sample', 'off'")
+        if not values:
+            try:
+                gradguard.guard(**{name: _PROBE})
+            except Exception as e:  # noqa: BLE001 - any validation error will do
+                values = _quoted(str(e))
+        # 3. a module constant such as _FINGERPRINT_MODES / FINGERPRINT_MODES
+        if not values:
+            module = sys.modules[gradguard.guard.__module__]
+            for const in (f"_{name.upper()}_MODES", f"{name.upper()}_MODES", f"_{name.upper()}S"):
+                if isinstance(getattr(module, const, None), (tuple, list)):
+                    values = list(getattr(module, const))
+                    break
+        values = [v for v in dict.fromkeys(values) if v != "auto"] if values else []
+        if default is not inspect.Parameter.empty:
+            values = [default] + [v for v in values if v != default]
+        return values or [default]
+    return [default] if default is not inspect.Parameter.empty else []
+
+
+def discover_guard_configs(fixed: dict | None = None) -> tuple[list[dict], list[str]]:
+    """Keyword sets for ``gradguard.guard`` read from its signature now; returns (configs, notes)."""
+    fixed = dict(fixed or {})
+    notes = []
+    sig = inspect.signature(gradguard.guard)
+    grid: dict[str, list] = {}
+    defaults: dict = {}
+    for name, p in sig.parameters.items():
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        if p.default is not p.empty:
+            defaults[name] = p.default
+        if name in fixed:
+            grid[name] = [fixed[name]]
+        elif name in NOT_VARIED:
+            continue
+        else:
+            values = _choices(name, p)
+            if values:
+                grid[name] = values
+    notes.append("guard" + str(sig) + ": varied " + ", ".join(f"{k} in {v}" for k, v in grid.items()))
+    names = list(grid)
+    combos = [dict(zip(names, vals)) for vals in itertools.product(*grid.values())]
+    if len(combos) > MAX_GRID:
+        base = {k: v[0] for k, v in grid.items()}
+        keep = [base]
+        core = [k for k in ("fingerprint", "track_writes") if k in grid]
+        for vals in itertools.product(*(grid[k] for k in core)):
+            keep.append({**base, **dict(zip(core, vals))})
+        for k, vs in grid.items():
+            for v in vs[1:]:
+                keep.append({**base, k: v})
+        combos = [dict(t) for t in dict.fromkeys(tuple(sorted(c.items(), key=lambda kv: kv[0])) for c in keep)]
+        notes.append(f"{len(list(itertools.product(*grid.values())))} combinations: measured the defaults, "
+                     "fingerprint x track_writes, and one parameter at a time")
+    valid = []
+    for kw in combos:
+        try:
+            gradguard.guard(**kw)
+        except Exception as e:  # noqa: BLE001
+            notes.append(f"skipped guard({_kwargs(kw)}): {type(e).__name__}: {e}")
+            continue
+        valid.append(kw)
+    return valid, notes
+
+
+def _kwargs(kw: dict) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in kw.items())
+
+
+def label(kw: dict) -> str:
+    parts = []
+    for k, v in kw.items():
+        if isinstance(v, bool):
+            v = "on" if v else "off"
+        parts.append(f"{_ABBREV.get(k, k)}={v}")
+    return "gg " + " ".join(parts)
+
+
+def mode_contexts(guard_configs: list[dict]) -> dict[str, tuple[dict | None, object]]:
+    """label -> (guard kwargs or None, context factory)."""
+    out: dict[str, tuple[dict | None, object]] = {
+        "plain": (None, contextlib.nullcontext),
+        "anomaly nan=off": (None, lambda: torch.autograd.detect_anomaly(check_nan=False)),
+        "anomaly nan=on": (None, lambda: torch.autograd.detect_anomaly(check_nan=True)),
+    }
+    for kw in guard_configs:
+        out[label(kw)] = (kw, (lambda kw=kw: gradguard.guard(**kw)))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Per-model measurements
+# ---------------------------------------------------------------------------------------------------------
+def _state_equal(a: dict, b: dict) -> tuple[bool, float]:
+    """(bit-identical, max abs difference) over parameters, gradients and buffers."""
+    same, worst = True, 0.0
+    for k, x in a.items():
+        y = b.get(k)
+        if (x is None) != (y is None):
+            return False, float("inf")
+        if x is None:
+            continue
+        if x.shape != y.shape or x.dtype != y.dtype:
+            return False, float("inf")
+        if not torch.equal(x, y):
+            same = False
+            if x.is_floating_point():
+                worst = max(worst, (x.double() - y.double()).abs().max().item())
+            else:
+                worst = float("inf")
+    return same, worst
+
+
+def check_identity(name: str, modes: dict, device: str) -> dict[str, str]:
+    """One seeded step per mode on a fresh model; bit-identity of the resulting state against plain."""
+    out = {}
+    ref = None
+    for lab, (_kw, ctx) in modes.items():
+        if lab.startswith("anomaly"):
+            continue
+        w = zoo.build(name, seed=0, device=device)
+        try:
+            with ctx():
+                w.step(seed=1)
+        except Exception as e:  # noqa: BLE001
+            out[lab] = f"error: {type(e).__name__}"
+            continue
+        st = w.state()
+        if ref is None:
+            ref = st
+            continue
+        same, diff = _state_equal(ref, st)
+        out[lab] = "yes" if same else f"NO (max diff {diff:.2g})"
+    return out
+
+
+class _Counter(torch.utils._python_dispatch.TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.ops = 0
+        self.inplace = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops += 1
+        schema = getattr(func, "_schema", None)
+        if schema is not None and any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments):
+            self.inplace += 1
+        return func(*args, **(kwargs or {}))
+
+
+def count_per_step(w: zoo.Workload) -> dict:
+    saved = {"n": 0, "bytes": 0}
+
+    def pack(t):
+        saved["n"] += 1
+        saved["bytes"] += t.numel() * t.element_size()
+        return t.detach()
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        w.step()
+    counter = _Counter()
+    with counter:
+        w.step()
+    return {"saved": saved["n"], "saved_bytes": saved["bytes"], "ops": counter.ops, "inplace": counter.inplace}
+
+
+def time_model(name: str, modes: dict, args, device: str) -> dict:
+    w = zoo.build(name, seed=0, device=device)
+    # calibrate: steps per sample so that a plain sample lasts about args.sample_ms
+    for _ in range(3):
+        w.step()
+    t_plain = min(_timing.time_steps(w.step, contextlib.nullcontext, 1, device) for _ in range(3))
+    inner = max(1, math.ceil(args.sample_ms / 1e3 / t_plain))
+    contexts = {lab: ctx for lab, (_kw, ctx) in modes.items()}
+    errors = {}
+    # one trial sample per mode: drop modes that fail on this model, so the timing loop only times working ones
+    for lab, ctx in list(contexts.items()):
+        try:
+            _timing.time_steps(w.step, ctx, 1, device)
+        except Exception as e:  # noqa: BLE001
+            errors[lab] = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+            del contexts[lab]
+            w = zoo.build(name, seed=0, device=device)
+    t0 = time.perf_counter()
+    times = _timing.interleaved(contexts, w.step, inner=inner, rounds=args.max_rounds,
+                                warmup_rounds=args.warmup_rounds, device=device, seed=zlib.crc32(name.encode()),
+                                budget_s=args.budget_s, min_rounds=args.min_rounds)
+    elapsed = time.perf_counter() - t0
+    ratios = _timing.paired_ratios(times, "plain")
+    out = {"inner": inner, "rounds": len(times["plain"]), "seconds": elapsed, "errors": errors,
+           "plain_ms": _timing.median(times["plain"]) * 1e3,
+           "plain_ms_min": min(times["plain"]) * 1e3,
+           "ratio": {k: _timing.median(v) for k, v in ratios.items()},
+           "ratio_p25": {k: _timing.quantile(v, 0.25) for k, v in ratios.items()},
+           "ratio_p75": {k: _timing.quantile(v, 0.75) for k, v in ratios.items()}}
+    # memory: one more warm step per mode, then one measured step
+    mem, py = {}, {}
+    for lab, ctx in contexts.items():
+        try:
+            with ctx():
+                w.step()
+            mem[lab] = _timing.peak_tensor_bytes(w.step, ctx, device)
+            py[lab] = _timing.peak_python_bytes(w.step, ctx)
+        except Exception as e:  # noqa: BLE001
+            errors.setdefault(lab, f"{type(e).__name__} during the memory pass")
+    out["peak_bytes"] = mem
+    out["python_peak_bytes"] = py
+    out["static_bytes"] = w.static_bytes()
+    out["counts"] = count_per_step(w)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Profiles
+# ---------------------------------------------------------------------------------------------------------
+_GG_DIR = os.path.dirname(os.path.abspath(gradguard.__file__)) + os.sep
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+
+
+def _func_label(key) -> str:
+    filename, line, func = key
+    if filename == "~":
+        return func  # builtins: "<built-in method ...>" / "<method 'detach' ...>"
+    if filename.startswith(_GG_DIR):
+        filename = "gradguard/" + filename[len(_GG_DIR):]
+    elif filename.startswith(_TORCH_DIR):
+        filename = "torch/" + filename[len(_TORCH_DIR):]
+    else:
+        filename = os.path.basename(filename)
+    return f"{filename}:{line}({func})"
+
+
+def profile_model(name: str, modes: dict, device: str, target_s: float, top: int) -> dict:
+    """cProfile of ``name`` under each gradguard mode: the guard's own functions and the top self-times."""
+    w = zoo.build(name, seed=0, device=device)
+    for _ in range(3):
+        w.step()
+    t_plain = min(_timing.time_steps(w.step, contextlib.nullcontext, 1, device) for _ in range(3))
+    n = max(3, math.ceil(target_s / t_plain))
+    out = {"steps": n}
+    for lab, (kw, ctx) in modes.items():
+        if kw is None and lab != "plain":
+            continue
+        prof = cProfile.Profile()
+        try:
+            with ctx():
+                w.step()
+                prof.enable()
+                t0 = time.perf_counter()
+                for _ in range(n):
+                    w.step()
+                _timing.sync(device)
+                wall = time.perf_counter() - t0
+                prof.disable()
+        except Exception as e:  # noqa: BLE001
+            prof.disable()
+            out[lab] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"}
+            continue
+        st = pstats.Stats(prof)
+        rows = []
+        for key, (cc, nc, tt, ct, _callers) in st.stats.items():
+            rows.append({"func": _func_label(key), "gradguard": key[0].startswith(_GG_DIR),
+                         "calls": nc / n, "self_us": tt / nc * 1e6 if nc else 0.0,
+                         "cum_us": ct / nc * 1e6 if nc else 0.0, "self_ms_step": tt / n * 1e3,
+                         "cum_ms_step": ct / n * 1e3})
+        total = sum(r["self_ms_step"] for r in rows)
+        gg = sorted((r for r in rows if r["gradguard"]), key=lambda r: -r["cum_ms_step"])
+        topself = sorted(rows, key=lambda r: -r["self_ms_step"])[:top]
+        out[lab] = {"step_ms_profiled": wall / n * 1e3, "total_self_ms": total, "gradguard": gg[:top],
+                    "top_self": topself}
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------
+# torch.compile
+# ---------------------------------------------------------------------------------------------------------
+def compile_check(names: list[str], modes: dict, backend: str, device: str) -> list[dict]:
+    import torch._dynamo
+    from torch._dynamo.backends.registry import lookup_backend
+    from torch._dynamo.utils import counters
+
+    inner = lookup_backend(backend)
+    rows = []
+    for name in names:
+        eager = zoo.build(name, seed=0, device=device)
+        eager.step(seed=1)
+        eager_state = eager.state()
+        ref_state = None
+        for lab, (kw, ctx) in modes.items():
+            if lab.startswith("anomaly"):
+                continue
+            torch._dynamo.reset()
+            counters.clear()
+            stats = {"graphs": 0, "nodes": 0}
+
+            def counting(gm, example_inputs, stats=stats):
+                stats["graphs"] += 1
+                stats["nodes"] += sum(1 for nd in gm.graph.nodes if nd.op == "call_function")
+                return inner(gm, example_inputs)
+
+            row = {"model": name, "mode": lab, "backend": backend}
+            t0 = time.perf_counter()
+            try:
+                w = zoo.build(name, seed=0, device=device, wrap=lambda m: torch.compile(m, backend=counting))
+                with ctx():
+                    w.step(seed=1)
+                state = w.state()
+                with ctx():
+                    w.step(seed=2)
+                    w.step(seed=3)
+            except Exception as e:  # noqa: BLE001
+                row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+                rows.append(row)
+                continue
+            row["seconds"] = time.perf_counter() - t0
+            row["graphs"] = stats["graphs"]
+            row["fx_nodes"] = stats["nodes"]
+            row["graph_breaks"] = sum(counters["graph_break"].values())
+            row["frames_ok"] = counters["frames"].get("ok", 0)
+            if lab == "plain":
+                ref_state = state
+            if ref_state is not None:
+                row["same_as_plain_compiled"] = _state_equal(ref_state, state)[0]
+            row["max_diff_vs_eager"] = _state_equal(eager_state, state)[1]
+            rows.append(row)
+    torch._dynamo.reset()
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Sub-benchmarks written by others
+# ---------------------------------------------------------------------------------------------------------
+def run_sub_benchmark(script: str, quick: bool, threads: int, timeout: float) -> dict:
+    path = os.path.join(HERE, script)
+    if not os.path.exists(path):
+        return {"script": script, "status": "absent"}
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    cmd = [sys.executable, path] + (["--quick"] if quick else [])
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=os.path.dirname(HERE))
+        if proc.returncode == 2 and "unrecognized arguments" in proc.stderr and quick:
+            proc = subprocess.run(cmd[:-1], capture_output=True, text=True, timeout=timeout, env=env,
+                                  cwd=os.path.dirname(HERE))
+    except subprocess.TimeoutExpired:
+        return {"script": script, "status": f"timed out after {timeout:.0f} s", "cmd": " ".join(cmd)}
+    return {"script": script, "status": "ok" if proc.returncode == 0 else f"exit {proc.returncode}",
+            "stdout": proc.stdout, "stderr": proc.stderr[-3000:], "seconds": time.perf_counter() - t0,
+            "cmd": "python " + os.path.relpath(path, os.path.dirname(HERE)) + (" --quick" if quick else "")}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Report
+# ---------------------------------------------------------------------------------------------------------
+def _fmt_ratio(x: float | None) -> str:
+    return "–" if x is None or x != x else f"{x:.2f}×"
+
+
+def _mib(b: float) -> str:
+    return f"{b / 2**20:.1f} MiB" if b >= 2**20 else f"{b / 2**10:.0f} KiB"
+
+
+def _find(guard_configs: list[dict], **want) -> str | None:
+    """Label of the config whose kwargs match ``want`` (other parameters at their first/default value)."""
+    if not guard_configs:
+        return None
+    base = guard_configs[0]
+    for kw in guard_configs:
+        if all(kw.get(k) == v for k, v in want.items()) and all(
+            kw.get(k) == base.get(k) for k in kw if k not in want
+        ):
+            return label(kw)
+    return None
+
+
+def marginal_costs(res: dict, guard_configs: list[dict]) -> dict[str, float | None]:
+    """µs per saved tensor / per op, from the median ratios (difference of two configs × plain step time)."""
+    r, plain_us, c = res["ratio"], res["plain_ms"] * 1e3, res["counts"]
+
+    def diff(a, b, per):
+        if a is None or b is None or a not in r or b not in r or not per:
+            return None
+        return (r[a] - r[b]) * plain_us / per
+
+    off_nw = _find(guard_configs, fingerprint="off", track_writes=False)
+    full_nw = _find(guard_configs, fingerprint="full", track_writes=False)
+    sample_nw = _find(guard_configs, fingerprint="sample", track_writes=False)
+    off_w = _find(guard_configs, fingerprint="off", track_writes=True)
+    full_w = _find(guard_configs, fingerprint="full", track_writes=True)
+    return {
+        "hooks_per_saved": diff(off_nw, "plain", c["saved"]),
+        "full_fp_per_saved": diff(full_nw, off_nw, c["saved"]),
+        "sample_fp_per_saved": diff(sample_nw, off_nw, c["saved"]),
+        "writes_per_op": diff(off_w, off_nw, c["ops"]),
+        "writes_per_op_with_full_fp": diff(full_w, full_nw, c["ops"]),
+        "anomaly_per_op": diff("anomaly nan=off", "plain", c["ops"]),
+    }
+
+
+def render(report: dict) -> str:
+    md = []
+    add = md.append
+    machine = report["machine"]
+    models = [m for m in report["models"]]
+    res = report["results"]
+    labels = report["labels"]
+    gcfgs = report["guard_configs"]
+    add("# gradguard benchmark results\n")
+    add(f"Generated by `{report['command']}` in {report['elapsed_s'] / 60:.1f} min"
+        + (" (**--quick: few rounds, indicative only**)" if report["quick"] else "") + ".\n")
+    add("| machine | |\n|---|---|")
+    for k, v in machine.items():
+        add(f"| {k} | {v} |")
+    add("")
+    add("Method: each model runs one full training step (zero_grad, forward, backward, `Adam.step()`) on fixed "
+        "data. All modes run in one process, interleaved in a shuffled order in every round; a sample is "
+        "`inner` consecutive steps inside one `with` block (entered once, like a training loop). Ratios are "
+        "**medians of per-round paired ratios** to plain (config time / plain time of the same round); "
+        "warm-up rounds are excluded. Treat differences under ~5% as noise on a shared machine.\n")
+    add("## Step time, ratio to plain (median of per-round paired ratios)\n")
+    add("| mode | " + " | ".join(models) + " | slower than anomaly nan=off on |")
+    add("|---|" + "---|" * (len(models) + 1))
+    add("| plain, ms/step | " + " | ".join(f"{res[m]['plain_ms']:.2f}" for m in models) + " | |")
+    for lab in labels:
+        if lab == "plain":
+            continue
+        cells, slower = [], []
+        for m in models:
+            r = res[m]["ratio"].get(lab)
+            cells.append("error" if lab in res[m]["errors"] else _fmt_ratio(r))
+            a = res[m]["ratio"].get("anomaly nan=off")
+            if lab.startswith("gg") and r is not None and a is not None and r >= a:
+                slower.append(m)
+        tail = "" if not lab.startswith("gg") else (", ".join(slower) if slower else "none")
+        add(f"| {lab} | " + " | ".join(cells) + f" | {tail} |")
+    add("")
+    add("Rounds measured (steps per sample): " + ", ".join(
+        f"{m} {res[m]['rounds']} ({res[m]['inner']})" for m in models) + ".\n")
+    add("<details><summary>25th–75th percentiles of the per-round ratios</summary>\n")
+    add("| mode | " + " | ".join(models) + " |")
+    add("|---|" + "---|" * len(models))
+    for lab in labels:
+        if lab == "plain":
+            continue
+        add(f"| {lab} | " + " | ".join(
+            f"{res[m]['ratio_p25'].get(lab, float('nan')):.2f}–{res[m]['ratio_p75'].get(lab, float('nan')):.2f}"
+            for m in models) + " |")
+    add("\n</details>\n")
+    errs = [(m, lab, e) for m in models for lab, e in res[m]["errors"].items()]
+    if errs:
+        add("Errors:\n")
+        for m, lab, e in errs:
+            add(f"- {m}, {lab}: `{e}`")
+        add("")
+
+    add("## Peak memory\n")
+    add("Tensor bytes allocated during one step above the level at its start (activations, saved tensors, "
+        "gradients, temporaries, and any copy the guard makes), as a ratio to plain. CPU: the allocator's "
+        "allocation/free events recorded by `torch.profiler` (`profile_memory=True`), summed in time order: "
+        "exact to the byte, and no dispatch mode involved. Peak RSS is not used: it moves in pages and never "
+        "goes down. The guard keeps no tensor of its own (it stores `detach()` aliases), so ~1.00× is "
+        "expected; anything above comes from transient copies (e.g. `contiguous()` before hashing a "
+        "strided tensor). The Python heap row (tracemalloc, peak during a step above its start) is where the "
+        "guard's per-saved-tensor records live.\n")
+    add("| mode | " + " | ".join(models) + " |")
+    add("|---|" + "---|" * len(models))
+    add("| plain: peak tensor bytes in a step | " + " | ".join(
+        _mib(res[m]["peak_bytes"].get("plain", 0)) for m in models) + " |")
+    add("| plain: held between steps (params, grads, Adam state, data) | " + " | ".join(
+        _mib(res[m]["static_bytes"]) for m in models) + " |")
+    for lab in labels:
+        if lab == "plain":
+            continue
+        cells = []
+        for m in models:
+            b, p = res[m]["peak_bytes"].get(lab), res[m]["peak_bytes"].get("plain")
+            cells.append("–" if b is None or not p else f"{b / p:.3f}×")
+        add(f"| {lab} | " + " | ".join(cells) + " |")
+    add("| **Python heap peak in a step** | " + " | ".join(" " for _ in models) + " |")
+    for lab in labels:
+        add(f"| {lab} | " + " | ".join(
+            _mib(res[m]["python_peak_bytes"][lab]) if lab in res[m]["python_peak_bytes"] else "–"
+            for m in models) + " |")
+    add("")
+
+    add("## Bit-identity after one step (parameters, gradients, buffers vs plain)\n")
+    glabs = [lab for lab in labels if lab.startswith("gg")]
+    add("| model | " + " | ".join(glabs) + " |")
+    add("|---|" + "---|" * len(glabs))
+    for m in models:
+        ident = report["identity"].get(m, {})
+        add(f"| {m} | " + " | ".join(ident.get(lab, "–") for lab in glabs) + " |")
+    add("")
+
+    add("## What a step contains, and the marginal cost of each mechanism\n")
+    add("Counts per step from a counting `saved_tensors_hooks` pair and a counting `TorchDispatchMode` "
+        "(separate passes, not timed). Marginal costs are differences of the median ratios above × the plain "
+        "step time, divided by the count: e.g. hooks = (fp=off,writes=off − plain) / saved tensors; "
+        "write log = (fp=off,writes=on − fp=off,writes=off) / aten ops. They are noisy where the difference "
+        "is within the noise (large models): read them on the small models.\n")
+    add("| model | saved tensors | saved bytes | aten ops | in-place ops | hooks µs/saved | full fp µs/saved "
+        "| sample fp µs/saved | write log µs/op | anomaly (nan=off) µs/op |")
+    add("|---|---|---|---|---|---|---|---|---|---|")
+    for m in models:
+        c = res[m]["counts"]
+        mc = marginal_costs(res[m], gcfgs)
+
+        def f(x):
+            return "–" if x is None else f"{x:.1f}"
+
+        add(f"| {m} | {c['saved']} | {_mib(c['saved_bytes'])} | {c['ops']} | {c['inplace']} | "
+            f"{f(mc['hooks_per_saved'])} | {f(mc['full_fp_per_saved'])} | {f(mc['sample_fp_per_saved'])} | "
+            f"{f(mc['writes_per_op'])} | {f(mc['anomaly_per_op'])} |")
+    add("")
+
+    if report.get("profiles"):
+        add("## Profile: where the time goes\n")
+        add("cProfile over several steps per configuration (cProfile adds ~0.1–0.5 µs per Python call, so "
+            "absolute µs are inflated; the ranking and the counts are what to read). `calls/step` is per "
+            "training step; `cum µs/call` includes callees, `self µs/call` does not.\n")
+        for m, prof in report["profiles"].items():
+            c = res[m]["counts"] if m in res else {}
+            add(f"### {m} ({prof['steps']} steps profiled; per step: {c.get('saved', '?')} saved tensors, "
+                f"{c.get('ops', '?')} aten ops, {c.get('inplace', '?')} in-place)\n")
+            for lab, p in prof.items():
+                if lab == "steps":
+                    continue
+                if "error" in p:
+                    add(f"**{lab}**: error `{p['error']}`\n")
+                    continue
+                add(f"**{lab}**: {p['step_ms_profiled']:.2f} ms/step under cProfile\n")
+                if p["gradguard"]:
+                    add("| gradguard function | calls/step | cum µs/call | self µs/call | cum ms/step |")
+                    add("|---|---|---|---|---|")
+                    for r in p["gradguard"]:
+                        add(f"| `{r['func']}` | {r['calls']:.0f} | {r['cum_us']:.1f} | {r['self_us']:.1f} | "
+                            f"{r['cum_ms_step']:.2f} |")
+                    add("")
+                add("<details><summary>top self time (all functions)</summary>\n")
+                add("| function | calls/step | self µs/call | self ms/step | share |")
+                add("|---|---|---|---|---|")
+                for r in p["top_self"]:
+                    add(f"| `{r['func']}` | {r['calls']:.0f} | {r['self_us']:.1f} | {r['self_ms_step']:.2f} | "
+                        f"{100 * r['self_ms_step'] / p['total_self_ms']:.0f}% |")
+                add("\n</details>\n")
+
+    if report.get("compile"):
+        add("## torch.compile\n")
+        add("Each row: `torch._dynamo.reset()`, a fresh model wrapped in `torch.compile(backend=<counting "
+            "wrapper around the backend>)`, three seeded steps inside the mode. `graphs` = graphs handed to "
+            "the backend (0 = Dynamo fell back to eager: a TorchDispatchMode is active); state after the "
+            "first step compared with plain compiled (bit-identical?) and with plain eager (max abs diff).\n")
+        add("| model | mode | backend | graphs | FX ops | graph breaks | identical to plain compiled | "
+            "max diff vs eager | seconds |")
+        add("|---|---|---|---|---|---|---|---|---|")
+        for r in report["compile"]:
+            if "error" in r:
+                add(f"| {r['model']} | {r['mode']} | {r['backend']} | error: `{r['error']}` | | | | | |")
+                continue
+            same = r.get("same_as_plain_compiled")
+            add(f"| {r['model']} | {r['mode']} | {r['backend']} | {r['graphs']} | {r['fx_nodes']} | "
+                f"{r['graph_breaks']} | {'–' if same is None else ('yes' if same else 'NO')} | "
+                f"{r['max_diff_vs_eager']:.2g} | {r['seconds']:.1f} |")
+        add("")
+
+    for sub in report.get("sub_benchmarks", []):
+        title = {"bench_fingerprint.py": "Fingerprint throughput and per-tensor cost",
+                 "bench_check_op.py": "check_op vs torch.autograd.gradcheck"}.get(sub["script"], sub["script"])
+        add(f"## {title}\n")
+        if sub["status"] == "absent":
+            add(f"`benchmarks/{sub['script']}` does not exist yet.\n")
+            continue
+        add(f"From `{sub.get('cmd', sub['script'])}` ({sub['status']}"
+            + (f", {sub['seconds']:.0f} s" if "seconds" in sub else "") + "):\n")
+        if sub.get("stdout"):
+            add(sub["stdout"].rstrip() + "\n")
+        if sub["status"] != "ok" and sub.get("stderr"):
+            add("```\n" + sub["stderr"].rstrip() + "\n```\n")
+
+    add("## Configurations\n")
+    for note in report["notes"]:
+        add(f"- {note}")
+    add("- labels: `fp` = `fingerprint=`, `writes` = `track_writes=`; anomaly = "
+        "`torch.autograd.detect_anomaly(check_nan=...)`")
+    for m in models:
+        add(f"- `{m}`: {zoo.DESCRIPTIONS[m]}")
+    add("")
+    return "\n".join(md)
+
+
+# ---------------------------------------------------------------------------------------------------------
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="few rounds, for a smoke test (~1-2 min)")
+    ap.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (default 1)")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    ap.add_argument("--models", default=",".join(zoo.MODELS), help="comma-separated subset of the zoo")
+    ap.add_argument("--out", default=os.path.join(HERE, "results.md"))
+    ap.add_argument("--json", default=None, help="also write the raw results as JSON here")
+    ap.add_argument("--guard-configs", default=None,
+                    help='JSON list of guard kwargs, instead of discovering them, e.g. \'[{"fingerprint": "off"}]\'')
+    ap.add_argument("--fixed", action="append", default=[], metavar="KEY=VALUE",
+                    help="pin a guard keyword (JSON value) instead of varying it")
+    ap.add_argument("--budget-s", type=float, default=None, help="timing wall-time budget per model")
+    ap.add_argument("--max-rounds", type=int, default=None)
+    ap.add_argument("--profile-models", default=None,
+                    help="models to cProfile (default: the two with the worst gradguard ratio)")
+    ap.add_argument("--compile-models", default=None, help="models for the torch.compile check")
+    ap.add_argument("--compile-backend", default="aot_eager", help="aot_eager (default), inductor, eager")
+    ap.add_argument("--no-profile", action="store_true")
+    ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--no-sub", action="store_true", help="skip bench_fingerprint.py / bench_check_op.py")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.warmup_rounds, args.min_rounds = 1, 3
+        args.max_rounds = args.max_rounds or 3
+        args.budget_s = args.budget_s if args.budget_s is not None else 4.0
+        args.sample_ms = 10.0
+        args.profile_s = 0.05
+    else:
+        args.warmup_rounds, args.min_rounds = 2, 7
+        args.max_rounds = args.max_rounds or 61
+        args.budget_s = args.budget_s if args.budget_s is not None else 40.0
+        args.sample_ms = 30.0
+        args.profile_s = 0.4
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    t_start = time.perf_counter()
+    torch.set_num_threads(args.threads)
+    device = args.device
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        print("CUDA is not available", file=sys.stderr)
+        return 2
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    fixed = {}
+    for item in args.fixed:
+        k, _, v = item.partition("=")
+        try:
+            fixed[k] = json.loads(v)
+        except json.JSONDecodeError:
+            fixed[k] = v
+    if args.guard_configs:
+        guard_configs, notes = json.loads(args.guard_configs), ["guard configurations given on the command line"]
+    else:
+        guard_configs, notes = discover_guard_configs(fixed)
+    modes = mode_contexts(guard_configs)
+    labels = list(modes)
+    machine = _timing.machine_description(device, args.threads)
+    print(f"gradguard bench: {len(models)} models x {len(modes)} modes on {device} "
+          f"({machine['cpu']}, {args.threads} thread(s)); modes: {', '.join(labels)}", flush=True)
+
+    results, identity = {}, {}
+    for m in models:
+        t0 = time.perf_counter()
+        identity[m] = check_identity(m, modes, device)
+        results[m] = time_model(m, modes, args, device)
+        r = results[m]
+        print(f"  {m:14s} plain {r['plain_ms']:8.2f} ms  rounds {r['rounds']:3d}  "
+              + "  ".join(f"{lab}: {_fmt_ratio(v)}" for lab, v in r["ratio"].items() if lab != "plain")
+              + f"  [{time.perf_counter() - t0:.0f} s]", flush=True)
+
+    profiles = {}
+    if not args.no_profile:
+        if args.profile_models:
+            pmodels = [p.strip() for p in args.profile_models.split(",") if p.strip()]
+        else:
+            worst = sorted(models, key=lambda m: -max(
+                [v for k, v in results[m]["ratio"].items() if k.startswith("gg")] or [0]))
+            pmodels = worst[:2]
+        for m in pmodels:
+            t0 = time.perf_counter()
+            profiles[m] = profile_model(m, modes, device, args.profile_s, top=12)
+            print(f"  profiled {m} [{time.perf_counter() - t0:.0f} s]", flush=True)
+
+    compile_rows = []
+    if not args.no_compile:
+        cmodels = ([p.strip() for p in args.compile_models.split(",")] if args.compile_models
+                   else (["tiny_mlp"] if args.quick else ["tiny_mlp", "cnn"]))
+        cmodels = [c for c in cmodels if c]
+        t0 = time.perf_counter()
+        try:
+            compile_rows = compile_check(cmodels, modes, args.compile_backend, device)
+        except Exception as e:  # noqa: BLE001
+            compile_rows = [{"model": ",".join(cmodels), "mode": "all", "backend": args.compile_backend,
+                             "error": f"{type(e).__name__}: {e}"}]
+            traceback.print_exc()
+        print(f"  torch.compile check [{time.perf_counter() - t0:.0f} s]", flush=True)
+
+    subs = []
+    if not args.no_sub:
+        for script in ("bench_fingerprint.py", "bench_check_op.py"):
+            subs.append(run_sub_benchmark(script, args.quick, args.threads, timeout=120 if args.quick else 300))
+            print(f"  {script}: {subs[-1]['status']}", flush=True)
+
+    machine["load average at end"] = _timing.load_average()
+    cmd = "python benchmarks/run.py" + (" " + " ".join(argv if argv is not None else sys.argv[1:])).rstrip()
+    report = {"command": cmd.strip(), "quick": args.quick, "machine": machine, "models": models, "labels": labels,
+              "guard_configs": guard_configs, "notes": notes, "results": results, "identity": identity,
+              "profiles": profiles, "compile": compile_rows, "sub_benchmarks": subs,
+              "elapsed_s": time.perf_counter() - t_start}
+    text = render(report)
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:
+        f.write(text)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1, default=str)
+    print(f"wrote {args.out} in {report['elapsed_s'] / 60:.1f} min")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
