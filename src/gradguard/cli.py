@@ -27,12 +27,19 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--no-track-writes", action="store_true", help="do not record in-place writes (faster)")
     run.add_argument("script", help="the Python script to run")
     run.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
+    from .advisor._cli import add_advise_parser
+
+    add_advise_parser(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     options = parser.parse_args(argv)
+    if options.command == "advise":
+        from .advisor._cli import advise_script
+
+        return advise_script(options)
     if options.command != "run":
         parser.print_help(sys.stderr)
         return 2

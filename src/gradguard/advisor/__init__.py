@@ -1,9 +1,27 @@
 """In-place memory advisor: which out-of-place ops can safely become in-place, and what that saves (measured).
 
-``gradguard.advise(fn, *args)`` / ``gradguard advise script.py``. Needs PyTorch; imported lazily.
+``gradguard.advise(fn, *args)`` / ``gradguard advise script.py``. Needs PyTorch, imported on first use
+(the CLI's argument parser imports this package without importing torch).
 """
 
-from ._api import advise
-from ._report import AdviceReport, Proposal, RejectedCandidate, UnsafeInplaceOp, format_bytes
+_EXPORTS = {
+    "advise": "._api",
+    "AdviceReport": "._report",
+    "Proposal": "._report",
+    "RejectedCandidate": "._report",
+    "UnsafeInplaceOp": "._report",
+    "format_bytes": "._report",
+    "RULES": "._analysis",
+}
 
-__all__ = ["advise", "AdviceReport", "Proposal", "RejectedCandidate", "UnsafeInplaceOp", "format_bytes"]
+
+def __getattr__(name):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'gradguard.advisor' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module, __name__), name)
+
+
+__all__ = list(_EXPORTS)

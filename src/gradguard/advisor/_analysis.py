@@ -163,11 +163,11 @@ def _reasons(mode, op, position, sid, readers, saves_by_sid, grad_sids, alive_en
     if opt_readers or sid in grad_sids:
         what = f"read by {opt_readers[0].name} in optimizer.step()" if opt_readers else "it is a .grad"
         out.append(Rejection("needed_by_optimizer", f"the optimizer needs the operand's memory ({what})"))
-    other = [r for r in later if r.phase != "optimizer"]
+    other = sorted((r for r in later if r.phase != "optimizer"), key=lambda r: (r.phase != "forward", r.index))
     if other:
         r = other[0]
-        where = _where(r.location) if r.location else f"in {r.phase}"
-        out.append(Rejection("used_later", f"read later by {r.name} at {where}"
+        where = f"at {_where(r.location)}" if r.location else f"in {r.phase}"
+        out.append(Rejection("used_later", f"read later by {r.name} {where}"
                                             + (f" (+{len(other) - 1} more)" if len(other) > 1 else "")))
     if sid in alive_end:
         if op.in_alive_end and op.in_alive_end[position]:

@@ -43,6 +43,7 @@ class Proposal:
     gradients_identical: bool | None = None
     verified: bool = False
     note: str = ""
+    occurrence: int = 1  # the n-th run of this op at this line in the step (a module used twice: 1, 2)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -51,6 +52,7 @@ class Proposal:
             "tensor_bytes": self.tensor_bytes, "suggestion": self.suggestion,
             "claimed_peak_saving": self.claimed_peak_saving, "measured_peak_saving": self.measured_peak_saving,
             "gradients_identical": self.gradients_identical, "verified": self.verified, "note": self.note,
+            "occurrence": self.occurrence,
         }
 
 
@@ -101,6 +103,7 @@ class AdviceReport:
     gradients_identical: bool | None = None  # all verified proposals applied together
     baseline_seconds: float | None = None
     rewritten_seconds: float | None = None
+    timing_runs: tuple = ((), ())  # every timed run (baseline seconds, rewritten seconds)
     ops_recorded: int = 0
     runs: int = 0
     memory_method: str = ""
@@ -120,7 +123,9 @@ class AdviceReport:
             "baseline_peak": self.baseline_peak, "rewritten_peak": self.rewritten_peak,
             "claimed_total_saving": self.claimed_total_saving, "measured_total_saving": self.measured_total_saving,
             "gradients_identical": self.gradients_identical, "baseline_seconds": self.baseline_seconds,
-            "rewritten_seconds": self.rewritten_seconds, "ops_recorded": self.ops_recorded, "runs": self.runs,
+            "rewritten_seconds": self.rewritten_seconds,
+            "timing_runs": {"baseline": list(self.timing_runs[0]), "rewritten": list(self.timing_runs[1])},
+            "ops_recorded": self.ops_recorded, "runs": self.runs,
             "memory_method": self.memory_method, "device": self.device, "notes": list(self.notes),
         }
 
@@ -132,7 +137,8 @@ class AdviceReport:
         if self.proposals:
             lines.append(f"\n{len(self.proposals)} verified proposal(s) (gradients bit-identical, peak drop measured):")
             for i, p in enumerate(self.proposals, 1):
-                where = p.location.short if p.location else "?"
+                where = (p.location.short if p.location else "?") + (
+                    f" (call #{p.occurrence})" if p.occurrence > 1 else "")
                 lines.append(f"  {i}. {where}: {p.op} -> {p.inplace_op}  [{p.dtype}{list(p.shape)}, operand {p.operand}"
                              + (f", inside nn.{p.module}" if p.module else "") + "]")
                 if p.location and p.location.code:
@@ -148,10 +154,13 @@ class AdviceReport:
                          f"measured -{format_bytes(self.measured_total_saving)}), gradients identical: "
                          f"{self.gradients_identical}")
         if self.baseline_seconds is not None and self.rewritten_seconds is not None:
-            lines.append(f"  step time (median, under the accounting mode): {self.baseline_seconds * 1e3:.1f} ms -> "
-                         f"{self.rewritten_seconds * 1e3:.1f} ms")
+            lines.append(f"  step time (median of {len(self.timing_runs[0])}, both under the accounting mode): "
+                         f"{self.baseline_seconds * 1e3:.1f} ms -> {self.rewritten_seconds * 1e3:.1f} ms"
+                         + (f" (min {min(self.timing_runs[0]) * 1e3:.1f} -> {min(self.timing_runs[1]) * 1e3:.1f} ms)"
+                            if self.timing_runs[0] else ""))
         if self.safe_without_peak_gain:
-            locs = ", ".join(sorted({p.location.short for p in self.safe_without_peak_gain if p.location}))
+            locs = ", ".join(sorted({p.location.short + (f" (call #{p.occurrence})" if p.occurrence > 1 else "")
+                                     for p in self.safe_without_peak_gain if p.location}))
             lines.append(f"\n  {len(self.safe_without_peak_gain)} more op(s) are safe in place but free nothing at "
                          f"peak: {locs}")
         if self.unverified:

@@ -1,0 +1,94 @@
+"""``gradguard advise [options] script.py [args...]``: the advisor on a whole script.
+
+The script is executed from scratch for every run (fresh globals, same RNG state). The recorded step ends
+after ``--steps`` optimizer steps (``torch.optim.Optimizer.step`` returns): the next op stops the script.
+Without an optimizer the whole script is the step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sys
+
+__all__ = ["add_advise_parser", "advise_script", "ScriptStep"]
+
+
+def add_advise_parser(sub) -> None:
+    p = sub.add_parser("advise", help="in-place memory advisor: which out-of-place ops can safely become "
+                                      "in-place, and what they save at peak (measured)")
+    p.add_argument("--steps", type=int, default=1, help="optimizer steps recorded before the script is stopped "
+                                                       "(default: 1)")
+    p.add_argument("--json", metavar="FILE", help="write the report to FILE as JSON")
+    p.add_argument("--repeats", type=int, default=3, help="timing repetitions (default: 3; 0 = no timing)")
+    p.add_argument("--no-per-proposal", action="store_true",
+                   help="verify the proposals together only (no per-proposal measurement)")
+    p.add_argument("script", help="the Python training script")
+    p.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
+
+
+class ScriptStep:
+    warmup = False
+
+    def __init__(self, path: str, argv: list[str], steps: int):
+        import torch
+
+        self.path = os.path.abspath(path)
+        with open(path, "rb") as handle:
+            self.code = compile(handle.read(), self.path, "exec")
+        self.argv = [path, *argv]
+        self.steps = steps
+        self.rng = torch.get_rng_state()
+        self.py_rng = random.getstate()
+        self._globals: dict | None = None
+
+    def execute(self, mode):
+        random.setstate(self.py_rng)
+        mode.stop_after_optimizer_steps = self.steps
+        sys.argv = list(self.argv)
+        sys.path[0] = os.path.dirname(self.path)
+        self._globals = {"__name__": "__main__", "__file__": self.path, "__builtins__": __builtins__,
+                         "__package__": None, "__spec__": None, "__loader__": None, "__cached__": None}
+        exec(self.code, self._globals)
+
+    def cleanup(self, mode) -> None:
+        if self._globals is not None:
+            self._globals.clear()
+            self._globals = None
+        import gc
+
+        gc.collect()
+
+
+def advise_script(options) -> int:
+    from .._errors import InvalidArgument
+    from ._api import run_advisor
+
+    if not os.path.isfile(options.script):
+        print(f"gradguard: can't open file {os.path.abspath(options.script)!r}: [Errno 2] No such file or directory",
+              file=sys.stderr)
+        return 2
+    if options.steps < 1:
+        raise InvalidArgument(f"gradguard advise: '--steps' must be >= 1, got {options.steps}")
+    if options.repeats < 0:
+        raise InvalidArgument(f"gradguard advise: '--repeats' must be >= 0, got {options.repeats}")
+    try:
+        step = ScriptStep(options.script, options.args, options.steps)
+    except SyntaxError as error:
+        import traceback
+
+        sys.stderr.write("".join(traceback.format_exception_only(type(error), error)))
+        return 1
+    saved_argv, saved_path0 = list(sys.argv), sys.path[0]
+    try:
+        report = run_advisor(step, per_proposal=not options.no_per_proposal, repeats=options.repeats)
+    finally:
+        sys.argv, sys.path[0] = saved_argv, saved_path0
+    sys.stdout.write(report.render() + "\n")
+    if options.json:
+        import json
+
+        with open(options.json, "w", encoding="utf-8") as handle:
+            json.dump(report.to_dict(), handle, indent=2)
+    return 0
