@@ -118,8 +118,21 @@ def audit_mutation(B, fn, args: Sequence[Any], kwargs: dict, wrt: Sequence[int],
                     fix="compute into a new tensor (grad_output * x instead of grad_output.mul_(x)).",
                 )
             )
-    g2 = [B.to_numpy(g) for g in lin.pullback_tensors(cotangent, lin.cotangent_tensors(cotangent))]
-    for i, (a, b) in enumerate(zip(g1, g2)):
+    try:
+        g2 = [B.to_numpy(g) for g in lin.pullback_tensors(cotangent, lin.cotangent_tensors(cotangent))]
+    except Exception as exc:  # e.g. PyTorch's own "modified by an inplace operation" on the second backward
+        g2 = None
+        findings.append(
+            Failure(
+                check="mutation.backward_not_repeatable",
+                regime=regime,
+                message=f"a second backward through the same graph (retain_graph=True) raised {type(exc).__name__}: {str(exc)[:300]}",
+                why="backward changed a tensor it saved (an in-place op on ctx.saved_tensors), so the graph cannot "
+                "be differentiated twice (double backward, gradient penalties, retain_graph loops).",
+                fix="keep saved tensors read-only in backward: compute into new tensors instead of in place.",
+            )
+        )
+    for i, (a, b) in enumerate(zip(g1, g2 or [])):
         eps = B.eps(B.dtype_name(lin.leaves[i]))
         scale = float(np.max(np.abs(a[np.isfinite(a)]), initial=0.0))
         m = compare(b, a, 4 * eps * scale)

@@ -147,8 +147,14 @@ class OpReport:
         lines = [self.summary()]
         lines += _field("inputs", "; ".join(self.inputs))
         lines += _field("ref", self.reference or "none (pass reference= to compare values, conventions and precision)")
+        previous = None
         for f in self.findings:
-            lines += ["  " + line for line in f.lines()]
+            flines = f.lines()
+            if f.repro and f.repro == previous:
+                cut = flines.index("     repro:")
+                flines = flines[:cut] + ["     repro : as above"]
+            previous = f.repro or previous
+            lines += ["  " + line for line in flines]
         passed = sorted({c.check for c in self.checks if c.status == "pass"} - self.failed_checks())
         if passed:
             lines += _field("passed", ", ".join(passed))

@@ -28,6 +28,12 @@ _FLOAT_EPS = {
 }
 
 
+def _np_tensor(arr) -> torch.Tensor:
+    """``torch.from_numpy`` that keeps 0-d arrays 0-d (``np.ascontiguousarray`` makes them 1-d)."""
+    arr = np.asarray(arr)
+    return torch.from_numpy(np.ascontiguousarray(arr)).reshape(arr.shape)
+
+
 def _flatten(obj: Any, path: str, out: list[tuple[str, Any]]) -> None:
     if isinstance(obj, torch.Tensor):
         out.append((path, obj))
@@ -68,7 +74,7 @@ class Linearization:
 
     def cotangent_tensors(self, cotangents: Sequence[np.ndarray]) -> list[torch.Tensor]:
         return [
-            torch.from_numpy(np.ascontiguousarray(c)).to(dtype=o.dtype, device=o.device)
+            _np_tensor(c).to(dtype=o.dtype, device=o.device)
             for c, o in zip(cotangents, self.out_tensors)
         ]
 
@@ -122,19 +128,23 @@ class TorchBackend:
 
     def from_numpy(self, arr: np.ndarray, like: torch.Tensor, dtype_name: str | None = None) -> torch.Tensor:
         dtype = getattr(torch, dtype_name) if dtype_name else like.dtype
-        return torch.from_numpy(np.ascontiguousarray(arr)).to(dtype=dtype, device=like.device)
+        return _np_tensor(arr).to(dtype=dtype, device=like.device)
 
     def round_to(self, arr: np.ndarray, dtype_name: str) -> np.ndarray:
         """``arr`` rounded to ``dtype_name`` and back to float64: the exact values a run in that dtype sees."""
-        t = torch.from_numpy(np.ascontiguousarray(arr, dtype=np.float64)).to(getattr(torch, dtype_name))
+        t = _np_tensor(np.asarray(arr, dtype=np.float64)).to(getattr(torch, dtype_name))
         return t.to(torch.float64).numpy().copy()
 
     def to_float64(self, t: torch.Tensor) -> torch.Tensor:
         return t.detach().to(torch.float64)
 
     def clone(self, t: torch.Tensor) -> torch.Tensor:
-        """A private copy with the same layout (strides), detached, requires_grad off."""
-        return t.detach().clone(memory_format=torch.preserve_format)
+        """A private copy with the same strides (non-contiguous stays non-contiguous), detached."""
+        t = t.detach()
+        if t.numel() > 1 and min(t.stride(), default=1) > 0 and not t.is_contiguous():
+            out = torch.empty_strided(tuple(t.shape), t.stride(), dtype=t.dtype, device=t.device)
+            return out.copy_(t)
+        return t.clone(memory_format=torch.preserve_format)
 
     # ---- running the op -----------------------------------------------------------------------------
     def outputs(self, result: Any) -> list[tuple[str, torch.Tensor]]:
@@ -250,10 +260,14 @@ class TorchBackend:
         """Python source that rebuilds ``t`` exactly (for small tensors)."""
         values = self.to_numpy(t)
         if self.kind(t) == "float":
-            body = np.array2string(values, separator=", ", precision=9, threshold=10**6, max_line_width=96,
-                                   floatmode="maxprec")
-            return f"torch.tensor({body}, dtype=torch.{self.dtype_name(t)})"
-        body = np.array2string(values, separator=", ", threshold=10**6, max_line_width=96)
+            if t.dtype == torch.float64:
+                fmt = lambda v: repr(float(v))
+            else:  # shortest float32 text that round-trips (exact for float16/bfloat16 values too)
+                fmt = lambda v: np.format_float_positional(np.float32(v), unique=True, trim="0")
+        else:
+            fmt = lambda v: str(int(v))
+        body = np.array2string(values, separator=", ", threshold=10**6, max_line_width=96,
+                               formatter={"all": fmt})
         return f"torch.tensor({body}, dtype=torch.{self.dtype_name(t)})"
 
     def grad_of(self, outputs: list[torch.Tensor], leaf: torch.Tensor, cot_tensors: list[torch.Tensor]) -> np.ndarray:
