@@ -158,6 +158,22 @@ class _Audit:
             U.append(us)
         return U
 
+    def _vjps(self, fn, args, U, first, out_names=None) -> list[list[np.ndarray]]:
+        """One VJP per cotangent, each on its own forward pass.
+
+        # NOTE [One backward per graph]
+        # A backward that mutates what it saved (Liger's cross entropy scales its saved gradient in place)
+        # is only right the first time. That is reported once, by mutation.backward_not_repeatable; the
+        # gradient checks must not be polluted by it, so every cotangent gets a fresh graph.
+        """
+        out = [first.pullback(U[0])]
+        for u in U[1:]:
+            lin = self.B.linearize(fn, args, self.kwargs, self.wrt)
+            if out_names is not None:
+                lin.out_tensors = [lin.out_tensors[lin.out_names.index(n)] for n in out_names]
+            out.append(lin.pullback(u))
+        return out
+
     def _to64(self, args):
         return [self.B.to_float64(a) if self.B.is_tensor(a) and self.B.kind(a) == "float" else a for a in args]
 
@@ -186,14 +202,14 @@ class _Audit:
         lin_d = B.linearize(fn, args, self.kwargs, self.wrt)
         self._check_outputs(lin_d, "fn")
         U = self._cotangents(lin_d, rng)
-        g_d = [lin_d.pullback(u) for u in U]
+        g_d = self._vjps(fn, args, U, lin_d)
         run = _Run(lin_d=lin_d, U=U, g_d=g_d)
         all64 = all(dt == "float64" for dt in lin_d.out_dtypes) and all(self._dtype(i) == "float64" for i in range(len(self.wrt)))
         if all64:
             run.lin_64, run.g_64 = lin_d, g_d
         else:
             run.lin_64 = self._linearize64(fn, args, "fn", run.notes)
-            run.g_64 = [run.lin_64.pullback(u) for u in U] if run.lin_64 else None
+            run.g_64 = self._vjps(fn, self._to64(args), U, run.lin_64) if run.lin_64 else None
 
         lin_rd = lin_r64 = g_rd = g_r64 = None
         if ref is not None:
@@ -204,7 +220,7 @@ class _Audit:
             lin_rd.out_tensors = [lin_rd.out_tensors[j] for j in order]
             lin_rd.outputs = [lin_rd.outputs[j] for j in order]
             lin_rd.out_names = list(lin_d.out_names)
-            g_rd = [lin_rd.pullback(u) for u in U]
+            g_rd = self._vjps(ref, args, U, lin_rd, lin_d.out_names)
             if all64:
                 lin_r64, g_r64 = lin_rd, g_rd
             else:
@@ -213,7 +229,7 @@ class _Audit:
                     order = [lin_r64.out_names.index(n) for n in lin_d.out_names]
                     lin_r64.out_tensors = [lin_r64.out_tensors[j] for j in order]
                     lin_r64.outputs = [lin_r64.outputs[j] for j in order]
-                    g_r64 = [lin_r64.pullback(u) for u in U]
+                    g_r64 = self._vjps(ref, self._to64(args), U, lin_r64, lin_d.out_names)
 
         def fail(check, **kw):
             run.failures.append(Failure(check=check, regime=regime, **kw))
@@ -415,11 +431,13 @@ class _Audit:
         return ()
 
     def _linearity(self, run: _Run, regime, fail, record):
-        lin = run.lin_64 or run.lin_d
-        base = run.g_64 if run.lin_64 is not None else run.g_d
+        use64 = run.lin_64 is not None
+        base = run.g_64 if use64 else run.g_d
         u0 = run.U[0]
-        g_a = lin.pullback([_LINEARITY_ALPHA * u for u in u0])
-        g_z = lin.pullback([np.zeros_like(u) for u in u0])
+        args = self._to64(self.args) if use64 else self.args
+        fresh = lambda: self.B.linearize(self.fn, args, self.kwargs, self.wrt)  # NOTE [One backward per graph]
+        g_a = fresh().pullback([_LINEARITY_ALPHA * u for u in u0])
+        g_z = fresh().pullback([np.zeros_like(u) for u in u0])
         ok_lin = ok_zero = True
         for i in range(len(self.wrt)):
             name = self.names[self.wrt[i]]
