@@ -1,0 +1,111 @@
+"""A real C++ extension writing through data_ptr: inside a custom Function, called bare, and as a torch op."""
+
+import pathlib
+import sys
+
+import pytest
+import torch
+
+import gradguard
+from gradguard import InplaceModificationError, SilentModificationError
+from gradguard.backends.torch._bisect import bisect
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+import _cpp_extension  # noqa: E402
+
+HERE = pathlib.Path(__file__)
+SOURCE = HERE.read_text().splitlines()
+SHORT = HERE.relative_to(pathlib.Path.cwd()) if HERE.is_relative_to(pathlib.Path.cwd()) else HERE
+
+
+@pytest.fixture(scope="module")
+def ext():
+    return _cpp_extension.load()
+
+
+def line_of(marker: str) -> int:
+    (hit,) = [i + 1 for i, text in enumerate(SOURCE) if text.rstrip().endswith("# " + marker)]
+    return hit
+
+
+class CppDouble(torch.autograd.Function):
+    """loss = sum(2 * x); the extension doubles x in place in forward (mode="inplace") or a clone."""
+
+    ext = None
+
+    @staticmethod
+    def forward(ctx, x, mode):
+        y = x.detach().clone() if mode == "clone" else x.detach()
+        CppDouble.ext.scale_inplace(y, 2.0)
+        if mode == "increment_version":
+            torch.autograd.graph.increment_version(x)
+        return y.sum()
+
+    @staticmethod
+    def backward(ctx, g):
+        return None, None
+
+
+def test_extension_inside_a_function_is_named(ext):
+    CppDouble.ext = ext
+    with pytest.raises(SilentModificationError) as info:
+        with gradguard.guard():
+            x = torch.linspace(-1, 1, 6, requires_grad=True)
+            h = x.tanh()  # cpp-save
+            loss = CppDouble.apply(h, "inplace") + h.sum()  # cpp-call
+            loss.backward()
+    f = info.value.finding
+    (w,) = f.modified_at
+    assert (f.rule, f.saved_at.op, f.saved_at.location.line) == ("silent_kernel_write", "TanhBackward0.result",
+                                                                  line_of("cpp-save"))
+    assert (w.op, w.location.line, w.bumps_version) == ("CppDouble.forward", line_of("cpp-call"), False)
+
+
+def test_extension_corrected_variants(ext):
+    CppDouble.ext = ext
+    with gradguard.guard() as g:
+        x = torch.linspace(-1, 1, 6, requires_grad=True)
+        h = x.tanh()
+        (CppDouble.apply(h, "clone") + h.sum()).backward()
+    assert g.findings == []
+    assert torch.allclose(x.grad, 1 - x.detach().tanh() ** 2)
+    with pytest.raises(InplaceModificationError):
+        with gradguard.guard():
+            h = torch.linspace(-1, 1, 6, requires_grad=True).tanh()
+            (CppDouble.apply(h, "increment_version") + h.sum()).backward()
+
+
+def bare_call(ext):
+    x = torch.linspace(-1, 1, 6, requires_grad=True)
+    h = x.sigmoid()
+    y = h.sum()  # bare-before
+    ext.scale_inplace(h.detach(), 2.0)
+    z = y * 1.0  # bare-after
+    z.backward()
+
+
+def test_extension_called_bare_is_flagged_and_bisect_names_the_interval(ext):
+    with pytest.raises(SilentModificationError) as info:
+        with gradguard.guard():
+            bare_call(ext)
+    assert info.value.finding.modified_at == []
+    (f,) = bisect(bare_call, ext)
+    (w,) = f.modified_at
+    # the last torch op before the write is h.detach() on the extension's line; the next is y * 1.0
+    assert w.op == f"write outside torch between {SHORT}:{line_of('bare-before') + 1} and " \
+                   f"{SHORT}:{line_of('bare-after')}"
+
+
+def op_call(ext):
+    x = torch.linspace(-1, 1, 6, requires_grad=True)
+    h = x.exp()
+    torch.ops.gradguard_silent_test.scale_inplace(h.detach(), 2.0)  # op-call
+    h.sum().backward()
+
+
+def test_extension_registered_as_an_op_is_pinned_by_bisect(ext):
+    (f,) = bisect(op_call, ext)
+    (w,) = f.modified_at
+    assert (w.op, w.location.line, w.category) == ("gradguard_silent_test.scale_inplace", line_of("op-call"),
+                                                   "kernel")
+    assert f.saved_at.op == "ExpBackward0.result"
