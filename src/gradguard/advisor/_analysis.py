@@ -163,19 +163,20 @@ def _reasons(mode, op, position, sid, readers, saves_by_sid, grad_sids, alive_en
     if opt_readers or sid in grad_sids:
         what = f"read by {opt_readers[0].name} in optimizer.step()" if opt_readers else "it is a .grad"
         out.append(Rejection("needed_by_optimizer", f"the optimizer needs the operand's memory ({what})"))
-    other = sorted((r for r in later if r.phase != "optimizer"), key=lambda r: (r.phase != "forward", r.index))
+    # Backward reads the operand's memory only through saved tensors: the saved_for_backward rule says that.
+    other = [r for r in later if r.phase == "forward"]
     if other:
         r = other[0]
-        where = f"at {_where(r.location)}" if r.location else f"in {r.phase}"
+        where = f"at {_where(r.location)}"
         out.append(Rejection("used_later", f"read later by {r.name} {where}"
                                             + (f" (+{len(other) - 1} more)" if len(other) > 1 else "")))
-    if sid in alive_end:
-        if op.in_alive_end and op.in_alive_end[position]:
-            if sid not in mode.preexisting:
-                out.append(Rejection("outlives_step", "the operand is still referenced after the step"))
-        else:
+    if sid in alive_end and sid not in mode.preexisting:
+        view_alive = bool(op.view_alive_end) and op.view_alive_end[position]
+        if view_alive or not (op.in_alive_end and op.in_alive_end[position]):
             out.append(Rejection("aliased_by_live_view",
                                  "another tensor sharing the operand's memory (a view) is alive after the step"))
+        else:
+            out.append(Rejection("outlives_step", "the operand is still referenced after the step"))
     return out
 
 

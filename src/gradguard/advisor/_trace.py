@@ -110,6 +110,7 @@ class OpRecord:
     key: tuple = ()
     swappable: bool = False  # add/mul of two tensors (alpha 1): the other operand may be overwritten instead
     in_alive_end: tuple = ()  # filled by StepMode.finish()
+    view_alive_end: tuple = ()  # another view/alias of the input's memory is alive at the end
 
 
 _TRACKED_INPLACE_CACHE: dict = {}
@@ -188,6 +189,9 @@ class StepMode(TorchDispatchMode):
         self._index = -1
         self._quiet = 0
         self._counter: dict = {}
+        self._pending_saves: list[SaveRecord] = []
+        self._last_out_sids: tuple = ()
+        self._aliases: dict[int, list] = {}  # sid -> weakrefs to forward views/aliases created in the step
         self.in_optimizer = 0
         self.stop_after_optimizer_steps: int | None = None
         self.optimizer_steps = 0
@@ -269,12 +273,22 @@ class StepMode(TorchDispatchMode):
         else:
             record.node = _current_node_name() or (grad_fn.name() if grad_fn is not None else None)
         self.saves.append(record)
-        return (detached, record, self._index)
+        packed = (detached, record)
+        if record.sid not in self._last_out_sids:
+            # Not an output of the op that just ran: an input of the op about to run (autograd saves inputs
+            # before dispatching the op).
+            self._pending_saves.append((record, None, None))
+        elif grad_fn is not None:
+            # An output of the op that just ran (saved after it returned), or that same tensor saved as an input
+            # of the next op. Decided at the next op: the producer's node holds our object only in the first case.
+            self._pending_saves.append((record, grad_fn, packed))
+        return packed
 
     def _unpack(self, packed):
         if not isinstance(packed, tuple):
             return packed
-        detached, record, saved_at = packed
+        detached, record = packed
+        saved_at = record.after_op
         if record.version is not None and detached._version != record.version:
             record.unpacked_version_mismatch = True
             record.raising_writes = [w for w in self.writes.get(record.sid, ()) if w.index > saved_at]
@@ -303,6 +317,16 @@ class StepMode(TorchDispatchMode):
         for a in kwargs.values():
             _tensors(a, inputs)
         in_sids = tuple(self._sid(t, allocate=False) for t in inputs)
+        if self._pending_saves:
+            # Autograd saves an op's inputs before the op reaches us: attribute them to this op.
+            for record, producer, packed in self._pending_saves:
+                if record.sid is None or record.sid not in in_sids:
+                    continue
+                if producer is not None and _node_holds(producer, packed):
+                    continue
+                record.after_op = index
+                record.node = func.name()
+            self._pending_saves = []
         spec = written_arguments(func)
         write_targets: list[torch.Tensor] = []
         if spec:
@@ -363,7 +387,12 @@ class StepMode(TorchDispatchMode):
 
         outputs = _tensors(out, [])
         out_sids = tuple(self._sid(t, allocate=True) for t in outputs)
+        self._last_out_sids = out_sids
 
+        if self.record and phase == "forward":
+            for t, sid in zip(outputs, out_sids):
+                if sid is not None and sid in in_sids:
+                    self._aliases.setdefault(sid, []).append(weakref.ref(t))
         if self.record:
             write_sids = []
             for t in write_targets:
@@ -404,7 +433,13 @@ class StepMode(TorchDispatchMode):
         self.alive_sids_at_end = set(self._by_ptr.values())
         for op in self.ops:
             if op.in_refs:
-                op.in_alive_end = tuple(r() is not None for r in op.in_refs)
+                objs = [r() for r in op.in_refs]
+                op.in_alive_end = tuple(o is not None for o in objs)
+                op.view_alive_end = tuple(
+                    any((a() is not None and a() is not o) for a in self._aliases.get(sid, ()))
+                    for o, sid in zip(objs, op.in_sids)
+                )
+                del objs
 
 
 _SWAPPABLE = ("aten::add.Tensor", "aten::mul.Tensor")
@@ -416,6 +451,24 @@ def _swappable(func, args, kwargs) -> bool:
     if not (isinstance(args[0], torch.Tensor) and isinstance(args[1], torch.Tensor)):
         return False
     return kwargs.get("alpha", 1) == 1
+
+
+def _node_holds(node, packed) -> bool:
+    """Whether an autograd node saved exactly this packed object (``_raw_saved_*.data`` is what pack returned)."""
+    for name in dir(node):
+        if not name.startswith("_raw_saved_"):
+            continue
+        try:
+            raw = getattr(node, name)
+        except Exception:
+            continue
+        for item in raw if isinstance(raw, (list, tuple)) else (raw,):
+            try:
+                if item.data is packed:
+                    return True
+            except Exception:
+                continue
+    return False
 
 
 def _current_node_name() -> str | None:
