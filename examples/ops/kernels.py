@@ -135,16 +135,21 @@ class _LayerNorm(torch.autograd.Function):
 
     @classmethod
     def forward(cls, ctx, x, w, b):
+        # statistics in float32 at least, as real kernels do (bf16 statistics lose the variance)
+        dtype = x.dtype
+        x, w, b = (t.to(torch.promote_types(t.dtype, torch.float32)) for t in (x, w, b))
         mean = x.mean(dim=-1, keepdim=True)
         var = ((x - mean) ** 2).mean(dim=-1, keepdim=True)
         rstd = torch.rsqrt(var + EPS)
         xhat = (x - mean) * rstd
         ctx.save_for_backward(xhat, rstd, w, var)
-        return xhat * w + b
+        ctx.dtype = dtype
+        return (xhat * w + b).to(dtype)
 
     @classmethod
     def backward(cls, ctx, g):
         xhat, rstd, w, var = ctx.saved_tensors
+        g = g.to(xhat.dtype)
         gx_hat = g * w
         reduce = tuple(range(g.dim() - 1))
         gw = (g * xhat).sum(dim=reduce)
@@ -155,7 +160,7 @@ class _LayerNorm(torch.autograd.Function):
             gx = rstd * (gx_hat - gx_hat.mean(dim=-1, keepdim=True))
         else:
             gx = rstd * (gx_hat - gx_hat.mean(dim=-1, keepdim=True) - xhat * (gx_hat * xhat).mean(dim=-1, keepdim=True))
-        return gx, gw, gb
+        return gx.to(ctx.dtype), gw.to(ctx.dtype), gb.to(ctx.dtype)
 
 
 class _LayerNormNoMean(_LayerNorm):

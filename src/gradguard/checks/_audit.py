@@ -653,4 +653,5 @@ def run_check_op(B, fn: Callable, inputs: tuple, reference, options: dict) -> Op
         raise InvalidArgument(f"check_op: regimes contains {bad_regimes[0]!r}; expected a sequence drawn from {list(REGIME_NAMES)}.")
     if not isinstance(opts["probes"], int) or opts["probes"] < 1:
         raise InvalidArgument(f"check_op: probes must be a positive int; got {opts['probes']!r}.")
-    return _Audit(B, fn, inputs, reference, opts).run()
+    with B.audit_threads(inputs):
+        return _Audit(B, fn, inputs, reference, opts).run()
