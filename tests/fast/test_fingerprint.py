@@ -128,3 +128,21 @@ def test_sample_mode_hashes_a_bounded_spread_sample():
     assert fingerprint(big, "sample") != before
     small = torch.randn(100)
     assert fingerprint(small, "sample") == fingerprint(small, "full")  # under the budget: every byte
+
+
+@pytest.mark.parametrize("make", [
+    lambda: torch.randn(300), lambda: torch.randn(3, 4).t(), lambda: torch.randn(2, 3, 4).permute(2, 0, 1),
+    lambda: torch.randn(100_000), lambda: torch.randn(40_000, dtype=torch.float64)[3:],
+    lambda: torch.tensor([True, False, True]), lambda: torch.randn(5).to(torch.bfloat16), lambda: torch.empty(0),
+], ids=["small", "transpose", "permute", "big", "offset-f64", "bool", "bf16", "empty"])
+@pytest.mark.parametrize("mode", ["full", "sample"])
+def test_pointer_fast_path_equals_the_general_path(make, mode):
+    import xxhash
+
+    from gradguard.backends.torch import _fingerprint as fp
+
+    t = make()
+    raw = fp._dense_bytes(t)
+    if mode == "sample":
+        raw = fp._sample(raw)
+    assert fp._cpu_block(t, mode) == xxhash.xxh3_64_intdigest(memoryview(raw.numpy()))
