@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 
+from . import _inplace_rules
 from ._findings import Finding, WriteRecord
 
 __all__ = ["diagnose", "classify_source", "HEADLINES"]
@@ -48,6 +49,7 @@ def diagnose(finding: Finding) -> Finding:
     """Fill ``headline``, ``explanation``, ``suggestion`` and ``rule`` in place; returns the finding."""
     finding.headline = finding.headline or HEADLINES.get(finding.kind, finding.kind)
     if finding.kind in ("inplace_modification", "silent_write"):
+        _name_from_write(finding)
         rule, why, fix = _saved_tensor_rules(finding)
     else:
         rule, why, fix = finding.rule, finding.explanation, finding.suggestion
@@ -55,6 +57,19 @@ def diagnose(finding: Finding) -> Finding:
     finding.explanation = finding.explanation or why
     finding.suggestion = finding.suggestion or fix
     return finding
+
+
+def _name_from_write(f: Finding) -> None:
+    """An unnamed activation gets the variable the user wrote it through (``out`` in ``out += identity``):
+    that name is how the user knows the tensor."""
+    if f.tensor.name:
+        return
+    for write in f.modified_at:
+        if write.category in ("augmented_assign", "index_assign") and write.location is not None:
+            from ._source_ast import written_expression
+
+            f.tensor.name = written_expression(write.location.file, write.location.line)
+            return
 
 
 def _saved_tensor_rules(f: Finding) -> tuple[str, str, str]:
@@ -80,37 +95,11 @@ def _saved_tensor_rules(f: Finding) -> tuple[str, str, str]:
                 "Use the non-fused optimizer path (fused=False; foreach=True keeps most of the speed), and/or run "
                 "every backward that needs this forward pass before the optimizer step.",
             )
-        if passes >= 1:
-            kept = "retain_graph=True" if retain is not False else "a retained graph"
-            return (
-                "retained_graph_across_steps",
-                f"{saver} saved this parameter in a forward pass {passes} backward pass(es) ago. That graph is still "
-                f"alive ({kept}) and this backward runs through it again, because a tensor from that iteration was "
-                f"carried into this one (for example an RNN hidden state that was not detached). In between, "
-                f"{stepper} at {_where(opt)} updated the parameter in place, so the old graph's saved value is gone.",
-                "Cut the graph between iterations: carry the state detached (`h = h_next.detach()`) and drop "
-                "retain_graph=True. If you do want gradients through earlier iterations (truncated BPTT), call "
-                "optimizer.step() only after the last backward that uses that graph.",
-            )
-        return (
-            "optimizer_step_before_backward",
-            f"{stepper} at {_where(opt)} updated the parameter in place between the forward pass that saved it "
-            f"({saver}) and the backward pass that needs it. This is the classic GAN / actor-critic ordering bug: "
-            f"one model is stepped before the other loss's backward has run through it.",
-            "Run every backward() that uses this forward pass before any optimizer.step() (compute all losses, "
-            "backward them, then step), or recompute the forward pass after the step, or detach the tensor "
-            "that should not carry gradient into this model (e.g. `fake.detach()`).",
-        )
+        return _inplace_rules.optimizer_rule(f, opt, passes, retain)
 
     act = _first(writes, "activation")
     if act is not None:
-        return (
-            "inplace_activation",
-            f"The in-place activation {act.via or act.op} at {_where(act)} overwrote a tensor that {saver} "
-            f"saved for backward ({f.saved_at.node or 'that node'} needs the original values to compute its gradient).",
-            "Use the out-of-place form: inplace=False (e.g. `nn.ReLU(inplace=False)`), or `torch.relu(x)` "
-            "instead of `torch.relu_(x)` / `F.relu(x, inplace=True)`.",
-        )
+        return _inplace_rules.activation_rule(f, act)
 
     data = _first(writes, "data_write")
     if data is not None:
@@ -169,22 +158,11 @@ def _saved_tensor_rules(f: Finding) -> tuple[str, str, str]:
 
     aug = _first(writes, "augmented_assign")
     if aug is not None:
-        return (
-            "augmented_assignment",
-            f"`{aug.location.code if aug.location else aug.op}` is an in-place operation: it overwrote a tensor "
-            f"that {saver} saved for backward.",
-            "Write it out of place: `x = x + y` instead of `x += y` (likewise `x = x * y`, `x = x / y`).",
-        )
+        return _inplace_rules.augmented_rule(f, aug)
 
     idx = _first(writes, "index_assign")
     if idx is not None:
-        return (
-            "index_assignment",
-            f"Index/slice assignment at {_where(idx)} writes in place into a tensor that {saver} saved "
-            f"for backward.",
-            "Assign into a copy (`x = x.clone(); x[idx] = value`) so the saved tensor stays intact, or use an "
-            "out-of-place form such as `torch.where(mask, value, x)` or `x.index_put((idx,), value)`.",
-        )
+        return _inplace_rules.index_rule(f, idx)
 
     # DistributedDataParallel's forward broadcasts rank 0's buffers into every rank's buffers in place
     # (broadcast_buffers=True). It is the cause when every version-bumping write is DDP's own.
@@ -205,13 +183,7 @@ def _saved_tensor_rules(f: Finding) -> tuple[str, str, str]:
 
     copy = _first(writes, "copy")
     if copy is not None and f.tensor.role == "buffer":
-        return (
-            "buffer_refill",
-            f"The buffer {f.tensor.name or ''} was refilled with copy_ at {_where(copy)} after {saver} saved "
-            f"it for backward.",
-            "Refill the buffer only after the backward that uses it, or use a copy in forward "
-            "(`self.buf.clone()`), or assign a new tensor instead of copying into the old one.",
-        )
+        return _inplace_rules.buffer_rule(f, copy)
 
     if not writes:
         return (

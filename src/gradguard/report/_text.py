@@ -31,7 +31,10 @@ def _write_lines(index: int, w: WriteRecord) -> list[str]:
     else:
         versions = ""
     silent = "" if w.bumps_version else "  [no version bump: invisible to the framework]"
-    lines = [f"    {index}. {w.op}{via} at {where}{versions}{silent}"]
+    # Wrapped with a hanging indent under the op, so the rich panel (same width) never re-wraps it.
+    lines = textwrap.wrap(f"{index}. {w.op}{via} at {where}{versions}{silent}", width=_WIDTH - 4,
+                          initial_indent="    ", subsequent_indent="       ", break_on_hyphens=False,
+                          break_long_words=False)
     if w.location:
         lines += _code(w.location.code, 7)
     if w.library_frame:

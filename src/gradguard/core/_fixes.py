@@ -1,0 +1,235 @@
+"""Read the user's source around a finding to make its fix concrete: the rewritten line, not a template.
+
+Only used on error paths (building a diagnosis), never per op. Every helper returns None (or an empty
+result) when the source is unavailable or does not have the expected shape; callers then fall back to
+generic wording.
+"""
+
+from __future__ import annotations
+
+import ast
+import linecache
+
+from ._findings import SourceLocation
+from ._source_ast import _statement_at
+
+__all__ = [
+    "out_of_place",
+    "carried_state",
+    "CarriedState",
+    "step_receivers",
+    "mask_assignment",
+    "statement_code",
+    "assigned_names",
+]
+
+# Operators whose augmented form `x op= y` has the out-of-place form `x = x op y`.
+_AUG_SYMBOLS = {
+    ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%",
+    ast.Pow: "**", ast.MatMult: "@", ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^",
+    ast.LShift: "<<", ast.RShift: ">>",
+}
+# Nodes that need no parentheses on the right of a binary operator.
+_ATOMIC = (ast.Name, ast.Constant, ast.Attribute, ast.Call, ast.Subscript)
+
+
+def _parse_line(code: str) -> ast.stmt | None:
+    try:
+        body = ast.parse(code.strip()).body
+    except SyntaxError:
+        return None
+    return body[0] if len(body) == 1 else None
+
+
+def statement_code(location: SourceLocation | None) -> str:
+    """The whole statement at ``location`` (may span lines), stripped; falls back to the line itself."""
+    if location is None:
+        return ""
+    stmt = _statement_at(location.file, location.line)
+    if stmt is None or stmt.end_lineno is None or stmt.end_lineno == stmt.lineno:
+        return location.code
+    lines = [linecache.getline(location.file, n).strip() for n in range(stmt.lineno, stmt.end_lineno + 1)]
+    return " ".join(lines)
+
+
+def out_of_place(code: str) -> str | None:
+    """``h *= 0.5`` -> ``h = h * 0.5``; ``a.mul_(2)`` -> ``a = a.mul(2)``; ``torch.relu_(x)`` -> ``x = torch.relu(x)``."""
+    code = code.strip()
+    stmt = _parse_line(code)
+    if isinstance(stmt, ast.AugAssign) and type(stmt.op) in _AUG_SYMBOLS:
+        target = ast.unparse(stmt.target)
+        value = ast.get_source_segment(code, stmt.value) or ast.unparse(stmt.value)
+        if not isinstance(stmt.value, _ATOMIC):
+            value = f"({value})"
+        return f"{target} = {target} {_AUG_SYMBOLS[type(stmt.op)]} {value}"
+    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and isinstance(stmt.value.func, ast.Attribute):
+        call = stmt.value
+        name = call.func.attr
+        if not name.endswith("_") or name.endswith("__"):
+            return None
+        base = call.func.value
+        if isinstance(base, ast.Name) and base.id in ("torch", "F") and call.args:
+            target = ast.unparse(call.args[0])
+            call.func.attr = name[:-1]
+            return f"{target} = {ast.unparse(call)}"
+        target = ast.unparse(base)
+        call.func.attr = name[:-1]
+        return f"{target} = {ast.unparse(call)}"
+    return None
+
+
+def mask_assignment(code: str) -> str | None:
+    """``p[p < 0.1] = 0.0`` -> ``p = p.masked_fill(p < 0.1, 0.0)`` when the index is a boolean comparison."""
+    stmt = _parse_line(code)
+    if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Subscript)):
+        return None
+    target = stmt.targets[0]
+    mask = target.slice
+    if not (isinstance(mask, ast.Compare) or (isinstance(mask, ast.UnaryOp) and isinstance(mask.op, ast.Invert))):
+        return None
+    base = ast.unparse(target.value)
+    return f"{base} = {base}.masked_fill({ast.unparse(mask)}, {ast.unparse(stmt.value)})"
+
+
+def assigned_names(code: str) -> list[str]:
+    """Names bound by an assignment statement: ``out, h = rnn(x, h)`` -> ``["out", "h"]``."""
+    stmt = _parse_line(code)
+    targets: list[ast.expr] = []
+    if isinstance(stmt, ast.Assign):
+        targets = list(stmt.targets)
+    elif isinstance(stmt, (ast.AnnAssign, ast.AugAssign)):
+        targets = [stmt.target]
+    names = []
+    for target in targets:
+        for node in ast.walk(target):
+            if isinstance(node, ast.Name):
+                names.append(node.id)
+    return names
+
+
+# -- loops ---------------------------------------------------------------------------------------------
+
+
+def _tree(filename: str) -> ast.Module | None:
+    source = "".join(linecache.getlines(filename))
+    if not source:
+        return None
+    try:
+        return ast.parse(source)
+    except SyntaxError:
+        return None
+
+
+def _innermost(tree: ast.AST, line: int, kinds: tuple[type, ...]) -> ast.AST | None:
+    best = None
+    for node in ast.walk(tree):
+        if isinstance(node, kinds) and node.lineno <= line <= (node.end_lineno or node.lineno):
+            if best is None or node.lineno >= best.lineno:
+                best = node
+    return best
+
+
+class CarriedState:
+    """A variable whose value flows from one loop iteration into the next (``h_cur`` in the RNN seed)."""
+
+    def __init__(self, name: str, assignment: SourceLocation, source: str | None):
+        self.name = name
+        self.assignment = assignment  # the statement that stores next iteration's value
+        self.source = source  # ``h_next`` in ``h_cur = h_next``; None when bound by a call's results
+
+    def detach_fix(self, is_tuple: bool = False) -> str:
+        """The line that detaches it where it crosses the iteration boundary."""
+        if self.source is not None and not is_tuple:
+            return f"`{self.name} = {self.source}.detach()` (line {self.assignment.line})"
+        detached = (f"tuple(s.detach() for s in {self.name})" if is_tuple else f"{self.name}.detach()")
+        return f"`{self.name} = {detached}` right after line {self.assignment.line}"
+
+
+def _loads_and_stores(stmt: ast.stmt) -> tuple[list[str], list[str]]:
+    """Names read and names written by one simple statement, reads first (Python evaluates the value
+    before binding the targets)."""
+    loads, stores = [], []
+    for node in ast.walk(stmt):
+        if isinstance(node, ast.Name):
+            (loads if isinstance(node.ctx, ast.Load) else stores).append(node.id)
+    if isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name):
+        loads.append(stmt.target.id)
+    return loads, stores
+
+
+def _simple_statements(body: list[ast.stmt]) -> list[ast.stmt]:
+    """Statements of a loop body in execution order, compound statements flattened (their headers are
+    skipped, nested loops included: what matters is the order of reads and writes)."""
+    out: list[ast.stmt] = []
+    for stmt in body:
+        if isinstance(stmt, (ast.If, ast.For, ast.While, ast.With, ast.Try, ast.AsyncFor, ast.AsyncWith)):
+            for field in ("body", "orelse", "handlers", "finalbody"):
+                children = getattr(stmt, field, None) or []
+                for child in children:
+                    if isinstance(child, ast.ExceptHandler):
+                        out.extend(_simple_statements(child.body))
+                    else:
+                        out.extend(_simple_statements([child]))
+        elif not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.append(stmt)
+    return out
+
+
+def carried_state(location: SourceLocation | None) -> list[CarriedState]:
+    """Variables of the loop around ``location`` that are read before they are (re)assigned in the loop
+    body: their value at the start of an iteration comes from the previous one. Loop targets and
+    augmented accumulators of plain numbers cannot be told apart from tensors here, so the caller keeps
+    only those the finding makes plausible."""
+    if location is None:
+        return []
+    tree = _tree(location.file)
+    if tree is None:
+        return []
+    loop = _innermost(tree, location.line, (ast.For, ast.While, ast.AsyncFor))
+    if loop is None:
+        return []
+    loop_targets = set()
+    if isinstance(loop, (ast.For, ast.AsyncFor)):
+        loop_targets = {n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name)}
+    assigned: set[str] = set()
+    read_first: list[str] = []
+    last_store: dict[str, ast.stmt] = {}
+    for stmt in _simple_statements(loop.body):
+        loads, stores = _loads_and_stores(stmt)
+        for name in loads:
+            if name not in assigned and name not in read_first:
+                read_first.append(name)
+        for name in stores:
+            assigned.add(name)
+            last_store[name] = stmt
+    carried = []
+    for name in read_first:
+        stmt = last_store.get(name)
+        if stmt is None or name in loop_targets:
+            continue
+        source = None
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+            if isinstance(stmt.value, (ast.Name, ast.Attribute)):
+                source = ast.unparse(stmt.value)
+        code = linecache.getline(location.file, stmt.lineno).strip()
+        carried.append(CarriedState(name, SourceLocation(location.file, stmt.lineno, location.function, code), source))
+    return carried
+
+
+def step_receivers(location: SourceLocation | None) -> list[str]:
+    """Distinct receivers of ``X.step()`` calls in the function (or module) around ``location``:
+    ``["opt_d", "opt_g"]`` tells a two-model setup (GAN, actor-critic) from one optimizer."""
+    if location is None:
+        return []
+    tree = _tree(location.file)
+    if tree is None:
+        return []
+    scope = _innermost(tree, location.line, (ast.FunctionDef, ast.AsyncFunctionDef)) or tree
+    receivers: list[str] = []
+    for node in ast.walk(scope):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "step"
+                and not node.args):
+            receiver = ast.unparse(node.func.value)
+            if receiver not in receivers:
+                receivers.append(receiver)
+    return receivers
