@@ -20,7 +20,6 @@ import pytest
 __all__ = ["GradguardFixture"]
 
 _GUARD_ARGUMENTS = ("fingerprint", "track_writes", "backend")
-_findings_key = pytest.StashKey[list]()  # item -> findings of that test
 _all_key = pytest.StashKey[list]()  # config -> [(nodeid, finding), ...]
 
 
@@ -89,6 +88,18 @@ def _guard_arguments(item) -> tuple[bool, dict]:
     return bool(wanted and enabled), kwargs
 
 
+def pytest_collection_modifyitems(session, config, items):
+    for item in items:  # a misspelt marker argument stops the run before any test, like an unknown option
+        if item.get_closest_marker("gradguard") is not None:
+            _guard_arguments(item)
+
+
+def pytest_report_header(config):
+    if config.getoption("--gradguard"):
+        return "gradguard: every test runs under gradguard.guard()"
+    return None
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item):
     enabled, kwargs = _guard_arguments(item)
@@ -105,7 +116,6 @@ def pytest_runtest_call(item):
             return (yield)
     finally:
         findings = list(block.findings)
-        item.stash[_findings_key] = findings
         if findings:
             from gradguard.report._text import render_finding
 
