@@ -60,3 +60,10 @@ def test_flip_not_flipped_back_needs_random_cotangent():
 def test_pynative_only():
     r = check_op(XSinX(), X, modes=("pynative",))
     assert r.passed and r.modes == ["pynative"] and "graph_mode" not in r.checks
+
+
+def test_public_check_op_dispatches_to_mindspore():
+    import gradguard
+
+    r = gradguard.check_op(MissingTerm(), X, backend="mindspore")
+    assert r.backend.startswith("mindspore") and r.failed_checks == ["gradient", "graph_mode"]

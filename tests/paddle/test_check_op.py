@@ -102,3 +102,12 @@ def test_dispatch_through_registry():
     assert adapter.version(x) == 0 and adapter.mode() == "eager"
     with pytest.raises(TypeError):
         resolve_backend("jax")
+
+
+def test_public_check_op_dispatches_to_paddle():
+    import gradguard
+
+    r = gradguard.check_op(lambda x: x * paddle.sin(x), X, backend="paddle")
+    assert r.passed and r.backend.startswith("paddle")
+    r = gradguard.check_op(lambda x: x * paddle.sin(x), paddle.to_tensor(X))  # auto: paddle tensor input
+    assert r.passed and r.backend.startswith("paddle")

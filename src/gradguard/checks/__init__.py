@@ -24,6 +24,15 @@ def check_op(fn: Callable, *inputs: Any, reference: Callable | None = None, **op
     ``composition``), ``regimes``, ``seed``, ``probes``, ``full_jacobian_max``, ``rtol``,
     ``reference_factor``, ``shrink``, ``name``.
     """
+    backend = options.pop("backend", "auto")
+    if backend != "torch":  # PaddlePaddle / MindSpore: their own audits (gradguard.backends.<name>.check_op)
+        from ..backends import detect_backend, resolve_backend
+
+        name = resolve_backend(backend, [fn, *inputs]) if backend != "auto" else detect_backend([fn, *inputs])
+        if name in ("paddle", "mindspore"):
+            import importlib
+
+            return importlib.import_module(f"gradguard.backends.{name}").check_op(fn, *inputs, **options)
     from ._audit import run_check_op
     from ._torch_ops import TORCH
 
