@@ -103,7 +103,8 @@ def central_difference(
     minus = [x if i != which else x - w for i, x in enumerate(xs)]
     fp = forward(plus)
     fm = forward(minus)
-    return [(a - b) / 2.0 for a, b in zip(fp, fm)]
+    with np.errstate(invalid="ignore", over="ignore"):
+        return [(a - b) / 2.0 for a, b in zip(fp, fm)]
 
 
 def dot(us: Sequence[np.ndarray], vs: Sequence[np.ndarray]) -> float:
