@@ -47,7 +47,7 @@ class SmallCNN(nn.Module):
         return logits
 
 
-def main():
+def main(repeats=3):
     torch.manual_seed(0)
     model = SmallCNN()
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
@@ -61,7 +61,7 @@ def main():
         opt.step()
         return loss.detach()
 
-    report = gradguard.advise(train_step)
+    report = gradguard.advise(train_step, repeats=repeats)
     print(report)
     return report
 

@@ -47,7 +47,7 @@ class Block(nn.Module):
         return out
 
 
-def main():
+def main(repeats=3):
     torch.manual_seed(0)
     batch, seq, d_model = 8, 128, 64
     block = Block(d_model)
@@ -65,7 +65,7 @@ def main():
         opt.step()
         return loss.detach()
 
-    report = gradguard.advise(train_step)
+    report = gradguard.advise(train_step, repeats=repeats)
     print(report)
     return report
 

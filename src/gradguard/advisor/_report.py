@@ -132,7 +132,8 @@ class AdviceReport:
     def render(self) -> str:
         lines = []
         lines.append("gradguard advise: in-place memory advisor")
-        lines.append(f"  step: {self.ops_recorded} aten ops recorded, {self.runs} runs; memory = {self.memory_method}")
+        step = f"{self.ops_recorded} aten ops recorded, " if self.ops_recorded else ""
+        lines.append(f"  step: {step}{self.runs} runs; memory = {self.memory_method}")
         lines.append(f"  baseline peak: {format_bytes(self.baseline_peak)}")
         if self.proposals:
             lines.append(f"\n{len(self.proposals)} verified proposal(s) (gradients bit-identical, peak drop measured):")
@@ -154,7 +155,8 @@ class AdviceReport:
                          f"measured -{format_bytes(self.measured_total_saving)}), gradients identical: "
                          f"{self.gradients_identical}")
         if self.baseline_seconds is not None and self.rewritten_seconds is not None:
-            lines.append(f"  step time (median of {len(self.timing_runs[0])}, both under the accounting mode): "
+            lines.append(f"  step time (median of {len(self.timing_runs[0])}"
+                         + (", both under the accounting mode" if self.ops_recorded else "") + "): "
                          f"{self.baseline_seconds * 1e3:.1f} ms -> {self.rewritten_seconds * 1e3:.1f} ms"
                          + (f" (min {min(self.timing_runs[0]) * 1e3:.1f} -> {min(self.timing_runs[1]) * 1e3:.1f} ms)"
                             if self.timing_runs[0] else ""))
