@@ -59,7 +59,8 @@ a tensor saved for backward changed without its version counter moving: gradient
                  | {code("data-save")}
   versions    : saved at 0, now 0
   modified by :
-    1. aten.mul_.Tensor at {where("data-write")}  (version 0 -> 0)  [no version bump: invisible to the framework]
+    1. aten.mul_.Tensor at {where("data-write")}  (version 0 -> 0)  [no version bump:
+       invisible to the framework]
        | {code("data-write")}
   why         : Its bytes changed while its version counter did not, so the framework's own check
                 cannot see it. The write at {where("data-write")} went through `.data`, which

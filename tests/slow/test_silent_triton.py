@@ -63,7 +63,9 @@ a tensor saved for backward changed without its version counter moving: gradient
                  | {SOURCE[line_of('liger-save') - 1].strip()}
   versions    : saved at 0, now 0
   modified by :
-    1. triton:liger_cross_entropy_kernel via LigerCrossEntropyFunction.forward at {where}  (version 0 -> 0)  [no version bump: invisible to the framework]
+    1. triton:liger_cross_entropy_kernel via LigerCrossEntropyFunction.forward at
+       {where}  (version 0 -> 0)  [no version bump: invisible to the
+       framework]
        | {SOURCE[line_of('liger-call') - 1].strip()}
        inside liger_kernel/ops/cross_entropy.py:{liger_launch_line()} in cross_entropy_forward
   why         : Its bytes changed while its version counter did not, so the framework's own check
