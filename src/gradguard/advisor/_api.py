@@ -34,12 +34,14 @@ class RunOutcome:
     values: list
     seconds: float
     error: BaseException | None
+    cuda_peak: int | None = None  # torch.cuda.max_memory_allocated above the start, when CUDA is in use
 
 
 class FunctionStep:
     """One call of ``fn(*args)`` is the step. State the step writes in place is restored afterwards."""
 
     warmup = True
+    restores_state = True
 
     def __init__(self, fn, args, kwargs):
         self.fn = fn
@@ -68,8 +70,18 @@ def _capture(mode: StepMode):
     return grads, values
 
 
+def _cuda_in_use() -> bool:
+    return torch.cuda.is_available() and torch.cuda.is_initialized()
+
+
 def _run(step, mode: StepMode) -> RunOutcome:
     torch.set_rng_state(step.rng)
+    mode.snapshot_writes = step.restores_state
+    cuda = _cuda_in_use()
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        cuda_start = torch.cuda.memory_allocated()
     import torch.optim.optimizer as opt_mod
 
     def pre(*_):
@@ -91,14 +103,17 @@ def _run(step, mode: StepMode) -> RunOutcome:
                 pass
     except BaseException as exc:  # noqa: BLE001 - reported, then re-raised by the caller if it is the baseline
         error = exc
+    if cuda:
+        torch.cuda.synchronize()
     seconds = time.perf_counter() - start
+    cuda_peak = (torch.cuda.max_memory_allocated() - cuda_start) if cuda else None
     for h in handles:
         h.remove()
     mode.finish()
     grads, values = _capture(mode) if error is None else ([], [])
     del result
     step.cleanup(mode)
-    return RunOutcome(mode, grads, values, seconds, error)
+    return RunOutcome(mode, grads, values, seconds, error, cuda_peak)
 
 
 def _identical(a: RunOutcome, b: RunOutcome) -> bool:
@@ -244,6 +259,12 @@ def run_advisor(step, *, per_proposal: bool = True, repeats: int = 3) -> AdviceR
             p.verified = True
         (report.proposals if p.verified else report.unverified).append(p)
 
+    if base.cuda_peak is not None:
+        report.notes.append(f"CUDA allocator (torch.cuda.max_memory_allocated above the step's start): baseline "
+                            f"{base.cuda_peak} B" + (f", all proposals applied {together.cuda_peak} B"
+                                                      if together is not None and together.cuda_peak is not None
+                                                      else ""))
+        report.cuda_peaks = (base.cuda_peak, together.cuda_peak if together is not None else None)
     if together is not None:
         report.rewritten_peak = together.mode.peak_bytes
         report.measured_total_saving = mode.peak_bytes - together.mode.peak_bytes

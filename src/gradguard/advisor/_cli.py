@@ -30,6 +30,7 @@ def add_advise_parser(sub) -> None:
 
 class ScriptStep:
     warmup = False
+    restores_state = False  # every run executes the script from scratch
 
     def __init__(self, path: str, argv: list[str], steps: int):
         import torch

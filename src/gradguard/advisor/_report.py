@@ -107,6 +107,7 @@ class AdviceReport:
     ops_recorded: int = 0
     runs: int = 0
     memory_method: str = ""
+    cuda_peaks: tuple | None = None  # (baseline, rewritten) from torch.cuda.max_memory_allocated, CUDA only
     device: str = "cpu"
     notes: list[str] = field(default_factory=list)
 
@@ -126,7 +127,8 @@ class AdviceReport:
             "rewritten_seconds": self.rewritten_seconds,
             "timing_runs": {"baseline": list(self.timing_runs[0]), "rewritten": list(self.timing_runs[1])},
             "ops_recorded": self.ops_recorded, "runs": self.runs,
-            "memory_method": self.memory_method, "device": self.device, "notes": list(self.notes),
+            "memory_method": self.memory_method, "cuda_peaks": list(self.cuda_peaks) if self.cuda_peaks else None,
+            "device": self.device, "notes": list(self.notes),
         }
 
     def render(self) -> str:
