@@ -594,6 +594,14 @@ class _Audit:
             self.checks.append(CheckResult(check, regime.name, "warn", type(exc).__name__))
             return
         self.notes += run.notes
+        # A bug that already fails on the given inputs fails in most regimes too: report it once.
+        given = {(f.check, f.input) for f in self.findings if f.regime == "given"}
+        repeated = [f for f in run.failures if (f.check, f.input) in given]
+        run.failures = [f for f in run.failures if (f.check, f.input) not in given]
+        if repeated and not run.failures:
+            self.checks.append(CheckResult(check, regime.name, "fail", "same failures as on the given inputs"))
+            self.notes.append(f"{check} fails the same way as the given inputs ({', '.join(sorted({f.check for f in repeated}))}); not repeated")
+            return
         if run.failures:
             small = self.shrink(regime.args, regime, regime.spec, run.failures, n)
             text = self.repro(small, regime)
