@@ -15,6 +15,7 @@ from ..._errors import BackwardTwiceError, GradientHazardError, InplaceModificat
 from ...core._diagnosis import diagnose
 from ...core._findings import Finding, SaveSite, SourceLocation, TensorInfo, WriteRecord
 from ...core._frames import LIBRARY_PATHS
+from ...core._fixes import carried_state, out_of_place
 from ...core._source_ast import assignment_before, written_expression
 from ._naming import name_tensor
 
@@ -58,6 +59,11 @@ def _describe(tensor, expression: str | None) -> TensorInfo:
     if role is None:
         role = "leaf" if tensor.is_leaf else ("view" if tensor._is_view() else "activation")
         name = expression
+    elif expression and "." in expression and name and name.split(".", 1)[0] != expression.split(".", 1)[0]:
+        # The heap scan names modules by the variable in the user's frames, which are gone once the error
+        # has left them (it falls back to the class name, "Embedding.weight"); the expression the user wrote
+        # ("embedding.weight") is what they will recognise.
+        name = expression
     grad_fn = tensor.grad_fn
     return TensorInfo(
         shape=tuple(tensor.shape), dtype=str(tensor.dtype).replace("torch.", ""), device=str(tensor.device),
@@ -82,119 +88,219 @@ def enrich_eager_error(error: BaseException, session=None) -> GradientHazardErro
         ):
             match = matcher(message)
             if match:
-                return InplaceModificationError(builder(error, match))
+                return InplaceModificationError(builder(_Site(error), match))
     except Exception:  # an enrichment failure must never replace the user's error
         return None
     return None
 
 
-def _write_site(error):
-    entry = _user_frame(error.__traceback__)
-    if entry is None:
-        return None, None, None, None
-    frame = entry.tb_frame
-    filename, line = frame.f_code.co_filename, entry.tb_lineno
-    import linecache
+class _Site:
+    """Where the eager error surfaced in user code: the line, the written expression, its value."""
 
-    location = SourceLocation(filename, line, frame.f_code.co_name, linecache.getline(filename, line).strip())
-    expression = written_expression(filename, line)
-    tensor = _lookup(expression, frame) if expression else None
-    return location, expression, tensor, frame
+    def __init__(self, error: BaseException):
+        import linecache
+
+        self.error = error
+        self.location = self.expression = self.tensor = self.frame = None
+        self.code = ""
+        entry = _user_frame(error.__traceback__)
+        if entry is None:
+            return
+        frame = entry.tb_frame
+        filename, line = frame.f_code.co_filename, entry.tb_lineno
+        self.frame = frame
+        self.code = linecache.getline(filename, line).strip()
+        self.location = SourceLocation(filename, line, frame.f_code.co_name, self.code)
+        self.expression = written_expression(filename, line)
+        self.tensor = _lookup(self.expression, frame) if self.expression else None
+        self.info = _describe(self.tensor, self.expression)
+        self.made = None
+        if self.expression and self.info.role not in ("parameter", "buffer"):
+            self.made = assignment_before(filename, line, self.expression)
+
+    @property
+    def name(self) -> str:
+        return self.expression or "the tensor"
 
 
-def _finding(kind, error, headline_rule, why, fix, display=()) -> Finding:
-    location, expression, tensor, _frame = _write_site(error)
-    info = _describe(tensor, expression)
-    writes = [WriteRecord(op="in-place write", location=location)] if location else []
-    made = None
-    if location is not None and expression and info.role not in ("parameter", "buffer"):
-        made = assignment_before(location.file, location.line, expression)
+def _finding(kind, site: _Site, rule, why, fix, display=()) -> Finding:
+    info = site.info if site.location is not None else _describe(None, None)
+    writes = [WriteRecord(op="in-place write", location=site.location)] if site.location else []
     extra = list(display)
-    if made is not None:
-        extra.append(("created at", f"{made.short}: {made.code}"))
+    if site.made is not None:
+        extra.append(("created at", f"{site.made.short}: {site.made.code}"))
     elif info.role == "parameter":
         extra.append(("created at", "a module parameter (leaf tensor created by nn.Module)"))
     finding = Finding(kind=kind, tensor=info, modified_at=writes, explanation=why, suggestion=fix,
-                      rule=headline_rule, context={"display": extra, "torch_message": str(error)})
+                      rule=rule, context={"display": extra, "torch_message": str(site.error)})
     return diagnose(finding)
 
 
-def _leaf(error, _match) -> Finding:
+def _no_grad_block(code: str) -> str:
+    return f"`with torch.no_grad(): {code}`"
+
+
+def _leaf(site: _Site, _match) -> Finding:
+    name = site.name
+    is_update = ".grad" in site.code or site.info.role == "parameter"
+    rewritten = out_of_place(site.code) if site.code else None
+    if is_update:
+        fix = (f"Make the update under no_grad, as optimizers do: {_no_grad_block(site.code)} (the update is not "
+               f"part of the model, so autograd must not record it).")
+    else:
+        fix = (f"If this computes a new value, write it out of place: `{rewritten or name + ' = ' + name + ' + 1'}` "
+               f"(a new tensor; gradients still flow to the original {name}). If it is meant to change the leaf "
+               f"itself (an update or initialisation), do it under no_grad: {_no_grad_block(site.code)}.")
     return _finding(
-        "leaf_inplace", error, "leaf_inplace",
-        "Autograd accumulates gradients into leaf tensors (parameters, tensors created with requires_grad=True); "
-        "writing one in place while grad mode is on would make its gradient refer to values that no longer exist, "
-        "so PyTorch refuses the write.",
-        "For a parameter update, do it under `with torch.no_grad():` (as optimizers do). For a computation, write "
-        "it out of place (`x = x + 1`), or clone first (`y = x.clone(); y.add_(1)`).",
+        "leaf_inplace", site, "leaf_inplace",
+        f"`{name}` is a leaf tensor that requires grad (a parameter, or created with requires_grad=True): autograd "
+        f"accumulates its gradient into `{name}.grad`. Writing it in place with grad mode on would make that "
+        f"gradient refer to values that no longer exist, so PyTorch refuses the write.",
+        fix,
     )
 
 
-def _view_of_leaf(error, _match) -> Finding:
-    finding = _finding(
-        "leaf_inplace", error, "view_of_leaf_inplace",
-        "The written tensor is a view (slice, index, reshape) of a leaf tensor that requires grad; writing the view "
-        "writes the leaf, which autograd forbids under grad mode.",
-        "Initialise or update the leaf under `with torch.no_grad():` (e.g. `with torch.no_grad(): w[0] = 1`), or "
-        "build a new tensor out of place (`w2 = w.clone(); w2[0] = 1` or `torch.where(...)`).",
+def _view_of_leaf(site: _Site, _match) -> Finding:
+    name = site.name
+    fix = (f"Initialise or update the leaf under no_grad: {_no_grad_block(site.code)}. For a computation, write "
+           f"into a copy instead (`{name.split('.')[-1]}2 = {name}.clone()` and index that).")
+    owner = _lookup(name.rsplit(".", 1)[0], site.frame) if site.frame is not None and "." in name else None
+    if isinstance(owner, torch.nn.Embedding) and site.info.role == "parameter":
+        fix += (" To keep an embedding's padding row at zero, `nn.Embedding(..., padding_idx=0)` zeroes it and "
+                "keeps its gradient at zero.")
+    return _finding(
+        "leaf_inplace", site, "view_of_leaf_inplace",
+        f"`{site.code}` writes a view (index/slice) of `{name}`, a leaf tensor that requires grad; writing the view "
+        f"writes the leaf, which autograd forbids with grad mode on.",
+        fix,
     )
-    return finding
 
 
-def _multi_view(error, match) -> Finding:
+_MULTI_VIEW_FUNCTIONS = {"Split": "chunk()/split()", "SplitWithSizes": "split()", "Unbind": "unbind()"}
+
+
+def _multi_view(site: _Site, match) -> Finding:
     op = match.group(1)
+    function = _MULTI_VIEW_FUNCTIONS.get(op, op)
+    name = site.name
+    rewritten = out_of_place(site.code) if site.code else None
+    made = f" (line {site.made.line}: `{site.made.code}`)" if site.made is not None else ""
+    fix = f"Write it out of place: `{rewritten}` instead of `{site.code}`." if rewritten else "Write it out of place."
+    fix += f" Or clone the piece before writing it (`{name} = {name}.clone()`)."
     return _finding(
-        "view_inplace", error, "multi_output_view_inplace",
-        f"The tensor is one of several views returned together by {op} (unbind/split/chunk). Autograd cannot "
-        "track an in-place write into one of them, because the views share one backward node.",
-        "Write out of place (`a = a * 2`), or clone the piece first (`a = a.clone()`), or index instead of "
-        "unbinding (`a = x[:, 0]` returns a single view that can be written).",
-        display=[("view of", op)],
+        "view_inplace", site, "multi_output_view_inplace",
+        f"`{name}` is one of several views returned together by {function}{made}. They share one backward node, "
+        f"so autograd cannot record an in-place write into just one of them.",
+        fix,
+        display=[("view of", f"{op} (several views returned by {function})")],
     )
 
 
-def _no_grad_view(error, _match) -> Finding:
+def _clone_assignment(code: str) -> str | None:
+    """``first = hidden[:, :2]`` -> ``first = hidden[:, :2].clone()``."""
+    import ast
+
+    try:
+        stmt = ast.parse(code).body[0]
+    except (SyntaxError, IndexError):
+        return None
+    if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+        value = ast.get_source_segment(code, stmt.value) or ast.unparse(stmt.value)
+        return f"{ast.unparse(stmt.targets[0])} = {value}.clone()"
+    return None
+
+
+def _no_grad_view(site: _Site, _match) -> Finding:
+    name = site.name
+    copy = _clone_assignment(site.made.code) if site.made is not None else None
+    where = f" (line {site.made.line})" if site.made is not None else ""
+    fix = (f"If `{name}` is meant as a separate value, make it a copy: `{copy}`{where}." if copy else
+           f"If `{name}` is meant as a separate value, make it a copy with `.clone()` where it is created.")
+    fix += (f" If the write should change the original without being tracked, move `{site.code}` into the same "
+            f"`with torch.no_grad():` block; if it should be tracked, create the view outside no_grad.")
     return _finding(
-        "view_inplace", error, "no_grad_view_inplace",
-        "The view was created under torch.no_grad() and is written with grad mode on: autograd does not know whether "
-        "the write should be tracked, so it refuses.",
-        "Create the view and write it in the same mode: both inside `with torch.no_grad():` (untracked update), or "
-        "both outside (tracked); or write into a clone of the view.",
+        "view_inplace", site, "no_grad_view_inplace",
+        f"`{name}` is a view created under torch.no_grad(){where} of a tensor that requires grad, and `{site.code}` "
+        f"writes it with grad mode on: autograd cannot tell whether the write should be tracked, so it refuses.",
+        fix,
     )
 
 
-def _function_view(error, match) -> Finding:
+def _function_view(site: _Site, match) -> Finding:
     op = match.group(1)
+    rewritten = out_of_place(site.code) if site.code else None
     return _finding(
-        "view_inplace", error, "custom_function_view_inplace",
-        f"The tensor is a view returned by the custom autograd Function {op}; autograd cannot rebase the Function's "
-        "backward on an in-place write into its output.",
-        f"Write out of place, or clone the output (`y = y.clone()`), or make {op}.forward return a fresh tensor "
-        "(not a view of an input).",
+        "view_inplace", site, "custom_function_view_inplace",
+        f"`{site.name}` is a view returned by the custom autograd Function {op}; autograd cannot rebase the "
+        f"Function's backward on an in-place write into its output.",
+        (f"Write it out of place (`{rewritten}`), " if rewritten else "Write it out of place, ")
+        + f"or clone the output (`y = y.clone()`), or make {op}.forward return a fresh tensor (not a view of an "
+        f"input).",
         display=[("view from", op)],
     )
 
 
+def _carries_graph(value) -> bool:
+    if isinstance(value, torch.Tensor):
+        return value.grad_fn is not None
+    if isinstance(value, (tuple, list)):
+        return any(_carries_graph(v) for v in value)
+    return False
+
+
 def _backward_twice(error, session) -> Finding:
-    location, _expression, _tensor, _frame = _write_site(error)
+    site = _Site(error)
+    location = site.location
     earlier = session.backward_sites[-1] if session is not None and session.backward_sites else None
+    home = location.file if location is not None else None
+
+    def at(loc):
+        return f"line {loc.line}" if home is not None and loc.file == home else loc.short
+
+    carried = []
+    if site.frame is not None:
+        scope = {**site.frame.f_globals, **site.frame.f_locals}
+        carried = [c for c in carried_state(location) if _carries_graph(scope.get(c.name))]
     display = []
-    if location is not None:
-        display.append(("backward at", f"{location.short}: {location.code}"))
     if earlier is not None:
-        display.append(("freed by", f"an earlier backward at {earlier.short}: {earlier.code}"))
+        display.append(("freed by", f"the earlier backward at {at(earlier)}: {earlier.code}"))
+    if carried:
+        state = carried[0]
+        value = site.frame.f_locals.get(state.name, site.frame.f_globals.get(state.name))
+        is_tuple = isinstance(value, (tuple, list))
+        first = value[0] if is_tuple else value
+        tensor = TensorInfo(shape=tuple(first.shape), dtype=str(first.dtype).replace("torch.", ""),
+                            device=str(first.device), name=state.name, role="carried state",
+                            producer=first.grad_fn.name() if first.grad_fn is not None else None)
+        kind_of = f"a tuple of {len(value)} tensors" if is_tuple else "a tensor"
+        display.insert(0, ("carried by", f"`{state.name}` ({kind_of}), assigned at {at(state.assignment)}: "
+                                         f"{state.assignment.code}"))
+        why = (f"`{state.name}` carries the previous iteration's output into this one without .detach(), so this "
+               f"backward at {at(location)} runs on into the previous iteration's graph. The previous backward "
+               f"{'at ' + at(earlier) + ' ' if earlier else ''}already freed that graph's saved tensors (backward "
+               f"frees them unless retain_graph=True).")
+        fix = (f"Detach the carried state: {state.detach_fix(is_tuple)}. Each backward then covers only its own "
+               f"iteration (truncated backpropagation through time). Do not add retain_graph=True to silence this: "
+               f"it keeps every iteration's graph alive, and the next optimizer step turns it into \"modified by "
+               f"an inplace operation\".")
+    else:
+        tensor = TensorInfo(shape=(), dtype="?", role="graph")
+        why = ("An earlier backward freed the saved tensors of part of this graph (backward frees them unless "
+               "retain_graph=True). This backward reaches that part again: usually a tensor from a previous "
+               "iteration (an RNN hidden state, a running average, a cached embedding) was carried into this "
+               "iteration without .detach(), or the same loss is backpropagated twice.")
+        fix = ("Detach what you carry across iterations (`h = h.detach()`), so each backward only covers its own "
+               "iteration. Pass retain_graph=True to the earlier backward only if you really need to backpropagate "
+               "through the same graph twice (and then do not step the optimizer in between).")
     finding = Finding(
         kind="backward_twice",
-        tensor=TensorInfo(shape=(), dtype="?", role="graph"),
+        tensor=tensor,
         saved_at=SaveSite(),
-        explanation="An earlier backward freed the saved tensors of part of this graph (backward frees them unless "
-        "retain_graph=True). This backward reaches that part again: usually a tensor from a previous iteration "
-        "(an RNN hidden state, a running average, a cached embedding) was carried into this iteration without "
-        ".detach(), or the same loss is backpropagated twice.",
-        suggestion="Detach what you carry across iterations (`h = h.detach()`), so each backward only covers its own "
-        "iteration. Pass retain_graph=True to the earlier backward only if you really need to backpropagate through "
-        "the same graph twice (and then do not step the optimizer in between).",
-        rule="backward_twice",
-        context={"display": display, "torch_message": str(error)},
+        modified_at=[],
+        explanation=why,
+        suggestion=fix,
+        rule="carried_state_backward_twice" if carried else "backward_twice",
+        context={"display": display, "torch_message": str(error),
+                 "backward_at": location.to_dict() if location else None},
     )
     return diagnose(finding)
