@@ -33,19 +33,25 @@ install: $(VENV)/.installed
 install-paddle: .venv-paddle/.installed
 install-mindspore: .venv-mindspore/.installed
 
-demo: install
+demo: install install-paddle install-mindspore
 	$(PY) examples/run_examples.py
+	@echo; echo "== seed 001 (PaddlePaddle) =="
+	.venv-paddle/bin/python examples/seed001/paddle_inplace.py
+	.venv-paddle/bin/python examples/seed001/paddle_check_op.py
+	@echo; echo "== seed 003 (MindSpore) =="
+	.venv-mindspore/bin/python examples/seed003/mindspore_custom_bprop.py
 
 test-torch: install
 	$(PY) -m pytest $(PYTEST_FLAGS) tests/fast tests/slow
 
 test-paddle: install-paddle
-	@if [ -d tests/paddle ]; then .venv-paddle/bin/python -m pytest $(PYTEST_FLAGS) tests/paddle; fi
+	.venv-paddle/bin/python -m pytest $(PYTEST_FLAGS) tests/paddle
 
 test-mindspore: install-mindspore
-	@if [ -d tests/mindspore ]; then .venv-mindspore/bin/python -m pytest $(PYTEST_FLAGS) tests/mindspore; fi
+	.venv-mindspore/bin/python -m pytest $(PYTEST_FLAGS) tests/mindspore
 
-test: test-torch
+# Every backend, each in its own venv (they cannot share a process); none is optional.
+test: test-torch test-paddle test-mindspore
 
 bench: install
 	$(PY) benchmarks/run.py
