@@ -1,0 +1,45 @@
+"""Lightning callback: every training batch runs under ``gradguard.guard()``.
+
+    from gradguard.integrations.lightning import GradguardCallback
+    trainer = lightning.pytorch.Trainer(callbacks=[GradguardCallback()])
+
+The guard is entered in ``on_train_batch_start`` and left in ``on_train_batch_end``, so it covers the
+forward, the backward and the optimizer step (Lightning runs them in between). A hazard raises gradguard's
+error out of ``trainer.fit`` (the guard is left in ``on_exception``); ``callback.findings`` keeps every finding.
+"""
+
+from __future__ import annotations
+
+try:
+    from lightning.pytorch.callbacks import Callback
+except ImportError:  # the standalone package
+    from pytorch_lightning.callbacks import Callback
+
+from ._callback_core import StepGuard
+
+__all__ = ["GradguardCallback"]
+
+
+class GradguardCallback(Callback):
+    """Run each training batch under ``gradguard.guard(fingerprint=..., track_writes=..., backend=...)``."""
+
+    def __init__(self, *, fingerprint: str = "full", track_writes: bool = True, backend: str = "auto"):
+        super().__init__()
+        self._steps = StepGuard(fingerprint=fingerprint, track_writes=track_writes, backend=backend)
+
+    @property
+    def findings(self) -> list:
+        """Every finding of the run so far."""
+        return self._steps.findings
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        self._steps.begin()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self._steps.end()
+
+    def on_exception(self, trainer, pl_module, exception):
+        self._steps.fail(exception)
+
+    def on_train_end(self, trainer, pl_module):
+        self._steps.end()
