@@ -95,6 +95,9 @@ def run_script(options) -> int:
     globals_ = {"__name__": "__main__", "__file__": path, "__builtins__": __builtins__, "__package__": None,
                 "__spec__": None, "__loader__": None, "__cached__": None}
     exit_code = 0
+    from .integrations.distributed import rank_info, report_on_termination
+
+    report_on_termination(lambda: _write_json(options.json, guard_block.findings, script, options, 143), rank_info())
     try:
         with guard_block:
             exec(code, globals_)

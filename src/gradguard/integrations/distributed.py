@@ -17,10 +17,11 @@ wrappers that mimic it) set: ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from dataclasses import dataclass
 
-__all__ = ["RankInfo", "rank_info", "rank_path", "tag_findings", "leave"]
+__all__ = ["RankInfo", "rank_info", "rank_path", "tag_findings", "leave", "report_on_termination"]
 
 
 @dataclass(frozen=True)
@@ -74,3 +75,26 @@ def leave(exit_code: int, info: RankInfo | None) -> int:
         sys.stderr.flush()
     finally:
         os._exit(exit_code)
+
+
+def report_on_termination(report, info: RankInfo | None) -> None:
+    """Under torchrun, write this rank's report when the elastic agent stops it (SIGTERM, sent to the other
+    ranks when one fails), then exit as a SIGTERM would. Python runs the handler as soon as the main thread is
+    back in Python code: a rank whose collective failed because its peer left gets there at once."""
+    if info is None:
+        return
+
+    def handler(signum, frame):
+        try:
+            report()
+        finally:
+            try:
+                sys.stdout.flush()
+                sys.stderr.flush()
+            finally:
+                os._exit(128 + signum)
+
+    try:
+        signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread
+        pass
