@@ -107,11 +107,11 @@ def test_seed_003_xsin_hand_written_backward():
     (numerical,) = [f for f in bad.failures if f.check == "gradient.numerical"]
     assert numerical.regime == "given" and numerical.input == "x"
     # the worst element is named, with the backward's and the finite difference's values
-    i = numerical.where.split("]")[0].split("[")[1]
-    xi = float(x[int(i)])
-    expected_fd = float(torch.sin(torch.tensor(xi, dtype=torch.float64)) + xi * torch.cos(torch.tensor(xi, dtype=torch.float64)))
-    assert abs(numerical.max_abs_err) > 0
-    assert f"finite differences {expected_fd:.6g}" in numerical.where or numerical.max_abs_err > 1e-3
+    assert numerical.where.startswith("x[") and "finite differences" in numerical.where
+    assert numerical.max_abs_err > 1e-2
+    # shrunk to a single element that still fails
+    assert numerical.repro.splitlines()[0].startswith("x = torch.tensor([")
+    assert numerical.repro.splitlines()[0].count(",") == 1  # one value and the dtype
 
 
 def test_failures_carry_a_minimal_reproducer():
@@ -315,3 +315,52 @@ def test_bad_arguments_name_the_argument():
         gradguard.check_op(K.xsin)
     assert _message(e).startswith("check_op: no inputs given")
     assert issubclass(InvalidArgument, TypeError)
+
+
+# ---- kinks: the reference's convention decides -------------------------------------------------------
+class _Relu(torch.autograd.Function):
+    ge = False
+
+    @classmethod
+    def forward(cls, ctx, x):
+        ctx.save_for_backward(x)
+        return x.clamp(min=0)
+
+    @classmethod
+    def backward(cls, ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * ((x >= 0) if cls.ge else (x > 0)).to(g.dtype)
+
+
+class _ReluGe(_Relu):
+    ge = True  # gradient 1 at exactly 0, where torch.relu's convention is 0
+
+
+def test_kink_convention_is_judged_by_the_reference():
+    x = torch.randn(12, generator=torch.Generator().manual_seed(3))
+    assert gradguard.check_op(_Relu.apply, x, reference=torch.relu).passed
+    report = gradguard.check_op(_ReluGe.apply, x, reference=torch.relu)
+    assert report.failed_checks() == {"regime.kinks"}
+    (f,) = report.failures
+    assert "[gradient.reference]" in f.message and f.regime == "kinks"
+    # without a reference there is no convention to compare with: no false alarm
+    assert gradguard.check_op(_ReluGe.apply, x).passed
+
+
+def test_clamp_limits_from_kwargs_become_kink_points():
+    x = torch.randn(9, generator=torch.Generator().manual_seed(5))
+
+    def clamp(x, min=-0.5, max=0.5):
+        return torch.clamp(x, min, max)
+
+    report = gradguard.check_op(clamp, x, reference=torch.clamp, kwargs=dict(min=-0.5, max=0.5))
+    assert report.passed, str(report)
+    kinks = next(c for c in report.checks if c.check == "regime.kinks")
+    assert "-0.5, 0, 0.5" in kinks.detail
+
+
+def test_op_without_float64_support_gets_a_note_not_a_failure():
+    report = gradguard.check_op(lambda x: torch.sin(x.float()), torch.randn(6))
+    assert report.passed
+    assert "fn returned float32 outputs for float64 inputs; float64 checks skipped" in report.notes
+    assert {c.check: c.status for c in report.checks}["gradient.numerical"] == "skip"
