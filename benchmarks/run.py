@@ -51,6 +51,7 @@ warnings.filterwarnings("ignore", message=".*[Aa]nomaly [Dd]etection.*")
 
 # guard() parameters that are never varied (they pick a framework, not a cost/coverage trade-off).
 NOT_VARIED = {"backend"}
+NOISE = 0.05  # ratio differences below this are reported as noise
 MAX_GRID = 12  # above this many combinations, vary one parameter at a time (plus fingerprint x track_writes)
 _ABBREV = {"fingerprint": "fp", "track_writes": "writes"}
 _PROBE = "__gradguard_bench_probe__"
@@ -288,6 +289,72 @@ def time_model(name: str, modes: dict, args, device: str) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------------------
+# Per-call costs (public API only, no profiler)
+# ---------------------------------------------------------------------------------------------------------
+def per_call_costs(modes: dict, device: str, rounds: int, n: int = 200) -> dict:
+    """µs added per saved tensor and per aten op, from tiny synthetic programs, paired with plain per round.
+
+    * saved, contiguous: ``y = y * w`` n times on 16x128 float32 (each mul saves 2 tensors: 8 KiB each),
+      then backward; cost / (2n).
+    * saved, strided: the same, but ``y`` is one of the 4 column chunks of a 16x512 tensor (the gates of an
+      LSTM cell): not contiguous, so hashing it needs a copy.
+    * op, out-of-place / in-place: under ``no_grad``, n ``x.add(1)`` / ``x.add_(1)`` on 16x128 (nothing
+      saved): the per-op cost of the write log's dispatch mode.
+    """
+    x0 = torch.randn(16, 128, device=device)
+    w = torch.randn(16, 128, device=device, requires_grad=True)
+    gates = torch.randn(16, 512, device=device, requires_grad=True)
+    wg = torch.randn(16, 128, device=device, requires_grad=True)
+
+    def saved_contig():
+        y = x0.requires_grad_(False) * w
+        for _ in range(n - 1):
+            y = y * w
+        y.sum().backward()
+
+    def saved_strided():
+        z = gates * 1.0
+        loss = 0
+        for i in range(n // 2):
+            c = z[:, 128 * (i % 4): 128 * (i % 4 + 1)]
+            loss = loss + (c * wg).sum()  # saves c (strided view) and wg; sum saves nothing
+        loss.backward()
+
+    x1 = torch.randn(16, 128, device=device)
+
+    def op_out():
+        with torch.no_grad():
+            for _ in range(n):
+                x1.add(1.0)
+
+    def op_in():
+        with torch.no_grad():
+            for _ in range(n):
+                x1.add_(1.0)
+
+    programs = {"saved, contiguous 8 KiB": (saved_contig, 2 * n), "saved, strided 8 KiB": (saved_strided, n),
+                "aten op, out-of-place": (op_out, n), "aten op, in-place": (op_in, n)}
+    contexts = {lab: ctx for lab, (kw, ctx) in modes.items() if kw is not None or lab.startswith("plain")}
+    contexts.update({lab: ctx for lab, (kw, ctx) in modes.items() if lab.startswith("anomaly")})
+    out: dict[str, dict[str, float]] = {}
+    for prog, (fn, count) in programs.items():
+        ok = {}
+        for lab, ctx in contexts.items():
+            try:
+                _timing.time_steps(fn, ctx, 2, device)
+                ok[lab] = ctx
+            except Exception:  # noqa: BLE001
+                pass
+        times = _timing.interleaved(ok, fn, inner=3, rounds=rounds, warmup_rounds=1, device=device,
+                                    seed=zlib.crc32(prog.encode()))
+        base = times["plain"]
+        out[prog] = {lab: _timing.median([(t - b) * 1e6 / count for t, b in zip(ts, base)])
+                     for lab, ts in times.items() if lab != "plain"}
+        out[prog]["plain"] = _timing.median(base) * 1e6 / count
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------
 # Profiles
 # ---------------------------------------------------------------------------------------------------------
 _GG_DIR = os.path.dirname(os.path.abspath(gradguard.__file__)) + os.sep
@@ -457,6 +524,8 @@ def marginal_costs(res: dict, guard_configs: list[dict]) -> dict[str, float | No
     def diff(a, b, per):
         if a is None or b is None or a not in r or b not in r or not per:
             return None
+        if abs(r[a] - r[b]) < NOISE:
+            return 0.0  # rendered as "≈0": within the noise of the ratios
         return (r[a] - r[b]) * plain_us / per
 
     off_nw = _find(guard_configs, fingerprint="off", track_writes=False)
@@ -574,7 +643,8 @@ def render(report: dict) -> str:
         "(separate passes, not timed). Marginal costs are differences of the median ratios above × the plain "
         "step time, divided by the count: e.g. hooks = (fp=off,writes=off − plain) / saved tensors; "
         "write log = (fp=off,writes=on − fp=off,writes=off) / aten ops. They are noisy where the difference "
-        "is within the noise (large models): read them on the small models.\n")
+        "is within the noise (large models; shown as ≈0 when the two ratios differ by < 0.05): read them on the "
+        "small models. They scale with the machine's load: compare them with the plain step time.\n")
     add("| model | saved tensors | saved bytes | aten ops | in-place ops | hooks µs/saved | full fp µs/saved "
         "| sample fp µs/saved | write log µs/op | anomaly (nan=off) µs/op |")
     add("|---|---|---|---|---|---|---|---|---|---|")
@@ -583,12 +653,30 @@ def render(report: dict) -> str:
         mc = marginal_costs(res[m], gcfgs)
 
         def f(x):
-            return "–" if x is None else f"{x:.1f}"
+            return "–" if x is None else "≈0" if x == 0.0 else f"{x:.1f}"
 
         add(f"| {m} | {c['saved']} | {_mib(c['saved_bytes'])} | {c['ops']} | {c['inplace']} | "
             f"{f(mc['hooks_per_saved'])} | {f(mc['full_fp_per_saved'])} | {f(mc['sample_fp_per_saved'])} | "
             f"{f(mc['writes_per_op'])} | {f(mc['anomaly_per_op'])} |")
     add("")
+
+    if report.get("per_call"):
+        pc = report["per_call"]
+        cols = [lab for lab in labels if lab != "plain"]
+        add("## Cost per saved tensor and per op (synthetic programs)\n")
+        add("µs added per saved tensor (pack + unpack) or per aten op, against plain, measured through the "
+            "public API only: `y = y * w` chains on 16×128 float32 (each mul saves two 8 KiB tensors) then "
+            "backward; the same with `y` a column chunk of a 16×512 tensor (strided, like an LSTM gate); and "
+            "`x.add(1)` / `x.add_(1)` under `no_grad` (nothing saved: the write log's per-op cost alone). "
+            "Medians of per-round paired differences. The saved-tensor rows include the per-op cost of the "
+            "ops that save them (about 2 aten ops per saved tensor).\n")
+        add("| program | plain µs/unit | " + " | ".join(cols) + " |")
+        add("|---|---|" + "---|" * len(cols))
+        for prog, d in pc.items():
+            add(f"| {prog} | {d.get('plain', float('nan')):.1f} | " + " | ".join(
+                "–" if lab not in d else f"+{d[lab]:.1f}" if d[lab] >= 0.05 else f"{d[lab]:.1f}"
+                for lab in cols) + " |")
+        add("")
 
     if report.get("profiles"):
         add("## Profile: where the time goes\n")
@@ -740,6 +828,10 @@ def main(argv=None) -> int:
               + "  ".join(f"{lab}: {_fmt_ratio(v)}" for lab, v in r["ratio"].items() if lab != "plain")
               + f"  [{time.perf_counter() - t0:.0f} s]", flush=True)
 
+    t0 = time.perf_counter()
+    per_call = per_call_costs(modes, device, rounds=5 if args.quick else 15)
+    print(f"  per-call costs [{time.perf_counter() - t0:.0f} s]", flush=True)
+
     profiles = {}
     if not args.no_profile:
         if args.profile_models:
@@ -777,7 +869,7 @@ def main(argv=None) -> int:
     cmd = "python benchmarks/run.py" + (" " + " ".join(argv if argv is not None else sys.argv[1:])).rstrip()
     report = {"command": cmd.strip(), "quick": args.quick, "machine": machine, "models": models, "labels": labels,
               "guard_configs": guard_configs, "notes": notes, "results": results, "identity": identity,
-              "profiles": profiles, "compile": compile_rows, "sub_benchmarks": subs,
+              "profiles": profiles, "per_call": per_call, "compile": compile_rows, "sub_benchmarks": subs,
               "elapsed_s": time.perf_counter() - t_start}
     text = render(report)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
