@@ -124,7 +124,7 @@ class _Audit:
     def _check_outputs(self, lin, who: str):
         if lin.out_tensors:
             return
-        got = ", ".join(f"{n}: {self.B.describe(o)}{'' if o.requires_grad else ' (does not require grad)'}" for n, o in lin.all_outputs) or "no tensor"
+        got = ", ".join(f"{n}: {self.B.describe(o)}{'' if self.B.requires_grad(o) else ' (does not require grad)'}" for n, o in lin.all_outputs) or "no tensor"
         raise InvalidArgument(
             f"check_op: {who} returned no differentiable tensor output (got {got}). check_op audits gradients, so "
             f"{who} must return at least one floating-point tensor computed from its inputs with autograd on; "
@@ -132,8 +132,8 @@ class _Audit:
         )
 
     def _check_reference_outputs(self, lin, lin_r):
-        ours = {n: o.shape for n, o in zip(lin.out_names, lin.out_tensors)}
-        theirs = {n: o.shape for n, o in zip(lin_r.out_names, lin_r.out_tensors)}
+        ours = {n: self.B.shape(o) for n, o in zip(lin.out_names, lin.out_tensors)}
+        theirs = {n: self.B.shape(o) for n, o in zip(lin_r.out_names, lin_r.out_tensors)}
         if set(ours) != set(theirs):
             raise InvalidArgument(
                 f"check_op: reference returned differentiable outputs {sorted(theirs)} but fn returned {sorted(ours)}; "
@@ -499,7 +499,7 @@ class _Audit:
         B = self.B
         lines = []
         for name, a in zip(self.names, args):
-            if a.numel() <= 64:
+            if B.numel(a) <= 64:
                 lines.append(f"{name} = {B.literal(a)}")
             else:
                 v = B.to_numpy(a)

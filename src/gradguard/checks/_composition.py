@@ -42,7 +42,7 @@ def audit_composition(B, fn, args: Sequence[Any], kwargs: dict, wrt: Sequence[in
         check = f"composition.{pname}"
         status = "pass"
         for i in wrt:
-            if args[i].numel() == 0:
+            if B.numel(args[i]) == 0:
                 continue
             try:
                 g_direct, silent = _grad_through(B, fn, args, kwargs, i, producer, False, cotangent, out_names)

@@ -55,7 +55,7 @@ class Regime:
 
 
 def _int_positions(B, args) -> list[int]:
-    return [i for i, a in enumerate(args) if B.is_tensor(a) and B.kind(a) == "int" and a.numel() >= 1]
+    return [i for i, a in enumerate(args) if B.is_tensor(a) and B.kind(a) == "int" and B.numel(a) >= 1]
 
 
 def _with(B, args, i, values):
@@ -82,13 +82,13 @@ def build_regimes(B, args, wrt, kwargs, defaults, selected) -> tuple[list[Regime
     skipped: dict[str, str] = {}
     tensors = [i for i, a in enumerate(args) if B.is_tensor(a)]
     ints = _int_positions(B, args)
-    floats = [i for i in wrt if args[i].numel() >= 1]
+    floats = [i for i in wrt if B.numel(args[i]) >= 1]
 
     def want(name):
         return name in selected
 
     if want("noncontiguous"):
-        cand = [i for i in tensors if args[i].numel() > 1]
+        cand = [i for i in tensors if B.numel(args[i]) > 1]
         if cand:
             new = list(args)
             for i in cand:
@@ -98,7 +98,7 @@ def build_regimes(B, args, wrt, kwargs, defaults, selected) -> tuple[list[Regime
             skipped["noncontiguous"] = "no tensor input with more than one element"
 
     if want("channels_last"):
-        cand = [i for i in tensors if args[i].dim() == 4]
+        cand = [i for i in tensors if B.ndim(args[i]) == 4]
         if cand:
             new = list(args)
             for i in cand:
@@ -110,7 +110,7 @@ def build_regimes(B, args, wrt, kwargs, defaults, selected) -> tuple[list[Regime
     sentinels = {k: v for k, v in {**defaults, **kwargs}.items() if k in SENTINEL_KWARGS and isinstance(v, int) and not isinstance(v, bool)}
 
     if want("repeated_indices"):
-        cand = [i for i in ints if args[i].numel() >= 2]
+        cand = [i for i in ints if B.numel(args[i]) >= 2]
         if cand:
             new = list(args)
             for i in cand:
@@ -160,9 +160,9 @@ def build_regimes(B, args, wrt, kwargs, defaults, selected) -> tuple[list[Regime
             regimes.append(Regime("large_magnitude", f"differentiated inputs multiplied by {LARGE_SCALE:g}", new, Spec()))
 
     if want("near_constant_rows"):
-        cand = [i for i in floats if args[i].dim() >= 2 and args[i].shape[-1] >= 2]
+        cand = [i for i in floats if B.ndim(args[i]) >= 2 and B.shape(args[i])[-1] >= 2]
         if not cand:
-            cand = [i for i in floats if args[i].dim() >= 1 and args[i].shape[-1] >= 2][:1]
+            cand = [i for i in floats if B.ndim(args[i]) >= 1 and B.shape(args[i])[-1] >= 2][:1]
         if cand:
             new = list(args)
             for i in cand:
@@ -174,10 +174,10 @@ def build_regimes(B, args, wrt, kwargs, defaults, selected) -> tuple[list[Regime
             skipped["near_constant_rows"] = "no differentiated input with rows of two or more elements"
 
     if want("batch_size"):
-        first = next((i for i in tensors if args[i].dim() >= 1), None)
+        first = next((i for i in tensors if B.ndim(args[i]) >= 1), None)
         if first is not None:
-            b = args[first].shape[0]
-            batched = [i for i in tensors if args[i].dim() >= 1 and args[i].shape[0] == b]
+            b = B.shape(args[first])[0]
+            batched = [i for i in tensors if B.ndim(args[i]) >= 1 and B.shape(args[i])[0] == b]
             sizes = ([1] if b > 1 else []) + [b + b // 2 + 1]
             for size in sizes:
                 new = list(args)
@@ -193,12 +193,12 @@ def build_regimes(B, args, wrt, kwargs, defaults, selected) -> tuple[list[Regime
 
 def shrink_candidates(B, args) -> list[list[Any]]:
     """Smaller versions of ``args`` (leading dimension 1) for minimal reproducers."""
-    first = next((i for i, a in enumerate(args) if B.is_tensor(a) and a.dim() >= 1 and a.shape[0] > 1), None)
+    first = next((i for i, a in enumerate(args) if B.is_tensor(a) and B.ndim(a) >= 1 and B.shape(a)[0] > 1), None)
     if first is None:
         return []
-    b = args[first].shape[0]
+    b = B.shape(args[first])[0]
     new = list(args)
     for i, a in enumerate(args):
-        if B.is_tensor(a) and a.dim() >= 1 and a.shape[0] == b:
+        if B.is_tensor(a) and B.ndim(a) >= 1 and B.shape(a)[0] == b:
             new[i] = B.from_numpy(B.to_numpy(a)[:1], a)
     return [new]

@@ -109,6 +109,12 @@ class TorchBackend:
     def shape(self, t: torch.Tensor) -> tuple[int, ...]:
         return tuple(t.shape)
 
+    def numel(self, t: torch.Tensor) -> int:
+        return int(t.numel())
+
+    def ndim(self, t: torch.Tensor) -> int:
+        return int(t.dim())
+
     def eps(self, dtype_name: str) -> float:
         return _FLOAT_EPS.get(dtype_name, _FLOAT_EPS["float32"])
 
