@@ -34,6 +34,10 @@ def _check(report, expected_lines):
     lines = {p.location.code for p in report.proposals + report.safe_without_peak_gain}
     for code in expected_lines:
         assert code in lines, (code, lines)
+    # Independent cross-check with the CPU allocator's own reports: the peak really drops.
+    assert report.allocator_peaks is not None
+    base_alloc, new_alloc = report.allocator_peaks
+    assert base_alloc >= report.baseline_peak and new_alloc < base_alloc
     # The rules kept everything the backward pass needs out-of-place: each rejection has a reason.
     assert all(r.reasons for r in report.rejected)
 

@@ -10,7 +10,10 @@ Runs, all on the same state (parameters, optimizer state, ``.grad`` and the RNG 
 
 from __future__ import annotations
 
+import contextlib
+import os
 import statistics
+import sys
 import time
 from dataclasses import dataclass
 
@@ -169,7 +172,7 @@ def _proposal(cand: Candidate) -> Proposal:
     )
 
 
-def run_advisor(step, *, per_proposal: bool = True, repeats: int = 3) -> AdviceReport:
+def run_advisor(step, *, per_proposal: bool = True, repeats: int = 3, allocator_check: bool = True) -> AdviceReport:
     report = AdviceReport(memory_method=MEMORY_METHOD)
     runs = 0
     if step.warmup:
@@ -273,6 +276,12 @@ def run_advisor(step, *, per_proposal: bool = True, repeats: int = 3) -> AdviceR
         if report.measured_total_saving != claimed_total:
             report.notes.append(f"combined: measured {report.measured_total_saving} B vs claimed {claimed_total} B")
 
+    if allocator_check and kept and not _cuda_in_use():
+        base_alloc = _allocator_peak(step, StepMode(record=False, plan={("no such op",): 0}))
+        new_alloc = _allocator_peak(step, StepMode(record=False, plan=plan_of(kept)))
+        runs += 2
+        if base_alloc is not None and new_alloc is not None:
+            report.allocator_peaks = (base_alloc, new_alloc)
     if repeats > 0 and kept:
         plain_t, fast_t = [], []
         for _ in range(repeats):
@@ -287,6 +296,51 @@ def run_advisor(step, *, per_proposal: bool = True, repeats: int = 3) -> AdviceR
     return report
 
 
+@contextlib.contextmanager
+def _quiet_stderr():
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError, AttributeError):
+        yield
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
+def _allocator_peak(step, mode: StepMode) -> int | None:
+    """Cross-check on CPU: the peak of the c10 CPU allocator's own reports (torch.profiler memory events),
+    which also see kernel scratch buffers that never surface as op outputs."""
+    try:
+        from torch.profiler import ProfilerActivity, profile
+
+        prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+        with _quiet_stderr():  # kineto prints "profiler_start/stop" lines to fd 2
+            prof.__enter__()
+        try:
+            outcome = _run(step, mode)
+        finally:
+            with _quiet_stderr():
+                prof.__exit__(None, None, None)
+        if outcome.error is not None:
+            return None
+        events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()
+                        if e.name() == "[memory]" and e.device_type() == torch._C._autograd.DeviceType.CPU)
+    except Exception:  # profiler unavailable or its private result API changed: no cross-check
+        return None
+    live = peak = 0
+    for _, nbytes in events:
+        live += nbytes
+        peak = max(peak, live)
+    return peak
+
+
 def _sim(mode: StepMode, cands) -> int:
     from ._analysis import simulate_peak
 
@@ -294,7 +348,7 @@ def _sim(mode: StepMode, cands) -> int:
 
 
 def advise(fn, *args, kwargs: dict | None = None, per_proposal: bool = True, repeats: int = 3,
-           warmup: bool = True) -> AdviceReport:
+           warmup: bool = True, allocator_check: bool = True) -> AdviceReport:
     """Record one training step ``fn(*args)`` and advise which out-of-place ops can safely become in-place.
 
     ``fn`` runs several times (record, rewrite, verification, timing); every in-place write it makes to
@@ -313,6 +367,8 @@ def advise(fn, *args, kwargs: dict | None = None, per_proposal: bool = True, rep
         raise InvalidArgument(f"advise(...): 'per_proposal' must be a bool, got {per_proposal!r}")
     if not isinstance(warmup, bool):
         raise InvalidArgument(f"advise(...): 'warmup' must be a bool, got {warmup!r}")
+    if not isinstance(allocator_check, bool):
+        raise InvalidArgument(f"advise(...): 'allocator_check' must be a bool, got {allocator_check!r}")
     step = FunctionStep(fn, args, kwargs or {})
     step.warmup = warmup
-    return run_advisor(step, per_proposal=per_proposal, repeats=repeats)
+    return run_advisor(step, per_proposal=per_proposal, repeats=repeats, allocator_check=allocator_check)

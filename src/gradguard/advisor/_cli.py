@@ -24,6 +24,8 @@ def add_advise_parser(sub) -> None:
     p.add_argument("--repeats", type=int, default=3, help="timing repetitions (default: 3; 0 = no timing)")
     p.add_argument("--no-per-proposal", action="store_true",
                    help="verify the proposals together only (no per-proposal measurement)")
+    p.add_argument("--no-allocator-check", action="store_true",
+                   help="skip the CPU allocator cross-check (two extra runs under torch.profiler)")
     p.add_argument("script", help="the Python training script")
     p.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
 
@@ -83,7 +85,8 @@ def advise_script(options) -> int:
         return 1
     saved_argv, saved_path0 = list(sys.argv), sys.path[0]
     try:
-        report = run_advisor(step, per_proposal=not options.no_per_proposal, repeats=options.repeats)
+        report = run_advisor(step, per_proposal=not options.no_per_proposal, repeats=options.repeats,
+                             allocator_check=not options.no_allocator_check)
     finally:
         sys.argv, sys.path[0] = saved_argv, saved_path0
     sys.stdout.write(report.render() + "\n")

@@ -107,6 +107,7 @@ class AdviceReport:
     ops_recorded: int = 0
     runs: int = 0
     memory_method: str = ""
+    allocator_peaks: tuple | None = None  # (baseline, rewritten): CPU allocator cross-check (torch.profiler)
     cuda_peaks: tuple | None = None  # (baseline, rewritten) from torch.cuda.max_memory_allocated, CUDA only
     device: str = "cpu"
     notes: list[str] = field(default_factory=list)
@@ -128,6 +129,7 @@ class AdviceReport:
             "timing_runs": {"baseline": list(self.timing_runs[0]), "rewritten": list(self.timing_runs[1])},
             "ops_recorded": self.ops_recorded, "runs": self.runs,
             "memory_method": self.memory_method, "cuda_peaks": list(self.cuda_peaks) if self.cuda_peaks else None,
+            "allocator_peaks": list(self.allocator_peaks) if self.allocator_peaks else None,
             "device": self.device, "notes": list(self.notes),
         }
 
@@ -156,6 +158,10 @@ class AdviceReport:
                          f"{format_bytes(self.rewritten_peak)} (claimed -{format_bytes(self.claimed_total_saving)}, "
                          f"measured -{format_bytes(self.measured_total_saving)}), gradients identical: "
                          f"{self.gradients_identical}")
+        if self.allocator_peaks is not None:
+            a, b = self.allocator_peaks
+            lines.append(f"  cross-check, CPU allocator peak (torch.profiler memory events, includes kernel scratch): "
+                         f"{format_bytes(a)} -> {format_bytes(b)} (-{format_bytes(a - b)})")
         if self.baseline_seconds is not None and self.rewritten_seconds is not None:
             lines.append(f"  step time (median of {len(self.timing_runs[0])}"
                          + (", both under the accounting mode" if self.ops_recorded else "") + "): "
