@@ -62,9 +62,11 @@ def _write_json(path: str | None, findings, script: str, options=None, exit_code
     if html:
         from .report._html import render_html
 
-        with open(rank_path(html, info), "w", encoding="utf-8") as handle:
+        target = rank_path(html, info)
+        with open(target, "w", encoding="utf-8") as handle:
             handle.write(render_html(findings, script=script, rank=info.rank if info else None,
                                      world_size=info.world_size if info else None, exit_code=exit_code))
+        print(f"gradguard: HTML report: {os.path.abspath(target)}", file=sys.stderr)
 
 
 def run_script(options) -> int:

@@ -24,13 +24,14 @@ _NODE_H = 46
 _ROW_GAP = 74
 _COL_GAP = 22
 _MARGIN = 20
-_MAX_CHARS = 46
+_MAX_CHARS = 58
 
 _STYLE = {
     # type/role -> (fill, stroke, stroke-width, dash)
     "saver": ("#fff3dc", "#d97800", 3, ""),
     "op": ("#f2f5f9", "#7f8fa3", 1.2, ""),
     "leaf": ("#ecf7ec", "#4f944f", 1.2, ""),
+    "leaf_stale": ("#ecf7ec", "#c62828", 2.5, ""),
     "stale": ("#fde7e7", "#c62828", 3, ""),
     "write": ("#fff0f0", "#c62828", 2, "6 4"),
 }
@@ -101,7 +102,9 @@ def _layout(graph: dict[str, Any]) -> tuple[dict[str, tuple[float, float, float]
 def _style_key(node: dict[str, Any]) -> str:
     if node.get("role") in ("saver", "stale", "write"):
         return node["role"]
-    return "leaf" if node.get("type") == "leaf" else "op"
+    if node.get("type") == "leaf":
+        return "leaf_stale" if node.get("stale_alias") else "leaf"
+    return "op"
 
 
 def graph_svg(graph: dict[str, Any] | None) -> str:
@@ -163,7 +166,7 @@ def graph_svg(graph: dict[str, Any] | None) -> str:
         out.append(f'<title>{_h(node.get("label"))} {_h(node.get("detail"))}</title>')
         out.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="{w:.1f}" height="{_NODE_H}" rx="7" fill="{fill}" '
                    f'stroke="{stroke}" stroke-width="{stroke_w}"{dash_attr}/>')
-        weight = ' font-weight="bold"' if key in ("saver", "stale", "write") else ""
+        weight = ' font-weight="bold"' if key in ("saver", "stale", "write", "leaf_stale") else ""
         out.append(f'<text x="{x + 10:.1f}" y="{y + 19:.1f}" font-size="12" fill="#1f2328"{weight}>'
                    f'{_h(_clip(node.get("label", "")))}</text>')
         if node.get("detail"):

@@ -126,6 +126,13 @@ def capture_graph(node, record=None, finding=None, *, max_depth: int = _MAX_DEPT
             entry["type"] = "leaf"
             entry["label"] = label or "leaf tensor"
             entry["detail"] = f"{'parameter' if label else 'leaf'} {_tensor_text(variable)}"
+            try:  # the saved tensor is (a view of) this parameter
+                stale_storage = record.tensor.untyped_storage().data_ptr() if record is not None else None
+                if stale_storage and variable.untyped_storage().data_ptr() == stale_storage:
+                    entry["stale_alias"] = True
+                    entry["detail"] += ": the stale tensor"
+            except Exception:
+                pass
         else:
             saved, _ = _saved_arguments(fn, record)
             entry["saved"] = saved
