@@ -364,3 +364,44 @@ def test_op_without_float64_support_gets_a_note_not_a_failure():
     assert report.passed
     assert "fn returned float32 outputs for float64 inputs; float64 checks skipped" in report.notes
     assert {c.check: c.status for c in report.checks}["gradient.numerical"] == "skip"
+
+
+# ---- torch.library custom ops -------------------------------------------------------------------------
+@torch.library.custom_op("gradguard_test::scaled_tanh", mutates_args=())
+def _scaled_tanh(x: torch.Tensor, scale: float) -> torch.Tensor:
+    return torch.tanh(x) * scale
+
+
+@_scaled_tanh.register_fake
+def _(x, scale):
+    return torch.empty_like(x)
+
+
+def _setup(ctx, inputs, output):
+    x, scale = inputs
+    ctx.save_for_backward(x)
+    ctx.scale = scale
+
+
+def _scaled_tanh_backward(ctx, g):
+    (x,) = ctx.saved_tensors
+    return g * ctx.scale * (1 - torch.tanh(x) ** 2), None
+
+
+_scaled_tanh.register_autograd(_scaled_tanh_backward, setup_context=_setup)
+
+
+def test_torch_library_op_with_kwargs():
+    x = torch.randn(3, 4, generator=torch.Generator().manual_seed(11))
+    report = gradguard.check_op(torch.ops.gradguard_test.scaled_tanh, x, kwargs=dict(scale=1.5),
+                                reference=lambda x, scale: torch.tanh(x) * scale)
+    assert report.passed, str(report)
+    assert report.inputs == ["inputs[0]: float32[3, 4] (differentiated)"]
+
+
+def test_channels_last_layout_bug():
+    x = torch.randn(2, 3, 2, 2, generator=torch.Generator().manual_seed(12))
+    report = gradguard.check_op(K.scale_assumes_contiguous, x, reference=K.scale_ref, checks=("regime",))
+    assert {"regime.channels_last", "regime.noncontiguous"} <= report.failed_checks()
+    fixed = gradguard.check_op(K.CORRECT["scale"][0], x, reference=K.scale_ref, checks=("regime",))
+    assert fixed.passed, str(fixed)
