@@ -430,6 +430,7 @@ class StepMode(TorchDispatchMode):
 
     def finish(self) -> None:
         """Called at the end of the step, before the caller drops its references: what is still alive."""
+        self._pending_saves = []  # they hold autograd nodes and saved tensors: drop before judging liveness
         self.alive_sids_at_end = set(self._by_ptr.values())
         for op in self.ops:
             if op.in_refs:
