@@ -107,9 +107,10 @@ class TorchGuardSession:
         self._hooks = saved_tensors_hooks(self._pack, self._unpack)
         self._hooks.__enter__()
         if self.track_writes:
-            self._mode = WriteTrackingMode(self._on_write)
+            mode = WriteTrackingMode(self._on_write)
             try:
-                self._mode.__enter__()
+                mode.__enter__()
+                self._mode = mode  # only once entered: exit() must not exit a mode that never entered
                 if self.boundary_mode is not None:
                     _attribution.install(self)
                     self._attribution = True
