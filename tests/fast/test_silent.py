@@ -131,6 +131,22 @@ def test_from_numpy_alias_write_is_named_as_a_numpy_alias():
     assert f.saved_at.op == "TanhBackward0.result"
 
 
+def test_dlpack_alias_write_is_named_as_an_alias():
+    def run():
+        x = torch.linspace(-1, 1, 4, requires_grad=True)
+        h = x.exp()
+        y = h.sum()
+        alias = torch.from_dlpack(h.detach())
+        with torch.no_grad():
+            alias.add_(1)  # dlpack-write
+        y.backward()
+
+    f = silent(run)
+    (w,) = f.modified_at
+    assert (f.rule, w.category, w.via, w.location.line) == ("numpy_write", "numpy", "a NumPy/DLPack alias",
+                                                            line_of("dlpack-write"))
+
+
 def test_numpy_copy_is_not_flagged_and_gradients_are_right():
     with gradguard.guard() as g:
         x = torch.linspace(-1, 1, 4, requires_grad=True)
