@@ -168,3 +168,20 @@ def test_triton_launcher_is_unwrapped_on_exit():
             assert InterpretedFunction.__dict__["run"] is not before[1]
             liger_after_softmax()
     assert (JITFunction.__dict__["run"], InterpretedFunction.__dict__["run"]) == before
+
+
+def test_liger_on_logits_nobody_saved_is_clean_and_bit_identical():
+    """The usual LM head: Liger overwrites the logits, but no node saved them, so nothing is wrong."""
+    torch.manual_seed(0)
+    head = torch.nn.Linear(8, 16)
+    x = torch.randn(8, 8, requires_grad=True)
+    target = torch.randint(0, 16, (8,))
+    liger_cross_entropy(head(x), target).backward()
+    plain = [x.grad.clone()] + [p.grad.clone() for p in head.parameters()]
+    x.grad = None
+    head.zero_grad()
+    with gradguard.guard() as g:
+        liger_cross_entropy(head(x), target).backward()
+    assert g.findings == []
+    guarded = [x.grad] + [p.grad for p in head.parameters()]
+    assert all(torch.equal(a, b) for a, b in zip(plain, guarded))
