@@ -111,3 +111,37 @@ def test_html_report_without_a_graph_or_findings_still_renders(tmp_path):
     image = _screenshot(path, tmp_path / "empty.png", tmp_path)
     assert _where(image, (0xC6, 0x28, 0x28))[0] > 100  # the red "gradguard" title is drawn
     assert os.path.getsize(tmp_path / "empty.png") > 0
+
+
+def test_notebook_view_of_a_real_finding(tmp_path):
+    import torch
+
+    import gradguard
+    from gradguard.report import render_finding
+    from gradguard.report._html import notebook_html
+
+    model = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Tanh(), torch.nn.Linear(3, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    caught = None
+    try:
+        with gradguard.guard() as g:
+            loss = model(torch.randn(2, 3)).sum()
+            loss.backward(retain_graph=True)
+            opt.step()
+            loss.backward()
+    except gradguard.InplaceModificationError as error:
+        caught = error
+    # The details live in the exception and in the guard's findings, not only in a warning.
+    assert g.findings == [caught.finding]
+    bundle = caught._repr_mimebundle_()
+    assert bundle["text/plain"] == str(caught) == render_finding(caught.finding)  # the text fallback
+    assert "text/html" in bundle
+    # The styled cell: scoped CSS (no rule for the notebook's own body), the facts and the graph picture.
+    cell = notebook_html(caught.finding)
+    assert cell.startswith('<div class="gg-report"><style>') and "body{" not in cell
+    assert cell.count("<svg") == 1 and "saved mat2" in cell
+    page = tmp_path / "cell.html"
+    page.write_text(f"<!DOCTYPE html><html><body style='margin:0'>{cell}</body></html>")
+    image = _screenshot(page, tmp_path / "cell.png", tmp_path)
+    assert _where(image, SAVER_FILL)[0] > 3000 and _where(image, STALE_FILL)[0] > 3000
+    assert _where(image, WRITE_FILL)[0] > 3000

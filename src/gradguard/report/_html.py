@@ -17,7 +17,7 @@ from typing import Any, Iterable
 
 from ..core._findings import Finding, WriteRecord
 
-__all__ = ["render_html", "finding_html", "graph_svg"]
+__all__ = ["render_html", "finding_html", "notebook_html", "graph_svg"]
 
 _CHAR_W = 7.2  # px per character of 12px monospace
 _NODE_H = 46
@@ -36,26 +36,32 @@ _STYLE = {
     "write": ("#fff0f0", "#c62828", 2, "6 4"),
 }
 
-_CSS = """
+_PAGE_CSS = """
 body{font-family:-apple-system,BlinkMacSystemFont,"Segoe UI",Helvetica,Arial,sans-serif;margin:24px;color:#1f2328;
 background:#fff}
 h1{font-size:22px;margin:0 0 4px 0}h1 .brand{color:#c62828}
 .meta{color:#57606a;font-size:13px;margin-bottom:18px}
-.finding{border:2px solid #c62828;border-radius:8px;padding:14px 18px;margin:0 0 22px 0;max-width:1150px}
-.finding h2{font-size:17px;margin:0 0 10px 0;color:#b71c1c}
-.kind{display:inline-block;font-size:12px;background:#c62828;color:#fff;border-radius:10px;padding:1px 9px;
-margin-right:8px;vertical-align:middle}
-table.facts{border-collapse:collapse;font-size:14px;width:100%}
-table.facts th{text-align:left;vertical-align:top;padding:4px 12px 4px 0;color:#57606a;white-space:nowrap;width:110px}
-table.facts td{padding:4px 0;vertical-align:top}
-code,pre{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:13px}
-pre.src{background:#f6f8fa;border-left:3px solid #d0d7de;margin:3px 0;padding:3px 8px;white-space:pre-wrap}
-ol.writes{margin:0;padding-left:20px}ol.writes li{margin-bottom:4px}
-.silent{color:#b71c1c;font-weight:600}
-tr.why td{color:#7a4a00}tr.fix td{color:#1a6b2a;font-weight:500}
-.graph{margin-top:12px;border-top:1px solid #d8dee4;padding-top:10px;overflow-x:auto}
-.graph h3,.raw summary{font-size:14px;margin:0 0 6px 0;color:#57606a}
 .none{font-size:15px;color:#1a6b2a}
+"""
+
+# Scoped under .gg-report: the same rules serve the page and a notebook cell without touching the notebook.
+_FINDING_CSS = """
+.gg-report .finding{border:2px solid #c62828;border-radius:8px;padding:14px 18px;margin:0 0 22px 0;max-width:1150px;
+font-family:-apple-system,BlinkMacSystemFont,"Segoe UI",Helvetica,Arial,sans-serif;color:#1f2328;background:#fff}
+.gg-report .finding h2{font-size:17px;margin:0 0 10px 0;color:#b71c1c}
+.gg-report .kind{display:inline-block;font-size:12px;background:#c62828;color:#fff;border-radius:10px;padding:1px 9px;
+margin-right:8px;vertical-align:middle}
+.gg-report table.facts{border-collapse:collapse;font-size:14px;width:100%}
+.gg-report table.facts th{text-align:left;vertical-align:top;padding:4px 12px 4px 0;color:#57606a;white-space:nowrap;
+width:110px}
+.gg-report table.facts td{padding:4px 0;vertical-align:top;text-align:left}
+.gg-report code,.gg-report pre{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:13px}
+.gg-report pre.src{background:#f6f8fa;border-left:3px solid #d0d7de;margin:3px 0;padding:3px 8px;white-space:pre-wrap}
+.gg-report ol.writes{margin:0;padding-left:20px}.gg-report ol.writes li{margin-bottom:4px}
+.gg-report .silent{color:#b71c1c;font-weight:600}
+.gg-report tr.why td{color:#7a4a00}.gg-report tr.fix td{color:#1a6b2a;font-weight:500}
+.gg-report .graph{margin-top:12px;border-top:1px solid #d8dee4;padding-top:10px;overflow-x:auto}
+.gg-report .graph h3,.gg-report .raw summary{font-size:14px;margin:0 0 6px 0;color:#57606a}
 """
 
 
@@ -255,6 +261,11 @@ def finding_html(finding: Finding, *, graph: bool = True, raw: bool = False) -> 
     return "\n".join(parts)
 
 
+def notebook_html(finding: Finding) -> str:
+    """One finding for a notebook cell (``_repr_mimebundle_``'s ``text/html``): styled, scoped, with its graph."""
+    return f'<div class="gg-report"><style>{_FINDING_CSS}</style>{finding_html(finding)}</div>'
+
+
 def render_html(findings: Iterable[Finding], *, script: str | None = None, rank: int | None = None,
                 world_size: int | None = None, exit_code: int | None = None) -> str:
     """A complete, self-contained HTML document reporting ``findings`` (possibly none)."""
@@ -270,12 +281,13 @@ def render_html(findings: Iterable[Finding], *, script: str | None = None, rank:
         meta.append(f"exit code {_h(exit_code)}")
     count = f"{len(findings)} finding" + ("" if len(findings) == 1 else "s")
     body = [f'<h1><span class="brand">gradguard</span> report: {count}</h1>',
-            f'<div class="meta">{" &middot; ".join(meta)}</div>']
+            f'<div class="meta">{" &middot; ".join(meta)}</div>', '<div class="gg-report">']
     if findings:
         body += [finding_html(f, raw=True) for f in findings]
     else:
         body.append('<p class="none">No gradient hazards found.</p>')
+    body.append("</div>")
     title = f"gradguard: {count}" + (f" ({script})" if script else "")
     return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-            f"<title>{_h(title)}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n"
+            f"<title>{_h(title)}</title>\n<style>{_PAGE_CSS}{_FINDING_CSS}</style>\n</head>\n<body>\n"
             + "\n".join(body) + "\n</body>\n</html>\n")
