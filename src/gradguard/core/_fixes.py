@@ -92,18 +92,27 @@ def mask_assignment(code: str) -> str | None:
 
 
 def assigned_names(code: str) -> list[str]:
-    """Names bound by an assignment statement: ``out, h = rnn(x, h)`` -> ``["out", "h"]``."""
+    """What an assignment statement binds: ``out, h = rnn(x, h)`` -> ``["out", "h"]``; ``self.u = v`` ->
+    ``["self.u"]``. Names used inside a target (``w`` in ``w.grad = g``, ``x`` in ``x[0] = 1``) are not bound."""
     stmt = _parse_line(code)
     targets: list[ast.expr] = []
     if isinstance(stmt, ast.Assign):
         targets = list(stmt.targets)
     elif isinstance(stmt, (ast.AnnAssign, ast.AugAssign)):
         targets = [stmt.target]
-    names = []
+    names: list[str] = []
+
+    def collect(target: ast.expr) -> None:
+        if isinstance(target, (ast.Tuple, ast.List)):
+            for element in target.elts:
+                collect(element)
+        elif isinstance(target, ast.Starred):
+            collect(target.value)
+        elif isinstance(target, (ast.Name, ast.Attribute)):
+            names.append(ast.unparse(target))
+
     for target in targets:
-        for node in ast.walk(target):
-            if isinstance(node, ast.Name):
-                names.append(node.id)
+        collect(target)
     return names
 
 

@@ -30,11 +30,18 @@ def _write_lines(index: int, w: WriteRecord) -> list[str]:
         versions = f"  (version {w.version_before} -> {after})"
     else:
         versions = ""
-    silent = "" if w.bumps_version else "  [no version bump: invisible to the framework]"
-    # Wrapped with a hanging indent under the op, so the rich panel (same width) never re-wraps it.
-    lines = textwrap.wrap(f"{index}. {w.op}{via} at {where}{versions}{silent}", width=_WIDTH - 4,
-                          initial_indent="    ", subsequent_indent="       ", break_on_hyphens=False,
-                          break_long_words=False)
+    silent = "[no version bump: invisible to the framework]" if not w.bumps_version else ""
+    # Wrapped with a hanging indent under the op, so the rich panel (same width) never re-wraps it; the
+    # version change and the silent marker are kept whole, on the last line when they fit.
+    lines = textwrap.wrap(f"{index}. {w.op}{via} at {where}", width=_WIDTH, initial_indent="    ",
+                          subsequent_indent="       ", break_on_hyphens=False, break_long_words=False)
+    for tail in (versions.strip(), silent):
+        if not tail:
+            continue
+        if len(lines[-1]) + 2 + len(tail) <= _WIDTH:
+            lines[-1] += "  " + tail
+        else:
+            lines.append("       " + tail)
     if w.location:
         lines += _code(w.location.code, 7)
     if w.library_frame:

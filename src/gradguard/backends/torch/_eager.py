@@ -15,7 +15,7 @@ from ..._errors import BackwardTwiceError, GradientHazardError, InplaceModificat
 from ...core._diagnosis import diagnose
 from ...core._findings import Finding, SaveSite, SourceLocation, TensorInfo, WriteRecord
 from ...core._frames import LIBRARY_PATHS
-from ...core._fixes import carried_state, out_of_place
+from ...core._fixes import assigned_names, carried_state, out_of_place, statement_code
 from ...core._source_ast import assignment_before, written_expression
 from ._naming import name_tensor
 
@@ -116,7 +116,11 @@ class _Site:
         self.info = _describe(self.tensor, self.expression)
         self.made = None
         if self.expression and self.info.role not in ("parameter", "buffer"):
-            self.made = assignment_before(filename, line, self.expression)
+            made = assignment_before(filename, line, self.expression)
+            # assignment_before also matches `w.grad = ...` for `w` (it collects every name inside a target);
+            # only a statement that binds the expression itself says where the tensor was made.
+            if made is not None and self.expression in assigned_names(statement_code(made)):
+                self.made = made
 
     @property
     def name(self) -> str:

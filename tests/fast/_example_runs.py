@@ -1,0 +1,119 @@
+"""Running the bundled examples under ``gradguard run`` for the expected-output tests.
+
+Buggy examples run one subprocess each (exactly what a user runs), in parallel. Fixed examples only have
+to run clean, so they share one subprocess that calls the CLI entry point once per script: PyTorch's and
+Dynamo's import time (~3 s per process on a 2-core machine) is paid once instead of 21 times.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO_ROOT / "examples"
+EXPECTED_DIR = REPO_ROOT / "tests" / "expected"
+SEED_BLOG = EXAMPLES / "seed000" / "rnn_blog.py"
+BUGGY = [SEED_BLOG, *sorted((EXAMPLES / "inplace").glob("*_buggy.py"))]
+FIXED = [EXAMPLES / "seed000" / "rnn_fixed.py", *sorted((EXAMPLES / "inplace").glob("*_fixed.py"))]
+_TIMEOUT_S = 300  # generous: the machine may be shared; a hang still fails
+
+
+@dataclass
+class Run:
+    script: Path
+    returncode: int
+    findings: list = field(default_factory=list)
+    stdout: str = ""
+    stderr: str = ""
+
+    @property
+    def relative(self) -> str:
+        return self.script.relative_to(REPO_ROOT).as_posix()
+
+
+def _env() -> dict:
+    return {**os.environ, "PYTHONHASHSEED": "0", "COLUMNS": "110"}
+
+
+def run_one(script: Path) -> Run:
+    """``python -m gradguard run --json FILE script`` from the repository root (paths come out relative)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        json_path = os.path.join(tmp, "findings.json")
+        done = subprocess.run(
+            [sys.executable, "-m", "gradguard", "run", "--json", json_path, script.relative_to(REPO_ROOT).as_posix()],
+            cwd=REPO_ROOT, capture_output=True, text=True, env=_env(), timeout=_TIMEOUT_S,
+        )
+        findings = json.loads(Path(json_path).read_text()) if os.path.exists(json_path) else []
+    return Run(script, done.returncode, findings, done.stdout, done.stderr)
+
+
+def run_parallel(scripts: list[Path]) -> dict[Path, Run]:
+    with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
+        return dict(zip(scripts, pool.map(run_one, scripts)))
+
+
+_BATCH = r"""
+import contextlib, gc, io, json, os, sys, tempfile
+from gradguard.cli import main
+
+results = {}
+for script in sys.argv[1:]:
+    out, err = io.StringIO(), io.StringIO()
+    path_before, argv_before = list(sys.path), list(sys.argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        json_path = os.path.join(tmp, "findings.json")
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(["run", "--json", json_path, script])
+            except SystemExit as stop:
+                code = stop.code
+        findings = json.load(open(json_path)) if os.path.exists(json_path) else []
+    sys.path[:], sys.argv = path_before, argv_before
+    results[script] = {"returncode": code, "findings": findings, "stdout": out.getvalue(), "stderr": err.getvalue()}
+    gc.collect()
+print(json.dumps(results))
+"""
+
+
+def run_batch(scripts: list[Path]) -> dict[Path, Run]:
+    """Run each script through ``gradguard.cli.main(["run", "--json", ...])`` in one shared subprocess."""
+    relative = [s.relative_to(REPO_ROOT).as_posix() for s in scripts]
+    done = subprocess.run([sys.executable, "-c", _BATCH, *relative], cwd=REPO_ROOT, capture_output=True, text=True,
+                          env=_env(), timeout=_TIMEOUT_S)
+    if done.returncode != 0:
+        raise RuntimeError(f"the batch runner itself failed:\n{done.stderr}")
+    raw = json.loads(done.stdout.strip().splitlines()[-1])
+    return {s: Run(s, raw[r]["returncode"], raw[r]["findings"], raw[r]["stdout"], raw[r]["stderr"])
+            for s, r in zip(scripts, relative)}
+
+
+def panel_message(stderr: str) -> str:
+    """The finding as the user reads it: the rich panel's title (error type) and body, frame removed.
+
+    The body is ``render_finding`` (the exception message) line for line: the panel is wider than the
+    rendered text, so rich never re-wraps it.
+    """
+    lines = stderr.splitlines()
+    try:
+        top = next(i for i, line in enumerate(lines) if line.startswith("╭"))
+        bottom = next(i for i in range(top + 1, len(lines)) if lines[i].startswith("╰"))
+    except StopIteration:
+        return ""
+    title = lines[top].strip("╭─ ").split(" ─")[0].strip()
+    body = [line[2:].rstrip("│").rstrip() for line in lines[top + 1:bottom]]
+    return "\n".join([title, *body]) + "\n"
+
+
+def line_of(script: Path, code: str) -> int:
+    """1-based number of the first line of ``script`` whose stripped text starts with ``code``."""
+    for number, text in enumerate(script.read_text().splitlines(), 1):
+        if text.strip().startswith(code):
+            return number
+    raise AssertionError(f"{code!r} not found in {script}")

@@ -1,0 +1,151 @@
+"""PyTorch's eager errors (raised at the write, or at a second backward) come out of the guard as
+gradguard errors naming the tensor, the line that made it a leaf/view, and a fix written against the
+user's line. The user's own unrelated errors pass through untouched."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import gradguard
+
+
+def _raised(error_type, body):
+    with pytest.raises(error_type) as info:
+        with gradguard.guard():
+            body()
+    return info.value
+
+
+def test_leaf_update_outside_no_grad():
+    w = torch.randn(3, requires_grad=True)
+    (w * w).sum().backward()
+
+    def step():
+        nonlocal w
+        w -= 0.1 * w.grad
+
+    error = _raised(gradguard.InplaceModificationError, step)
+    finding = error.finding
+    assert isinstance(error, RuntimeError)
+    assert isinstance(error.__cause__, RuntimeError) and "leaf Variable" in str(error.__cause__)
+    assert finding.kind == "leaf_inplace" and finding.rule == "leaf_inplace"
+    assert finding.tensor.name == "w" and finding.tensor.shape == (3,)
+    assert finding.modified_at[0].location.code == "w -= 0.1 * w.grad"
+    assert "`with torch.no_grad(): w -= 0.1 * w.grad`" in finding.suggestion
+    assert "w = torch.randn(3, requires_grad=True)" in str(error)  # the line that made it a leaf
+
+
+def test_leaf_computation_gets_out_of_place_rewrite():
+    x = torch.ones(2, requires_grad=True)
+
+    def compute():
+        x.add_(1)
+
+    finding = _raised(gradguard.InplaceModificationError, compute).finding
+    assert finding.rule == "leaf_inplace"
+    assert "`x = x.add(1)`" in finding.suggestion
+
+
+def test_view_of_a_parameter_names_it_by_the_users_expression():
+    embedding = torch.nn.Embedding(5, 2)
+
+    def zero_row():
+        embedding.weight[0] = 0
+
+    finding = _raised(gradguard.InplaceModificationError, zero_row).finding
+    assert finding.rule == "view_of_leaf_inplace"
+    assert finding.tensor.name == "embedding.weight" and finding.tensor.role == "parameter"
+    assert "`with torch.no_grad(): embedding.weight[0] = 0`" in finding.suggestion
+    assert "padding_idx=0" in finding.suggestion
+
+
+def test_multi_output_view_from_unbind():
+    pair = torch.randn(2, 3, requires_grad=True) * 1.0
+    a, b = pair.unbind(0)
+
+    def double():
+        a.mul_(2)
+
+    finding = _raised(gradguard.InplaceModificationError, double).finding
+    assert finding.kind == "view_inplace" and finding.rule == "multi_output_view_inplace"
+    assert finding.tensor.name == "a"
+    assert "unbind()" in finding.explanation
+    assert "a, b = pair.unbind(0)" in finding.explanation
+    assert "`a = a.mul(2)` instead of `a.mul_(2)`" in finding.suggestion
+
+
+def test_multi_output_view_from_chunk():
+    q, k = (torch.randn(2, 4, requires_grad=True) * 1.0).chunk(2, dim=-1)
+
+    def scale():
+        nonlocal q
+        q *= 0.5
+
+    finding = _raised(gradguard.InplaceModificationError, scale).finding
+    assert "chunk()/split()" in finding.explanation
+    assert "`q = q * 0.5` instead of `q *= 0.5`" in finding.suggestion
+
+
+def test_view_created_under_no_grad():
+    hidden = torch.randn(3, 4, requires_grad=True) * 1.0
+    with torch.no_grad():
+        first = hidden[:, :2]
+
+    def clamp():
+        first.clamp_(min=0)
+
+    finding = _raised(gradguard.InplaceModificationError, clamp).finding
+    assert finding.rule == "no_grad_view_inplace"
+    assert finding.tensor.name == "first"
+    assert "`first = hidden[:, :2].clone()`" in finding.suggestion
+    assert "move `first.clamp_(min=0)` into the same `with torch.no_grad():` block" in finding.suggestion
+
+
+def test_backward_twice_through_carried_state_names_the_state():
+    cell = torch.nn.RNNCell(2, 3)
+    inputs = torch.randn(3, 1, 2)
+
+    def train():
+        h = torch.zeros(1, 3)
+        for x in inputs:
+            h = cell(x, h)
+            loss = h.sum()
+            loss.backward()
+
+    error = _raised(gradguard.BackwardTwiceError, train)
+    finding = error.finding
+    assert finding.kind == "backward_twice" and finding.rule == "carried_state_backward_twice"
+    assert finding.tensor.name == "h" and finding.tensor.shape == (1, 3)
+    assert "`h = h.detach()` right after line" in finding.suggestion
+    assert "Trying to backward through the graph a second time" in finding.context["torch_message"]
+    assert "freed by" in str(error)
+
+
+def test_backward_twice_without_a_loop_keeps_the_generic_advice():
+    x = torch.randn(3, requires_grad=True)
+
+    def twice():
+        y = (x * x).sum()
+        y.backward()
+        y.backward()
+
+    finding = _raised(gradguard.BackwardTwiceError, twice).finding
+    assert finding.rule == "backward_twice"
+    assert "retain_graph=True" in finding.suggestion
+
+
+def test_users_own_errors_pass_through_unchanged():
+    mine = ValueError("my own bug")
+
+    def fail():
+        raise mine
+
+    assert _raised(ValueError, fail) is mine
+
+    other = RuntimeError("shape mismatch in my code")
+
+    def fail_runtime():
+        raise other
+
+    assert _raised(RuntimeError, fail_runtime) is other
