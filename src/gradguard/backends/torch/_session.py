@@ -30,6 +30,7 @@ from . import _attribution
 from ._fingerprint import fingerprint as _fingerprint
 from ._fingerprint import same as _same_fingerprint
 from ._naming import name_tensor
+from ._overlap import share_elements
 from ._writes import WriteTrackingMode
 
 __all__ = ["TorchGuardSession", "FINGERPRINT_MODES"]
@@ -191,7 +192,7 @@ class TorchGuardSession:
             key, start, end = _byte_range(target)
             if not ledger.has_storage(key):
                 continue
-            records = ledger.overlapping(key, start, end)
+            records = [r for r in ledger.overlapping(key, start, end) if share_elements(r.tensor, target)]
             if records:
                 write = self._describe_write(func, target)
                 alias = None
