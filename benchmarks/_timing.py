@@ -9,9 +9,10 @@
 # NOTE [Why the profiler's allocation events for CPU memory]
 # Peak RSS moves in pages and never goes down (glibc keeps freed memory), so it cannot resolve a few
 # percent. The CPU allocator reports every tensor allocation and free to the profiler when
-# ``profile_memory=True``; the running sum of those sizes, ordered by time, is the exact number of tensor
-# bytes allocated during the step above the level at its start, whatever allocated them (the model, autograd,
-# the optimizer, or the guard's own copies). It does not use a TorchDispatchMode, so it does not change what
+# ``profile_memory=True``; replaying the allocations made during the step and their frees, in time order,
+# gives the exact peak of tensor bytes allocated in the step and still live, whatever allocated them (the
+# model, autograd, the optimizer, or the guard's own copies). Memory that existed before the step (weights,
+# Adam state) is not counted; frees of it are ignored (the allocator reports them only sometimes). It does not use a TorchDispatchMode, so it does not change what
 # the guard's write log sees. Python objects (the guard's records) are not tensor memory: they are measured
 # separately with tracemalloc.
 """
@@ -107,7 +108,7 @@ def paired_ratios(times: dict[str, list[float]], baseline: str) -> dict[str, lis
 
 
 def peak_tensor_bytes(step: Callable[[], object], context: Callable[[], object], device: str) -> int:
-    """Peak tensor bytes allocated during one step above the level at its start (see NOTE above)."""
+    """Peak bytes of tensor memory allocated during one step and still live (see NOTE above)."""
     if device.startswith("cuda"):
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
@@ -129,12 +130,19 @@ def peak_tensor_bytes(step: Callable[[], object], context: Callable[[], object],
         node = stack.pop()
         stack.extend(node.children)
         if node.tag == _EventType.Allocation and node.extra_fields.device.type == "cpu":
-            events.append((node.start_time_ns, node.extra_fields.alloc_size))
+            events.append((node.start_time_ns, node.extra_fields.alloc_size, node.extra_fields.ptr))
     events.sort()
+    # Count only blocks allocated during the step (and their frees): the allocator reports frees of older
+    # blocks only when it happens to know their size, which depends on earlier profiling sessions.
+    live_blocks: dict[int, int] = {}
     live = peak = 0
-    for _t, size in events:
-        live += size
-        peak = max(peak, live)
+    for _t, size, ptr in events:
+        if size > 0:
+            live_blocks[ptr] = size
+            live += size
+            peak = max(peak, live)
+        elif ptr in live_blocks:
+            live -= live_blocks.pop(ptr)
     return peak
 
 

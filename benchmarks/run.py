@@ -600,13 +600,14 @@ def render(report: dict) -> str:
         add("")
 
     add("## Peak memory\n")
-    add("Tensor bytes allocated during one step above the level at its start (activations, saved tensors, "
+    add("Peak of the tensor bytes allocated during one step and still live (activations, saved tensors, "
         "gradients, temporaries, and any copy the guard makes), as a ratio to plain. CPU: the allocator's "
-        "allocation/free events recorded by `torch.profiler` (`profile_memory=True`), summed in time order: "
-        "exact to the byte, and no dispatch mode involved. Peak RSS is not used: it moves in pages and never "
-        "goes down. The guard keeps no tensor of its own (it stores `detach()` aliases), so ~1.00× is "
-        "expected; anything above comes from transient copies (e.g. `contiguous()` before hashing a "
-        "strided tensor). The Python heap row (tracemalloc, peak during a step above its start) is where the "
+        "allocation/free events recorded by `torch.profiler` (`profile_memory=True`), replayed in time order "
+        "(blocks allocated before the step, such as weights and Adam state, are not counted): exact to the "
+        "byte, and no dispatch mode involved. Peak RSS is not used: it moves in pages and never goes down. "
+        "The guard keeps no tensor of its own (it stores `detach()` aliases), so ~1.00× is expected; "
+        "anything above comes from transient copies (e.g. `contiguous()` before hashing a strided tensor). "
+        "The Python heap rows (tracemalloc, peak during a step above its start) are where the "
         "guard's per-saved-tensor records live.\n")
     add("| mode | " + " | ".join(models) + " |")
     add("|---|" + "---|" * len(models))
