@@ -274,7 +274,8 @@ def _backward_twice(error, session) -> Finding:
         is_tuple = isinstance(value, (tuple, list))
         first = value[0] if is_tuple else value
         tensor = TensorInfo(shape=tuple(first.shape), dtype=str(first.dtype).replace("torch.", ""),
-                            device=str(first.device), name=state.name, role="carried state",
+                            device=str(first.device), name=f"{state.name}[0]" if is_tuple else state.name,
+                            role="carried state",
                             producer=first.grad_fn.name() if first.grad_fn is not None else None)
         kind_of = f"a tuple of {len(value)} tensors" if is_tuple else "a tensor"
         display.insert(0, ("carried by", f"`{state.name}` ({kind_of}), assigned at {at(state.assignment)}: "
