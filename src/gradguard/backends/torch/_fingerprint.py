@@ -115,6 +115,10 @@ def fingerprint(t: torch.Tensor, mode: str = "full"):
         fast = _cpu_block(t, mode)
         if fast is not None:
             return fast
+        if not (t.is_quantized or t.is_conj() or t.is_neg()) and t.layout == torch.strided:
+            # gaps or overlaps (e.g. LSTMCell's gate chunks): hash a packed copy of the values
+            with torch._C._DisableTorchDispatch():
+                return _cpu_block(t.detach().contiguous(), mode)
     with torch._C._DisableTorchDispatch(), torch.no_grad():
         raw = _dense_bytes(t.detach())
         if mode == "sample":
