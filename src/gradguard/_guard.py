@@ -29,7 +29,12 @@ class guard(contextlib.ContextDecorator):
             ``"sample"`` hashes at most 64 KiB per tensor (catches writes touching the sample: whole-tensor
             kernel writes, not single elements); ``"off"`` relies on versions and the write log only.
         track_writes: record in-place writes into saved memory (names the writer's line). Costs a few
-            microseconds per op; with it off the finding still names the tensor and the saver.
+            microseconds per op; with it off (the cheap "sentinel" configuration) the finding still names
+            the tensor, the saver and the versions, and ``gradguard run`` re-runs the script with writes
+            tracked to name the writer.
+        bisect: check every saved tensor's fingerprint after every op, to pin a silent write that no
+            boundary saw (NumPy, ctypes, extensions) to one op or to the interval between two user lines.
+            Slow: for re-runs that diagnose, not for training.
 
         backend: ``"auto"`` (default) uses the one deep-learning framework imported in this process
             (torch when none or several are, as before); or name it: ``"torch"``, ``"paddle"``,
@@ -39,7 +44,8 @@ class guard(contextlib.ContextDecorator):
     Gradients are bit-identical with the guard on: it never changes what autograd computes.
     """
 
-    def __init__(self, *, fingerprint: str = "full", track_writes: bool = True, backend: str = "auto"):
+    def __init__(self, *, fingerprint: str = "full", track_writes: bool = True, backend: str = "auto",
+                 bisect: bool = False):
         if fingerprint not in _FINGERPRINT_MODES:
             raise InvalidArgument(
                 f"guard(fingerprint=...) must be one of {', '.join(map(repr, _FINGERPRINT_MODES))}; "
@@ -47,6 +53,8 @@ class guard(contextlib.ContextDecorator):
             )
         if not isinstance(track_writes, bool):
             raise InvalidArgument(f"guard(track_writes=...) must be True or False; got {track_writes!r}")
+        if not isinstance(bisect, bool):
+            raise InvalidArgument(f"guard(bisect=...) must be True or False; got {bisect!r}")
         from .backends import KNOWN
 
         if backend != "auto" and backend not in KNOWN:
@@ -56,6 +64,7 @@ class guard(contextlib.ContextDecorator):
         self.fingerprint = fingerprint
         self.track_writes = track_writes
         self.backend = backend
+        self.bisect = bisect
         self._local = threading.local()
         self.findings: list = []
 
@@ -78,7 +87,8 @@ class guard(contextlib.ContextDecorator):
         if name == "torch":
             from .backends.torch import TorchGuardSession
 
-            session = TorchGuardSession(fingerprint=self.fingerprint, track_writes=self.track_writes)
+            session = TorchGuardSession(fingerprint=self.fingerprint, track_writes=self.track_writes,
+                                        bisect=self.bisect)
         else:
             from .backends import get_adapter
 

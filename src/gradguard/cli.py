@@ -24,7 +24,13 @@ def _parser() -> argparse.ArgumentParser:
         "--fingerprint", choices=("full", "sample", "off"), default="full",
         help="how saved tensors are fingerprinted to catch silent writes (default: full)",
     )
-    run.add_argument("--no-track-writes", action="store_true", help="do not record in-place writes (faster)")
+    run.add_argument(
+        "--mode", choices=("auto", "sentinel", "forensic", "bisect"), default="auto",
+        help="auto (default): the cheap sentinel (versions, fingerprints, saver lines), and on a finding a re-run "
+        "in forensic mode to name the writer; sentinel: no re-run; forensic: record every in-place write; "
+        "bisect: also check fingerprints after every op (slow; pins writes made outside torch)",
+    )
+    run.add_argument("--no-track-writes", action="store_true", help="same as --mode sentinel")
     run.add_argument("script", help="the Python script to run")
     run.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
     from .advisor._cli import add_advise_parser
@@ -93,7 +99,9 @@ def run_script(options) -> int:
 
     sys.argv = [script, *options.args]
     sys.path[0] = os.path.dirname(os.path.abspath(script))
-    guard_block = guard(fingerprint=options.fingerprint, track_writes=not options.no_track_writes)
+    mode = "sentinel" if options.no_track_writes else options.mode
+    guard_block = guard(fingerprint=options.fingerprint, track_writes=mode in ("forensic", "bisect"),
+                        bisect=mode == "bisect")
     globals_ = {"__name__": "__main__", "__file__": path, "__builtins__": __builtins__, "__package__": None,
                 "__spec__": None, "__loader__": None, "__cached__": None}
     exit_code = 0
@@ -116,9 +124,19 @@ def run_script(options) -> int:
         from .integrations.distributed import rank_info, tag_findings
 
         info = rank_info()
-        tag_findings([error.finding], info)
+        finding = error.finding
+        if mode == "auto" and info is None and finding.kind in ("inplace_modification", "silent_write") and (
+            not finding.modified_at
+        ):
+            from ._rerun import diagnose_by_rerun
+
+            better = diagnose_by_rerun(finding, script, list(options.args), options.fingerprint)
+            if better is not None:
+                guard_block.findings = [better if f is finding else f for f in guard_block.findings]
+                finding = better
+        tag_findings([finding], info)
         sys.stderr.write(_traceback_head(error))
-        print_findings([error.finding], sys.stderr, type(error).__name__ + (f" on rank {info.rank}" if info else ""))
+        print_findings([finding], sys.stderr, type(error).__name__ + (f" on rank {info.rank}" if info else ""))
         exit_code = 1
     except BaseException as error:  # the user's own error: their traceback, Python's exit code
         sys.stdout.flush()

@@ -136,3 +136,33 @@ def test_bad_option_names_the_argument(tmp_path, flag):
     result = _run([*GRADGUARD, "run", flag, name], tmp_path)
     assert result.returncode == 2
     assert "argument --fingerprint: invalid choice: 'bogus' (choose from 'full', 'sample', 'off')" in result.stderr
+
+
+def test_sentinel_mode_names_saver_and_auto_mode_reruns_to_name_the_writer(tmp_path):
+    name = _script(
+        tmp_path,
+        """
+        import torch
+        torch.manual_seed(0)
+        x = torch.randn(3, requires_grad=True)
+        y = x.exp()
+        y += 1
+        y.sum().backward()
+        """,
+    )
+    sentinel = _run([*GRADGUARD, "run", "--mode", "sentinel", "--json", "s.json", name], tmp_path)
+    assert sentinel.returncode == 1
+    (finding,) = json.loads((tmp_path / "s.json").read_text())
+    assert finding["saved_at"]["op"] == "ExpBackward0.result" and finding["saved_at"]["line"] == 5
+    assert finding["modified_at"] == []
+    assert any("write tracking was off" in note for note in finding["notes"])
+
+    auto = _run([*GRADGUARD, "run", "--json", "a.json", name], tmp_path)
+    assert auto.returncode == 1
+    (finding,) = json.loads((tmp_path / "a.json").read_text())
+    assert [(w["op"], w["line"]) for w in finding["modified_at"]] == [("aten.add_.Tensor", 6)]
+    assert finding["notes"] == [
+        "the write was found by re-running the script with `gradguard run --mode forensic` "
+        "(healthy runs pay only for the cheap sentinel)"
+    ]
+    assert "gradguard run --mode forensic" in auto.stderr

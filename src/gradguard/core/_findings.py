@@ -150,6 +150,32 @@ class Finding:
             "notes": list(self.notes),
         }
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Finding":
+        """Inverse of :meth:`to_dict` (used to bring a finding back from a re-run in another process)."""
+
+        def location(d):
+            return SourceLocation(d["file"], d["line"], d.get("function") or "", d.get("code") or "") if d.get(
+                "file"
+            ) else None
+
+        t = data["tensor"]
+        tensor = TensorInfo(tuple(t["shape"]), t["dtype"], t.get("device", "cpu"), t.get("name"), t.get("role", "tensor"),
+                            t.get("producer"))
+        s = data.get("saved_at") or {}
+        saved = SaveSite(s.get("node"), s.get("argument"), location(s))
+        writes = [
+            WriteRecord(w["op"], location(w), w.get("via"), w.get("library_frame"), w.get("version_before"),
+                        w.get("version_after"), w.get("bumps_version", True), w.get("category", "other"))
+            for w in data.get("modified_at", [])
+        ]
+        return cls(
+            kind=data["kind"], tensor=tensor, saved_at=saved, modified_at=writes, versions=dict(data.get("versions", {})),
+            explanation=data.get("explanation", ""), suggestion=data.get("suggestion", ""),
+            headline=data.get("headline", ""), backend=data.get("backend", "torch"), rule=data.get("rule", "generic"),
+            context=dict(data.get("context", {})), notes=list(data.get("notes", [])),
+        )
+
     def __str__(self) -> str:
         from ..report._text import render_finding
 
