@@ -100,6 +100,10 @@ def run_script(options) -> int:
     sys.argv = [script, *options.args]
     sys.path[0] = os.path.dirname(os.path.abspath(script))
     mode = "sentinel" if options.no_track_writes else options.mode
+    from .integrations.distributed import rank_info
+
+    if mode == "auto" and rank_info() is not None:  # torchrun: a rank cannot be re-run alone; log writes now
+        mode = "forensic"
     guard_block = guard(fingerprint=options.fingerprint, track_writes=mode in ("forensic", "bisect"),
                         bisect=mode == "bisect")
     globals_ = {"__name__": "__main__", "__file__": path, "__builtins__": __builtins__, "__package__": None,
