@@ -70,6 +70,10 @@ def test_ddp_buffer_broadcast_is_recognised_and_explained(tmp_path):
     write = finding["modified_at"][0]
     assert (write["op"], write["bumps_version"], write["library_frame"].split(":")[0]) == (
         "aten.copy_", False, "torch/nn/parallel/distributed.py")
+    graph = finding["context"]["graph"]
+    assert [(n["label"], e["label"]) for n in graph["nodes"] for e in graph["edges"]
+            if n["type"] == "write" and e["from"] == n["id"]] == [
+        ("aten.copy_ via DDP buffer broadcast", "version 1 -> 1, no version bump")]
     # Rank 0: its own in-place update of the buffer is the bug there, not DDP.
     assert [(f["kind"], f["context"]["rank"]) for f in rank0] == [("inplace_modification", 0)]
     assert rank0[0]["rule"] != "ddp_broadcast"

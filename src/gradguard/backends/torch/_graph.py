@@ -89,6 +89,14 @@ def _saved_arguments(node, record) -> tuple[list[dict[str, Any]], bool]:
     return out, found
 
 
+def _via(write) -> str | None:
+    if write.via:
+        return write.via
+    if "nn/parallel/distributed.py" in (write.library_frame or "").replace("\\", "/"):
+        return "DDP buffer broadcast"
+    return None
+
+
 def capture_graph(node, record=None, finding=None, *, max_depth: int = _MAX_DEPTH,
                   max_nodes: int = _MAX_NODES) -> dict[str, Any] | None:
     """The graph around ``node`` (the saver), with ``record``'s tensor and ``finding``'s writes marked."""
@@ -184,15 +192,15 @@ def capture_graph(node, record=None, finding=None, *, max_depth: int = _MAX_DEPT
             where = write.location.short if write.location else "an unknown line"
             nodes.append({
                 "id": write_id, "type": "write", "role": "write", "name": write.op,
-                "label": f"{write.op}{' via ' + write.via if write.via else ''}",
+                "label": f"{write.op}{' via ' + _via(write) if _via(write) else ''}",
                 "detail": f"at {where}" + (f": {write.location.code}" if write.location and write.location.code else ""),
                 "depth": 2, "saved": [],
             })
             versions = ""
             if write.version_before is not None:
                 versions = f"version {write.version_before} -> {write.version_after}"
-            elif not write.bumps_version:
-                versions = "no version bump"
+            if not write.bumps_version:
+                versions = f"{versions}, no version bump" if versions else "no version bump"
             edges.append({"from": write_id, "to": stale_id, "kind": "write", "label": versions or "wrote"})
     return {"format_version": GRAPH_FORMAT_VERSION, "nodes": nodes, "edges": edges, "saver": saver_id,
             "stale": stale_id, "writes": write_ids, "truncated": truncated}
