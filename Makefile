@@ -7,11 +7,11 @@ PY := $(VENV)/bin/python
 PIP_FLAGS := -q --disable-pip-version-check
 PYTEST_FLAGS ?= -q -ra
 
-.PHONY: install install-paddle install-mindspore demo test test-torch test-paddle test-mindspore bench clean
+.PHONY: chromium install install-paddle install-mindspore demo test test-torch test-paddle test-mindspore bench clean
 
-$(VENV)/.installed: pyproject.toml requirements-dev.txt
+$(VENV)/.installed: pyproject.toml requirements-dev.txt requirements-integrations.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install $(PIP_FLAGS) -r requirements-dev.txt
+	$(PY) -m pip install $(PIP_FLAGS) -r requirements-dev.txt -r requirements-integrations.txt
 	$(PY) -m pip install $(PIP_FLAGS) --no-deps -e .
 	touch $@
 
@@ -35,13 +35,19 @@ install-mindspore: .venv-mindspore/.installed
 
 demo: install install-paddle install-mindspore
 	$(PY) examples/run_examples.py
+	@echo; echo "== HTML report (the demo script fails on purpose) =="
+	-$(PY) -m gradguard run --html gradguard-report.html examples/integrations/html_report_demo.py
 	@echo; echo "== seed 001 (PaddlePaddle) =="
 	.venv-paddle/bin/python examples/seed001/paddle_inplace.py
 	.venv-paddle/bin/python examples/seed001/paddle_check_op.py
 	@echo; echo "== seed 003 (MindSpore) =="
 	.venv-mindspore/bin/python examples/seed003/mindspore_custom_bprop.py
 
-test-torch: install
+# The HTML report test renders the page in headless Chromium (a Debian package).
+chromium:
+	command -v chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
+
+test-torch: install chromium
 	$(PY) -m pytest $(PYTEST_FLAGS) tests/fast tests/slow
 
 test-paddle: install-paddle
