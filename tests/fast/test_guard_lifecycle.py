@@ -187,3 +187,15 @@ def test_threads_are_isolated():
         t.join()
     assert results["t0"] == results["t1"] == results["t3"] == "ok"
     assert isinstance(results["t2"], int)
+
+
+def test_finding_renders_for_notebooks_with_text_fallback():
+    with pytest.raises(gradguard.InplaceModificationError) as info:
+        with gradguard.guard():
+            x = torch.randn(3, requires_grad=True)
+            y = x.exp()
+            y.add_(1)
+            y.sum().backward()
+    bundle = info.value._repr_mimebundle_()
+    assert bundle["text/plain"] == str(info.value)
+    assert bundle["text/html"].startswith('<div class="gg-report">') and "ExpBackward0" in bundle["text/html"]

@@ -185,5 +185,10 @@ class Finding:
         from ..report._text import render_finding
 
         text = render_finding(self)
-        html = "<pre>" + text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;") + "</pre>"
+        try:
+            from ..report._html import notebook_html
+
+            html = notebook_html(self)
+        except Exception:  # the text view must always work
+            html = "<pre>" + text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;") + "</pre>"
         return {"text/plain": text, "text/html": html}
