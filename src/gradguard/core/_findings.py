@@ -12,18 +12,41 @@ __all__ = ["SourceLocation", "TensorInfo", "SaveSite", "WriteRecord", "Finding",
 JSON_FORMAT_VERSION = 1
 
 
-@dataclass(frozen=True)
 class SourceLocation:
-    """A line of user code."""
+    """A line of user code. The source text is read on first use: the pack hook creates one of these for
+    every saved tensor, and almost none is ever shown."""
 
-    file: str
-    line: int
-    function: str
-    code: str = ""
+    __slots__ = ("file", "line", "function", "_code")
+
+    def __init__(self, file: str, line: int, function: str, code: str | None = None):
+        self.file = file
+        self.line = line
+        self.function = function
+        self._code = code
+
+    @property
+    def code(self) -> str:
+        if self._code is None:
+            import linecache
+
+            self._code = linecache.getline(self.file, self.line).strip()
+        return self._code
 
     @property
     def short(self) -> str:
         return f"{display_path(self.file)}:{self.line}"
+
+    def _key(self):
+        return (self.file, self.line, self.function, self.code)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, SourceLocation) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return f"SourceLocation({self.file!r}, {self.line}, {self.function!r}, {self.code!r})"
 
     def to_dict(self) -> dict[str, Any]:
         return {"file": self.file, "line": self.line, "function": self.function, "code": self.code}

@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import linecache
 import os
 import sys
 import threading
@@ -60,8 +59,7 @@ LIBRARY_PATHS = LibraryPaths()
 
 def _location(frame) -> SourceLocation:
     code = frame.f_code
-    line = frame.f_lineno
-    return SourceLocation(code.co_filename, line, code.co_name, linecache.getline(code.co_filename, line).strip())
+    return SourceLocation(code.co_filename, frame.f_lineno, code.co_name)  # source text read lazily
 
 
 def user_location(skip: int = 1, paths: LibraryPaths = LIBRARY_PATHS) -> SourceLocation | None:

@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 __all__ = ["share_elements"]
@@ -24,9 +26,9 @@ def _is_dense(t: torch.Tensor) -> bool:
     return span == t.numel()
 
 
-def _offsets(t: torch.Tensor) -> torch.Tensor:
-    offsets = torch.tensor([t.storage_offset()], dtype=torch.int64)
-    for size, stride in zip(t.shape, t.stride()):
+def _offsets(offset: int, shape, strides) -> torch.Tensor:
+    offsets = torch.tensor([offset], dtype=torch.int64)
+    for size, stride in zip(shape, strides):
         offsets = (offsets[:, None] + torch.arange(size, dtype=torch.int64)[None, :] * stride).reshape(-1)
     return offsets
 
@@ -37,5 +39,14 @@ def share_elements(a: torch.Tensor, b: torch.Tensor) -> bool:
         return True  # their byte spans already overlap (the caller checked), and spans are exact here
     if a.element_size() != b.element_size() or max(a.numel(), b.numel()) > _EXACT_LIMIT:
         return True
+    # Only the relative geometry matters, and the same pair recurs every step (LSTMCell's gates): cache it.
+    return _share_geometry(b.storage_offset() - a.storage_offset(), tuple(a.shape), a.stride(), tuple(b.shape),
+                           b.stride())
+
+
+@functools.lru_cache(maxsize=4096)
+def _share_geometry(relative_offset, shape_a, stride_a, shape_b, stride_b) -> bool:
     with torch._C._DisableTorchDispatch(), torch.no_grad():
-        return bool(torch.isin(_offsets(a), _offsets(b)).any())
+        a = _offsets(0, shape_a, stride_a)
+        b = _offsets(relative_offset, shape_b, stride_b)
+        return bool(torch.isin(a, b).any())
