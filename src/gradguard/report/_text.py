@@ -10,6 +10,7 @@ __all__ = ["render_finding"]
 
 _WIDTH = 100
 _LABEL = 12
+_KEEP = "\x00"  # stands for a space that wrapping must not break at
 
 
 def _field(label: str, text: str) -> list[str]:
@@ -30,18 +31,14 @@ def _write_lines(index: int, w: WriteRecord) -> list[str]:
         versions = f"  (version {w.version_before} -> {after})"
     else:
         versions = ""
-    silent = "[no version bump: invisible to the framework]" if not w.bumps_version else ""
-    # Wrapped with a hanging indent under the op, so the rich panel (same width) never re-wraps it; the
-    # version change and the silent marker are kept whole, on the last line when they fit.
-    lines = textwrap.wrap(f"{index}. {w.op}{via} at {where}", width=_WIDTH, initial_indent="    ",
-                          subsequent_indent="       ", break_on_hyphens=False, break_long_words=False)
-    for tail in (versions.strip(), silent):
-        if not tail:
-            continue
-        if len(lines[-1]) + 2 + len(tail) <= _WIDTH:
-            lines[-1] += "  " + tail
-        else:
-            lines.append("       " + tail)
+    silent = "  [no version bump: invisible to the framework]" if not w.bumps_version else ""
+    # Wrapped with a hanging indent under the op, so the rich panel (same width) never re-wraps it. The
+    # version change is one unit ("(version 0 -> 1)" is never split): its spaces are protected while wrapping.
+    protected = "  " + versions.strip().replace(" ", _KEEP) if versions else ""
+    text = f"{index}. {w.op}{via} at {where}{protected}{silent}"
+    lines = [line.replace(_KEEP, " ") for line in textwrap.wrap(
+        text, width=_WIDTH, initial_indent="    ", subsequent_indent="       ", break_on_hyphens=False,
+        break_long_words=False)]
     if w.location:
         lines += _code(w.location.code, 7)
     if w.library_frame:
