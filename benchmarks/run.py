@@ -52,7 +52,9 @@ warnings.filterwarnings("ignore", message=".*[Aa]nomaly [Dd]etection.*")
 # guard() parameters that are never varied (they pick a framework, not a cost/coverage trade-off).
 NOT_VARIED = {"backend"}
 NOISE = 0.05  # ratio differences below this are reported as noise
-MAX_GRID = 12  # above this many combinations, vary one parameter at a time (plus fingerprint x track_writes)
+MAX_GRID = 16
+CORE = ("fingerprint", "track_writes", "mode")  # varied jointly; other guard() parameters one at a time
+SLOW = 20.0  # a mode whose trial step is this many times plain is timed alone (3 single steps), not interleaved
 _ABBREV = {"fingerprint": "fp", "track_writes": "writes"}
 _PROBE = "__gradguard_bench_probe__"
 
@@ -116,20 +118,17 @@ def discover_guard_configs(fixed: dict | None = None) -> tuple[list[dict], list[
             if values:
                 grid[name] = values
     notes.append("guard" + str(sig) + ": varied " + ", ".join(f"{k} in {v}" for k, v in grid.items()))
-    names = list(grid)
-    combos = [dict(zip(names, vals)) for vals in itertools.product(*grid.values())]
+    # The cost/coverage grid: fingerprint x track_writes (x mode, when it exists), everything else at its default;
+    # every other parameter (e.g. a diagnostic switch) is varied one at a time from the defaults.
+    core = [k for k in grid if k in CORE]
+    base = {k: v[0] for k, v in grid.items()}
+    combos = [{**base, **dict(zip(core, vals))} for vals in itertools.product(*(grid[k] for k in core))]
+    for k, vs in grid.items():
+        if k not in core:
+            combos.extend({**base, k: v} for v in vs[1:])
     if len(combos) > MAX_GRID:
-        base = {k: v[0] for k, v in grid.items()}
-        keep = [base]
-        core = [k for k in ("fingerprint", "track_writes") if k in grid]
-        for vals in itertools.product(*(grid[k] for k in core)):
-            keep.append({**base, **dict(zip(core, vals))})
-        for k, vs in grid.items():
-            for v in vs[1:]:
-                keep.append({**base, k: v})
-        combos = [dict(t) for t in dict.fromkeys(tuple(sorted(c.items(), key=lambda kv: kv[0])) for c in keep)]
-        notes.append(f"{len(list(itertools.product(*grid.values())))} combinations: measured the defaults, "
-                     "fingerprint x track_writes, and one parameter at a time")
+        notes.append(f"{len(combos)} configurations: kept the first {MAX_GRID}")
+        combos = combos[:MAX_GRID]
     valid = []
     for kw in combos:
         try:
@@ -145,9 +144,18 @@ def _kwargs(kw: dict) -> str:
     return ", ".join(f"{k}={v!r}" for k, v in kw.items())
 
 
+def _guard_defaults() -> dict:
+    return {k: p.default for k, p in inspect.signature(gradguard.guard).parameters.items()
+            if p.default is not p.empty}
+
+
 def label(kw: dict) -> str:
+    """"gg fp=full writes=on": the core parameters always, any other one only when not at its default."""
+    defaults = _guard_defaults()
     parts = []
     for k, v in kw.items():
+        if k not in CORE and k in defaults and defaults[k] == v:
+            continue
         if isinstance(v, bool):
             v = "on" if v else "off"
         parts.append(f"{_ABBREV.get(k, k)}={v}")
@@ -251,24 +259,40 @@ def time_model(name: str, modes: dict, args, device: str) -> dict:
     inner = max(1, math.ceil(args.sample_ms / 1e3 / t_plain))
     contexts = {lab: ctx for lab, (_kw, ctx) in modes.items()}
     errors = {}
-    # one trial sample per mode: drop modes that fail on this model, so the timing loop only times working ones
+    slow: dict[str, float] = {}
+    # one trial step per mode: drop modes that fail on this model, so the timing loop only times working ones,
+    # and set apart diagnostic modes too slow to interleave (timed alone below)
     for lab, ctx in list(contexts.items()):
         try:
-            _timing.time_steps(w.step, ctx, 1, device)
+            trial = _timing.time_steps(w.step, ctx, 1, device)
         except Exception as e:  # noqa: BLE001
             errors[lab] = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
             del contexts[lab]
             w = zoo.build(name, seed=0, device=device)
+            continue
+        if lab != "plain" and trial > SLOW * t_plain:
+            slow[lab] = trial
+            del contexts[lab]
     t0 = time.perf_counter()
     times = _timing.interleaved(contexts, w.step, inner=inner, rounds=args.max_rounds,
                                 warmup_rounds=args.warmup_rounds, device=device, seed=zlib.crc32(name.encode()),
                                 budget_s=args.budget_s, min_rounds=args.min_rounds)
     elapsed = time.perf_counter() - t0
-    ratios = _timing.paired_ratios(times, "plain")
-    out = {"inner": inner, "rounds": len(times["plain"]), "seconds": elapsed, "errors": errors,
+    ratios = _timing.paired_ratios({k: v for k, v in times.items() if v}, "plain")
+    for lab, trial in slow.items():
+        # a couple more single steps if cheap enough (<= 20 s in all), each paired with a plain step
+        ratios_slow = [trial / _timing.median(times["plain"])]
+        if trial < 10:
+            for _ in range(2):
+                tp = _timing.time_steps(w.step, contextlib.nullcontext, 1, device)
+                ts = _timing.time_steps(w.step, modes[lab][1], 1, device)
+                ratios_slow.append(ts / tp)
+        times[lab] = []
+        slow[lab] = _timing.median(ratios_slow)
+    out = {"inner": inner, "rounds": len(times["plain"]), "seconds": elapsed, "errors": errors, "slow": slow,
            "plain_ms": _timing.median(times["plain"]) * 1e3,
            "plain_ms_min": min(times["plain"]) * 1e3,
-           "ratio": {k: _timing.median(v) for k, v in ratios.items()},
+           "ratio": {**{k: _timing.median(v) for k, v in ratios.items()}, **slow},
            "ratio_p25": {k: _timing.quantile(v, 0.25) for k, v in ratios.items()},
            "ratio_p75": {k: _timing.quantile(v, 0.75) for k, v in ratios.items()}}
     # memory: one more warm step per mode, then one measured step
@@ -339,10 +363,11 @@ def per_call_costs(modes: dict, device: str, rounds: int, n: int = 200) -> dict:
     out: dict[str, dict[str, float]] = {}
     for prog, (fn, count) in programs.items():
         ok = {}
+        t_plain = _timing.time_steps(fn, contextlib.nullcontext, 2, device)
         for lab, ctx in contexts.items():
             try:
-                _timing.time_steps(fn, ctx, 2, device)
-                ok[lab] = ctx
+                if _timing.time_steps(fn, ctx, 1, device) <= SLOW * t_plain:
+                    ok[lab] = ctx
             except Exception:  # noqa: BLE001
                 pass
         times = _timing.interleaved(ok, fn, inner=3, rounds=rounds, warmup_rounds=1, device=device,
@@ -374,7 +399,7 @@ def _func_label(key) -> str:
     return f"{filename}:{line}({func})"
 
 
-def profile_model(name: str, modes: dict, device: str, target_s: float, top: int) -> dict:
+def profile_model(name: str, modes: dict, device: str, target_s: float, top: int, skip=()) -> dict:
     """cProfile of ``name`` under each gradguard mode: the guard's own functions and the top self-times."""
     w = zoo.build(name, seed=0, device=device)
     for _ in range(3):
@@ -383,7 +408,7 @@ def profile_model(name: str, modes: dict, device: str, target_s: float, top: int
     n = max(3, math.ceil(target_s / t_plain))
     out = {"steps": n}
     for lab, (kw, ctx) in modes.items():
-        if kw is None and lab != "plain":
+        if (kw is None and lab != "plain") or lab in skip:
             continue
         prof = cProfile.Profile()
         try:
@@ -573,13 +598,18 @@ def render(report: dict) -> str:
         cells, slower = [], []
         for m in models:
             r = res[m]["ratio"].get(lab)
-            cells.append("error" if lab in res[m]["errors"] else _fmt_ratio(r))
+            slow_mark = "†" if lab in res[m].get("slow", {}) else ""
+            cells.append("error" if lab in res[m]["errors"] else _fmt_ratio(r) + slow_mark)
             a = res[m]["ratio"].get("anomaly nan=off")
             if lab.startswith("gg") and r is not None and a is not None and r >= a:
                 slower.append(m)
         tail = "" if not lab.startswith("gg") else (", ".join(slower) if slower else "none")
         add(f"| {lab} | " + " | ".join(cells) + f" | {tail} |")
     add("")
+    if any(res[m].get("slow") for m in models):
+        add(f"† over {SLOW:.0f}× plain in a trial step: a diagnostic mode, timed alone (median of up to 3 single "
+            "steps, each paired with a plain step) instead of interleaved, and left out of the memory, "
+            "identity and profile passes.\n")
     add("Rounds measured (steps per sample): " + ", ".join(
         f"{m} {res[m]['rounds']} ({res[m]['inner']})" for m in models) + ".\n")
     add("<details><summary>25th–75th percentiles of the per-round ratios</summary>\n")
@@ -822,8 +852,8 @@ def main(argv=None) -> int:
     results, identity = {}, {}
     for m in models:
         t0 = time.perf_counter()
-        identity[m] = check_identity(m, modes, device)
         results[m] = time_model(m, modes, args, device)
+        identity[m] = check_identity(m, {k: v for k, v in modes.items() if k not in results[m]["slow"]}, device)
         r = results[m]
         print(f"  {m:14s} plain {r['plain_ms']:8.2f} ms  rounds {r['rounds']:3d}  "
               + "  ".join(f"{lab}: {_fmt_ratio(v)}" for lab, v in r["ratio"].items() if lab != "plain")
@@ -843,7 +873,7 @@ def main(argv=None) -> int:
             pmodels = worst[:2]
         for m in pmodels:
             t0 = time.perf_counter()
-            profiles[m] = profile_model(m, modes, device, args.profile_s, top=12)
+            profiles[m] = profile_model(m, modes, device, args.profile_s, top=12, skip=results[m]["slow"])
             print(f"  profiled {m} [{time.perf_counter() - t0:.0f} s]", flush=True)
 
     compile_rows = []
