@@ -21,7 +21,7 @@ Edges point the way data flows in backward: from a node to the nodes that comput
 from __future__ import annotations
 
 import gc
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 
@@ -59,10 +59,9 @@ def _parameter_names() -> dict[int, str]:
     return names
 
 
-def _saved_arguments(node, record) -> tuple[list[dict[str, Any]], bool]:
-    """The node's saved tensor arguments (never unpacked) and whether ``record`` is among them."""
-    out: list[dict[str, Any]] = []
-    found = False
+def iter_saved(node) -> Iterator[tuple[str, Any]]:
+    """(argument, packed object) for each tensor the node saved, e.g. ("mat2", record), ("tensors[0]", record).
+    Reads ``_raw_saved_*`` (the pack hook's return value), so nothing is unpacked."""
     for attr in dir(node):
         if not attr.startswith("_raw_saved_"):
             continue
@@ -70,22 +69,28 @@ def _saved_arguments(node, record) -> tuple[list[dict[str, Any]], bool]:
             value = getattr(node, attr)
         except Exception:
             continue
-        items = value if isinstance(value, (tuple, list)) else (value,)
-        for index, saved in enumerate(items):
-            argument = attr[len("_raw_saved_"):]
-            if isinstance(value, (tuple, list)):
-                argument = f"{argument}[{index}]"
+        name = attr[len("_raw_saved_"):]
+        many = isinstance(value, (tuple, list))
+        for index, saved in enumerate(value if many else (value,)):
             try:
                 data = saved.data
             except Exception:
                 data = None
-            tensor = getattr(data, "tensor", data)
-            entry: dict[str, Any] = {"argument": argument, "stale": data is record and record is not None}
-            if isinstance(tensor, torch.Tensor):
-                entry["shape"] = list(tensor.shape)
-                entry["dtype"] = str(tensor.dtype).replace("torch.", "")
-            found = found or entry["stale"]
-            out.append(entry)
+            yield (f"{name}[{index}]" if many else name), data
+
+
+def _saved_arguments(node, record) -> tuple[list[dict[str, Any]], bool]:
+    """The node's saved tensor arguments (never unpacked) and whether ``record`` is among them."""
+    out: list[dict[str, Any]] = []
+    found = False
+    for argument, data in iter_saved(node):
+        tensor = getattr(data, "tensor", data)
+        entry: dict[str, Any] = {"argument": argument, "stale": data is record and record is not None}
+        if isinstance(tensor, torch.Tensor):
+            entry["shape"] = list(tensor.shape)
+            entry["dtype"] = str(tensor.dtype).replace("torch.", "")
+        found = found or entry["stale"]
+        out.append(entry)
     return out, found
 
 

@@ -331,20 +331,6 @@ def _saver(record) -> tuple[str | None, str | None]:
 
 
 def _unpacking_argument(node, target) -> str | None:
-    for attr in dir(node):
-        if not attr.startswith("_raw_saved_"):
-            continue
-        try:
-            value = getattr(node, attr)
-        except Exception:
-            continue
-        items = value if isinstance(value, (tuple, list)) else (value,)
-        for index, saved in enumerate(items):
-            try:
-                data = saved.data
-            except Exception:
-                continue
-            if data is target:
-                arg = attr[len("_raw_saved_"):]
-                return f"{arg}[{index}]" if isinstance(value, (tuple, list)) else arg
-    return None
+    from ._graph import iter_saved
+
+    return next((argument for argument, data in iter_saved(node) if data is target), None)
