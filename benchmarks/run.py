@@ -282,7 +282,7 @@ def time_model(name: str, modes: dict, args, device: str) -> dict:
     for lab, trial in slow.items():
         # a couple more single steps if cheap enough (<= 20 s in all), each paired with a plain step
         ratios_slow = [trial / _timing.median(times["plain"])]
-        if trial < 10:
+        if trial < 2:
             for _ in range(2):
                 tp = _timing.time_steps(w.step, contextlib.nullcontext, 1, device)
                 ts = _timing.time_steps(w.step, modes[lab][1], 1, device)
@@ -869,7 +869,8 @@ def main(argv=None) -> int:
             pmodels = [p.strip() for p in args.profile_models.split(",") if p.strip()]
         else:
             worst = sorted(models, key=lambda m: -max(
-                [v for k, v in results[m]["ratio"].items() if k.startswith("gg")] or [0]))
+                [v for k, v in results[m]["ratio"].items() if k.startswith("gg") and k not in results[m]["slow"]]
+                or [0]))
             pmodels = worst[:2]
         for m in pmodels:
             t0 = time.perf_counter()
