@@ -54,9 +54,19 @@ def run_one(script: Path) -> Run:
     return Run(script, done.returncode, findings, done.stdout, done.stderr)
 
 
-def run_parallel(scripts: list[Path]) -> dict[Path, Run]:
+_CACHE: dict[Path, Run] = {}  # one run per script per test session: test modules share the results
+
+
+def run_all(buggy: list[Path], fixed: list[Path]) -> dict[Path, Run]:
+    """Buggy scripts in parallel subprocesses and the fixed ones' batch, all at once; cached."""
+    todo = [s for s in buggy if s not in _CACHE]
+    todo_fixed = [s for s in fixed if s not in _CACHE]
     with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
-        return dict(zip(scripts, pool.map(run_one, scripts)))
+        batch = pool.submit(run_batch, todo_fixed) if todo_fixed else None
+        _CACHE.update(zip(todo, pool.map(run_one, todo)))
+        if batch is not None:
+            _CACHE.update(batch.result())
+    return {s: _CACHE[s] for s in [*buggy, *fixed]}
 
 
 _BATCH = r"""

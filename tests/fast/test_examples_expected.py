@@ -10,19 +10,24 @@ import os
 
 import pytest
 
-from _example_runs import BUGGY, EXPECTED_DIR, FIXED, REPO_ROOT, line_of, panel_message, run_batch, run_parallel
+from _example_runs import BUGGY, EXPECTED_DIR, FIXED, REPO_ROOT, line_of, panel_message, run_all
 
 UPDATE = os.environ.get("GRADGUARD_UPDATE_EXPECTED") == "1"
 
 
 @pytest.fixture(scope="module")
-def buggy_runs():
-    return run_parallel(BUGGY)
+def runs():
+    return run_all(BUGGY, FIXED)
 
 
 @pytest.fixture(scope="module")
-def fixed_runs():
-    return run_batch(FIXED)
+def buggy_runs(runs):
+    return runs
+
+
+@pytest.fixture(scope="module")
+def fixed_runs(runs):
+    return runs
 
 
 def _expected_path(script) -> os.PathLike:

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from _example_runs import REPO_ROOT, SEED_BLOG, line_of, panel_message, run_one
+from _example_runs import REPO_ROOT, SEED_BLOG, line_of, panel_message, run_all
 
 
 @pytest.fixture(scope="module")
 def seed_run():
-    return run_one(SEED_BLOG)
+    return run_all([SEED_BLOG], [])[SEED_BLOG]  # shared with test_examples_expected when both run
 
 
 @pytest.fixture(scope="module")
