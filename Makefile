@@ -47,7 +47,7 @@ demo: install install-paddle install-mindspore
 chromium:
 	command -v chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
 
-test-torch: install chromium
+test-torch: install install-paddle chromium
 	$(PY) -m pytest $(PYTEST_FLAGS) tests/fast tests/slow
 
 test-paddle: install-paddle
