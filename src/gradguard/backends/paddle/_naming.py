@@ -8,11 +8,10 @@ name from the user's frames.
 from __future__ import annotations
 
 import gc
-import sys
 
 import paddle
 
-from ...core._frames import LIBRARY_PATHS
+from ...core._frames import user_variable_names
 
 __all__ = ["name_tensor", "memory_range"]
 
@@ -30,19 +29,6 @@ def memory_range(t) -> tuple[int, int, int] | None:
     return 0, ptr, ptr + n
 
 
-def _variable_names(ids: set[int]) -> dict[int, str]:
-    names: dict[int, str] = {}
-    frame = sys._getframe(1)
-    while frame is not None:
-        if not LIBRARY_PATHS.is_library(frame.f_code.co_filename):
-            for scope in (frame.f_locals, frame.f_globals):
-                for var, value in list(scope.items()):
-                    if id(value) in ids and id(value) not in names and not var.startswith("_"):
-                        names[id(value)] = var
-        frame = frame.f_back
-    return names
-
-
 def name_tensor(t) -> tuple[str | None, str | None]:
     """(qualified name, "parameter" | "buffer") of the layer tensor sharing ``t``'s memory, or (None, None)."""
     rng = memory_range(t)
@@ -53,7 +39,7 @@ def name_tensor(t) -> tuple[str | None, str | None]:
     layers = [m for m in gc.get_objects() if issubclass(type(m), layer_type)]
     children = {id(c) for m in layers for c in m.children()}
     roots = [m for m in layers if id(m) not in children] + [m for m in layers if id(m) in children]
-    variable = _variable_names({id(m) for m in layers})
+    variable = user_variable_names({id(m) for m in layers})
     for layer in roots:
         prefix = variable.get(id(layer), type(layer).__name__)
         for kind, items in (("parameter", layer.named_parameters()), ("buffer", layer.named_buffers())):

@@ -38,13 +38,13 @@ def _tensor_text(t: torch.Tensor) -> str:
 
 def _parameter_names() -> dict[int, str]:
     """storage pointer -> "model.layer.weight" for every module parameter/buffer on the heap (one scan)."""
-    from ._naming import _module_variable_names
+    from ...core._frames import user_variable_names
 
     module_type = torch.nn.Module
     modules = [m for m in gc.get_objects() if issubclass(type(m), module_type)]
     children = {id(c) for m in modules for c in m.children()}
     roots = [m for m in modules if id(m) not in children]
-    variables = _module_variable_names({id(m) for m in roots})
+    variables = user_variable_names({id(m) for m in roots})
     names: dict[int, str] = {}
     for module in roots:
         prefix = variables.get(id(module), type(module).__name__)

@@ -10,31 +10,16 @@
 from __future__ import annotations
 
 import gc
-import sys
 
 import torch
 
-from ...core._frames import LIBRARY_PATHS
+from ...core._frames import user_variable_names
 
 __all__ = ["name_tensor", "storage_key"]
 
 
 def storage_key(t: torch.Tensor) -> int:
     return t.untyped_storage().data_ptr()
-
-
-def _module_variable_names(modules: set[int]) -> dict[int, str]:
-    """Variable names bound to the given module ids in the user's frames (innermost frame first)."""
-    names: dict[int, str] = {}
-    frame = sys._getframe(1)
-    while frame is not None:
-        if not LIBRARY_PATHS.is_library(frame.f_code.co_filename):
-            for scope in (frame.f_locals, frame.f_globals):
-                for var, value in list(scope.items()):
-                    if id(value) in modules and id(value) not in names and not var.startswith("_"):
-                        names[id(value)] = var
-        frame = frame.f_back
-    return names
 
 
 def name_tensor(t: torch.Tensor) -> tuple[str | None, str | None]:
@@ -51,7 +36,7 @@ def name_tensor(t: torch.Tensor) -> tuple[str | None, str | None]:
     modules = [m for m in gc.get_objects() if issubclass(type(m), module_type)]
     children = {id(c) for m in modules for c in m.children()}
     roots = [m for m in modules if id(m) not in children] + [m for m in modules if id(m) in children]
-    variable = _module_variable_names({id(m) for m in modules})
+    variable = user_variable_names({id(m) for m in modules})
     for module in roots:
         prefix = variable.get(id(module), type(module).__name__)
         for kind, items in (("parameter", module.named_parameters()), ("buffer", module.named_buffers())):

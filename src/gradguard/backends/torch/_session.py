@@ -233,10 +233,10 @@ class TorchGuardSession:
                 via = f"{type(module).__name__}(inplace=True)"
                 # Name the module as the user can find it ("gate.2"): the outermost module the user called,
                 # by its variable name, plus the submodule path. Only reached for writes into saved memory.
-                from ._naming import _module_variable_names
+                from ...core._frames import user_variable_names
 
                 root = next(o for o in reversed(owners) if isinstance(o, torch.nn.Module))
-                prefix = _module_variable_names({id(root)}).get(id(root))
+                prefix = user_variable_names({id(root)}).get(id(root))
                 sub = "" if root is module else next((n for n, m in root.named_modules() if m is module), "")
                 if prefix:
                     via = f"{prefix}{'.' + sub if sub else ''} ({via})"
