@@ -161,6 +161,8 @@ def test_two_optimizers_step_between_backwards_is_the_gan_order(source):
     assert f.rule == "optimizer_step_between_backwards"
     assert "GAN / actor-critic" in f.explanation
     assert "re-run `g_loss = -D(fake).mean()` after `opt_d.step()`" in f.suggestion
+    assert "e.g. `D(fake.detach())`" in f.suggestion
+    assert "an earlier backward ran and Adam.step()" in f.explanation
 
 
 def test_one_optimizer_step_between_two_losses_suggests_one_backward(source):

@@ -143,10 +143,10 @@ def optimizer_rule(f: Finding, opt: WriteRecord, passes: int, retain: bool | Non
 
     receivers = step_receivers(opt.location)
     why = (
-        f"Two backward passes run through the forward call at {_short(save, _home(f))} ({saver} saved {target} there). "
-        f"Between them, {stepper} at {_where(opt, f)} updated {target} in place{_versions(opt)}, so this backward "
-        f"at {_short(backward, _home(f))} ({backward_code}) would compute gradients with a weight that forward never used "
-        f"(PyTorch < 1.5 did exactly that, silently)."
+        f"{saver} saved {target} in the forward call at {_short(save, _home(f))}. Before this backward at "
+        f"{_short(backward, _home(f))} ({backward_code}) used it, an earlier backward ran and {stepper} at "
+        f"{_where(opt, f)} updated {target} in place{_versions(opt)}, so this backward would compute gradients "
+        f"with a weight that forward never used (PyTorch < 1.5 did exactly that, silently)."
     )
     if len(receivers) > 1:
         return (
@@ -155,8 +155,9 @@ def optimizer_rule(f: Finding, opt: WriteRecord, passes: int, retain: bool | Non
             "has to backpropagate through it.",
             f"Compute that loss from a fresh forward after the step: re-run `{save.code if save else 'the forward'}` "
             f"after {step_code} (line {opt.location.line if opt.location else '?'}) and build the loss from the new "
-            f"output. In the first loss, feed the stepped model a detached input (e.g. `D(fake.detach())`, "
-            f"`critic(state, action.detach())`), so its backward stays inside the model it trains and needs no "
+            f"output. In the first loss, feed the stepped model a detached input "
+            f"({_detached_call_hint(save.code if save else '')}), so its backward stays inside the model it "
+            f"trains and needs no "
             f"retain_graph=True.",
         )
     return (
@@ -166,6 +167,22 @@ def optimizer_rule(f: Finding, opt: WriteRecord, passes: int, retain: bool | Non
         f"(`(loss_a + loss_b).backward()`), or move {step_code} (line {opt.location.line if opt.location else '?'}) "
         f"after {backward_code}; then step once per batch.",
     )
+
+
+def _detached_call_hint(code: str) -> str:
+    """``g_loss = bce(D(fake), y)`` -> ```D(fake.detach())``` for the loss that trains D: the stepped
+    model's call found in the saving line, with its input detached."""
+    import ast
+
+    try:
+        tree = ast.parse(code.strip())
+    except SyntaxError:
+        tree = None
+    for node in ast.walk(tree) if tree is not None else ():
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and len(node.args) == 1
+                and isinstance(node.args[0], ast.Name)):
+            return f"e.g. `{node.func.id}({node.args[0].id}.detach())`"
+    return "the other model's output `.detach()`ed"
 
 
 def _retained_graph_rule(f, opt, passes, retain, carried, backward) -> tuple[str, str, str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import textwrap
 
 from ..core._findings import Finding, WriteRecord
@@ -13,9 +14,14 @@ _LABEL = 12
 _KEEP = "\x00"  # stands for a space that wrapping must not break at
 
 
+_VERSION_CHANGE = re.compile(r"\(version \d+ -> \d+\)")
+
+
 def _field(label: str, text: str) -> list[str]:
     head = f"  {label:<{_LABEL}}: "
-    body = textwrap.wrap(text, width=_WIDTH - len(head), break_on_hyphens=False) or [""]
+    text = _VERSION_CHANGE.sub(lambda m: m.group(0).replace(" ", _KEEP), text)  # one unit, never split
+    body = [line.replace(_KEEP, " ") for line in
+            textwrap.wrap(text, width=_WIDTH - len(head), break_on_hyphens=False)] or [""]
     return [head + body[0]] + [" " * len(head) + line for line in body[1:]]
 
 
