@@ -68,9 +68,13 @@ def user_location(skip: int = 1, paths: LibraryPaths = LIBRARY_PATHS) -> SourceL
         frame = sys._getframe(skip)
     except ValueError:
         return None
-    is_library = paths.is_library
+    cache = paths._cache  # inlined lookups: this loop runs for every saved tensor
     while frame is not None:
-        if not is_library(frame.f_code.co_filename):
+        filename = frame.f_code.co_filename
+        library = cache.get(filename)
+        if library is None:
+            library = paths.is_library(filename)
+        if not library:
             return _location(frame)
         frame = frame.f_back
     return None
