@@ -76,7 +76,8 @@ def assignment_before(filename: str, line: int, expression: str) -> SourceLocati
         return None
     found: ast.stmt | None = None
     for node in ast.walk(tree):
-        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.For, ast.With)) and node.lineno < line:
+        # AugAssign (`w -= x`) writes in place; it does not create w, so it is not a binding here.
+        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.For, ast.With)) and node.lineno < line:
             if isinstance(node, ast.Assign):
                 targets = node.targets
             elif isinstance(node, ast.For):
@@ -86,10 +87,15 @@ def assignment_before(filename: str, line: int, expression: str) -> SourceLocati
             else:
                 targets = [node.target]
             names = set()
-            for t in targets:
-                for sub in ast.walk(t):
-                    if isinstance(sub, (ast.Name, ast.Attribute)):
-                        names.add(ast.unparse(sub))
+            pending = list(targets)
+            while pending:  # only what the statement binds: `w.grad = g` binds w.grad, not w; `x[0] = 1` nothing
+                t = pending.pop()
+                if isinstance(t, (ast.Tuple, ast.List)):
+                    pending.extend(t.elts)
+                elif isinstance(t, ast.Starred):
+                    pending.append(t.value)
+                elif isinstance(t, (ast.Name, ast.Attribute)):
+                    names.add(ast.unparse(t))
             if expression in names and (found is None or node.lineno > found.lineno):
                 found = node
     if found is None:

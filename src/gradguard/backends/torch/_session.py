@@ -42,7 +42,7 @@ for _module in (torch,):
 
 _ACTIVATIONS = {
     "relu_", "leaky_relu_", "elu_", "celu_", "selu_", "silu_", "gelu_", "hardtanh_", "hardsigmoid_",
-    "hardswish_", "mish_", "threshold_", "sigmoid_", "tanh_", "rrelu_with_noise_", "clamp_", "clamp_min_",
+    "hardswish_", "mish_", "threshold_", "sigmoid_", "tanh_", "rrelu_with_noise_",
     "bernoulli_", "feature_dropout_", "dropout_", "alpha_dropout_",
 }
 
