@@ -35,6 +35,11 @@ install-mindspore: .venv-mindspore/.installed
 
 demo: install install-paddle install-mindspore
 	$(PY) examples/run_examples.py
+	@echo; echo "== silent writes (Triton kernels run on CPU under TRITON_INTERPRET=1) =="
+	@for f in examples/silent/*.py; do echo "--- $$f"; TRITON_INTERPRET=1 $(PY) $$f || exit 1; done
+	@echo; echo "== check_op: seed 003's x*sin(x), Liger's cross entropy =="
+	TRITON_INTERPRET=1 $(PY) examples/ops/xsin_seed003.py
+	TRITON_INTERPRET=1 $(PY) examples/ops/liger_cross_entropy.py
 	@echo; echo "== HTML report (the demo script fails on purpose) =="
 	-$(PY) -m gradguard run --html gradguard-report.html examples/integrations/html_report_demo.py
 	@echo; echo "== seed 001 (PaddlePaddle) =="
