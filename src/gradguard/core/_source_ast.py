@@ -10,7 +10,7 @@ import linecache
 
 from ._findings import SourceLocation
 
-__all__ = ["written_expression", "assignment_before"]
+__all__ = ["written_expression", "assignment_before", "call_name"]
 
 
 def _statement_at(filename: str, line: int) -> ast.stmt | None:
@@ -102,3 +102,25 @@ def assignment_before(filename: str, line: int, expression: str) -> SourceLocati
         return None
     code = linecache.getline(filename, found.lineno).strip()
     return SourceLocation(filename, found.lineno, "", code)
+
+
+_BINOP_NAMES = {"Mult": "multiply", "Add": "add", "Sub": "subtract", "Div": "divide", "MatMult": "matmul", "Pow": "pow"}
+
+
+def call_name(code: str) -> str | None:
+    """The single call on a source line (``sin`` in ``z = y.sin()`` or ``z = ops.sin(y)``), the operator of a
+    single binary operation (``multiply`` in ``z = x * y``), else None. Names a saver for frameworks whose
+    autograd nodes have no readable names."""
+    try:
+        tree = ast.parse(code.strip().rstrip(":"))
+    except SyntaxError:
+        return None
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
+    if not calls:
+        binops = [n for n in ast.walk(tree) if isinstance(n, ast.BinOp)]
+        if len(binops) == 1:
+            return _BINOP_NAMES.get(type(binops[0].op).__name__)
+    if len(calls) != 1:
+        return None
+    func = calls[0].func
+    return func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)

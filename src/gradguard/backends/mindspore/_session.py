@@ -26,6 +26,7 @@ from ...core._diagnosis import diagnose
 from ...core._findings import Finding, SaveSite, TensorInfo, WriteRecord
 from ...core._frames import LIBRARY_PATHS, caller_context, user_location
 from ...core._ledger import SavedLedger
+from ...core._source_ast import call_name
 from ._adapter import current_mode, memory_range
 
 __all__ = ["MindSporeGuardSession", "fingerprint", "enrich_mindspore_error"]
@@ -188,7 +189,7 @@ class MindSporeGuardSession:
 
     def _build_finding(self, record, kind) -> Finding:
         t = record.tensor
-        saver = _call_name(record.site.code) if record.site is not None else None
+        saver = call_name(record.site.code) if record.site is not None else None
         finding = Finding(
             kind=kind,
             tensor=TensorInfo(shape=tuple(int(s) for s in t.shape), dtype=str(t.dtype).lower(), role="activation"),
@@ -205,26 +206,6 @@ class MindSporeGuardSession:
                                  "wrong.")
         diagnose(finding)
         return _mindspore_fix(finding)
-
-
-def _call_name(code: str) -> str | None:
-    """The single call on a source line (``sin`` in ``z = ops.sin(y)``), else None."""
-    import ast
-
-    try:
-        tree = ast.parse(code.strip().rstrip(":"))
-    except SyntaxError:
-        return None
-    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
-    if not calls:
-        binops = [n for n in ast.walk(tree) if isinstance(n, ast.BinOp)]
-        if len(binops) == 1:
-            return {"Mult": "multiply", "Add": "add", "Sub": "subtract", "Div": "divide", "MatMult": "matmul",
-                    "Pow": "pow"}.get(type(binops[0].op).__name__)
-    if len(calls) != 1:
-        return None
-    func = calls[0].func
-    return func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
 
 
 _FIXES = {

@@ -25,8 +25,6 @@
 
 from __future__ import annotations
 
-import ast
-import linecache
 import sys
 import threading
 
@@ -39,6 +37,7 @@ from ...core._diagnosis import diagnose
 from ...core._findings import Finding, SaveSite, TensorInfo, WriteRecord
 from ...core._frames import LIBRARY_PATHS, caller_context, user_location
 from ...core._ledger import SavedLedger
+from ...core._source_ast import call_name
 from ._naming import memory_range, name_tensor
 
 __all__ = ["PaddleGuardSession", "fingerprint"]
@@ -91,24 +90,6 @@ def _pylayer_saver(skip: int) -> str | None:
                 return getattr(code, "co_qualname", "PyLayer.forward").rsplit(".", 1)[0]
         frame = frame.f_back
     return None
-
-
-def _call_name(code: str) -> str | None:
-    """The single call on a source line (``sin`` in ``z = y.sin()``), else None."""
-    try:
-        tree = ast.parse(code.strip().rstrip(":"))
-    except SyntaxError:
-        return None
-    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
-    if not calls:
-        binops = [n for n in ast.walk(tree) if isinstance(n, ast.BinOp)]
-        if len(binops) == 1:
-            return {"Mult": "multiply", "Add": "add", "Sub": "subtract", "Div": "divide", "MatMult": "matmul",
-                    "Pow": "pow"}.get(type(binops[0].op).__name__)
-    if len(calls) != 1:
-        return None
-    func = calls[0].func
-    return func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
 
 
 class PaddleGuardSession:
@@ -176,7 +157,7 @@ class PaddleGuardSession:
         if pylayer is not None:
             saver = f"{pylayer}.forward (PyLayer ctx.save_for_backward)"
         else:
-            saver = _call_name(site.code) if site is not None and site.code else None
+            saver = call_name(site.code) if site is not None and site.code else None
         record = _SavedRecord(t, version, fp, site, saver, producer, pylayer)
         if self.track_writes:
             rng = memory_range(t)
