@@ -17,7 +17,7 @@ from typing import Callable
 
 from ._findings import SourceLocation
 
-__all__ = ["LibraryPaths", "user_location", "caller_context", "CallerContext", "LIBRARY_PATHS", "user_variable_names"]
+__all__ = ["LibraryPaths", "user_location", "caller_context", "CallerContext", "LIBRARY_PATHS", "user_variable_names", "innermost_user_entry"]
 
 _GRADGUARD_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -149,3 +149,13 @@ def user_variable_names(ids: set[int], paths: LibraryPaths = LIBRARY_PATHS) -> d
                         names[id(value)] = var
         frame = frame.f_back
     return names
+
+
+def innermost_user_entry(tb, paths: LibraryPaths = LIBRARY_PATHS):
+    """The innermost traceback entry in user code (where a framework error surfaced in the user's program)."""
+    found = None
+    while tb is not None:
+        if not paths.is_library(tb.tb_frame.f_code.co_filename):
+            found = tb
+        tb = tb.tb_next
+    return found

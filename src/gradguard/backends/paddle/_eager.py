@@ -15,7 +15,7 @@ import re
 from ..._errors import GradientHazardError, InplaceModificationError
 from ...core._diagnosis import diagnose
 from ...core._findings import Finding, SaveSite, SourceLocation, TensorInfo, WriteRecord
-from ...core._frames import LIBRARY_PATHS
+from ...core._frames import innermost_user_entry
 from ...core._source_ast import assignment_before, written_expression
 
 __all__ = ["enrich_paddle_error", "explain", "PaddleLeafInplaceError"]
@@ -29,17 +29,8 @@ class PaddleLeafInplaceError(InplaceModificationError, ValueError):
     """In-place write on a leaf that requires grad. Also a ``ValueError``, as Paddle's own error is."""
 
 
-def _user_entry(tb):
-    found = None
-    while tb is not None:
-        if not LIBRARY_PATHS.is_library(tb.tb_frame.f_code.co_filename):
-            found = tb
-        tb = tb.tb_next
-    return found
-
-
 def _site(error):
-    entry = _user_entry(error.__traceback__)
+    entry = innermost_user_entry(error.__traceback__)
     if entry is None:
         return None, None, None
     frame = entry.tb_frame

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import weakref
 
-import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ...core._findings import WriteRecord

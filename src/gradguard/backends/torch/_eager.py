@@ -7,14 +7,13 @@ recognises them by message when they leave the guarded block, and reads the user
 from __future__ import annotations
 
 import re
-import types
 
 import torch
 
 from ..._errors import BackwardTwiceError, GradientHazardError, InplaceModificationError
 from ...core._diagnosis import diagnose
 from ...core._findings import Finding, SaveSite, SourceLocation, TensorInfo, WriteRecord
-from ...core._frames import LIBRARY_PATHS
+from ...core._frames import innermost_user_entry
 from ...core._fixes import assigned_names, carried_state, out_of_place, statement_code
 from ...core._source_ast import assignment_before, written_expression
 from ._naming import name_tensor
@@ -29,16 +28,6 @@ _NO_GRAD_VIEW = "A view was created in no_grad mode and is being modified inplac
 _FUNCTION_VIEW = re.compile(r"Output \d+ of (\w+) is a view and is being modified inplace\. This view was created "
                             r"inside a custom Function")
 _BACKWARD_TWICE = "Trying to backward through the graph a second time"
-
-
-def _user_frame(tb: types.TracebackType | None):
-    """Innermost traceback entry in user code."""
-    found = None
-    while tb is not None:
-        if not LIBRARY_PATHS.is_library(tb.tb_frame.f_code.co_filename):
-            found = tb
-        tb = tb.tb_next
-    return found
 
 
 def _lookup(expression: str, frame) -> object:
@@ -103,7 +92,7 @@ class _Site:
         self.error = error
         self.location = self.expression = self.tensor = self.frame = None
         self.code = ""
-        entry = _user_frame(error.__traceback__)
+        entry = innermost_user_entry(error.__traceback__)
         if entry is None:
             return
         frame = entry.tb_frame
