@@ -7,6 +7,7 @@ Dynamo's import time (~3 s per process on a 2-core machine) is paid once instead
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -69,27 +70,11 @@ def run_all(buggy: list[Path], fixed: list[Path]) -> dict[Path, Run]:
     return {s: _CACHE[s] for s in [*buggy, *fixed]}
 
 
-_BATCH = r"""
-import contextlib, gc, io, json, os, sys, tempfile
-from gradguard.cli import main
-
-results = {}
-for script in sys.argv[1:]:
-    out, err = io.StringIO(), io.StringIO()
-    path_before, argv_before = list(sys.path), list(sys.argv)
-    with tempfile.TemporaryDirectory() as tmp:
-        json_path = os.path.join(tmp, "findings.json")
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                code = main(["run", "--json", json_path, script])
-            except SystemExit as stop:
-                code = stop.code
-        findings = json.load(open(json_path)) if os.path.exists(json_path) else []
-    sys.path[:], sys.argv = path_before, argv_before
-    results[script] = {"returncode": code, "findings": findings, "stdout": out.getvalue(), "stderr": err.getvalue()}
-    gc.collect()
-print(json.dumps(results))
-"""
+# The demo's runner (examples/run_examples.py) and these tests run fixed examples the same way: one script.
+_spec = importlib.util.spec_from_file_location("_gradguard_run_examples", EXAMPLES / "run_examples.py")
+_run_examples = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_run_examples)
+_BATCH = _run_examples._BATCH
 
 
 def run_batch(scripts: list[Path]) -> dict[Path, Run]:
