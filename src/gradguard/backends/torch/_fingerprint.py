@@ -84,18 +84,22 @@ def device_digest(raw: torch.Tensor) -> torch.Tensor:
 _EMPTY = xxhash.xxh3_64_intdigest(b"")
 
 
-def _cpu_block(t: torch.Tensor, mode: str):
-    """Fast path: hash a dense CPU tensor's memory straight from its pointer (no torch op, ~1 us fixed cost).
-    Returns None when the tensor needs the general path (gaps, overlaps, conj/neg bits, quantized)."""
-    if t.is_quantized or t.is_conj() or t.is_neg() or t.layout != torch.strided:
-        return None
-    n = t.numel()
-    if n == 0:
-        return _EMPTY
-    if not t.is_contiguous() and (min(t.stride()) < 0 or not _permuted_dense(t)):
-        return None
-    nbytes = n * t.element_size()
-    ptr = t.data_ptr()  # the lowest address: strides are non-negative
+def _is_block(t: torch.Tensor) -> bool:
+    """True when ``t``'s elements fill one gap-free block of memory (contiguous, transposed, channels_last)."""
+    if t.is_contiguous():
+        return True
+    span = 1
+    for size, stride in zip(t.shape, t.stride()):
+        if stride < 0:
+            return False
+        span += (size - 1) * stride
+    # A span equal to numel is necessary (cheap reject for gapped views such as LSTMCell's gate chunks);
+    # _permuted_dense rules out overlaps.
+    return span == t.numel() and _permuted_dense(t)
+
+
+def _hash_memory(ptr: int, nbytes: int, mode: str) -> int:
+    """xxh3-64 of ``nbytes`` at ``ptr`` ("full"), or of a fixed sample including both ends ("sample")."""
     if mode != "sample" or nbytes <= SAMPLE_BYTES:
         return xxhash.xxh3_64_intdigest((ctypes.c_char * nbytes).from_address(ptr))
     chunk = SAMPLE_BYTES // _SAMPLE_CHUNKS
@@ -106,19 +110,34 @@ def _cpu_block(t: torch.Tensor, mode: str):
     return h.intdigest()  # equal to hashing the concatenated sample, as the general path does
 
 
+def _cpu_block(t: torch.Tensor, mode: str):
+    """Fast path: hash a dense CPU tensor's memory straight from its pointer (no torch op, ~1 us fixed cost).
+    Returns None when the tensor needs the general path (gaps, overlaps, conj/neg bits, quantized)."""
+    if t.is_quantized or t.is_conj() or t.is_neg() or t.layout != torch.strided:
+        return None
+    n = t.numel()
+    if n == 0:
+        return _EMPTY
+    if not _is_block(t):
+        return None
+    return _hash_memory(t.data_ptr(), n * t.element_size(), mode)  # data_ptr: the lowest address
+
+
 def fingerprint(t: torch.Tensor, mode: str = "full"):
     """A value that changes whenever any byte of ``t`` changes ("full"), or of a fixed sample ("sample").
 
     Returns an int on CPU and a small int64 tensor on other devices (compare with :func:`same`).
     """
-    if t.device.type == "cpu":
-        fast = _cpu_block(t, mode)
-        if fast is not None:
-            return fast
-        if not (t.is_quantized or t.is_conj() or t.is_neg()) and t.layout == torch.strided:
-            # gaps or overlaps (e.g. LSTMCell's gate chunks): hash a packed copy of the values
-            with torch._C._DisableTorchDispatch():
-                return _cpu_block(t.detach().contiguous(), mode)
+    if t.device.type == "cpu" and not (t.is_quantized or t.is_conj() or t.is_neg()) and t.layout == torch.strided:
+        n = t.numel()
+        if n == 0:
+            return _EMPTY
+        if _is_block(t):
+            return _hash_memory(t.data_ptr(), n * t.element_size(), mode)
+        # gaps or overlaps (e.g. LSTMCell's gate chunks): hash a packed copy of the values
+        with torch._C._DisableTorchDispatch():
+            packed = t.detach().contiguous()
+        return _hash_memory(packed.data_ptr(), n * packed.element_size(), mode)
     with torch._C._DisableTorchDispatch(), torch.no_grad():
         raw = _dense_bytes(t.detach())
         if mode == "sample":
