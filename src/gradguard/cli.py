@@ -21,8 +21,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--html", metavar="FILE",
                      help="write a self-contained HTML report (findings and a picture of the autograd graph) to FILE")
     run.add_argument(
-        "--fingerprint", choices=("full", "sample", "off"), default="full",
-        help="how saved tensors are fingerprinted to catch silent writes (default: full)",
+        "--fingerprint", choices=("auto", "full", "sample", "off"), default="auto",
+        help="how saved tensors are fingerprinted to catch silent writes. auto (default): sample in the "
+        "sentinel pass (every tensor up to 64 KiB hashed whole, larger ones sampled), full in forensic and "
+        "bisect runs",
     )
     run.add_argument(
         "--mode", choices=("auto", "sentinel", "forensic", "bisect"), default="auto",
@@ -104,7 +106,10 @@ def run_script(options) -> int:
 
     if mode == "auto" and rank_info() is not None:  # torchrun: a rank cannot be re-run alone; log writes now
         mode = "forensic"
-    guard_block = guard(fingerprint=options.fingerprint, track_writes=mode in ("forensic", "bisect"),
+    fingerprint = options.fingerprint
+    if fingerprint == "auto":
+        fingerprint = "sample" if mode in ("auto", "sentinel") else "full"
+    guard_block = guard(fingerprint=fingerprint, track_writes=mode in ("forensic", "bisect"),
                         bisect=mode == "bisect")
     globals_ = {"__name__": "__main__", "__file__": path, "__builtins__": __builtins__, "__package__": None,
                 "__spec__": None, "__loader__": None, "__cached__": None}

@@ -135,7 +135,7 @@ def test_bad_option_names_the_argument(tmp_path, flag):
     name = _script(tmp_path, "print(1)\n")
     result = _run([*GRADGUARD, "run", flag, name], tmp_path)
     assert result.returncode == 2
-    assert "argument --fingerprint: invalid choice: 'bogus' (choose from 'full', 'sample', 'off')" in result.stderr
+    assert "argument --fingerprint: invalid choice: 'bogus' (choose from 'auto', 'full', 'sample', 'off')" in result.stderr
 
 
 def test_sentinel_mode_names_saver_and_auto_mode_reruns_to_name_the_writer(tmp_path):
