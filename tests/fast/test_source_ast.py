@@ -57,3 +57,14 @@ def test_written_expression(tmp_path):
         """,
     )
     assert [written_expression(path, line) for line in range(2, 7)] == ["w", "x", "model.fc.weight", "h", None]
+
+
+def test_call_name_names_the_op_that_takes_the_operand():
+    from gradguard.core._source_ast import call_name
+
+    assert call_name("z = ops.sin(net.w * x)", operand="net.w") == "multiply"
+    assert call_name("z = ops.sin(net.w * x)") == "sin"
+    assert call_name("z = ops.matmul(x, weight=net.w)", operand="net.w") == "matmul"
+    assert call_name("z = x * y") == "multiply"
+    assert call_name("z = f(g(x))") is None
+    assert call_name("z = f(g(x))", operand="missing") is None

@@ -93,3 +93,29 @@ def test_clean_code_identical_gradients():
         guarded = ms.grad(f)(Tensor(X, ms.float64)).asnumpy()
     assert g.findings == []
     np.testing.assert_array_equal(plain, guarded)
+
+
+class _Scaled(ms.nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.w = ms.Parameter(Tensor(X, ms.float64), name="w")
+
+
+scaled = _Scaled()
+
+
+def _assign_parameter(x):
+    z = ops.sin(scaled.w * x)  # SAVE-PARAM
+    ops.assign(scaled.w, Tensor(np.ones(3), ms.float64))  # WRITE-PARAM
+    return z.sum()
+
+
+def test_parameter_written_by_assign_is_named_with_the_op_that_saved_it():
+    with pytest.raises(SilentModificationError) as info:
+        with gradguard.guard(backend="mindspore"):
+            ms.grad(_assign_parameter)(Tensor(X, ms.float64))
+    f = info.value.finding
+    assert (f.tensor.name, f.tensor.role) == ("scaled.w", "parameter")
+    assert f.tensor.label == "parameter scaled.w (float64[3])"
+    assert (f.saved_at.node, f.saved_at.location.line) == ("multiply", _line("# SAVE-PARAM"))
+    assert [(w.op, w.location.line) for w in f.modified_at] == [("mindspore.ops.assign", _line("# WRITE-PARAM"))]

@@ -107,20 +107,40 @@ def assignment_before(filename: str, line: int, expression: str) -> SourceLocati
 _BINOP_NAMES = {"Mult": "multiply", "Add": "add", "Sub": "subtract", "Div": "divide", "MatMult": "matmul", "Pow": "pow"}
 
 
-def call_name(code: str) -> str | None:
-    """The single call on a source line (``sin`` in ``z = y.sin()`` or ``z = ops.sin(y)``), the operator of a
-    single binary operation (``multiply`` in ``z = x * y``), else None. Names a saver for frameworks whose
-    autograd nodes have no readable names."""
+def call_name(code: str, operand: str | None = None) -> str | None:
+    """Name the op on a source line that saved a tensor, for frameworks whose autograd nodes have no readable
+    names: with ``operand`` (``net.w``), the innermost call or binary operation taking it directly
+    (``multiply`` in ``z = ops.sin(net.w * x)``); otherwise the single call on the line (``sin`` in
+    ``z = ops.sin(y)``) or the operator of a single binary operation (``multiply`` in ``z = x * y``); else None."""
     try:
         tree = ast.parse(code.strip().rstrip(":"))
     except SyntaxError:
         return None
+    if operand is not None:
+        innermost = None
+        for node in ast.walk(tree):  # breadth first: the last match is the innermost
+            if isinstance(node, ast.BinOp):
+                operands = [node.left, node.right]
+            elif isinstance(node, ast.Call):
+                operands = [*node.args, *(k.value for k in node.keywords)]
+            else:
+                continue
+            if any(ast.unparse(o) == operand for o in operands):
+                innermost = node
+        if innermost is not None:
+            return _node_name(innermost)
     calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
     if not calls:
         binops = [n for n in ast.walk(tree) if isinstance(n, ast.BinOp)]
         if len(binops) == 1:
-            return _BINOP_NAMES.get(type(binops[0].op).__name__)
+            return _node_name(binops[0])
     if len(calls) != 1:
         return None
-    func = calls[0].func
+    return _node_name(calls[0])
+
+
+def _node_name(node: ast.AST) -> str | None:
+    if isinstance(node, ast.BinOp):
+        return _BINOP_NAMES.get(type(node.op).__name__)
+    func = node.func
     return func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)

@@ -28,6 +28,7 @@ from ...core._frames import LIBRARY_PATHS, caller_context, user_location
 from ...core._ledger import SavedLedger
 from ...core._source_ast import call_name
 from ._adapter import current_mode, memory_range
+from ._naming import name_tensor
 
 __all__ = ["MindSporeGuardSession", "fingerprint", "enrich_mindspore_error"]
 
@@ -189,10 +190,14 @@ class MindSporeGuardSession:
 
     def _build_finding(self, record, kind) -> Finding:
         t = record.tensor
-        saver = call_name(record.site.code) if record.site is not None else None
+        name, role = name_tensor(t)
+        # A parameter is an operand on the saving line: name the op that takes it (`multiply` in
+        # `ops.sin(net.w * x)`), not the line's outermost call.
+        saver = call_name(record.site.code, operand=name) if record.site is not None else None
         finding = Finding(
             kind=kind,
-            tensor=TensorInfo(shape=tuple(int(s) for s in t.shape), dtype=str(t.dtype).lower(), role="activation"),
+            tensor=TensorInfo(shape=tuple(int(s) for s in t.shape), dtype=str(t.dtype).lower(), name=name,
+                              role=role or "activation"),
             saved_at=SaveSite(node=saver, location=record.site),
             modified_at=list(record.writes or []),
             versions={"saved": record.version, "now": int(t._version)},
