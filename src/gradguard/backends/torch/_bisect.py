@@ -17,17 +17,17 @@ from __future__ import annotations
 
 import weakref
 
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from ...core._findings import WriteRecord
 from ...core._frames import user_location
 from ._fingerprint import fingerprint as _fingerprint
 from ._fingerprint import same as _same
+from ._writes import ObserverMode
 
 __all__ = ["BisectMode", "bisect"]
 
 
-class BisectMode(TorchDispatchMode):
+class BisectMode(ObserverMode):
     """Checks saved tensors' fingerprints before and after every op (see the module docstring)."""
 
     def __init__(self, session):

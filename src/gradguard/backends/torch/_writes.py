@@ -18,7 +18,7 @@ import functools
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-__all__ = ["WriteTrackingMode", "written_arguments"]
+__all__ = ["ObserverMode", "WriteTrackingMode", "written_arguments"]
 
 
 @functools.lru_cache(maxsize=None)
@@ -54,15 +54,19 @@ def _targets(func, spec, args, kwargs) -> list[torch.Tensor]:
     return out
 
 
-class WriteTrackingMode(TorchDispatchMode):
-    """Calls ``on_write(func, targets)`` before every op that writes tensors in place; passes all ops through."""
+class ObserverMode(TorchDispatchMode):
+    """Base of gradguard's dispatch modes: they observe and pass every op through."""
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
         # torch wraps every subclass's __torch_dispatch__ in torch._disable_dynamo, which imports Dynamo on the
-        # first op (1-3 s per process) and adds ~2.5 us to every op. This mode is pass-through bookkeeping that
-        # Dynamo never needs to trace (it compiles nothing while a dispatch mode is active), so opt out.
+        # first op (1-3 s per process) and adds ~2.5 us to every op. These modes are pass-through bookkeeping
+        # that Dynamo never needs to trace (it compiles nothing while a dispatch mode is active), so opt out.
         return False
+
+
+class WriteTrackingMode(ObserverMode):
+    """Calls ``on_write(func, targets)`` before every op that writes tensors in place; passes all ops through."""
 
     def __init__(self, on_write):
         super().__init__()
