@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import weakref
 
-
 from ...core._findings import WriteRecord
 from ...core._frames import user_location
 from ._fingerprint import fingerprint as _fingerprint
