@@ -199,3 +199,31 @@ def test_finding_renders_for_notebooks_with_text_fallback():
     bundle = info.value._repr_mimebundle_()
     assert bundle["text/plain"] == str(info.value)
     assert bundle["text/html"].startswith('<div class="gg-report">') and "ExpBackward0" in bundle["text/html"]
+
+
+def test_guard_does_not_import_dynamo_and_stays_quiet_under_torch_compile():
+    # The write log opts out of torch's per-op Dynamo wrapper (which imports Dynamo on the first op) and takes
+    # the wrapper back once the process uses torch.compile, so Dynamo never tries to compile the bookkeeping.
+    import subprocess
+    import sys
+
+    quiet = subprocess.run(
+        [sys.executable, "-c",
+         "import sys, torch, gradguard\n"
+         "with gradguard.guard():\n"
+         "    x = torch.randn(3, requires_grad=True); x.exp().sum().backward()\n"
+         "print('torch._dynamo' in sys.modules)"],
+        capture_output=True, text=True, timeout=300)
+    assert quiet.stdout == "False\n", quiet.stderr
+    compiled = subprocess.run([sys.executable, "/dev/stdin"], input=(
+        "import torch, gradguard\n"
+        "torch.manual_seed(0)\n"
+        "m = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))\n"
+        "x = torch.randn(4, 8)\n"
+        "ref = torch.autograd.grad(m(x).sum(), list(m.parameters()))\n"
+        "cm = torch.compile(m, backend='aot_eager')\n"
+        "with gradguard.guard():\n"
+        "    got = torch.autograd.grad(cm(x).sum(), list(m.parameters()))\n"
+        "print(all(torch.equal(a, b) for a, b in zip(ref, got)))\n"), capture_output=True, text=True, timeout=300)
+    assert compiled.stdout == "True\n", compiled.stderr
+    assert "recompil" not in compiled.stderr

@@ -31,7 +31,7 @@ from ._fingerprint import fingerprint as _fingerprint
 from ._fingerprint import same as _same_fingerprint
 from ._naming import name_tensor
 from ._overlap import share_elements
-from ._writes import WriteTrackingMode
+from ._writes import WriteTrackingMode, dynamo_safe
 
 __all__ = ["TorchGuardSession", "FINGERPRINT_MODES"]
 
@@ -108,7 +108,7 @@ class TorchGuardSession:
         self._hooks = saved_tensors_hooks(self._pack, self._unpack)
         self._hooks.__enter__()
         if self.track_writes:
-            mode = WriteTrackingMode(self._on_write)
+            mode = dynamo_safe(WriteTrackingMode)(self._on_write)
             try:
                 mode.__enter__()
                 self._mode = mode  # only once entered: exit() must not exit a mode that never entered
@@ -119,7 +119,7 @@ class TorchGuardSession:
                 if self.bisect:
                     from ._bisect import BisectMode
 
-                    self._bisect = BisectMode(self)
+                    self._bisect = dynamo_safe(BisectMode)(self)
                     self._bisect.__enter__()
             except BaseException:
                 self.exit()

@@ -14,11 +14,12 @@
 from __future__ import annotations
 
 import functools
+import sys
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-__all__ = ["ObserverMode", "WriteTrackingMode", "written_arguments"]
+__all__ = ["ObserverMode", "WriteTrackingMode", "dynamo_safe", "written_arguments"]
 
 
 @functools.lru_cache(maxsize=None)
@@ -60,9 +61,29 @@ class ObserverMode(TorchDispatchMode):
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
         # torch wraps every subclass's __torch_dispatch__ in torch._disable_dynamo, which imports Dynamo on the
-        # first op (1-3 s per process) and adds ~2.5 us to every op. These modes are pass-through bookkeeping
-        # that Dynamo never needs to trace (it compiles nothing while a dispatch mode is active), so opt out.
+        # first op (1-3 s per process) and adds ~2.5 us to every op. Processes that never import Dynamo do not
+        # need it; those that do get the wrapper back through dynamo_safe().
         return False
+
+
+_DYNAMO_SAFE: dict[type, type] = {}
+
+
+def dynamo_safe(mode_class: type) -> type:
+    """``mode_class`` itself, or, once the process has imported Dynamo (it uses torch.compile), a subclass with
+    torch's Dynamo-disable wrapper: without it Dynamo would try to compile this mode's bookkeeping and
+    recompile for every op it sees."""
+    if "torch._dynamo" not in sys.modules:
+        return mode_class
+    safe = _DYNAMO_SAFE.get(mode_class)
+    if safe is None:
+        safe = type(mode_class.__name__, (mode_class,), {
+            "__torch_dispatch__": mode_class.__dict__["__torch_dispatch__"],
+            "_should_skip_dynamo": classmethod(lambda cls: True),
+            "__module__": mode_class.__module__,
+        })
+        _DYNAMO_SAFE[mode_class] = safe
+    return safe
 
 
 class WriteTrackingMode(ObserverMode):
