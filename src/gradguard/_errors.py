@@ -57,6 +57,11 @@ class BackwardTwiceError(GradientHazardError):
     """Backward ran through a part of the graph whose saved tensors an earlier backward freed."""
 
 
+def error_for(kind: str) -> type[GradientHazardError]:
+    """The exception class raised for a saved-tensor finding of this kind."""
+    return SilentModificationError if kind == "silent_write" else InplaceModificationError
+
+
 def _render(finding) -> str:
     # Imported lazily: the renderer is not needed until an error is actually built.
     from .report._text import render_finding

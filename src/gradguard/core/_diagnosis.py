@@ -9,9 +9,9 @@ from __future__ import annotations
 import re
 
 from . import _inplace_rules
-from ._findings import Finding, WriteRecord
+from ._findings import Finding, TensorInfo, WriteRecord
 
-__all__ = ["diagnose", "classify_source", "HEADLINES"]
+__all__ = ["diagnose", "diagnose_or_fallback", "classify_source", "HEADLINES"]
 
 HEADLINES = {
     "inplace_modification": "a tensor saved for backward was modified in place before backward used it",
@@ -200,3 +200,14 @@ def _saved_tensor_rules(f: Finding) -> tuple[str, str, str]:
         prefix + f"{first.op} at {_where(first)} wrote in place into a tensor that {saver} saved for backward.",
         "Clone before the in-place write (`y = x.clone()` and write into y), or use the out-of-place op.",
     )
+
+
+def diagnose_or_fallback(build, *, kind: str, shape, dtype, backend: str) -> Finding:
+    """``build()``; if gradguard itself fails there, a minimal finding that still reports the hazard.
+    Every backend's error path uses this: our own failure must never hide the user's hazard."""
+    try:
+        return build()
+    except Exception as internal:
+        finding = Finding(kind=kind, tensor=TensorInfo(tuple(shape), str(dtype)), backend=backend)
+        finding.notes.append(f"gradguard could not build the full diagnosis: {internal!r}")
+        return diagnose(finding)

@@ -21,8 +21,8 @@ import mindspore as ms
 import xxhash
 from mindspore import ops
 
-from ..._errors import InplaceModificationError, SilentModificationError
-from ...core._diagnosis import diagnose
+from ..._errors import InplaceModificationError, error_for
+from ...core._diagnosis import diagnose, diagnose_or_fallback
 from ...core._findings import Finding, SaveSite, TensorInfo, WriteRecord
 from ...core._frames import LIBRARY_PATHS, caller_context, user_location
 from ...core._ledger import SavedLedger
@@ -177,16 +177,12 @@ class MindSporeGuardSession:
 
     # -- findings ------------------------------------------------------------------------------
     def _raise(self, record, kind):
-        try:
-            finding = self._build_finding(record, kind)
-        except Exception as internal:
-            finding = Finding(kind=kind, tensor=TensorInfo(tuple(record.tensor.shape), str(record.tensor.dtype)),
-                              backend="mindspore")
-            finding.notes.append(f"gradguard could not build the full diagnosis: {internal!r}")
-            diagnose(finding)
+        t = record.tensor
+        finding = diagnose_or_fallback(lambda: self._build_finding(record, kind), kind=kind, shape=t.shape,
+                                       dtype=t.dtype, backend="mindspore")
         with self._lock:
             self.findings.append(finding)
-        raise (InplaceModificationError if kind == "inplace_modification" else SilentModificationError)(finding)
+        raise error_for(kind)(finding)
 
     def _build_finding(self, record, kind) -> Finding:
         t = record.tensor

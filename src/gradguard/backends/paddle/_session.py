@@ -32,8 +32,8 @@ import numpy as np
 import paddle
 import xxhash
 
-from ..._errors import InplaceModificationError, SilentModificationError
-from ...core._diagnosis import diagnose
+from ..._errors import error_for
+from ...core._diagnosis import diagnose, diagnose_or_fallback
 from ...core._findings import Finding, SaveSite, TensorInfo, WriteRecord
 from ...core._frames import LIBRARY_PATHS, caller_context, user_location
 from ...core._ledger import SavedLedger
@@ -185,16 +185,11 @@ class PaddleGuardSession:
         return t
 
     def _record_problem(self, record, kind):
-        try:
-            finding = self._build_finding(record, kind)
-        except Exception as internal:
-            finding = Finding(kind=kind, tensor=TensorInfo(tuple(record.tensor.shape), str(record.tensor.dtype)),
-                              backend="paddle")
-            finding.notes.append(f"gradguard could not build the full diagnosis: {internal!r}")
-            diagnose(finding)
-        error = InplaceModificationError if kind == "inplace_modification" else SilentModificationError
+        t = record.tensor
+        finding = diagnose_or_fallback(lambda: self._build_finding(record, kind), kind=kind, shape=t.shape,
+                                       dtype=t.dtype, backend="paddle")
         with self._lock:
-            self._pending.append((finding, error))
+            self._pending.append((finding, error_for(kind)))
 
     def _raise_pending(self) -> None:
         with self._lock:

@@ -21,8 +21,8 @@ import threading
 import torch
 from torch.autograd.graph import saved_tensors_hooks
 
-from ..._errors import InplaceModificationError, SilentModificationError
-from ...core._diagnosis import classify_source, diagnose
+from ..._errors import error_for
+from ...core._diagnosis import classify_source, diagnose, diagnose_or_fallback
 from ...core._findings import Finding, SaveSite, TensorInfo, WriteRecord
 from ...core._frames import LIBRARY_PATHS, caller_context, user_location
 from ...core._ledger import SavedLedger
@@ -255,16 +255,12 @@ class TorchGuardSession:
         return argument in ("running_mean", "running_var") and node is not None and "BatchNorm" in node
 
     def _raise(self, record: _SavedRecord, kind: str):
-        try:
-            finding = self._build_finding(record, kind)
-        except Exception as internal:  # never let our own failure hide the hazard
-            finding = Finding(kind=kind, tensor=TensorInfo(tuple(record.tensor.shape), str(record.tensor.dtype)))
-            finding.notes.append(f"gradguard could not build the full diagnosis: {internal!r}")
-            diagnose(finding)
+        t = record.tensor
+        finding = diagnose_or_fallback(lambda: self._build_finding(record, kind), kind=kind, shape=t.shape,
+                                       dtype=t.dtype, backend="torch")
         with self._lock:
             self.findings.append(finding)
-        error = InplaceModificationError if kind == "inplace_modification" else SilentModificationError
-        raise error(finding)
+        raise error_for(kind)(finding)
 
     def _build_finding(self, record: _SavedRecord, kind: str) -> Finding:
         t = record.tensor
