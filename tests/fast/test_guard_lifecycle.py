@@ -227,3 +227,19 @@ def test_guard_does_not_import_dynamo_and_stays_quiet_under_torch_compile():
         "print(all(torch.equal(a, b) for a, b in zip(ref, got)))\n"), capture_output=True, text=True, timeout=300)
     assert compiled.stdout == "True\n", compiled.stderr
     assert "recompil" not in compiled.stderr
+
+
+def test_internal_failure_still_reports_the_hazard():
+    from gradguard._errors import error_for
+    from gradguard.core._diagnosis import diagnose_or_fallback
+
+    def broken_builder():
+        raise ValueError("bug in gradguard")
+
+    finding = diagnose_or_fallback(broken_builder, kind="silent_write", shape=torch.Size([2, 3]),
+                                   dtype=torch.float32, backend="torch")
+    assert finding.notes == ["gradguard could not build the full diagnosis: ValueError('bug in gradguard')"]
+    assert finding.headline.startswith("a tensor saved for backward changed without its version counter moving")
+    error = error_for(finding.kind)(finding)
+    assert isinstance(error, gradguard.SilentModificationError) and isinstance(error, RuntimeError)
+    assert error_for("inplace_modification") is gradguard.InplaceModificationError
