@@ -2,9 +2,12 @@
 
 from ._findings import Finding, SaveSite, SourceLocation, TensorInfo, WriteRecord
 from ._frames import LibraryPaths, caller_context, user_location
+from ._intents import ACTIONS, FixIntent
 
 __all__ = [
+    "ACTIONS",
     "Finding",
+    "FixIntent",
     "SaveSite",
     "SourceLocation",
     "TensorInfo",

@@ -7,6 +7,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._intents import FixIntent
+
 __all__ = ["SourceLocation", "TensorInfo", "SaveSite", "WriteRecord", "Finding", "JSON_FORMAT_VERSION"]
 
 JSON_FORMAT_VERSION = 1
@@ -155,6 +157,7 @@ class Finding:
     rule: str = "generic"  # the diagnosis rule that produced explanation and suggestion
     context: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # what gradguard could not see
+    fixes: list[FixIntent] = field(default_factory=list)  # structured edits for `gradguard fix`, preferred first
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -171,6 +174,7 @@ class Finding:
             "rule": self.rule,
             "context": dict(self.context),
             "notes": list(self.notes),
+            "fixes": [x.to_dict() for x in self.fixes],
         }
 
     @classmethod
@@ -197,6 +201,7 @@ class Finding:
             explanation=data.get("explanation", ""), suggestion=data.get("suggestion", ""),
             headline=data.get("headline", ""), backend=data.get("backend", "torch"), rule=data.get("rule", "generic"),
             context=dict(data.get("context", {})), notes=list(data.get("notes", [])),
+            fixes=[FixIntent.from_dict(x) for x in data.get("fixes", [])],
         )
 
     def __str__(self) -> str:

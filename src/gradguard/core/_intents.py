@@ -1,0 +1,64 @@
+"""Fix intents: the structured edits a diagnosis rule proposes.
+
+A rule states *what* to change in the user's source as data (an action, a file and line, the names it
+acts on); ``gradguard fix`` turns an intent into a concrete-syntax-tree edit, applies it to a copy and
+keeps it only if a re-run verifies it. Renderers show ``reason``; nothing here knows how to edit text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["FixIntent", "ACTIONS"]
+
+# NOTE [Fix actions]
+# Each action names one minimal, formatting-preserving edit of one statement (or two, for moves).
+# ``line`` is the statement's first line in ``file``; ``target`` is the expression or name the edit
+# acts on, written as in the source; ``detail`` holds the action's other arguments.
+ACTIONS = {
+    # `x = expr` -> `x = expr.detach()` (each name in detail["names"] for a tuple target)
+    "detach_assignment": "detach the value assigned to `target` at `line`",
+    # `f(..., a, ...)` -> `f(..., a.detach(), ...)`; detail["call"]: the callee text, e.g. "netD"
+    "detach_argument": "detach the argument `target` of the call at `line`",
+    # remove keyword detail["keyword"] from the call detail["call"] at `line` (retain_graph=True)
+    "drop_keyword": "remove a keyword argument from a call",
+    # set keyword detail["keyword"] of call detail["call"] at `line` to detail["value"] (inplace=True -> False)
+    "set_keyword": "set a keyword argument of a call",
+    # `x += y` -> `x = x + y` at `line`
+    "augmented_to_binary": "rewrite an augmented assignment out of place",
+    # `x.add_(y)` -> `x = x.add(y)`, `x[m] = v` -> `x = x.masked_fill(m, v)`; detail["method"] optional
+    "inplace_to_out_of_place": "rewrite an in-place call or index assignment out of place",
+    # `f(a)` -> `f(a.clone())` for the argument `target` of the call detail["call"] at `line`
+    "clone_argument": "clone an argument before a call that writes into it",
+    # move the statement at `line` to just after the statement at detail["after_line"]
+    "move_statement": "move a statement after another",
+    # insert detail["code"] as a new statement before `line` (same indentation)
+    "insert_before": "insert a statement",
+}
+
+
+@dataclass(frozen=True)
+class FixIntent:
+    """One proposed edit of the user's source, as data."""
+
+    action: str  # a key of ACTIONS
+    file: str | None
+    line: int | None
+    target: str | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+    reason: str = ""  # one line: why this edit fixes the finding (shown beside the hunk)
+    preferred: bool = True  # False: an alternative, shown in the reason of the preferred one
+
+    def __post_init__(self) -> None:
+        if self.action not in ACTIONS:
+            raise ValueError(f"FixIntent: unknown action {self.action!r}; expected one of {sorted(ACTIONS)}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"action": self.action, "file": self.file, "line": self.line, "target": self.target,
+                "detail": dict(self.detail), "reason": self.reason, "preferred": self.preferred}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "FixIntent":
+        return cls(data["action"], data.get("file"), data.get("line"), data.get("target"),
+                   dict(data.get("detail") or {}), data.get("reason", ""), data.get("preferred", True))
