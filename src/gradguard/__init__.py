@@ -16,7 +16,7 @@ from ._errors import (
 from ._guard import guard
 from .core._findings import Finding
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 
 def __getattr__(name):
