@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -90,20 +91,26 @@ def run_batch(scripts: list[Path]) -> dict[Path, Run]:
 
 
 def panel_message(stderr: str) -> str:
-    """The finding as the user reads it: the rich panel's title (error type) and body, frame removed.
+    """The finding as the user reads it: the title line (error type) and the finding's text.
 
-    The body is ``render_finding`` (the exception message) line for line: the panel is wider than the
-    rendered text, so rich never re-wraps it.
+    Captured output is not a terminal, so gradguard writes the plain-text form: ``gradguard: <Error>`` and
+    the finding's text, ended by a blank line. A rich panel (a terminal, or FORCE_COLOR) is read too, frame
+    removed. Either way the body is ``render_finding`` (the exception message) line for line.
     """
     lines = stderr.splitlines()
-    try:
-        top = next(i for i, line in enumerate(lines) if line.startswith("╭"))
-        bottom = next(i for i in range(top + 1, len(lines)) if lines[i].startswith("╰"))
-    except StopIteration:
+    top = next((i for i, line in enumerate(lines) if line.startswith("╭")), None)
+    if top is not None:
+        bottom = next((i for i in range(top + 1, len(lines)) if lines[i].startswith("╰")), None)
+        if bottom is None:
+            return ""
+        title = lines[top].strip("╭─ ").split(" ─")[0].strip()
+        body = [line[2:].rstrip("│").rstrip() for line in lines[top + 1:bottom]]
+        return "\n".join([title, *body]) + "\n"
+    top = next((i for i, line in enumerate(lines) if re.match(r"gradguard: \w+(Error|Warning)\b", line)), None)
+    if top is None:
         return ""
-    title = lines[top].strip("╭─ ").split(" ─")[0].strip()
-    body = [line[2:].rstrip("│").rstrip() for line in lines[top + 1:bottom]]
-    return "\n".join([title, *body]) + "\n"
+    bottom = next((i for i in range(top + 1, len(lines)) if not lines[i].strip()), len(lines))
+    return "\n".join(lines[top:bottom]) + "\n"
 
 
 def line_of(script: Path, code: str) -> int:
