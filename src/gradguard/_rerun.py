@@ -18,6 +18,7 @@ import sys
 import tempfile
 
 from .core._findings import Finding
+from .report._json import read_findings
 
 __all__ = ["diagnose_by_rerun", "RERUN_ENV"]
 
@@ -41,7 +42,7 @@ def diagnose_by_rerun(finding: Finding, script: str, args: list[str], fingerprin
                 subprocess.run(command, env={**os.environ, RERUN_ENV: "1"}, stdin=subprocess.DEVNULL,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
                 with open(out, encoding="utf-8") as handle:
-                    found = json.load(handle)
+                    found = read_findings(json.load(handle))
             except (OSError, ValueError):
                 continue
         for data in found:

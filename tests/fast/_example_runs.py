@@ -18,6 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gradguard.report import read_findings
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO_ROOT / "examples"
 EXPECTED_DIR = REPO_ROOT / "tests" / "expected"
@@ -52,7 +54,7 @@ def run_one(script: Path) -> Run:
             [sys.executable, "-m", "gradguard", "run", "--json", json_path, script.relative_to(REPO_ROOT).as_posix()],
             cwd=REPO_ROOT, capture_output=True, text=True, env=_env(), timeout=_TIMEOUT_S,
         )
-        findings = json.loads(Path(json_path).read_text()) if os.path.exists(json_path) else []
+        findings = read_findings(json.loads(Path(json_path).read_text())) if os.path.exists(json_path) else []
     return Run(script, done.returncode, findings, done.stdout, done.stderr)
 
 

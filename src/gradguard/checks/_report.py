@@ -6,7 +6,6 @@ Framework-neutral: no deep-learning framework is imported here.
 from __future__ import annotations
 
 import html
-import json
 import textwrap
 from dataclasses import dataclass, field
 from typing import Any
@@ -247,5 +246,11 @@ class OpReport:
         }
 
     def to_json(self, **kwargs) -> str:
-        kwargs.setdefault("indent", 2)
-        return json.dumps(self.to_dict(), default=str, **kwargs)
+        """The report in gradguard's JSON envelope (``report: "check_op"``, schema ``check_op.schema.json``):
+        ``findings`` holds the failures then the warnings; strict JSON (non-finite numbers as strings)."""
+        from ..report._json import dumps, envelope
+
+        data = self.to_dict()
+        data.pop("format_version")  # the envelope's format_version governs the document
+        findings = data.pop("failures") + data.pop("warnings")
+        return dumps(envelope("check_op", findings, **data), **kwargs)
