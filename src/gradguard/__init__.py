@@ -19,6 +19,19 @@ from .core._findings import Finding
 from ._version import __version__
 
 
+def load_ipython_extension(ipython) -> None:
+    """``%load_ext gradguard``: findings of uncaught errors shown as HTML, with cell names (see integrations.jupyter)."""
+    from .integrations.jupyter import register
+
+    register(ipython)
+
+
+def unload_ipython_extension(ipython) -> None:
+    from .integrations.jupyter import unregister
+
+    unregister(ipython)
+
+
 def __getattr__(name):
     # Lazy: ``import gradguard`` stays light and framework-free; the op audit loads on first use.
     if name in ("check_op", "OpReport"):
