@@ -218,8 +218,11 @@ class OpReport:
             )
         passed = sorted({c.check for c in self.checks if c.status == "pass"} - self.failed_checks())
         notes = "".join(f"<li>{html.escape(n)}</li>" for n in self.notes)
+        from ..report._html import OP_REPORT_CSS
+
         return (
-            f"<div><p style='color:{colour}'><b>{html.escape(self.summary())}</b></p>"
+            f"<div class='gg-op'><style>{OP_REPORT_CSS}</style><p style='color:{colour}'>"
+            f"<b>{html.escape(self.summary())}</b></p>"
             f"<p>inputs: {html.escape('; '.join(self.inputs))}<br>reference: {html.escape(self.reference or 'none')}</p>"
             f"{table}<p>passed: {html.escape(', '.join(passed))}</p>"
             + (f"<ul>{notes}</ul>" if notes else "")
