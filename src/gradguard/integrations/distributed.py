@@ -16,12 +16,15 @@ wrappers that mimic it) set: ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
 from dataclasses import dataclass
 
 __all__ = ["RankInfo", "rank_info", "rank_path", "tag_findings", "leave", "report_on_termination"]
+
+_log = logging.getLogger("gradguard.integrations.distributed")
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,8 @@ def _int(name: str) -> int | None:
     try:
         return int(value) if value not in (None, "") else None
     except ValueError:
+        _log.warning("gradguard: environment variable %s=%r is not an integer; not treated as a torchrun rank",
+                     name, value)
         return None
 
 
@@ -96,5 +101,5 @@ def report_on_termination(report, info: RankInfo | None) -> None:
 
     try:
         signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread
-        pass
+    except ValueError:  # not the main thread: Python allows signal handlers only there
+        _log.info("gradguard: not in the main thread; a rank stopped by SIGTERM will not write its report")
