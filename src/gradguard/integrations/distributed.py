@@ -92,6 +92,9 @@ def report_on_termination(report, info: RankInfo | None) -> None:
     def handler(signum, frame):
         try:
             report()
+        except BaseException as error:  # the rank exits anyway; say why its report is missing or partial
+            _log.error("gradguard: rank %d stopped by SIGTERM could not write its report (%s: %s)", info.rank,
+                       type(error).__name__, error, exc_info=True)
         finally:
             try:
                 sys.stdout.flush()
