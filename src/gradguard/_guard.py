@@ -93,7 +93,7 @@ class guard(contextlib.ContextDecorator):
             from .backends import get_adapter
 
             session = get_adapter(name).new_guard_session(fingerprint=self.fingerprint,
-                                                          track_writes=self.track_writes)
+                                                          track_writes=self.track_writes, bisect=self.bisect)
         session.enter()
         self._stack().append(session)
         self.session = session

@@ -64,10 +64,10 @@ class MindSporeAdapter(AdapterBase):
         grads = grads if isinstance(grads, (tuple, list)) else (grads,)
         return [None if g is None else g.asnumpy() for g in grads]
 
-    def new_guard_session(self, *, fingerprint: str, track_writes: bool):
+    def new_guard_session(self, *, fingerprint: str, track_writes: bool, bisect: bool = False):
         from ._session import MindSporeGuardSession
 
-        return MindSporeGuardSession(fingerprint=fingerprint, track_writes=track_writes)
+        return MindSporeGuardSession(fingerprint=fingerprint, track_writes=track_writes, bisect=bisect)
 
     def enrich_error(self, error, session=None):
         from ._session import enrich_mindspore_error

@@ -1,61 +1,71 @@
-"""One guard session for MindSpore (PyNative): saved-tensor hooks with version + fingerprint checks, a write log.
+"""The MindSpore probe (PyNative): saved-tensor hooks and a write log that feed the core guard engine.
+
+The pipeline (records, ledger, version and fingerprint checks, findings, raising, bisect) is
+:class:`gradguard.core._engine.GuardEngine`; this module turns MindSpore's hooks into events, answers the
+engine's questions about MindSpore tensors, and says in one line what it cannot watch (graph mode, ``ms.jit``).
 
 # NOTE [What MindSpore 2.10 allows]
 #   * ``ms.saved_tensors_hooks`` works in PyNative only (inside ``ms.jit`` it is a TypeError); pack/unpack run
 #     inside ``ms.grad`` / ``value_and_grad`` / ``vjp`` calls, including for Cells with a custom ``bprop``.
-#     Installing them switches MindSpore's own version check off, so unpack redoes it. Unlike Paddle, an
-#     exception raised in unpack propagates cleanly (type kept, autograd still usable), so we raise there.
+#     Installing them switches MindSpore's own version check off, so the engine redoes it. Unlike Paddle, an
+#     exception raised in unpack propagates cleanly (type kept, autograd still usable): ``raise_at_unpack``.
 #   * On CPU ``t[i] = v``, ``ops.assign`` and ``assign_value`` change values WITHOUT bumping ``_version``:
 #     silent wrong gradients. The content fingerprint catches them.
 #   * ``ms.MsDispatchMode`` sees ``Inplace*`` / ``Assign*`` ops but not ``__setitem__`` / ``assign_value``; the
 #     session logs writes from both (dispatch mode + wrappers on the Python entry points).
 """
 
+# NOTE [What the guard cannot watch: GRAPH_MODE and ms.jit]
+#   Compiled code runs no Python hooks: saved tensors inside a graph are never packed, and writes inside it are
+#   never logged. The guard warns once, in one line, when it is entered in GRAPH_MODE and when a function
+#   decorated with ``ms.jit`` is called inside it; what runs in PyNative around them is still watched.
 from __future__ import annotations
 
+import functools
 import re
 import threading
+import warnings
 
 import numpy as np
 import mindspore as ms
-import xxhash
 from mindspore import ops
 
-from ..._errors import InplaceModificationError, error_for
-from ...core._diagnosis import diagnose, diagnose_or_fallback
-from ...core._findings import Finding, SaveSite, TensorInfo, WriteRecord
+from ..._errors import InplaceModificationError
+from ...core._diagnosis import diagnose
+from ...core._engine import GuardEngine, fingerprint_bytes
+from ...core._events import TensorSaved, TensorUnpacked, TensorWritten
+from ...core._findings import Finding, SaveSite, TensorInfo
 from ...core._frames import LIBRARY_PATHS, caller_context, user_location
-from ...core._ledger import SavedLedger
 from ...core._source_ast import call_name
 from ._adapter import current_mode, memory_range
 from ._naming import name_tensor
 
-__all__ = ["MindSporeGuardSession", "fingerprint", "enrich_mindspore_error"]
+__all__ = ["MindSporeGuardSession", "fingerprint", "enrich_mindspore_error", "GraphModeNotWatched"]
 
 LIBRARY_PATHS.add(ms.__path__[0])
 
 
-def fingerprint(t, mode: str = "full") -> int | None:
+class GraphModeNotWatched(UserWarning):
+    """The guard was active around MindSpore code it cannot see (GRAPH_MODE, ``ms.jit``)."""
+
+
+GRAPH_MODE_LINE = ("gradguard.guard: MindSpore is in GRAPH_MODE, where saved tensors and in-place writes run "
+                   "inside the compiled graph and are NOT watched; run the step in PYNATIVE_MODE to guard it")
+JIT_LINE = ("gradguard.guard: {name} is compiled by ms.jit; saved tensors and writes inside it are NOT watched "
+            "(only the PyNative code around it is)")
+
+
+def _host_bytes(t):
     try:
-        a = np.ascontiguousarray(t.asnumpy())
+        return np.ascontiguousarray(t.asnumpy())
     except Exception:
         return None
-    raw = memoryview(a).cast("B")
-    if mode == "sample" and raw.nbytes > 64 * 1024:
-        step = raw.nbytes // 16
-        raw = b"".join(bytes(raw[i * step: i * step + 4096]) for i in range(16))
-    return xxhash.xxh3_64_intdigest(raw)
 
 
-class _SavedRecord:
-    __slots__ = ("tensor", "version", "fp", "site", "writes", "__weakref__")
-
-    def __init__(self, tensor, version, fp, site):
-        self.tensor = tensor  # kept directly: works in 2.10 (a weakref to the packed wrapper dies before unpack)
-        self.version = version
-        self.fp = fp
-        self.site = site
-        self.writes: list[WriteRecord] | None = None
+def fingerprint(t, mode: str = "full") -> int | None:
+    """The core fingerprint of a MindSpore tensor's values."""
+    raw = _host_bytes(t)
+    return None if raw is None else fingerprint_bytes(raw, mode)
 
 
 class _WriteMode(ms.MsDispatchMode):
@@ -66,7 +76,7 @@ class _WriteMode(ms.MsDispatchMode):
     def __ms_dispatch__(self, func, args, kwargs=None):
         kwargs = kwargs or {}
         name = getattr(func, "name", "")
-        if (name.startswith("Inplace") or name.startswith("Assign")) and len(self._session.ledger):
+        if (name.startswith("Inplace") or name.startswith("Assign")) and len(self._session.engine.ledger):
             target = next((a for a in args if isinstance(a, ms.Tensor)), None)
             if target is not None:
                 return self._session._logged(func, args, kwargs, target, f"mindspore.ops.{name}", name)
@@ -74,22 +84,34 @@ class _WriteMode(ms.MsDispatchMode):
 
 
 class MindSporeGuardSession:
-    backend = "mindspore"
+    """The MindSpore probe: hooks and the write log between ``enter()`` and ``exit()``."""
 
-    def __init__(self, *, fingerprint: str = "full", track_writes: bool = True):
+    backend = "mindspore"
+    raise_at_unpack = True  # see NOTE [What MindSpore 2.10 allows]
+
+    def __init__(self, *, fingerprint: str = "full", track_writes: bool = True, bisect: bool = False):
+        self.engine = GuardEngine(self, fingerprint=fingerprint, track_writes=track_writes, bisect=bisect)
         self.fingerprint_mode = fingerprint
         self.track_writes = track_writes
-        self.ledger = SavedLedger()
-        self.findings: list[Finding] = []
-        self._lock = threading.Lock()
         self._local = threading.local()
         self._hooks = None
         self._mode = None
         self._patches: list = []
 
+    @property
+    def ledger(self):
+        return self.engine.ledger
+
+    @property
+    def findings(self) -> list[Finding]:
+        return self.engine.findings
+
     def enter(self) -> None:
+        if current_mode() == "graph":
+            warnings.warn(GRAPH_MODE_LINE, GraphModeNotWatched, stacklevel=3)
         self._hooks = ms.saved_tensors_hooks(self._pack, self._unpack)
         self._hooks.__enter__()
+        self._patch(ms, "jit", self._jit_warning(ms.jit))
         if self.track_writes:
             for owner, name, label in ((ms.Tensor, "__setitem__", "Tensor.__setitem__"),
                                        (ms.Tensor, "assign_value", "Tensor.assign_value"),
@@ -97,10 +119,10 @@ class MindSporeGuardSession:
                                        (ops, "assign_sub", "ops.assign_sub")):
                 original = getattr(owner, name, None)
                 if original is not None:
-                    self._patches.append((owner, name, original))
-                    setattr(owner, name, self._wrap(original, f"mindspore.{label}", name))
+                    self._patch(owner, name, self._wrap(original, f"mindspore.{label}", name))
             self._mode = _WriteMode(self)
             self._mode.__enter__()
+        self.engine.start(skip=3)
 
     def exit(self) -> None:
         if self._mode is not None:
@@ -112,35 +134,86 @@ class MindSporeGuardSession:
         if self._hooks is not None:
             self._hooks.__exit__(None, None, None)
             self._hooks = None
+        self.engine.stop()
 
-    # -- hooks ---------------------------------------------------------------------------------
+    def _patch(self, owner, name, wrapper) -> None:
+        self._patches.append((owner, name, getattr(owner, name)))
+        setattr(owner, name, wrapper)
+
+    # -- hooks -> events -----------------------------------------------------------------------
     def _pack(self, t):
-        version = int(t._version)
-        fp = fingerprint(t, self.fingerprint_mode) if self.fingerprint_mode != "off" else None
-        record = _SavedRecord(t, version, fp, user_location(2))
-        if self.track_writes:
-            rng = memory_range(t)
-            if rng is not None:
-                self.ledger.add(record, *rng)
-        return record
+        site = user_location(2)
+        return self.engine.emit(TensorSaved(t, site, None))
 
     def _unpack(self, record):
-        t = record.tensor
-        if int(t._version) != record.version:
-            self._raise(record, "inplace_modification")
-        if record.fp is not None and fingerprint(t, self.fingerprint_mode) != record.fp:
-            self._raise(record, "silent_write")
-        if record.fp is None and record.writes and self.fingerprint_mode == "off":
-            self._raise(record, "silent_write")
-        return t
+        return self.engine.emit(TensorUnpacked(record))
 
-    # -- writes --------------------------------------------------------------------------------
+    @staticmethod
+    def _jit_warning(jit):
+        """``ms.jit`` while the guard is active: the compiled function's first call says, once, it is not watched."""
+
+        @functools.wraps(jit)
+        def watched_jit(function=None, *args, **kwargs):
+            if function is None:
+                return lambda f: watched_jit(f, *args, **kwargs)
+            compiled = jit(function, *args, **kwargs)
+            name = getattr(function, "__qualname__", repr(function))
+            warned = []
+
+            @functools.wraps(function)
+            def call(*a, **k):
+                if not warned:
+                    warned.append(True)
+                    warnings.warn(JIT_LINE.format(name=name), GraphModeNotWatched, stacklevel=2)
+                return compiled(*a, **k)
+
+            return call
+
+        return watched_jit
+
+    # -- the engine's questions ----------------------------------------------------------------
+    def version(self, t) -> int | None:
+        try:
+            return int(t._version)
+        except Exception:
+            return None
+
+    def span(self, t):
+        return memory_range(t) if isinstance(t, ms.Tensor) else None
+
+    def host_bytes(self, t):
+        return _host_bytes(t)
+
+    def describe(self, t) -> TensorInfo:
+        name, role = name_tensor(t)
+        return TensorInfo(shape=tuple(int(s) for s in t.shape), dtype=str(t.dtype).lower(), name=name,
+                          role=role or "activation")
+
+    def context(self) -> dict:
+        return {"mode": current_mode(), "device": ms.get_context("device_target"), "mindspore_version": ms.__version__}
+
+    def saver_name(self, record, tensor: TensorInfo) -> str | None:
+        # A parameter is an operand on the saving line: name the op that takes it (`multiply` in
+        # `ops.sin(net.w * x)`), not the line's outermost call.
+        return call_name(record.site.code, operand=tensor.name) if record.site is not None else None
+
+    def phrase(self, finding: Finding, record) -> None:
+        if finding.kind == "silent_write":
+            finding.notes.append("MindSpore's version counter did not move (on CPU `t[i] = v`, ops.assign, "
+                                 "assign_value and writes through `asnumpy()` do not bump it): without gradguard this "
+                                 "gradient would be silently wrong.")
+        _mindspore_fix(finding)
+
+    def restore_after_error(self) -> None:
+        return None
+
+    # -- writes -> TensorWritten ---------------------------------------------------------------
     def _wrap(self, original, op, short):
         session = self
 
         def write(*args, **kwargs):
             target = args[0] if args else None
-            if not isinstance(target, ms.Tensor) or not len(session.ledger):
+            if not isinstance(target, ms.Tensor) or not len(session.engine.ledger):
                 return original(*args, **kwargs)
             return session._logged(original, args, kwargs, target, op, short)
 
@@ -149,12 +222,9 @@ class MindSporeGuardSession:
 
     def _logged(self, func, args, kwargs, target, op, short):
         local = self._local
-        if getattr(local, "busy", False):
+        if getattr(local, "busy", False) or not self.engine.watches(target):
             return func(*args, **kwargs)
-        rng = memory_range(target)
-        records = self.ledger.overlapping(*rng) if rng is not None else []
-        if not records:
-            return func(*args, **kwargs)
+        span = self.span(target)
         local.busy = True
         try:
             before = int(target._version)
@@ -165,48 +235,9 @@ class MindSporeGuardSession:
         context = caller_context(skip=3)
         category = "index_assign" if short == "__setitem__" else (
             "copy" if short in ("copy_", "InplaceCopy", "assign", "Assign", "assign_value") else "other")
-        write = WriteRecord(op=op, location=context.location, library_frame=context.library_frame,
-                            version_before=before, version_after=after, bumps_version=after > before,
-                            category=category)
-        with self._lock:
-            for record in records:
-                if record.writes is None:
-                    record.writes = []
-                record.writes.append(write)
+        self.engine.emit(TensorWritten(target, op, category, context.location, context.library_frame, before, after,
+                                      span=span))
         return out
-
-    # -- findings ------------------------------------------------------------------------------
-    def _raise(self, record, kind):
-        t = record.tensor
-        finding = diagnose_or_fallback(lambda: self._build_finding(record, kind), kind=kind, shape=t.shape,
-                                       dtype=t.dtype, backend="mindspore")
-        with self._lock:
-            self.findings.append(finding)
-        raise error_for(kind)(finding)
-
-    def _build_finding(self, record, kind) -> Finding:
-        t = record.tensor
-        name, role = name_tensor(t)
-        # A parameter is an operand on the saving line: name the op that takes it (`multiply` in
-        # `ops.sin(net.w * x)`), not the line's outermost call.
-        saver = call_name(record.site.code, operand=name) if record.site is not None else None
-        finding = Finding(
-            kind=kind,
-            tensor=TensorInfo(shape=tuple(int(s) for s in t.shape), dtype=str(t.dtype).lower(), name=name,
-                              role=role or "activation"),
-            saved_at=SaveSite(node=saver, location=record.site),
-            modified_at=list(record.writes or []),
-            versions={"saved": record.version, "now": int(t._version)},
-            backend="mindspore",
-            context={"mode": current_mode(), "device": ms.get_context("device_target"),
-                     "mindspore_version": ms.__version__},
-        )
-        if kind == "silent_write":
-            finding.notes.append("MindSpore's version counter did not move (on CPU `t[i] = v`, ops.assign and "
-                                 "assign_value do not bump it): without gradguard this gradient would be silently "
-                                 "wrong.")
-        diagnose(finding)
-        return _mindspore_fix(finding)
 
 
 _FIXES = {

@@ -62,10 +62,10 @@ class PaddleAdapter(AdapterBase):
         grads = paddle.grad([total], list(inputs), allow_unused=True)
         return [None if g is None else g.numpy() for g in grads]
 
-    def new_guard_session(self, *, fingerprint: str, track_writes: bool):
+    def new_guard_session(self, *, fingerprint: str, track_writes: bool, bisect: bool = False):
         from ._session import PaddleGuardSession
 
-        return PaddleGuardSession(fingerprint=fingerprint, track_writes=track_writes)
+        return PaddleGuardSession(fingerprint=fingerprint, track_writes=track_writes, bisect=bisect)
 
     def enrich_error(self, error, session=None):
         from ._eager import enrich_paddle_error

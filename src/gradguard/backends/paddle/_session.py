@@ -1,14 +1,18 @@
-"""One guard session for Paddle (dygraph): saved-tensor hooks with version + fingerprint checks, and a write log.
+"""The Paddle probe (dygraph): saved-tensor hooks and write wrappers that feed the core guard engine.
+
+The pipeline (records, ledger, version and fingerprint checks, findings, raising, bisect) is
+:class:`gradguard.core._engine.GuardEngine`; this module only turns Paddle's hooks into events and answers
+the engine's questions about Paddle tensors.
 
 # NOTE [Paddle's hooks: what they switch off and what they must never do]
 # Measured on paddlepaddle 3.3.1:
 #   * installing ``paddle.autograd.saved_tensors_hooks`` switches Paddle's own version check off, so the
-#     unpack hook redoes it (saved ``inplace_version`` vs current), plus a content fingerprint because
+#     engine redoes it at unpack (saved ``inplace_version`` vs current), plus a content fingerprint because
 #     ``set_value`` and ``copy_`` write without bumping the version;
 #   * an exception raised inside ``unpack`` leaves autograd globally disabled (``paddle.is_grad_enabled()``
-#     stays False and later backwards give ``grad=None``). So unpack only *records* the problem; the
-#     error is raised by our wrapper around ``Tensor.backward`` / ``paddle.grad`` once backward returns,
-#     at the user's backward line (where Paddle itself would raise);
+#     stays False and later backwards give ``grad=None``). So the probe sets ``raise_at_unpack = False``: the
+#     engine only records the problem; it raises at the ``BackwardEnded`` event our wrapper around
+#     ``Tensor.backward`` / ``paddle.grad`` emits once backward returns, at the user's backward line;
 #   * for a ``PyLayer``, a tuple or list returned by ``pack`` is iterated and unpack is called on each
 #     element: pack returns a non-sequence record object;
 #   * hooks cannot nest ("only one pair of hooks is allowed at a time"): a guard entered inside another
@@ -30,53 +34,35 @@ import threading
 
 import numpy as np
 import paddle
-import xxhash
 
-from ..._errors import error_for
-from ...core._diagnosis import diagnose, diagnose_or_fallback
-from ...core._findings import Finding, SaveSite, TensorInfo, WriteRecord
+from ...core._engine import GuardEngine, fingerprint_bytes
+from ...core._events import BackwardEnded, BackwardStarted, TensorSaved, TensorUnpacked, TensorWritten
+from ...core._findings import Finding, TensorInfo
 from ...core._frames import LIBRARY_PATHS, caller_context, user_location
-from ...core._ledger import SavedLedger
 from ...core._source_ast import call_name
 from ._naming import memory_range, name_tensor
 
-__all__ = ["PaddleGuardSession", "fingerprint"]
+__all__ = ["PaddleGuardSession", "fingerprint", "paddle_fix"]
 
 LIBRARY_PATHS.add(paddle.__path__[0])
 
-SAMPLE_BYTES = 64 * 1024
 _ACTIVATIONS = {"relu_", "tanh_", "sigmoid_", "elu_", "leaky_relu_", "hardtanh_", "softmax_", "thresholded_relu_",
                 "celu_", "selu_", "silu_", "gelu_", "hardsigmoid_", "hardswish_", "mish_", "clip_", "exp_"}
 _NOT_WRITES = {"requires_grad_", "grad_", "stop_gradient_", "retain_grads", "register_hook"}
 _active: list["PaddleGuardSession"] = []  # sessions whose hooks are installed (Paddle allows one pair)
 
 
-def fingerprint(t, mode: str = "full") -> int | None:
+def _host_bytes(t):
     try:
-        a = np.ascontiguousarray(t.numpy())
+        return np.ascontiguousarray(t.numpy())
     except Exception:
         return None
-    raw = memoryview(a).cast("B")
-    if mode == "sample" and raw.nbytes > SAMPLE_BYTES:
-        step = raw.nbytes // 16
-        raw = b"".join(bytes(raw[i * step: i * step + SAMPLE_BYTES // 16]) for i in range(16))
-    return xxhash.xxh3_64_intdigest(raw)
 
 
-class _SavedRecord:
-    """What pack returns (deliberately not a sequence: PyLayer would iterate it)."""
-
-    __slots__ = ("tensor", "version", "fp", "site", "saver", "producer", "pylayer", "writes", "__weakref__")
-
-    def __init__(self, tensor, version, fp, site, saver, producer, pylayer):
-        self.tensor = tensor
-        self.version = version
-        self.fp = fp
-        self.site = site
-        self.saver = saver
-        self.producer = producer
-        self.pylayer = pylayer
-        self.writes: list[WriteRecord] | None = None
+def fingerprint(t, mode: str = "full") -> int | None:
+    """The core fingerprint of a Paddle tensor's values (``check_op`` uses it too)."""
+    raw = _host_bytes(t)
+    return None if raw is None else fingerprint_bytes(raw, mode)
 
 
 def _pylayer_saver(skip: int) -> str | None:
@@ -93,28 +79,32 @@ def _pylayer_saver(skip: int) -> str | None:
 
 
 class PaddleGuardSession:
-    """Installs hooks and the write log between ``enter()`` and ``exit()``."""
+    """The Paddle probe: installs hooks and the write log between ``enter()`` and ``exit()``."""
 
     backend = "paddle"
+    raise_at_unpack = False  # see NOTE [Paddle's hooks: what they switch off and what they must never do]
 
-    def __init__(self, *, fingerprint: str = "full", track_writes: bool = True):
+    def __init__(self, *, fingerprint: str = "full", track_writes: bool = True, bisect: bool = False):
+        self.engine = GuardEngine(self, fingerprint=fingerprint, track_writes=track_writes, bisect=bisect)
         self.fingerprint_mode = fingerprint
         self.track_writes = track_writes
-        self.ledger = SavedLedger()
-        self.findings: list[Finding] = []
-        self.backward_sites: list = []
-        self._pending: list[tuple[Finding, type]] = []
-        self._lock = threading.Lock()
         self._local = threading.local()
         self._hooks = None
         self._patches: list[tuple[object, str, object]] = []
         self._outer: PaddleGuardSession | None = None
 
+    @property
+    def ledger(self):
+        return self.engine.ledger
+
+    @property
+    def findings(self) -> list[Finding]:
+        return (self._outer or self).engine.findings
+
     # -- lifecycle -----------------------------------------------------------------------------
     def enter(self) -> None:
         if _active:  # Paddle cannot nest hooks: join the outer session
             self._outer = _active[-1]
-            self.findings = self._outer.findings
             return
         self._hooks = paddle.autograd.saved_tensors_hooks(self._pack, self._unpack)
         self._hooks.__enter__()
@@ -123,6 +113,7 @@ class PaddleGuardSession:
             self._patch_backward()
             if self.track_writes:
                 self._patch_writes()
+            self.engine.start(skip=3)
         except BaseException:
             self.exit()
             raise
@@ -138,15 +129,10 @@ class PaddleGuardSession:
             self._hooks = None
         if self in _active:
             _active.remove(self)
-        self._raise_pending()
+        self.engine.stop()
 
-    # -- hooks (never raise: see NOTE) --------------------------------------------------------
+    # -- hooks -> events (never raise: see NOTE) ----------------------------------------------
     def _pack(self, t):
-        try:
-            version = int(t.inplace_version)
-        except Exception:
-            version = None
-        fp = fingerprint(t, self.fingerprint_mode) if self.fingerprint_mode != "off" else None
         try:
             pylayer = _pylayer_saver(2)
             site = user_location(2)
@@ -158,74 +144,71 @@ class PaddleGuardSession:
             saver = f"{pylayer}.forward (PyLayer ctx.save_for_backward)"
         else:
             saver = call_name(site.code) if site is not None and site.code else None
-        record = _SavedRecord(t, version, fp, site, saver, producer, pylayer)
-        if self.track_writes:
-            rng = memory_range(t)
-            if rng is not None:
-                self.ledger.add(record, *rng)
-        return record
+        return self.engine.emit(TensorSaved(t, site, saver, producer, pylayer))
 
     def _unpack(self, record):
-        if not isinstance(record, _SavedRecord):
-            return record
-        t = record.tensor
+        return self.engine.emit(TensorUnpacked(record))
+
+    # -- the engine's questions ----------------------------------------------------------------
+    def version(self, t) -> int | None:
         try:
-            kind = None
-            now = int(t.inplace_version) if record.version is not None else None
-            if record.version is not None and now != record.version:
-                kind = "inplace_modification"
-            elif record.fp is not None and fingerprint(t, self.fingerprint_mode) != record.fp:
-                kind = "silent_write"
-            elif record.fp is None and record.writes and self.fingerprint_mode == "off":
-                kind = "silent_write"
-            if kind is not None and not getattr(record, "_reported", False):
-                self._record_problem(record, kind)
-        except Exception:  # a failure of ours must never break the user's backward
-            pass
-        return t
+            return int(t.inplace_version)
+        except Exception:
+            return None
 
-    def _record_problem(self, record, kind):
-        t = record.tensor
-        finding = diagnose_or_fallback(lambda: self._build_finding(record, kind), kind=kind, shape=t.shape,
-                                       dtype=t.dtype, backend="paddle")
-        with self._lock:
-            self._pending.append((finding, error_for(kind)))
+    def span(self, t):
+        return memory_range(t) if isinstance(t, paddle.Tensor) else None
 
-    def _raise_pending(self) -> None:
-        with self._lock:
-            pending, self._pending = self._pending, []
-        if not pending:
-            return
+    def host_bytes(self, t):
+        return _host_bytes(t)
+
+    def describe(self, t) -> TensorInfo:
+        name, role = name_tensor(t)
+        return TensorInfo(shape=tuple(int(s) for s in t.shape), dtype=str(t.dtype).replace("paddle.", ""),
+                          device=_device(t), name=name, role=role or "tensor")
+
+    def context(self) -> dict:
+        return {"mode": "eager (dygraph)", "paddle_version": paddle.__version__}
+
+    def saver_name(self, record, tensor: TensorInfo) -> str | None:
+        return record.saver
+
+    def phrase(self, finding: Finding, record) -> None:
+        if record.custom_function is not None:
+            finding.notes.append(f"Paddle itself does not version-check tensors saved by PyLayer "
+                                 f"ctx.save_for_backward: without gradguard {record.custom_function}'s gradient would "
+                                 f"be silently wrong here.")
+        elif finding.kind == "silent_write":
+            finding.notes.append("Paddle's version counter did not move (set_value and copy_ do not bump it): "
+                                 "without gradguard this gradient would be silently wrong.")
+        paddle_fix(finding)
+
+    def restore_after_error(self) -> None:
         if not paddle.is_grad_enabled():  # defensive: an unpack failure elsewhere can leave it off
             paddle.set_grad_enabled(True)
-        with self._lock:
-            self.findings.extend(f for f, _e in pending)
-        finding, error = pending[0]
-        if len(pending) > 1:
-            finding.notes.append(f"{len(pending) - 1} more saved tensor(s) of this backward were also modified")
-        raise error(finding)
 
-    # -- backward wrappers ---------------------------------------------------------------------
+    # -- backward wrappers -> BackwardStarted / BackwardEnded ----------------------------------
     def _patch(self, owner, name, wrapper):
         self._patches.append((owner, name, getattr(owner, name)))
         setattr(owner, name, wrapper)
 
     def _patch_backward(self) -> None:
-        session = self
+        engine = self.engine
 
         def wrap(original):
-            def after_backward(*args, **kwargs):
+            def backward(*args, **kwargs):
                 site = user_location(2)
-                if site is not None:
-                    session.backward_sites = (session.backward_sites + [site])[-8:]
+                engine.emit(BackwardStarted(site))
+                failed = True
                 try:
-                    return original(*args, **kwargs)
+                    out = original(*args, **kwargs)
+                    failed = False
+                    return out
                 finally:
-                    if session._pending and sys.exc_info()[0] is None:
-                        session._raise_pending()
+                    engine.emit(BackwardEnded(site, failed=failed))
 
-            after_backward.__wrapped__ = original
-            return after_backward
+            backward.__wrapped__ = original
+            return backward
 
         self._patch(paddle.Tensor, "backward", wrap(paddle.Tensor.backward))
         grad = wrap(paddle.grad)
@@ -233,7 +216,7 @@ class PaddleGuardSession:
         self._patch(paddle.autograd, "grad", grad)
         self._patch(paddle.autograd, "backward", wrap(paddle.autograd.backward))
 
-    # -- write log -----------------------------------------------------------------------------
+    # -- write wrappers -> TensorWritten -------------------------------------------------------
     def _patch_writes(self) -> None:
         names = [n for n in dir(paddle.Tensor) if n.endswith("_") and not n.startswith("_") and n not in _NOT_WRITES]
         for name in names + ["__setitem__", "set_value"]:
@@ -250,17 +233,18 @@ class PaddleGuardSession:
                                                    _output_target))
 
     def _writer(self, original, op: str, short: str, target_of):
-        session = self
+        engine = self.engine
         local = self._local
+        category = _category(op, short)
+        session_span = self.span
 
         def write(*args, **kwargs):
-            if getattr(local, "busy", False) or not len(session.ledger):
+            if getattr(local, "busy", False) or not len(engine.ledger):
                 return original(*args, **kwargs)
             target = target_of(args, kwargs)
-            rng = memory_range(target) if isinstance(target, paddle.Tensor) else None
-            records = session.ledger.overlapping(*rng) if rng is not None else []
-            if not records:
+            if not engine.watches(target):
                 return original(*args, **kwargs)
+            span = session_span(target)
             local.busy = True
             try:
                 before = int(target.inplace_version)
@@ -268,67 +252,24 @@ class PaddleGuardSession:
                 after = int(target.inplace_version)
             finally:
                 local.busy = False
-            session._log_write(op, short, before, after, records)
+            context = caller_context(skip=2)
+            engine.emit(TensorWritten(target, op, category, context.location, context.library_frame, before, after,
+                                      via=op if category == "activation" else None, span=span))
             return out
 
         write.__wrapped__ = original
         write.__name__ = getattr(original, "__name__", short)
         return write
 
-    def _log_write(self, op, short, before, after, records) -> None:
-        context = caller_context(skip=3)
-        code = context.location.code if context.location else ""
-        if short == "__setitem__":
-            category = "index_assign"
-        elif short in ("set_value", "copy_", "assign"):
-            category = "copy"
-        elif short in _ACTIVATIONS and not op.startswith("paddle.Tensor."):
-            category = "activation"
-        else:
-            category = "other"
-        write = WriteRecord(op=op, location=context.location, via=op if category == "activation" else None,
-                            library_frame=context.library_frame, version_before=before, version_after=after,
-                            bumps_version=after > before, category=category)
-        del code
-        with self._lock:
-            for record in records:
-                if record.writes is None:
-                    record.writes = []
-                record.writes.append(write)
 
-    # -- findings ------------------------------------------------------------------------------
-    def _build_finding(self, record: _SavedRecord, kind: str) -> Finding:
-        t = record.tensor
-        name, role = name_tensor(t)
-        if role is None:
-            role = "leaf" if record.producer == "leaf" else "activation"
-        tensor = TensorInfo(shape=tuple(int(s) for s in t.shape), dtype=str(t.dtype).replace("paddle.", ""),
-                            device=_device(t), name=name, role=role,
-                            producer=None if record.producer in (None, "leaf") else record.producer)
-        backward = user_location(3)
-        finding = Finding(
-            kind=kind,
-            tensor=tensor,
-            saved_at=SaveSite(node=record.saver, location=record.site),
-            modified_at=list(record.writes or []),
-            versions={"saved": record.version, "now": int(t.inplace_version)},
-            backend="paddle",
-            context={"mode": "eager (dygraph)", "paddle_version": paddle.__version__,
-                     "backward_at": backward.to_dict() if backward else None},
-        )
-        if record.pylayer is not None:
-            finding.notes.append(f"Paddle itself does not version-check tensors saved by PyLayer "
-                                 f"ctx.save_for_backward: without gradguard {record.pylayer}'s gradient would be "
-                                 f"silently wrong here.")
-        elif kind == "silent_write":
-            finding.notes.append("Paddle's version counter did not move (set_value and copy_ do not bump it): "
-                                 "without gradguard this gradient would be silently wrong.")
-        if not self.track_writes:
-            finding.notes.append("write tracking was off: re-run with track_writes=True to see which line wrote "
-                                 "the tensor")
-        diagnose(finding)
-        paddle_fix(finding)
-        return finding
+def _category(op: str, short: str) -> str:
+    if short == "__setitem__":
+        return "index_assign"
+    if short in ("set_value", "copy_", "assign"):
+        return "copy"
+    if short in _ACTIVATIONS and not op.startswith("paddle.Tensor."):
+        return "activation"
+    return "other"
 
 
 def _device(t) -> str:
