@@ -78,7 +78,10 @@ class Probe(Protocol):
     """What the engine asks a framework. Implementations: ``backends/{paddle,mindspore}/_session.py``."""
 
     backend: str
+    framework: str  # how the user spells it: "Paddle", "MindSpore"
     raise_at_unpack: bool
+    direct_writers: str  # who writes memory without the framework's ops (a phrase, for explanations)
+    direct_write_fix: str  # the fix for such a write
 
     def version(self, t: Any) -> int | None: ...
 
@@ -286,8 +289,25 @@ class GuardEngine:
             finding.notes.append("bisect mode traced the user's lines on the thread that entered the guard; writes "
                                  "from other threads are not pinned")
         diagnose(finding)
+        if finding.rule == "silent_kernel_write":
+            self._direct_write_phrase(finding)
         self.probe.phrase(finding, record)
         return finding
+
+    def _direct_write_phrase(self, finding: Finding) -> None:
+        """Framework wording for a silent write no framework op made (the core rule's text speaks torch)."""
+        probe = self.probe
+        saver = finding.saved_at.op or "the op that saved it"
+        outside = next((w for w in finding.modified_at if w.category == "outside"), None)
+        if outside is not None:
+            where = outside.location.short if outside.location else "before the first traced line"
+            finding.explanation = (f"No {probe.framework} op wrote it: bisect mode saw its bytes change at {where}, "
+                                   f"in {probe.direct_writers}. {saver} still needed the old values.")
+        else:
+            finding.explanation = (f"No {probe.framework} op that gradguard watches wrote it, so the writer is "
+                                   f"{probe.direct_writers}. Re-run with `gradguard.guard(bisect=True)` to pin it to "
+                                   f"a line. {saver} still needed the old values.")
+        finding.suggestion = probe.direct_write_fix
 
 
 class _LineBisector:
@@ -346,11 +366,10 @@ class _LineBisector:
             t = record.tensor
             now, version_now, writes = engine.fingerprint(t), engine.probe.version(t), len(record.writes or ())
             if now != fp and version_now == version and writes == nwrites:
-                where = self.last
-                between = f"on line {where.line}" if where is not None else "before the first traced line"
-                write = WriteRecord(op=f"write outside {engine.probe.backend} ops {between}", location=where,
-                                    via="bisect", version_before=version, version_after=version_now,
-                                    bumps_version=False, category="outside")
+                # The line that just finished made the change (None: before the first traced line).
+                write = WriteRecord(op=f"write outside {engine.probe.backend} ops", location=self.last,
+                                    version_before=version, version_after=version_now, bumps_version=False,
+                                    category="outside")
                 with engine._lock:
                     if record.writes is None:
                         record.writes = []

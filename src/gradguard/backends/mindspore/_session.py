@@ -88,6 +88,13 @@ class MindSporeGuardSession:
 
     backend = "mindspore"
     raise_at_unpack = True  # see NOTE [What MindSpore 2.10 allows]
+    framework = "MindSpore"
+    # who writes memory without a MindSpore op, and the fix (the engine's wording of a silent write no op made)
+    direct_writers = ("code that writes the tensor's memory directly: a NumPy array from `t.asnumpy()` (on CPU it "
+                      "shares the tensor's memory), ctypes, or an extension using `data_ptr()`")
+    direct_write_fix = ("Give NumPy a copy (`t.asnumpy().copy()`), or make the update with MindSpore ops on a new "
+                          "tensor (`ops.where`, `ops.tensor_scatter_elements`) after the backward that needs the old "
+                          "values.")
 
     def __init__(self, *, fingerprint: str = "full", track_writes: bool = True, bisect: bool = False):
         self.engine = GuardEngine(self, fingerprint=fingerprint, track_writes=track_writes, bisect=bisect)

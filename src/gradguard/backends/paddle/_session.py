@@ -83,6 +83,13 @@ class PaddleGuardSession:
 
     backend = "paddle"
     raise_at_unpack = False  # see NOTE [Paddle's hooks: what they switch off and what they must never do]
+    framework = "Paddle"
+    # who writes memory without a Paddle op, and the fix (the engine's wording of a silent write no op made)
+    direct_writers = ("code that writes the tensor's memory directly: a DLPack consumer (`np.from_dlpack(t)` "
+                      "shares Paddle's memory; `t.numpy()` does not), ctypes, or a C++/CUDA extension using "
+                      "`data_ptr()`")
+    direct_write_fix = ("Give the other library a copy (`np.from_dlpack(t.clone())`, `t.numpy()`), or make the "
+                          "update with Paddle ops on a new tensor after the backward that needs the old values.")
 
     def __init__(self, *, fingerprint: str = "full", track_writes: bool = True, bisect: bool = False):
         self.engine = GuardEngine(self, fingerprint=fingerprint, track_writes=track_writes, bisect=bisect)
@@ -171,6 +178,9 @@ class PaddleGuardSession:
         return {"mode": "eager (dygraph)", "paddle_version": paddle.__version__}
 
     def saver_name(self, record, tensor: TensorInfo) -> str | None:
+        if record.saver is None and tensor.role in ("parameter", "buffer") and tensor.name and "." in tensor.name:
+            # saved inside a layer's forward (no op on the user's line takes it): name the layer
+            return f"the forward of {tensor.name.rsplit('.', 1)[0]}"
         return record.saver
 
     def phrase(self, finding: Finding, record) -> None:
@@ -179,8 +189,8 @@ class PaddleGuardSession:
                                  f"ctx.save_for_backward: without gradguard {record.custom_function}'s gradient would "
                                  f"be silently wrong here.")
         elif finding.kind == "silent_write":
-            finding.notes.append("Paddle's version counter did not move (set_value and copy_ do not bump it): "
-                                 "without gradguard this gradient would be silently wrong.")
+            finding.notes.append("Paddle's version counter did not move (set_value, copy_ and the optimizer kernels do "
+                                 "not bump it): without gradguard this gradient would be silently wrong.")
         paddle_fix(finding)
 
     def restore_after_error(self) -> None:
@@ -231,6 +241,39 @@ class PaddleGuardSession:
                         self._patch(module, name, self._writer(original, f"{prefix}.{name}", name, _first_target))
         self._patch(paddle, "assign", self._writer(paddle.assign, "paddle.assign(..., output)", "assign",
                                                    _output_target))
+        for cls in [paddle.optimizer.Optimizer, *_subclasses(paddle.optimizer.Optimizer)]:
+            if "step" in cls.__dict__:
+                self._patch(cls, "step", self._stepper(cls.__dict__["step"]))
+
+    def _stepper(self, original):
+        """``Optimizer.step`` as a write boundary. Paddle's optimizer kernels (``_C_ops.sgd_``, ``adam_``) update
+        parameters WITHOUT bumping ``inplace_version`` (measured on 3.3.1): a step between a forward and its
+        backward is silently wrong in plain Paddle. Only parameters saved for backward are compared."""
+        engine = self.engine
+        local = self._local
+
+        def step(optimizer, *args, **kwargs):
+            if getattr(local, "busy", False) or not len(engine.ledger):
+                return original(optimizer, *args, **kwargs)
+            watched = [(p, self.span(p), self.version(p), fingerprint(p)) for p in _parameters(optimizer)
+                       if engine.watches(p)]
+            local.busy = True
+            try:
+                out = original(optimizer, *args, **kwargs)
+            finally:
+                local.busy = False
+            if watched:
+                context = caller_context(skip=2)
+                label = f"{type(optimizer).__name__}.step()"
+                for p, span, before, fp in watched:
+                    after = self.version(p)
+                    if after != before or fingerprint(p) != fp:
+                        engine.emit(TensorWritten(p, f"paddle.optimizer.{label}", "optimizer", context.location,
+                                                  context.library_frame, before, after, via=label, span=span))
+            return out
+
+        step.__wrapped__ = original
+        return step
 
     def _writer(self, original, op: str, short: str, target_of):
         engine = self.engine
@@ -262,6 +305,20 @@ class PaddleGuardSession:
         return write
 
 
+def _subclasses(cls) -> list:
+    found = []
+    for sub in cls.__subclasses__():
+        found += [sub, *_subclasses(sub)]
+    return found
+
+
+def _parameters(optimizer) -> list:
+    out = []
+    for item in getattr(optimizer, "_parameter_list", None) or []:
+        out += list(item.get("params", ())) if isinstance(item, dict) else [item]
+    return [p for p in out if isinstance(p, paddle.Tensor)]
+
+
 def _category(op: str, short: str) -> str:
     if short == "__setitem__":
         return "index_assign"
@@ -284,6 +341,8 @@ _FIXES = {
     "build the result out of place (`paddle.where(mask, value, x)`).",
     "generic_inplace": "Clone before the in-place write (`y = x.clone()` and write into y), or use the out-of-place "
     "op (`x.add(v)` instead of `x.add_(v)`, `paddle.assign(v)` instead of `paddle.assign(v, x)`).",
+    "fused_optimizer": "Call `optimizer.step()` after the `backward()` of every forward pass that used the "
+    "parameters (forward, backward, step, in that order).",
     "unseen_write": "Enter `gradguard.guard()` before the forward pass that saved the tensor, so the hooks see "
     "the save and the write log sees the write.",
 }
@@ -294,6 +353,16 @@ def paddle_fix(finding: Finding) -> Finding:
     fix = _FIXES.get(finding.rule)
     if fix is not None:
         finding.suggestion = fix
+    if finding.rule == "fused_optimizer":
+        step = next(w for w in finding.modified_at if w.category == "optimizer")
+        where = step.location.short if step.location else "an unknown line"
+        finding.rule = "optimizer_step_before_backward"
+        finding.explanation = (
+            f"{step.via} at {where} updated {finding.tensor.name or 'a parameter'} in place after "
+            f"{finding.saved_at.op or 'an op'} saved it for a backward pass that had not run yet. Paddle's optimizer "
+            "kernels do not bump the version counter, so Paddle computes that backward with the updated values and "
+            "no error."
+        )
     if finding.rule in ("generic_inplace", "buffer_refill") and any(
         w.op.endswith(("set_value", "copy_")) and not w.bumps_version for w in finding.modified_at
     ):
