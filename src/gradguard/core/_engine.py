@@ -158,6 +158,28 @@ class GuardEngine:
         span = self.probe.span(target)
         return self.ledger.overlapping(*span) if span is not None else []
 
+    def watch_update(self, targets, run: Callable[[], Any], *, op: str, category: str, via: str | None = None):
+        """Run ``run()`` (an optimizer step, a compiled call) that may write ``targets`` without the write log
+        seeing it; emit a TensorWritten for each saved target whose version or bytes it changed.
+        Only targets saved for backward are compared (one hash each, before and after)."""
+        probe = self.probe
+        watched = [(t, probe.span(t), probe.version(t), self._full_fingerprint(t)) for t in targets if self.watches(t)]
+        out = run()
+        if watched:
+            from ._frames import caller_context
+
+            context = caller_context(skip=3)
+            for t, span, before, fp in watched:
+                after = probe.version(t)
+                if after != before or self._full_fingerprint(t) != fp:
+                    self.emit(TensorWritten(t, op, category, context.location, context.library_frame, before, after,
+                                            via=via, span=span))
+        return out
+
+    def _full_fingerprint(self, t) -> int | None:
+        raw = self.probe.host_bytes(t)
+        return None if raw is None else fingerprint_bytes(raw, "full")
+
     # -- lifecycle --------------------------------------------------------------------------------
     def start(self, skip: int = 2) -> None:
         if self.bisect:

@@ -55,6 +55,15 @@ JIT_LINE = ("gradguard.guard: {name} is compiled by ms.jit; saved tensors and wr
             "(only the PyNative code around it is)")
 
 
+def _not_watched(message: str) -> None:
+    """One warning line, attributed to the user's line (not to MindSpore's or gradguard's frames)."""
+    site = user_location(2)
+    if site is None:
+        warnings.warn(message, GraphModeNotWatched, stacklevel=3)
+    else:
+        warnings.warn_explicit(message, GraphModeNotWatched, site.file, site.line, module="gradguard")
+
+
 def _host_bytes(t):
     try:
         return np.ascontiguousarray(t.asnumpy())
@@ -115,10 +124,11 @@ class MindSporeGuardSession:
 
     def enter(self) -> None:
         if current_mode() == "graph":
-            warnings.warn(GRAPH_MODE_LINE, GraphModeNotWatched, stacklevel=3)
+            _not_watched(GRAPH_MODE_LINE)
         self._hooks = ms.saved_tensors_hooks(self._pack, self._unpack)
         self._hooks.__enter__()
-        self._patch(ms, "jit", self._jit_warning(ms.jit))
+        self._watch_jit()
+        self._watch_optimizers()
         if self.track_writes:
             for owner, name, label in ((ms.Tensor, "__setitem__", "Tensor.__setitem__"),
                                        (ms.Tensor, "assign_value", "Tensor.assign_value"),
@@ -136,7 +146,10 @@ class MindSporeGuardSession:
             self._mode.__exit__(None, None, None)
             self._mode = None
         for owner, name, original in reversed(self._patches):
-            setattr(owner, name, original)
+            if original is None:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, original)
         self._patches = []
         if self._hooks is not None:
             self._hooks.__exit__(None, None, None)
@@ -144,8 +157,31 @@ class MindSporeGuardSession:
         self.engine.stop()
 
     def _patch(self, owner, name, wrapper) -> None:
-        self._patches.append((owner, name, getattr(owner, name)))
+        # an inherited attribute is restored by deleting ours (None), so the class dict is left as it was
+        self._patches.append((owner, name, owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name)))
         setattr(owner, name, wrapper)
+
+    def _watch_optimizers(self) -> None:
+        """A MindSpore optimizer call is a write boundary: its ``construct`` is compiled (``ms.jit``), so neither
+        the dispatch mode nor the wrappers see it update the parameters, and the update does not bump
+        ``_version`` (measured on 2.10: a step between forward and backward is silently wrong)."""
+        engine = self.engine
+        local = self._local
+        original = ms.nn.Optimizer.__call__
+
+        @functools.wraps(original)
+        def call(optimizer, *args, **kwargs):
+            if not len(engine.ledger):
+                return original(optimizer, *args, **kwargs)
+            label = f"{type(optimizer).__name__}(grads)"
+            local.optimizer = True  # its compiled construct is watched here: no "not watched" line for it
+            try:
+                return engine.watch_update(list(optimizer.parameters), lambda: original(optimizer, *args, **kwargs),
+                                           op=f"mindspore.nn.{label}", category="optimizer", via=label)
+            finally:
+                local.optimizer = False
+
+        self._patch(ms.nn.Optimizer, "__call__", call)
 
     # -- hooks -> events -----------------------------------------------------------------------
     def _pack(self, t):
@@ -155,28 +191,28 @@ class MindSporeGuardSession:
     def _unpack(self, record):
         return self.engine.emit(TensorUnpacked(record))
 
-    @staticmethod
-    def _jit_warning(jit):
-        """``ms.jit`` while the guard is active: the compiled function's first call says, once, it is not watched."""
+    def _watch_jit(self) -> None:
+        """Every compiled call (``ms.jit`` functions, decorated before or inside the guard) goes through
+        ``_JitExecutor.__call__``: while the guard is active it says once per function that it is not watched."""
+        try:
+            from mindspore.graph.api import _JitExecutor
+        except ImportError:  # another MindSpore layout: say it once, up front
+            _not_watched(JIT_LINE.format(name="any ms.jit function"))
+            return
+        original = _JitExecutor.__call__
+        warned: set[str] = set()
+        local = self._local
 
-        @functools.wraps(jit)
-        def watched_jit(function=None, *args, **kwargs):
-            if function is None:
-                return lambda f: watched_jit(f, *args, **kwargs)
-            compiled = jit(function, *args, **kwargs)
-            name = getattr(function, "__qualname__", repr(function))
-            warned = []
+        @functools.wraps(original)
+        def call(executor, *args, **kwargs):
+            fn = getattr(executor, "fn", None)
+            name = getattr(fn, "__qualname__", None) or repr(fn)
+            if name not in warned and current_mode() != "graph" and not getattr(local, "optimizer", False):
+                warned.add(name)
+                _not_watched(JIT_LINE.format(name=name))
+            return original(executor, *args, **kwargs)
 
-            @functools.wraps(function)
-            def call(*a, **k):
-                if not warned:
-                    warned.append(True)
-                    warnings.warn(JIT_LINE.format(name=name), GraphModeNotWatched, stacklevel=2)
-                return compiled(*a, **k)
-
-            return call
-
-        return watched_jit
+        self._patch(_JitExecutor, "__call__", call)
 
     # -- the engine's questions ----------------------------------------------------------------
     def version(self, t) -> int | None:
@@ -259,6 +295,18 @@ def _mindspore_fix(finding: Finding) -> Finding:
     fix = _FIXES.get(finding.rule)
     if fix is not None:
         finding.suggestion = fix
+    if finding.rule == "fused_optimizer":
+        step = next(w for w in finding.modified_at if w.category == "optimizer")
+        where = step.location.short if step.location else "an unknown line"
+        finding.rule = "optimizer_step_before_backward"
+        finding.explanation = (
+            f"The optimizer call {step.via} at {where} updated {finding.tensor.name or 'a parameter'} in place after "
+            f"{finding.saved_at.op or 'an op'} saved it for the gradient being computed. MindSpore's optimizers do not "
+            "bump the version counter, so MindSpore computes the gradient with the updated values and no error."
+        )
+        finding.suggestion = ("Compute the gradients first and call the optimizer after `ms.grad` / `value_and_grad` "
+                              "returns (`grads = grad_fn(x); optimizer(grads)`), never inside the function being "
+                              "differentiated.")
     return finding
 
 

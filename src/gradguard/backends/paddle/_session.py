@@ -255,22 +255,13 @@ class PaddleGuardSession:
         def step(optimizer, *args, **kwargs):
             if getattr(local, "busy", False) or not len(engine.ledger):
                 return original(optimizer, *args, **kwargs)
-            watched = [(p, self.span(p), self.version(p), fingerprint(p)) for p in _parameters(optimizer)
-                       if engine.watches(p)]
+            label = f"{type(optimizer).__name__}.step()"
             local.busy = True
             try:
-                out = original(optimizer, *args, **kwargs)
+                return engine.watch_update(_parameters(optimizer), lambda: original(optimizer, *args, **kwargs),
+                                           op=f"paddle.optimizer.{label}", category="optimizer", via=label)
             finally:
                 local.busy = False
-            if watched:
-                context = caller_context(skip=2)
-                label = f"{type(optimizer).__name__}.step()"
-                for p, span, before, fp in watched:
-                    after = self.version(p)
-                    if after != before or fingerprint(p) != fp:
-                        engine.emit(TensorWritten(p, f"paddle.optimizer.{label}", "optimizer", context.location,
-                                                  context.library_frame, before, after, via=label, span=span))
-            return out
 
         step.__wrapped__ = original
         return step
