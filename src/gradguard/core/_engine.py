@@ -343,12 +343,25 @@ class _LineBisector:
         self._previous_trace = None
         self._frames: list = []
         self._thread = threading.get_ident()
+        import sysconfig
+
+        paths = sysconfig.get_paths()
+        # installed packages and the standard library are not the user's program (numpy's own Python code runs
+        # inside `t.asnumpy()[0] = v`: its lines must not become "the last user line")
+        self._installed = tuple({paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if paths.get(k)})
+        self._user: dict[str, bool] = {}
+
+    def _is_user(self, filename: str) -> bool:
+        user = self._user.get(filename)
+        if user is None:
+            user = self._user[filename] = not (LIBRARY_PATHS.is_library(filename) or filename.startswith(self._installed))
+        return user
 
     def start(self, frame) -> None:
         self._previous_trace = sys.gettrace()
         sys.settrace(self._global)
         while frame is not None:  # the frames already running (the `with` block) trace too
-            if not LIBRARY_PATHS.is_library(frame.f_code.co_filename):
+            if self._is_user(frame.f_code.co_filename):
                 self._frames.append((frame, frame.f_trace))
                 frame.f_trace = self._local
             frame = frame.f_back
@@ -360,7 +373,7 @@ class _LineBisector:
         self._frames = []
 
     def _global(self, frame, event, arg):
-        if event == "call" and not LIBRARY_PATHS.is_library(frame.f_code.co_filename):
+        if event == "call" and self._is_user(frame.f_code.co_filename):
             return self._local
         return None
 

@@ -1,0 +1,68 @@
+"""The cross-framework conformance table: one hazard, the same finding fields expected in every framework.
+
+Each framework's test file (``tests/paddle/test_conformance.py``, ``tests/mindspore/test_conformance.py``)
+writes the hazards below in its own API and checks its findings with :func:`check_finding`. Where a
+framework's semantics make a hazard impossible (``y += 1`` rebinds in Paddle and MindSpore), the expected
+outcome is "no finding and gradients identical to the unguarded run", and the reason is stated here.
+
+``framework_raises``: what the framework itself does without gradguard (the parity half of the suite):
+the exception class name it raises, or None when it computes a silently wrong (or correct) gradient.
+"""
+
+from __future__ import annotations
+
+__all__ = ["HAZARDS", "check_finding"]
+
+HAZARDS = {
+    "augmented_assign": {
+        # torch: `y += 1` is in place -> InplaceModificationError, rule augmented_assign.
+        "paddle": {"finding": None, "framework_raises": None,
+                   "why": "`y += 1` rebinds y to a new tensor in Paddle 3.3 (Tensor has no __iadd__)"},
+        "mindspore": {"finding": None, "framework_raises": None,
+                      "why": "`y += 1` rebinds y to a new tensor in MindSpore 2.10"},
+    },
+    "inplace_activation": {
+        "paddle": {"finding": {"kind": "inplace_modification", "rule": "inplace_activation", "role": "activation",
+                               "fix": "out-of-place"},
+                   "framework_raises": "RuntimeError"},
+        "mindspore": {"finding": None, "framework_raises": None,
+                      "why": "on CPU MindSpore 2.10 has no in-place activation kernels (InplaceTanh, InplaceReLU, "
+                             "InplaceSigmoid are unregistered), and inside ms.grad `s.exp_()` leaves the value that "
+                             "exp saved untouched"},
+    },
+    "optimizer_update": {
+        "paddle": {"finding": {"kind": "silent_write", "rule": "optimizer_step_before_backward",
+                               "tensor": "net.weight", "role": "parameter", "write_op": "paddle.optimizer.SGD.step()",
+                               "fix": "after"},
+                   "framework_raises": None},
+        "mindspore": {"finding": {"kind": "silent_write", "rule": "optimizer_step_before_backward",
+                                  "tensor": "net.w", "role": "parameter", "write_op": "mindspore.nn.SGD(grads)",
+                                  "fix": "after"},
+                      "framework_raises": None},
+    },
+    "direct_memory_write": {  # a NumPy/DLPack alias written between forward and backward, bisect mode on
+        "paddle": {"finding": {"kind": "silent_write", "rule": "silent_kernel_write", "role": "activation",
+                               "write_op": "write outside paddle ops", "fix": "copy"},
+                   "framework_raises": None},
+        "mindspore": {"finding": {"kind": "silent_write", "rule": "silent_kernel_write", "role": "activation",
+                                  "write_op": "write outside mindspore ops", "fix": "copy"},
+                      "framework_raises": None},
+    },
+}
+
+
+def check_finding(finding, expected: dict, *, save_line: int, write_line: int, backend: str) -> None:
+    """The fields every framework's finding must carry: kind, rule, tensor, saver line, write line, why, fix."""
+    assert finding.backend == backend
+    assert (finding.kind, finding.rule) == (expected["kind"], expected["rule"]), (finding.kind, finding.rule)
+    assert finding.tensor.role == expected["role"]
+    if "tensor" in expected:
+        assert finding.tensor.name == expected["tensor"]
+    assert finding.saved_at.location is not None and finding.saved_at.location.line == save_line
+    assert finding.saved_at.op, "the saver is named"
+    writes = [(w.op, w.location.line if w.location else None) for w in finding.modified_at]
+    assert any(line == write_line for _op, line in writes), writes
+    if "write_op" in expected:
+        assert expected["write_op"] in [op for op, _line in writes], writes
+    assert finding.explanation and "torch" not in finding.explanation.lower(), finding.explanation
+    assert expected["fix"] in finding.suggestion and "torch" not in finding.suggestion.lower(), finding.suggestion
