@@ -1,0 +1,59 @@
+"""The guard engine's framework-neutral parts (run in the torch venv): one "sample" fingerprint definition
+shared by every backend, typed events, and a core that imports no framework and no renderer."""
+
+import dataclasses
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from gradguard.backends.torch._fingerprint import fingerprint as torch_fingerprint
+from gradguard.core._engine import SAMPLE_BYTES, fingerprint_bytes, sample_spans
+from gradguard.core._events import BackwardEnded, TensorSaved, TensorWritten
+
+
+def test_sample_spans_cover_both_ends_in_16_chunks_of_4_kib():
+    n = 10 * SAMPLE_BYTES + 3
+    spans = sample_spans(n)
+    assert len(spans) == 16 and all(e - s == 4096 for s, e in spans)
+    assert spans[0][0] == 0 and spans[-1][1] == n
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))  # disjoint, increasing
+    assert sample_spans(SAMPLE_BYTES) == [(0, SAMPLE_BYTES)]  # small tensors are hashed whole
+
+
+@pytest.mark.parametrize("numel", [7, SAMPLE_BYTES // 4, 3 * SAMPLE_BYTES + 5])
+@pytest.mark.parametrize("mode", ["full", "sample"])
+def test_torch_fingerprint_equals_the_core_definition_used_by_paddle_and_mindspore(numel, mode):
+    t = torch.arange(numel, dtype=torch.float32)
+    assert torch_fingerprint(t, mode) == fingerprint_bytes(t.numpy(), mode)
+
+
+def test_sample_mode_sees_a_write_inside_the_sample_and_not_between_chunks():
+    a = np.zeros(4 * SAMPLE_BYTES, dtype=np.uint8)
+    base = fingerprint_bytes(a, "sample")
+    start, end = sample_spans(a.nbytes)[1]
+    a[end + 10] = 1  # between two chunks: "sample" does not see it, "full" does
+    assert fingerprint_bytes(a, "sample") == base and fingerprint_bytes(a, "full") != fingerprint_bytes(
+        np.zeros_like(a), "full")
+    a[start] = 1
+    assert fingerprint_bytes(a, "sample") != base
+
+
+def test_events_are_frozen_slotted_dataclasses():
+    event = TensorWritten(target=None, op="paddle.Tensor.add_", category="other", location=None,
+                          version_before=0, version_after=1)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        event.op = "x"
+    assert not hasattr(event, "__dict__")
+    assert BackwardEnded(None).failed is False and TensorSaved(None, None).saver is None
+
+
+def test_engine_and_events_import_no_framework_and_no_renderer():
+    code = ("import json, sys\nimport gradguard.core._engine, gradguard.core._events\n"
+            "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'paddle', 'mindspore')"
+            " or m.startswith('gradguard.report'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []
