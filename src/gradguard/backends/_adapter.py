@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Callable, ContextManager, Protocol, Sequence, runtime_checkable
 
-__all__ = ["BackendAdapter", "GuardSession", "CAPABILITIES"]
+__all__ = ["BackendAdapter", "GuardSession", "CAPABILITIES", "ProbeBase"]
 
 # What a backend can do; ``BackendAdapter.capabilities`` lists the ones it implements.
 CAPABILITIES = (
@@ -116,17 +116,116 @@ class AdapterBase:
         return str(t.dtype).split(".")[-1]
 
     def fingerprint(self, t: Any) -> int | None:
+        """The core "full" fingerprint of the tensor's values (the one every guard uses)."""
         import numpy as np
-        import xxhash
+
+        from ..core._engine import fingerprint_bytes
 
         try:
             a = np.ascontiguousarray(self.to_numpy(t))
         except Exception:
             return None
-        return xxhash.xxh3_64_intdigest(memoryview(a).cast("B")) ^ hash((a.dtype.str, a.shape))
+        return fingerprint_bytes(a, "full")
 
     def name_tensor(self, t: Any) -> tuple[str | None, str | None]:
         return None, None
 
     def enrich_error(self, error: BaseException, session=None):
         return None
+
+
+class ProbeBase:
+    """What every guard probe shares (the engine's questions that read one attribute, the patch bookkeeping).
+
+    A probe (``backends/<framework>/_session.py``) turns its framework's hooks into
+    :mod:`gradguard.core._events` for :class:`gradguard.core._engine.GuardEngine` and answers the engine's
+    :class:`~gradguard.core._engine.Probe` questions; subclasses set ``tensor_type``, ``version_attribute``
+    and implement ``memory_range``, ``to_numpy``, ``describe``, ``context``, ``saver_name`` and ``phrase``.
+    """
+
+    tensor_type: type = object
+    version_attribute = "_version"
+    engine: Any
+
+    def __init__(self, *, fingerprint: str = "full", track_writes: bool = True, bisect: bool = False) -> None:
+        import threading
+
+        from ..core._engine import GuardEngine
+
+        self.engine = GuardEngine(self, fingerprint=fingerprint, track_writes=track_writes, bisect=bisect)
+        self.fingerprint_mode = fingerprint
+        self.track_writes = track_writes
+        self._local = threading.local()  # per-thread "inside one of our wrappers" flags
+        self._hooks = None  # the framework's saved-tensor hooks context while entered
+        self._patches: list[tuple[object, str, object]] = []
+
+    @property
+    def ledger(self):
+        return self.engine.ledger
+
+    @property
+    def findings(self) -> list:
+        return self.engine.findings
+
+    def _unpack(self, record):
+        from ..core._events import TensorUnpacked
+
+        return self.engine.emit(TensorUnpacked(record))
+
+    # -- the engine's questions that are the same everywhere --------------------------------------
+    def version(self, t) -> int | None:
+        try:
+            return int(getattr(t, self.version_attribute))
+        except Exception:
+            return None
+
+    def span(self, t):
+        return self.memory_range(t) if isinstance(t, self.tensor_type) else None
+
+    def host_bytes(self, t):
+        import numpy as np
+
+        try:
+            return np.ascontiguousarray(self.to_numpy(t))
+        except Exception:
+            return None
+
+    def restore_after_error(self) -> None:
+        return None
+
+    def _logged_write(self, target, run, *, op: str, category: str, via: str | None = None, skip: int = 3):
+        """Run one watched write entry point (``run()``) on ``target``; when it targets saved memory, measure the
+        version around it and emit a TensorWritten naming the user's line (``skip`` frames up from here)."""
+        local = self._local
+        if getattr(local, "busy", False) or not self.engine.watches(target):
+            return run()
+        from ..core._events import TensorWritten
+        from ..core._frames import caller_context
+
+        span = self.span(target)  # before the write: some writes move the data pointer
+        local.busy = True  # writes our wrappers make inside this one are part of it
+        try:
+            before = self.version(target)
+            out = run()
+            after = self.version(target)
+        finally:
+            local.busy = False
+        context = caller_context(skip=skip)
+        self.engine.emit(TensorWritten(target, op, category, context.location, context.library_frame, before, after,
+                                       via=via, span=span))
+        return out
+
+    # -- patches that live exactly as long as the guard --------------------------------------------
+    def _patch(self, owner, name: str, wrapper) -> None:
+        # an inherited class attribute is restored by deleting ours (recorded as None)
+        original = owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name)
+        self._patches.append((owner, name, original))
+        setattr(owner, name, wrapper)
+
+    def _unpatch_all(self) -> None:
+        for owner, name, original in reversed(self._patches):
+            if original is None:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, original)
+        self._patches = []

@@ -45,7 +45,7 @@ from ._findings import Finding, SaveSite, SourceLocation, TensorInfo, WriteRecor
 from ._frames import LIBRARY_PATHS
 from ._ledger import SavedLedger
 
-__all__ = ["GuardEngine", "Probe", "SavedRecord", "SAMPLE_BYTES", "sample_spans", "fingerprint_bytes"]
+__all__ = ["GuardEngine", "Probe", "SavedRecord", "SAMPLE_BYTES", "sample_spans", "fingerprint_bytes", "phrase_fix"]
 
 SAMPLE_BYTES = 64 * 1024
 _SAMPLE_CHUNKS = 16
@@ -74,6 +74,14 @@ def fingerprint_bytes(raw, mode: str = "full") -> int:
     return xxhash.xxh3_64_intdigest(view)
 
 
+def phrase_fix(finding: Finding, phrasebook: dict[str, str]) -> Finding:
+    """A framework's phrasebook: its spelling of the fix for a rule whose core wording names torch APIs."""
+    fix = phrasebook.get(finding.rule)
+    if fix is not None:
+        finding.suggestion = fix
+    return finding
+
+
 class Probe(Protocol):
     """What the engine asks a framework. Implementations: ``backends/{paddle,mindspore}/_session.py``."""
 
@@ -82,6 +90,7 @@ class Probe(Protocol):
     raise_at_unpack: bool
     direct_writers: str  # who writes memory without the framework's ops (a phrase, for explanations)
     direct_write_fix: str  # the fix for such a write
+    optimizer_fix: str  # the fix for an optimizer update between a forward and its backward
 
     def version(self, t: Any) -> int | None: ...
 
@@ -313,8 +322,25 @@ class GuardEngine:
         diagnose(finding)
         if finding.rule == "silent_kernel_write":
             self._direct_write_phrase(finding)
+        elif finding.rule == "fused_optimizer":
+            self._optimizer_phrase(finding)
         self.probe.phrase(finding, record)
         return finding
+
+    def _optimizer_phrase(self, finding: Finding) -> None:
+        """An optimizer update no version counter saw. The core rule names torch's fused kernels; in Paddle and
+        MindSpore every optimizer updates without a version bump, so the cause is the order of the calls."""
+        framework = self.probe.framework
+        step = next(w for w in finding.modified_at if w.category == "optimizer")
+        where = step.location.short if step.location else "an unknown line"
+        finding.rule = "optimizer_step_before_backward"
+        finding.explanation = (
+            f"{step.via} at {where} updated {finding.tensor.name or 'a parameter'} in place after "
+            f"{finding.saved_at.op or 'an op'} saved it for a backward pass that had not run yet. {framework}'s "
+            f"optimizers do not bump the version counter, so {framework} computes that backward with the updated "
+            "values and no error."
+        )
+        finding.suggestion = self.probe.optimizer_fix
 
     def _direct_write_phrase(self, finding: Finding) -> None:
         """Framework wording for a silent write no framework op made (the core rule's text speaks torch)."""

@@ -23,24 +23,23 @@ from __future__ import annotations
 
 import functools
 import re
-import threading
 import warnings
 
-import numpy as np
 import mindspore as ms
 from mindspore import ops
 
 from ..._errors import InplaceModificationError
 from ...core._diagnosis import diagnose
-from ...core._engine import GuardEngine, fingerprint_bytes
-from ...core._events import TensorSaved, TensorUnpacked, TensorWritten
+from ...core._engine import phrase_fix
+from ...core._events import TensorSaved
 from ...core._findings import Finding, SaveSite, TensorInfo
-from ...core._frames import LIBRARY_PATHS, caller_context, user_location
+from ...core._frames import LIBRARY_PATHS, user_location
 from ...core._source_ast import call_name
+from .._adapter import ProbeBase
 from ._adapter import current_mode, memory_range
 from ._naming import name_tensor
 
-__all__ = ["MindSporeGuardSession", "fingerprint", "enrich_mindspore_error", "GraphModeNotWatched"]
+__all__ = ["MindSporeGuardSession", "enrich_mindspore_error", "GraphModeNotWatched"]
 
 LIBRARY_PATHS.add(ms.__path__[0])
 
@@ -64,19 +63,6 @@ def _not_watched(message: str) -> None:
         warnings.warn_explicit(message, GraphModeNotWatched, site.file, site.line, module="gradguard")
 
 
-def _host_bytes(t):
-    try:
-        return np.ascontiguousarray(t.asnumpy())
-    except Exception:
-        return None
-
-
-def fingerprint(t, mode: str = "full") -> int | None:
-    """The core fingerprint of a MindSpore tensor's values."""
-    raw = _host_bytes(t)
-    return None if raw is None else fingerprint_bytes(raw, mode)
-
-
 class _WriteMode(ms.MsDispatchMode):
     def __init__(self, session):
         super().__init__()
@@ -92,35 +78,26 @@ class _WriteMode(ms.MsDispatchMode):
         return func(*args, **kwargs)
 
 
-class MindSporeGuardSession:
+class MindSporeGuardSession(ProbeBase):
     """The MindSpore probe: hooks and the write log between ``enter()`` and ``exit()``."""
 
     backend = "mindspore"
+    tensor_type = ms.Tensor
+    version_attribute = "_version"
     raise_at_unpack = True  # see NOTE [What MindSpore 2.10 allows]
     framework = "MindSpore"
     # who writes memory without a MindSpore op, and the fix (the engine's wording of a silent write no op made)
     direct_writers = ("code that writes the tensor's memory directly: a NumPy array from `t.asnumpy()` (on CPU it "
                       "shares the tensor's memory), ctypes, or an extension using `data_ptr()`")
+    optimizer_fix = ("Compute the gradients first and call the optimizer after `ms.grad` / `value_and_grad` returns "
+                     "(`grads = grad_fn(x); optimizer(grads)`), never inside the function being differentiated.")
     direct_write_fix = ("Give NumPy a copy (`t.asnumpy().copy()`), or make the update with MindSpore ops on a new "
-                          "tensor (`ops.where`, `ops.tensor_scatter_elements`) after the backward that needs the old "
-                          "values.")
+                        "tensor (`ops.where`, `ops.tensor_scatter_elements`) after the backward that needs the old "
+                        "values.")
 
     def __init__(self, *, fingerprint: str = "full", track_writes: bool = True, bisect: bool = False):
-        self.engine = GuardEngine(self, fingerprint=fingerprint, track_writes=track_writes, bisect=bisect)
-        self.fingerprint_mode = fingerprint
-        self.track_writes = track_writes
-        self._local = threading.local()
-        self._hooks = None
+        super().__init__(fingerprint=fingerprint, track_writes=track_writes, bisect=bisect)
         self._mode = None
-        self._patches: list = []
-
-    @property
-    def ledger(self):
-        return self.engine.ledger
-
-    @property
-    def findings(self) -> list[Finding]:
-        return self.engine.findings
 
     def enter(self) -> None:
         if current_mode() == "graph":
@@ -145,21 +122,11 @@ class MindSporeGuardSession:
         if self._mode is not None:
             self._mode.__exit__(None, None, None)
             self._mode = None
-        for owner, name, original in reversed(self._patches):
-            if original is None:
-                delattr(owner, name)
-            else:
-                setattr(owner, name, original)
-        self._patches = []
+        self._unpatch_all()
         if self._hooks is not None:
             self._hooks.__exit__(None, None, None)
             self._hooks = None
         self.engine.stop()
-
-    def _patch(self, owner, name, wrapper) -> None:
-        # an inherited attribute is restored by deleting ours (None), so the class dict is left as it was
-        self._patches.append((owner, name, owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name)))
-        setattr(owner, name, wrapper)
 
     def _watch_optimizers(self) -> None:
         """A MindSpore optimizer call is a write boundary: its ``construct`` is compiled (``ms.jit``), so neither
@@ -188,9 +155,6 @@ class MindSporeGuardSession:
         site = user_location(2)
         return self.engine.emit(TensorSaved(t, site, None))
 
-    def _unpack(self, record):
-        return self.engine.emit(TensorUnpacked(record))
-
     def _watch_jit(self) -> None:
         """Every compiled call (``ms.jit`` functions, decorated before or inside the guard) goes through
         ``_JitExecutor.__call__``: while the guard is active it says once per function that it is not watched."""
@@ -215,17 +179,8 @@ class MindSporeGuardSession:
         self._patch(_JitExecutor, "__call__", call)
 
     # -- the engine's questions ----------------------------------------------------------------
-    def version(self, t) -> int | None:
-        try:
-            return int(t._version)
-        except Exception:
-            return None
-
-    def span(self, t):
-        return memory_range(t) if isinstance(t, ms.Tensor) else None
-
-    def host_bytes(self, t):
-        return _host_bytes(t)
+    memory_range = staticmethod(memory_range)
+    to_numpy = staticmethod(lambda t: t.asnumpy())
 
     def describe(self, t) -> TensorInfo:
         name, role = name_tensor(t)
@@ -247,9 +202,6 @@ class MindSporeGuardSession:
                                  "gradient would be silently wrong.")
         _mindspore_fix(finding)
 
-    def restore_after_error(self) -> None:
-        return None
-
     # -- writes -> TensorWritten ---------------------------------------------------------------
     def _wrap(self, original, op, short):
         session = self
@@ -264,23 +216,9 @@ class MindSporeGuardSession:
         return write
 
     def _logged(self, func, args, kwargs, target, op, short):
-        local = self._local
-        if getattr(local, "busy", False) or not self.engine.watches(target):
-            return func(*args, **kwargs)
-        span = self.span(target)
-        local.busy = True
-        try:
-            before = int(target._version)
-            out = func(*args, **kwargs)
-            after = int(target._version)
-        finally:
-            local.busy = False
-        context = caller_context(skip=3)
         category = "index_assign" if short == "__setitem__" else (
             "copy" if short in ("copy_", "InplaceCopy", "assign", "Assign", "assign_value") else "other")
-        self.engine.emit(TensorWritten(target, op, category, context.location, context.library_frame, before, after,
-                                      span=span))
-        return out
+        return self._logged_write(target, lambda: func(*args, **kwargs), op=op, category=category, skip=4)
 
 
 _FIXES = {
@@ -292,22 +230,7 @@ _FIXES = {
 
 
 def _mindspore_fix(finding: Finding) -> Finding:
-    fix = _FIXES.get(finding.rule)
-    if fix is not None:
-        finding.suggestion = fix
-    if finding.rule == "fused_optimizer":
-        step = next(w for w in finding.modified_at if w.category == "optimizer")
-        where = step.location.short if step.location else "an unknown line"
-        finding.rule = "optimizer_step_before_backward"
-        finding.explanation = (
-            f"The optimizer call {step.via} at {where} updated {finding.tensor.name or 'a parameter'} in place after "
-            f"{finding.saved_at.op or 'an op'} saved it for the gradient being computed. MindSpore's optimizers do not "
-            "bump the version counter, so MindSpore computes the gradient with the updated values and no error."
-        )
-        finding.suggestion = ("Compute the gradients first and call the optimizer after `ms.grad` / `value_and_grad` "
-                              "returns (`grads = grad_fn(x); optimizer(grads)`), never inside the function being "
-                              "differentiated.")
-    return finding
+    return phrase_fix(finding, _FIXES)
 
 
 _VERSION = re.compile(r"One of the Tensor needed for gradient computation has been modified by an inplace operation, "

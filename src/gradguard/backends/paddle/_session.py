@@ -30,16 +30,16 @@ the engine's questions about Paddle tensors.
 from __future__ import annotations
 
 import sys
-import threading
 
 import numpy as np
 import paddle
 
-from ...core._engine import GuardEngine, fingerprint_bytes
-from ...core._events import BackwardEnded, BackwardStarted, TensorSaved, TensorUnpacked, TensorWritten
+from ...core._engine import fingerprint_bytes, phrase_fix
+from ...core._events import BackwardEnded, BackwardStarted, TensorSaved
 from ...core._findings import Finding, TensorInfo
-from ...core._frames import LIBRARY_PATHS, caller_context, user_location
+from ...core._frames import LIBRARY_PATHS, user_location
 from ...core._source_ast import call_name
+from .._adapter import ProbeBase
 from ._naming import memory_range, name_tensor
 
 __all__ = ["PaddleGuardSession", "fingerprint", "paddle_fix"]
@@ -52,17 +52,13 @@ _NOT_WRITES = {"requires_grad_", "grad_", "stop_gradient_", "retain_grads", "reg
 _active: list["PaddleGuardSession"] = []  # sessions whose hooks are installed (Paddle allows one pair)
 
 
-def _host_bytes(t):
-    try:
-        return np.ascontiguousarray(t.numpy())
-    except Exception:
-        return None
-
-
 def fingerprint(t, mode: str = "full") -> int | None:
     """The core fingerprint of a Paddle tensor's values (``check_op`` uses it too)."""
-    raw = _host_bytes(t)
-    return None if raw is None else fingerprint_bytes(raw, mode)
+    try:
+        raw = np.ascontiguousarray(t.numpy())
+    except Exception:
+        return None
+    return fingerprint_bytes(raw, mode)
 
 
 def _pylayer_saver(skip: int) -> str | None:
@@ -78,31 +74,26 @@ def _pylayer_saver(skip: int) -> str | None:
     return None
 
 
-class PaddleGuardSession:
+class PaddleGuardSession(ProbeBase):
     """The Paddle probe: installs hooks and the write log between ``enter()`` and ``exit()``."""
 
     backend = "paddle"
+    tensor_type = paddle.Tensor
+    version_attribute = "inplace_version"
     raise_at_unpack = False  # see NOTE [Paddle's hooks: what they switch off and what they must never do]
     framework = "Paddle"
     # who writes memory without a Paddle op, and the fix (the engine's wording of a silent write no op made)
     direct_writers = ("code that writes the tensor's memory directly: a DLPack consumer (`np.from_dlpack(t)` "
                       "shares Paddle's memory; `t.numpy()` does not), ctypes, or a C++/CUDA extension using "
                       "`data_ptr()`")
+    optimizer_fix = ("Call `optimizer.step()` after the `backward()` of every forward pass that used the parameters "
+                     "(forward, backward, step, in that order).")
     direct_write_fix = ("Give the other library a copy (`np.from_dlpack(t.clone())`, `t.numpy()`), or make the "
-                          "update with Paddle ops on a new tensor after the backward that needs the old values.")
+                        "update with Paddle ops on a new tensor after the backward that needs the old values.")
 
     def __init__(self, *, fingerprint: str = "full", track_writes: bool = True, bisect: bool = False):
-        self.engine = GuardEngine(self, fingerprint=fingerprint, track_writes=track_writes, bisect=bisect)
-        self.fingerprint_mode = fingerprint
-        self.track_writes = track_writes
-        self._local = threading.local()
-        self._hooks = None
-        self._patches: list[tuple[object, str, object]] = []
+        super().__init__(fingerprint=fingerprint, track_writes=track_writes, bisect=bisect)
         self._outer: PaddleGuardSession | None = None
-
-    @property
-    def ledger(self):
-        return self.engine.ledger
 
     @property
     def findings(self) -> list[Finding]:
@@ -128,9 +119,7 @@ class PaddleGuardSession:
     def exit(self) -> None:
         if self._outer is not None:
             return
-        for owner, name, original in reversed(self._patches):
-            setattr(owner, name, original)
-        self._patches = []
+        self._unpatch_all()
         if self._hooks is not None:
             self._hooks.__exit__(None, None, None)
             self._hooks = None
@@ -153,21 +142,9 @@ class PaddleGuardSession:
             saver = call_name(site.code) if site is not None and site.code else None
         return self.engine.emit(TensorSaved(t, site, saver, producer, pylayer))
 
-    def _unpack(self, record):
-        return self.engine.emit(TensorUnpacked(record))
-
     # -- the engine's questions ----------------------------------------------------------------
-    def version(self, t) -> int | None:
-        try:
-            return int(t.inplace_version)
-        except Exception:
-            return None
-
-    def span(self, t):
-        return memory_range(t) if isinstance(t, paddle.Tensor) else None
-
-    def host_bytes(self, t):
-        return _host_bytes(t)
+    memory_range = staticmethod(memory_range)
+    to_numpy = staticmethod(lambda t: t.numpy())
 
     def describe(self, t) -> TensorInfo:
         name, role = name_tensor(t)
@@ -198,10 +175,6 @@ class PaddleGuardSession:
             paddle.set_grad_enabled(True)
 
     # -- backward wrappers -> BackwardStarted / BackwardEnded ----------------------------------
-    def _patch(self, owner, name, wrapper):
-        self._patches.append((owner, name, getattr(owner, name)))
-        setattr(owner, name, wrapper)
-
     def _patch_backward(self) -> None:
         engine = self.engine
 
@@ -268,28 +241,14 @@ class PaddleGuardSession:
 
     def _writer(self, original, op: str, short: str, target_of):
         engine = self.engine
-        local = self._local
         category = _category(op, short)
-        session_span = self.span
+        via = op if category == "activation" else None
 
         def write(*args, **kwargs):
-            if getattr(local, "busy", False) or not len(engine.ledger):
+            if not len(engine.ledger):
                 return original(*args, **kwargs)
-            target = target_of(args, kwargs)
-            if not engine.watches(target):
-                return original(*args, **kwargs)
-            span = session_span(target)
-            local.busy = True
-            try:
-                before = int(target.inplace_version)
-                out = original(*args, **kwargs)
-                after = int(target.inplace_version)
-            finally:
-                local.busy = False
-            context = caller_context(skip=2)
-            engine.emit(TensorWritten(target, op, category, context.location, context.library_frame, before, after,
-                                      via=op if category == "activation" else None, span=span))
-            return out
+            return self._logged_write(target_of(args, kwargs), lambda: original(*args, **kwargs), op=op,
+                                      category=category, via=via, skip=3)
 
         write.__wrapped__ = original
         write.__name__ = getattr(original, "__name__", short)
@@ -332,8 +291,6 @@ _FIXES = {
     "build the result out of place (`paddle.where(mask, value, x)`).",
     "generic_inplace": "Clone before the in-place write (`y = x.clone()` and write into y), or use the out-of-place "
     "op (`x.add(v)` instead of `x.add_(v)`, `paddle.assign(v)` instead of `paddle.assign(v, x)`).",
-    "fused_optimizer": "Call `optimizer.step()` after the `backward()` of every forward pass that used the "
-    "parameters (forward, backward, step, in that order).",
     "unseen_write": "Enter `gradguard.guard()` before the forward pass that saved the tensor, so the hooks see "
     "the save and the write log sees the write.",
 }
@@ -341,19 +298,7 @@ _FIXES = {
 
 def paddle_fix(finding: Finding) -> Finding:
     """Replace torch-specific fixes of the generic rules by Paddle spellings."""
-    fix = _FIXES.get(finding.rule)
-    if fix is not None:
-        finding.suggestion = fix
-    if finding.rule == "fused_optimizer":
-        step = next(w for w in finding.modified_at if w.category == "optimizer")
-        where = step.location.short if step.location else "an unknown line"
-        finding.rule = "optimizer_step_before_backward"
-        finding.explanation = (
-            f"{step.via} at {where} updated {finding.tensor.name or 'a parameter'} in place after "
-            f"{finding.saved_at.op or 'an op'} saved it for a backward pass that had not run yet. Paddle's optimizer "
-            "kernels do not bump the version counter, so Paddle computes that backward with the updated values and "
-            "no error."
-        )
+    phrase_fix(finding, _FIXES)
     if finding.rule in ("generic_inplace", "buffer_refill") and any(
         w.op.endswith(("set_value", "copy_")) and not w.bumps_version for w in finding.modified_at
     ):
