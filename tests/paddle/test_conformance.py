@@ -114,6 +114,7 @@ def test_without_bisect_the_direct_write_is_caught_and_bisect_is_suggested():
 
 def test_ctypes_write_is_pinned_to_its_line_by_bisect():
     x = _x()
+    tracer = sys.gettrace()
     with pytest.raises(gradguard.SilentModificationError) as info:
         with gradguard.guard(bisect=True):
             y = x * 1
@@ -124,4 +125,19 @@ def test_ctypes_write_is_pinned_to_its_line_by_bisect():
     (write,) = info.value.finding.modified_at
     assert (write.op, write.location.line, write.bumps_version) == (
         "write outside paddle ops", _line("# WRITE-CTYPES"), False)
-    assert sys.gettrace() is None  # the line tracer is gone after the guard
+    assert sys.gettrace() is tracer  # the line tracer is gone after the guard
+
+
+def test_engine_keeps_no_saved_tensor_alive_after_backward():
+    x = _x()
+    with gradguard.guard(bisect=True) as g:
+        y = x * 1
+        z = y.sin()
+        z.sum().backward()
+        del y, z
+        import gc
+
+        gc.collect()
+        assert len(g.session.ledger) == 0  # the ledger holds records weakly: backward freed them
+        assert all(ref() is None for ref, *_rest in g.session.engine._bisect.baseline.values())
+    assert g.findings == []
