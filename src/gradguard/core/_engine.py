@@ -83,7 +83,10 @@ def phrase_fix(finding: Finding, phrasebook: dict[str, str]) -> Finding:
 
 
 class Probe(Protocol):
-    """What the engine asks a framework. Implementations: ``backends/{paddle,mindspore}/_session.py``."""
+    """What the engine asks a framework. Implementations: ``backends/{paddle,mindspore}/_session.py``.
+
+    Optional: ``fingerprint(t, mode)`` and ``same_fingerprint(a, b)`` replace the host-bytes hash (torch's
+    on-device digest needs no host copy at pack)."""
 
     backend: str
     framework: str  # how the user spells it: "Paddle", "MindSpore"
@@ -202,11 +205,20 @@ class GuardEngine:
         self.raise_pending()
 
     # -- handlers ---------------------------------------------------------------------------------
-    def fingerprint(self, t) -> int | None:
+    def fingerprint(self, t):
+        """The saved-time/unpack-time fingerprint: the probe's own when it has one (a device digest that needs
+        no host copy), else the core hash of its host bytes."""
         if self.fingerprint_mode == "off":
             return None
+        own = getattr(self.probe, "fingerprint", None)
+        if own is not None:
+            return own(t, self.fingerprint_mode)
         raw = self.probe.host_bytes(t)
         return None if raw is None else fingerprint_bytes(raw, self.fingerprint_mode)
+
+    def same(self, a, b) -> bool:
+        own = getattr(self.probe, "same_fingerprint", None)
+        return own(a, b) if own is not None else a == b
 
     def _saved(self, event: TensorSaved) -> SavedRecord:
         t = event.tensor
@@ -246,7 +258,7 @@ class GuardEngine:
             now = self.probe.version(t) if record.version is not None else None
             if record.version is not None and now != record.version:
                 kind = "inplace_modification"
-            elif record.fp is not None and self.fingerprint(t) != record.fp:
+            elif record.fp is not None and not self.same(self.fingerprint(t), record.fp):
                 kind = "silent_write"
             elif record.fp is None and record.writes and self.fingerprint_mode == "off":
                 kind = "silent_write"
@@ -426,7 +438,7 @@ class _LineBisector:
                 record.fp, record.version, 0)
             t = record.tensor
             now, version_now, writes = engine.fingerprint(t), engine.probe.version(t), len(record.writes or ())
-            if now != fp and version_now == version and writes == nwrites:
+            if not engine.same(now, fp) and version_now == version and writes == nwrites:
                 # The line that just finished made the change (None: before the first traced line).
                 write = WriteRecord(op=f"write outside {engine.probe.backend} ops", location=self.last,
                                     version_before=version, version_after=version_now, bumps_version=False,
