@@ -99,6 +99,15 @@ def test_hazards_mindspore_semantics_rule_out_give_no_finding_and_identical_grad
     np.testing.assert_array_equal(guarded, plain)
 
 
+def test_bisect_works_with_the_cheap_configuration_too():
+    # bisect turns full fingerprints and the write log back on (as on torch)
+    with pytest.raises(gradguard.SilentModificationError) as info:
+        with gradguard.guard(backend="mindspore", bisect=True, fingerprint="off", track_writes=False):
+            ms.grad(direct_memory_write)(Tensor(X))
+    (write,) = info.value.finding.modified_at
+    assert (write.op, write.location.line) == ("write outside mindspore ops", _line("# WRITE-DIRECT"))
+
+
 def test_the_optimizer_update_is_silently_wrong_without_gradguard():
     # d/dx sum(sin(w * x)) = cos(w * x) * w with the forward's w = X; MindSpore's backward reads the stepped w
     _raised, wrong = _grads(optimizer_update)

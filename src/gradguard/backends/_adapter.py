@@ -153,8 +153,8 @@ class ProbeBase:
         from ..core._engine import GuardEngine
 
         self.engine = GuardEngine(self, fingerprint=fingerprint, track_writes=track_writes, bisect=bisect)
-        self.fingerprint_mode = fingerprint
-        self.track_writes = track_writes
+        self.fingerprint_mode = self.engine.fingerprint_mode
+        self.track_writes = self.engine.track_writes
         self._local = threading.local()  # per-thread "inside one of our wrappers" flags
         self._hooks = None  # the framework's saved-tensor hooks context while entered
         self._patches: list[tuple[object, str, object]] = []

@@ -134,6 +134,8 @@ class GuardEngine:
     """Consumes a probe's events; owns records, the ledger, checks, findings and raising."""
 
     def __init__(self, probe: Probe, *, fingerprint: str = "full", track_writes: bool = True, bisect: bool = False):
+        if bisect:  # bisect needs the write log (to tell explained changes apart) and full fingerprints, as torch's
+            fingerprint, track_writes = "full", True
         self.probe = probe
         self.fingerprint_mode = fingerprint
         self.track_writes = track_writes
