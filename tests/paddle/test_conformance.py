@@ -141,3 +141,20 @@ def test_engine_keeps_no_saved_tensor_alive_after_backward():
         assert len(g.session.ledger) == 0  # the ledger holds records weakly: backward freed them
         assert all(ref() is None for ref, *_rest in g.session.engine._bisect.baseline.values())
     assert g.findings == []
+
+
+def test_subscribers_see_the_typed_event_stream_in_order():
+    from gradguard.core import _events
+
+    x = _x()
+    seen = []
+    with pytest.raises(gradguard.InplaceModificationError):
+        with gradguard.guard() as g:
+            g.session.engine.subscribers.append(lambda event: seen.append(type(event).__name__))
+            y = x * 1
+            z = y.sin()
+            y.add_(paddle.to_tensor(1.0))
+            z.sum().backward()
+    assert [n for i, n in enumerate(seen) if i == 0 or seen[i - 1] != n] == [
+        "TensorSaved", "TensorWritten", "BackwardStarted", "TensorUnpacked", "BackwardEnded"]
+    assert all(isinstance(getattr(_events, n), type) for n in seen)

@@ -153,17 +153,18 @@ class GuardEngine:
             TensorUnpacked: self._unpacked,
             BackwardStarted: self._backward_started,
             BackwardEnded: self._backward_ended,
-            FunctionBoundary: lambda event: None,
+            FunctionBoundary: lambda event: None,  # for subscribers only (no probe emits it yet)
             LineReached: self._line_reached,
         }
 
     # -- the event entry point --------------------------------------------------------------------
     def emit(self, event) -> Any:
         """Handle one event; returns the pack record for TensorSaved and the tensor for TensorUnpacked."""
-        result = self._handlers[type(event)](event)
-        for subscriber in self.subscribers:
-            subscriber(event)
-        return result
+        try:
+            return self._handlers[type(event)](event)
+        finally:  # subscribers (reports, advisors) see the event even when its handler raised the finding
+            for subscriber in self.subscribers:
+                subscriber(event)
 
     def watches(self, target) -> list[SavedRecord]:
         """The live records whose memory ``target`` overlaps (probes skip logging writes elsewhere)."""
