@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Callable, ContextManager, Protocol, Sequence, runtime_checkable
 
-__all__ = ["BackendAdapter", "GuardSession", "CAPABILITIES", "ProbeBase"]
+__all__ = ["BackendAdapter", "GuardSession", "CAPABILITIES", "ProbeBase", "name_by_memory"]
 
 # What a backend can do; ``BackendAdapter.capabilities`` lists the ones it implements.
 CAPABILITIES = (
@@ -229,3 +229,28 @@ class ProbeBase:
             else:
                 setattr(owner, name, original)
         self._patches = []
+
+
+def name_by_memory(layer_type: type, children: Callable, named_tensors: Callable, same_memory: Callable):
+    """(``"net.fc.weight"``, ``"parameter"`` | ``"buffer"``) of the layer tensor for which ``same_memory(value)``
+    holds, or (None, None). Error paths only: scans the heap for ``layer_type`` objects (``paddle.nn.Layer``,
+    ``mindspore.nn.Cell``) and names the outermost layer by its variable in the user's frames.
+    ``named_tensors(layer)`` yields (role, qualified name, tensor)."""
+    import gc
+
+    from ..core._frames import user_variable_names
+
+    # ``type(m)`` and issubclass, not isinstance: isinstance triggers ``__class__`` properties of lazy proxies
+    layers = [m for m in gc.get_objects() if issubclass(type(m), layer_type)]
+    inner = {id(c) for m in layers for c in children(m)}
+    roots = [m for m in layers if id(m) not in inner] + [m for m in layers if id(m) in inner]
+    variables = user_variable_names({id(m) for m in layers})
+    for layer in roots:
+        prefix = variables.get(id(layer), type(layer).__name__)
+        for role, name, value in named_tensors(layer):
+            try:
+                if value is not None and same_memory(value):
+                    return f"{prefix}.{name}", role
+            except Exception:  # a tensor without memory (lazy, meta): not this one
+                continue
+    return None, None

@@ -1,17 +1,14 @@
 """Name a Paddle tensor on the error path: "net.fc.weight" rather than "linear_0.w_0" or "generated_tensor_3".
 
-Same approach as the torch backend (see its NOTE [Why a heap scan, only on the error path]): scan the heap
-for ``paddle.nn.Layer`` objects once, match parameter/buffer memory, and take the outermost layer's variable
-name from the user's frames.
+Same approach as the torch backend (see its NOTE [Why a heap scan, only on the error path]), through the shared
+:func:`gradguard.backends._adapter.name_by_memory`: match parameter/buffer memory of ``paddle.nn.Layer`` objects.
 """
 
 from __future__ import annotations
 
-import gc
-
 import paddle
 
-from ...core._frames import user_variable_names
+from .._adapter import name_by_memory
 
 __all__ = ["name_tensor", "memory_range"]
 
@@ -35,18 +32,12 @@ def name_tensor(t) -> tuple[str | None, str | None]:
     if rng is None:
         return None, None
     ptr = rng[1]
-    layer_type = paddle.nn.Layer
-    layers = [m for m in gc.get_objects() if issubclass(type(m), layer_type)]
-    children = {id(c) for m in layers for c in m.children()}
-    roots = [m for m in layers if id(m) not in children] + [m for m in layers if id(m) in children]
-    variable = user_variable_names({id(m) for m in layers})
-    for layer in roots:
-        prefix = variable.get(id(layer), type(layer).__name__)
-        for kind, items in (("parameter", layer.named_parameters()), ("buffer", layer.named_buffers())):
-            for name, value in items:
-                try:
-                    if value is not None and value.data_ptr() == ptr:
-                        return f"{prefix}.{name}", kind
-                except Exception:
-                    continue
-    return None, None
+    return name_by_memory(paddle.nn.Layer, lambda layer: layer.children(), _named_tensors,
+                          lambda value: value.data_ptr() == ptr)
+
+
+def _named_tensors(layer):
+    for name, value in layer.named_parameters():
+        yield "parameter", name, value
+    for name, value in layer.named_buffers():
+        yield "buffer", name, value
