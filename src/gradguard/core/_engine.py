@@ -395,7 +395,8 @@ class _LineBisector:
     def _is_user(self, filename: str) -> bool:
         user = self._user.get(filename)
         if user is None:
-            user = self._user[filename] = not (LIBRARY_PATHS.is_library(filename) or filename.startswith(self._installed))
+            user = self._user[filename] = not (LIBRARY_PATHS.is_library(filename) or filename.startswith(self._installed)
+                                               or filename.startswith("<"))  # generated code: dataclass __init__
         return user
 
     def start(self, frame) -> None:
