@@ -50,7 +50,7 @@ def run_example(script: Path) -> dict:
         findings = []
         if os.path.exists(json_path):
             with open(json_path, encoding="utf-8") as handle:
-                findings = json.load(handle)
+                findings = json.load(handle)["findings"]
     return {"script": script, "returncode": completed.returncode, "findings": findings,
             "stdout": completed.stdout, "stderr": completed.stderr}
 
@@ -70,7 +70,7 @@ for script in sys.argv[1:]:
                 code = main(["run", "--json", json_path, script])
             except SystemExit as stop:
                 code = stop.code
-        findings = json.load(open(json_path)) if os.path.exists(json_path) else []
+        findings = json.load(open(json_path))["findings"] if os.path.exists(json_path) else []
     sys.path[:], sys.argv = path_before, argv_before
     results[script] = {"returncode": code, "findings": findings, "stdout": out.getvalue(), "stderr": err.getvalue()}
     gc.collect()

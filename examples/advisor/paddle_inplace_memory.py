@@ -1,7 +1,7 @@
 """PaddlePaddle: in-place vs out-of-place, measured on CPU, as seed 001 (the Paddle "Inplace" article) does.
 
 gradguard's advisor records and rewrites PyTorch steps; Paddle has no dispatch-mode equivalent (see
-the README's advisor section), so for Paddle this is a *measured comparison script*: the same step written out-of-place
+docs/advisor.md), so for Paddle this is a *measured comparison script*: the same step written out-of-place
 and with each safe in-place rewrite, measured with Paddle's own host allocator statistics
 (``paddle.base.core.host_memory_stat_peak_value("Allocated", 0)``), gradients compared bit for bit, and two
 unsafe in-place writes run to show what Paddle does. The figures are put into gradguard's report object.

@@ -16,7 +16,20 @@ from ._errors import (
 from ._guard import guard
 from .core._findings import Finding
 
-__version__ = "0.1.0"
+from ._version import __version__
+
+
+def load_ipython_extension(ipython) -> None:
+    """``%load_ext gradguard``: findings of uncaught errors shown as HTML, with cell names (see integrations.jupyter)."""
+    from .integrations.jupyter import register
+
+    register(ipython)
+
+
+def unload_ipython_extension(ipython) -> None:
+    from .integrations.jupyter import unregister
+
+    unregister(ipython)
 
 
 def __getattr__(name):

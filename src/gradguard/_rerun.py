@@ -29,6 +29,7 @@ import sys
 import tempfile
 
 from .core._findings import Finding
+from .report._json import read_findings
 
 __all__ = ["diagnose_by_rerun", "RERUN_ENV", "DEFAULT_RERUN_TIMEOUT", "RerunInterrupted"]
 
@@ -101,7 +102,7 @@ def diagnose_by_rerun(finding: Finding, program: list[str], args: list[str], fin
                 return None
             try:
                 with open(out, encoding="utf-8") as handle:
-                    found = json.load(handle)
+                    found = read_findings(json.load(handle))
             except (OSError, ValueError):
                 found = []
         for data in found:

@@ -27,6 +27,9 @@ def _parser() -> argparse.ArgumentParser:
         prog="gradguard",
         description="Make gradient correctness visible: run training code under gradguard's guard.",
     )
+    from ._version import __version__
+
+    parser.add_argument("--version", action="version", version=f"gradguard {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     run = sub.add_parser("run", help="run a Python script under the guard (like `python script.py args...`)")
     run.add_argument("--json", metavar="FILE", help="write the findings to FILE as JSON (a list, possibly empty)")

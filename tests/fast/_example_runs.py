@@ -10,12 +10,15 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from gradguard.report import read_findings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO_ROOT / "examples"
@@ -51,7 +54,7 @@ def run_one(script: Path) -> Run:
             [sys.executable, "-m", "gradguard", "run", "--json", json_path, script.relative_to(REPO_ROOT).as_posix()],
             cwd=REPO_ROOT, capture_output=True, text=True, env=_env(), timeout=_TIMEOUT_S,
         )
-        findings = json.loads(Path(json_path).read_text()) if os.path.exists(json_path) else []
+        findings = read_findings(json.loads(Path(json_path).read_text())) if os.path.exists(json_path) else []
     return Run(script, done.returncode, findings, done.stdout, done.stderr)
 
 
@@ -90,20 +93,26 @@ def run_batch(scripts: list[Path]) -> dict[Path, Run]:
 
 
 def panel_message(stderr: str) -> str:
-    """The finding as the user reads it: the rich panel's title (error type) and body, frame removed.
+    """The finding as the user reads it: the title line (error type) and the finding's text.
 
-    The body is ``render_finding`` (the exception message) line for line: the panel is wider than the
-    rendered text, so rich never re-wraps it.
+    Captured output is not a terminal, so gradguard writes the plain-text form: ``gradguard: <Error>`` and
+    the finding's text, ended by a blank line. A rich panel (a terminal, or FORCE_COLOR) is read too, frame
+    removed. Either way the body is ``render_finding`` (the exception message) line for line.
     """
     lines = stderr.splitlines()
-    try:
-        top = next(i for i, line in enumerate(lines) if line.startswith("╭"))
-        bottom = next(i for i in range(top + 1, len(lines)) if lines[i].startswith("╰"))
-    except StopIteration:
+    top = next((i for i, line in enumerate(lines) if line.startswith("╭")), None)
+    if top is not None:
+        bottom = next((i for i in range(top + 1, len(lines)) if lines[i].startswith("╰")), None)
+        if bottom is None:
+            return ""
+        title = lines[top].strip("╭─ ").split(" ─")[0].strip()
+        body = [line[2:].rstrip("│").rstrip() for line in lines[top + 1:bottom]]
+        return "\n".join([title, *body]) + "\n"
+    top = next((i for i, line in enumerate(lines) if re.match(r"gradguard: \w+(Error|Warning)\b", line)), None)
+    if top is None:
         return ""
-    title = lines[top].strip("╭─ ").split(" ─")[0].strip()
-    body = [line[2:].rstrip("│").rstrip() for line in lines[top + 1:bottom]]
-    return "\n".join([title, *body]) + "\n"
+    bottom = next((i for i in range(top + 1, len(lines)) if not lines[i].strip()), len(lines))
+    return "\n".join(lines[top:bottom]) + "\n"
 
 
 def line_of(script: Path, code: str) -> int:

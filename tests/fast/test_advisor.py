@@ -389,8 +389,9 @@ def test_cli_advise_on_a_script(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "aten::relu -> aten::relu_" in proc.stdout
     data = json.loads(out_json.read_text())
-    assert [p["location"]["line"] for p in data["proposals"]] == [9]
-    assert data["proposals"][0]["verified"] is True
+    assert (data["tool"], data["report"]) == ("gradguard", "advise")
+    assert [p["location"]["line"] for p in data["findings"]] == [9]
+    assert data["findings"][0]["verified"] is True
 
 
 def test_cli_advise_missing_script(tmp_path):

@@ -242,7 +242,9 @@ def test_report_renders_everywhere():
     assert d["passed"] is False and d["format_version"] == 1
     assert {f["check"] for f in d["failures"]} == report.failed_checks()
     assert d["elapsed_s"] == report.elapsed_s > 0
-    assert json.loads(report.to_json()) == json.loads(json.dumps(d, default=str))
+    document = json.loads(report.to_json())
+    assert (document["tool"], document["report"], document["op"]) == ("gradguard", "check_op", d["op"])
+    assert document["findings"] == json.loads(json.dumps(d["failures"] + d["warnings"], default=str))
     bundle = report._repr_mimebundle_()
     assert bundle["text/plain"] == text
     assert "<table>" in bundle["text/html"] and "gradient.cotangent_linearity" in bundle["text/html"]

@@ -90,7 +90,7 @@ def test_clean_script_writes_empty_json(tmp_path):
     result = _run([*GRADGUARD, "run", "--json", "out.json", name], tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout == "done\n"
-    assert json.loads((tmp_path / "out.json").read_text()) == []
+    assert json.loads((tmp_path / "out.json").read_text())["findings"] == []
 
 
 def test_hazard_exit_code_json_and_report(tmp_path):
@@ -114,7 +114,7 @@ def test_hazard_exit_code_json_and_report(tmp_path):
     head = guarded.stderr.split("gradguard: InplaceModificationError")[0]
     assert f'File "{tmp_path / "script.py"}", line 6, in <module>' in head
     assert "site-packages" not in head and "src/gradguard" not in head
-    (finding,) = json.loads((tmp_path / "out.json").read_text())
+    (finding,) = json.loads((tmp_path / "out.json").read_text())["findings"]
     assert finding["kind"] == "inplace_modification"
     assert finding["saved_at"]["op"] == "SigmoidBackward0.result"
     assert finding["saved_at"]["line"] == 4
@@ -152,14 +152,14 @@ def test_sentinel_mode_names_saver_and_auto_mode_reruns_to_name_the_writer(tmp_p
     )
     sentinel = _run([*GRADGUARD, "run", "--mode", "sentinel", "--json", "s.json", name], tmp_path)
     assert sentinel.returncode == 1
-    (finding,) = json.loads((tmp_path / "s.json").read_text())
+    (finding,) = json.loads((tmp_path / "s.json").read_text())["findings"]
     assert finding["saved_at"]["op"] == "ExpBackward0.result" and finding["saved_at"]["line"] == 5
     assert finding["modified_at"] == []
     assert any("write tracking was off" in note for note in finding["notes"])
 
     auto = _run([*GRADGUARD, "run", "--json", "a.json", name], tmp_path)
     assert auto.returncode == 1
-    (finding,) = json.loads((tmp_path / "a.json").read_text())
+    (finding,) = json.loads((tmp_path / "a.json").read_text())["findings"]
     assert [(w["op"], w["line"]) for w in finding["modified_at"]] == [("aten.add_.Tensor", 6)]
     assert finding["notes"] == [
         "the write was found by re-running the script with `gradguard run --mode forensic` "

@@ -63,7 +63,7 @@ def test_gradguard_run_html_report_shows_the_finding_and_the_graph(tmp_path):
     # Self-contained: nothing fetched from anywhere.
     assert not re.search(r"<script|<link|<img|src=|@import|url\((?!#)", text)
     assert text.count("<svg") == 1
-    finding = json.loads((tmp_path / "report.json").read_text())[0]
+    finding = json.loads((tmp_path / "report.json").read_text())["findings"][0]
     graph = finding["context"]["graph"]
     saver = next(n for n in graph["nodes"] if n["id"] == graph["saver"])
     stale = next(n for n in graph["nodes"] if n["id"] == graph["stale"])

@@ -38,7 +38,7 @@ def _torchrun(script, tmp_path, timeout=120):
 
 
 def _reports(tmp_path):
-    return [json.loads((tmp_path / f"report.rank{rank}.json").read_text()) for rank in (0, 1)]
+    return [json.loads((tmp_path / f"report.rank{rank}.json").read_text())["findings"] for rank in (0, 1)]
 
 
 def test_one_failing_rank_reports_and_no_rank_hangs(tmp_path):

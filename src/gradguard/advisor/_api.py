@@ -11,6 +11,7 @@ Runs, all on the same state (parameters, optimizer state, ``.grad`` and the RNG 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import statistics
 import sys
@@ -23,6 +24,8 @@ from .._errors import InvalidArgument
 from ._analysis import Candidate, analyse
 from ._report import AdviceReport, Proposal, RejectedCandidate, UnsafeInplaceOp
 from ._trace import StepComplete, StepMode, inplace_overload
+
+_log = logging.getLogger("gradguard.advisor")
 
 __all__ = ["advise", "run_advisor", "FunctionStep"]
 
@@ -173,13 +176,24 @@ def _proposal(cand: Candidate) -> Proposal:
 
 
 def run_advisor(step, *, per_proposal: bool = True, repeats: int = 3, allocator_check: bool = True) -> AdviceReport:
+    """The advisor's runs on ``step``, with a progress display on stderr where it is a terminal."""
+    from ..report._progress import progress
+
+    with progress("gradguard advise:") as tracker:
+        return _advise_runs(step, tracker, per_proposal=per_proposal, repeats=repeats,
+                            allocator_check=allocator_check)
+
+
+def _advise_runs(step, tracker, *, per_proposal: bool, repeats: int, allocator_check: bool) -> AdviceReport:
     report = AdviceReport(memory_method=MEMORY_METHOD)
     runs = 0
     if step.warmup:
+        tracker.update("warm-up run")
         warm = _run(step, StepMode(record=False))
         runs += 1
         if warm.error is not None:
             raise warm.error
+    tracker.update("recording the step")
     base = _run(step, StepMode(record=True))
     runs += 1
     if base.error is not None:
@@ -208,6 +222,7 @@ def run_advisor(step, *, per_proposal: bool = True, repeats: int = 3, allocator_
     def rewrite(cands) -> RunOutcome:
         nonlocal runs
         runs += 1
+        tracker.update(f"verification run {runs} ({len(cands)} rewrite(s) applied)")
         return _run(step, StepMode(record=False, plan=plan_of(cands)))
 
     def ok(outcome: RunOutcome, cands) -> bool:
@@ -277,14 +292,19 @@ def run_advisor(step, *, per_proposal: bool = True, repeats: int = 3, allocator_
             report.notes.append(f"combined: measured {report.measured_total_saving} B vs claimed {claimed_total} B")
 
     if allocator_check and kept and not _cuda_in_use():
+        tracker.update("allocator cross-check (2 runs under torch.profiler)")
         base_alloc = _allocator_peak(step, StepMode(record=False, plan={("no such op",): 0}))
         new_alloc = _allocator_peak(step, StepMode(record=False, plan=plan_of(kept)))
         runs += 2
         if base_alloc is not None and new_alloc is not None:
             report.allocator_peaks = (base_alloc, new_alloc)
+        else:
+            report.notes.append("the CPU allocator cross-check did not run (torch.profiler failed or the step "
+                                "raised under it; the 'gradguard.advisor' log says why)")
     if repeats > 0 and kept:
         plain_t, fast_t = [], []
-        for _ in range(repeats):
+        for repeat in range(repeats):
+            tracker.update(f"timing {repeat + 1}/{repeats}")
             # The same mode work as the rewritten run (user-line lookup per op), with nothing to rewrite.
             plain_t.append(_run(step, StepMode(record=False, plan={("no such op",): 0})).seconds)
             fast_t.append(_run(step, StepMode(record=False, plan=plan_of(kept))).seconds)
@@ -332,7 +352,9 @@ def _allocator_peak(step, mode: StepMode) -> int | None:
             return None
         events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()
                         if e.name() == "[memory]" and e.device_type() == torch._C._autograd.DeviceType.CPU)
-    except Exception:  # profiler unavailable or its private result API changed: no cross-check
+    except Exception as error:  # profiler unavailable or its private result API changed: no cross-check
+        _log.warning("gradguard advise: CPU allocator cross-check skipped: torch.profiler failed (%s: %s)",
+                     type(error).__name__, error)
         return None
     live = peak = 0
     for _, nbytes in events:

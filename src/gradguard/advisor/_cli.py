@@ -91,8 +91,6 @@ def advise_script(options) -> int:
         sys.argv, sys.path[0] = saved_argv, saved_path0
     sys.stdout.write(report.render() + "\n")
     if options.json:
-        import json
-
         with open(options.json, "w", encoding="utf-8") as handle:
-            json.dump(report.to_dict(), handle, indent=2)
+            handle.write(report.to_json())
     return 0

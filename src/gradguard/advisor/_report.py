@@ -133,6 +133,14 @@ class AdviceReport:
             "device": self.device, "notes": list(self.notes),
         }
 
+    def to_json(self, indent: int | None = 2) -> str:
+        """The report in gradguard's JSON envelope (``report: "advise"``, schema ``advise.schema.json``):
+        ``findings`` holds the verified proposals; every other list and figure keeps its ``to_dict`` key."""
+        from ..report._json import dumps, envelope
+
+        data = self.to_dict()
+        return dumps(envelope("advise", data.pop("proposals"), **data), indent=indent)
+
     def render(self) -> str:
         lines = []
         lines.append("gradguard advise: in-place memory advisor")

@@ -17,6 +17,7 @@ storages autograd saves, and the live-storage byte count over time.
 from __future__ import annotations
 
 import contextlib
+import logging
 import sys
 import weakref
 from dataclasses import dataclass, field
@@ -28,6 +29,13 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from ..backends.torch._writes import _bumps_after_return, written_arguments
 from ..core._findings import SourceLocation
 from ..core._frames import LIBRARY_PATHS, user_location
+
+# NOTE [advisor fallbacks]
+# The probes below run once per op or per saved tensor and ask torch's private APIs about tensors that may
+# have no storage (sparse, meta, functional wrappers) or about nodes whose attributes raise. Each failure
+# has one safe answer (no in-place form / no storage / "may overlap") and is logged at DEBUG on the
+# "gradguard.advisor" logger with its cause, never dropped silently; per-op volume rules out warnings.
+_log = logging.getLogger("gradguard.advisor")
 
 __all__ = ["StepMode", "OpRecord", "SaveRecord", "WriteEvent", "op_key"]
 
@@ -135,7 +143,8 @@ def inplace_overload(func):
                 spec = written_arguments(target)
                 if a == b and len(spec) == 1 and spec[0][0] == 0:
                     result = target
-    except Exception:
+    except Exception as error:  # an op schema torch's Python API cannot describe: no in-place form
+        _log.debug("advisor: no in-place overload for %s (%s: %s)", func, type(error).__name__, error)
         result = None
     _TRACKED_INPLACE_CACHE[func] = result
     return result
@@ -201,7 +210,8 @@ class StepMode(TorchDispatchMode):
     def _sid(self, t: torch.Tensor, *, allocate: bool) -> int | None:
         try:
             storage = t.untyped_storage()
-        except Exception:  # sparse, meta, functional wrappers
+        except Exception as error:  # sparse, meta, functional wrappers
+            _log.debug("advisor: tensor without storage not tracked (%s: %s)", type(error).__name__, error)
             return None
         nbytes = storage.nbytes()
         ptr = storage.data_ptr()
@@ -461,13 +471,15 @@ def _node_holds(node, packed) -> bool:
             continue
         try:
             raw = getattr(node, name)
-        except Exception:
+        except Exception as error:  # a released or unreadable saved slot cannot hold the tensor
+            _log.debug("advisor: %s.%s unreadable (%s: %s)", node.name(), name, type(error).__name__, error)
             continue
         for item in raw if isinstance(raw, (list, tuple)) else (raw,):
             try:
                 if item.data is packed:
                     return True
-            except Exception:
+            except Exception as error:  # not a tensor slot
+                _log.debug("advisor: saved slot %s skipped (%s: %s)", name, type(error).__name__, error)
                 continue
     return False
 
@@ -475,7 +487,8 @@ def _node_holds(node, packed) -> bool:
 def _current_node_name() -> str | None:
     try:
         node = torch._C._current_autograd_node()
-    except Exception:
+    except Exception as error:  # private API absent in this torch: no node names in the report
+        _log.debug("advisor: torch._C._current_autograd_node unavailable (%s: %s)", type(error).__name__, error)
         return None
     return node.name() if node is not None else None
 
@@ -485,14 +498,16 @@ def _view_meta(t: torch.Tensor) -> str | None:
         return None
     try:
         return torch._C._autograd._get_creation_meta(t).name
-    except Exception:
+    except Exception as error:  # private API changed: the view is treated as unknown (never proposed)
+        _log.debug("advisor: view creation meta unavailable (%s: %s)", type(error).__name__, error)
         return "UNKNOWN"
 
 
 def _overlaps(t: torch.Tensor) -> bool:
     try:
         return torch._debug_has_internal_overlap(t) != 0
-    except Exception:
+    except Exception as error:  # cannot tell: assume overlap, so the op is never proposed in place
+        _log.debug("advisor: overlap check failed (%s: %s); assuming overlap", type(error).__name__, error)
         return True
 
 

@@ -6,7 +6,6 @@ Framework-neutral: no deep-learning framework is imported here.
 from __future__ import annotations
 
 import html
-import json
 import textwrap
 from dataclasses import dataclass, field
 from typing import Any
@@ -219,8 +218,11 @@ class OpReport:
             )
         passed = sorted({c.check for c in self.checks if c.status == "pass"} - self.failed_checks())
         notes = "".join(f"<li>{html.escape(n)}</li>" for n in self.notes)
+        from ..report._html import OP_REPORT_CSS
+
         return (
-            f"<div><p style='color:{colour}'><b>{html.escape(self.summary())}</b></p>"
+            f"<div class='gg-op'><style>{OP_REPORT_CSS}</style><p style='color:{colour}'>"
+            f"<b>{html.escape(self.summary())}</b></p>"
             f"<p>inputs: {html.escape('; '.join(self.inputs))}<br>reference: {html.escape(self.reference or 'none')}</p>"
             f"{table}<p>passed: {html.escape(', '.join(passed))}</p>"
             + (f"<ul>{notes}</ul>" if notes else "")
@@ -247,5 +249,11 @@ class OpReport:
         }
 
     def to_json(self, **kwargs) -> str:
-        kwargs.setdefault("indent", 2)
-        return json.dumps(self.to_dict(), default=str, **kwargs)
+        """The report in gradguard's JSON envelope (``report: "check_op"``, schema ``check_op.schema.json``):
+        ``findings`` holds the failures then the warnings; strict JSON (non-finite numbers as strings)."""
+        from ..report._json import dumps, envelope
+
+        data = self.to_dict()
+        data.pop("format_version")  # the envelope's format_version governs the document
+        findings = data.pop("failures") + data.pop("warnings")
+        return dumps(envelope("check_op", findings, **data), **kwargs)

@@ -16,12 +16,15 @@ wrappers that mimic it) set: ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
 from dataclasses import dataclass
 
 __all__ = ["RankInfo", "rank_info", "rank_path", "tag_findings", "leave", "report_on_termination"]
+
+_log = logging.getLogger("gradguard.integrations.distributed")
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,8 @@ def _int(name: str) -> int | None:
     try:
         return int(value) if value not in (None, "") else None
     except ValueError:
+        _log.warning("gradguard: environment variable %s=%r is not an integer; not treated as a torchrun rank",
+                     name, value)
         return None
 
 
@@ -87,6 +92,9 @@ def report_on_termination(report, info: RankInfo | None) -> None:
     def handler(signum, frame):
         try:
             report()
+        except BaseException as error:  # the rank exits anyway; say why its report is missing or partial
+            _log.error("gradguard: rank %d stopped by SIGTERM could not write its report (%s: %s)", info.rank,
+                       type(error).__name__, error, exc_info=True)
         finally:
             try:
                 sys.stdout.flush()
@@ -96,5 +104,5 @@ def report_on_termination(report, info: RankInfo | None) -> None:
 
     try:
         signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread
-        pass
+    except ValueError:  # not the main thread: Python allows signal handlers only there
+        _log.info("gradguard: not in the main thread; a rank stopped by SIGTERM will not write its report")

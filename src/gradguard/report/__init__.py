@@ -1,6 +1,6 @@
-"""Renderers: one finding, many views (plain text, rich terminal, JSON)."""
+"""Renderers: one finding, many views (plain text, rich terminal, JSON, HTML)."""
 
-from ._json import findings_to_json
+from ._json import FORMAT_VERSION, dumps, envelope, findings_to_json, read_findings
 from ._text import render_finding
 
-__all__ = ["render_finding", "findings_to_json"]
+__all__ = ["render_finding", "findings_to_json", "read_findings", "envelope", "dumps", "FORMAT_VERSION"]

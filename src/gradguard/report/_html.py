@@ -11,13 +11,14 @@ time, see ``backends/torch/_graph.py``); it is laid out here in simple layers, w
 
 from __future__ import annotations
 
-import json
+import os
+import re
 from html import escape
 from typing import Any, Iterable
 
 from ..core._findings import Finding, WriteRecord
 
-__all__ = ["render_html", "finding_html", "notebook_html", "graph_svg"]
+__all__ = ["render_html", "finding_html", "notebook_html", "graph_svg", "OP_REPORT_CSS"]
 
 _CHAR_W = 7.2  # px per character of 12px monospace
 _NODE_H = 46
@@ -59,9 +60,29 @@ width:110px}
 .gg-report pre.src{background:#f6f8fa;border-left:3px solid #d0d7de;margin:3px 0;padding:3px 8px;white-space:pre-wrap}
 .gg-report ol.writes{margin:0;padding-left:20px}.gg-report ol.writes li{margin-bottom:4px}
 .gg-report .silent{color:#b71c1c;font-weight:600}
+.gg-report td code{background:rgba(175,184,193,.2);padding:0 4px;border-radius:4px;word-break:break-word}
 .gg-report tr.why td{color:#7a4a00}.gg-report tr.fix td{color:#1a6b2a;font-weight:500}
 .gg-report .graph{margin-top:12px;border-top:1px solid #d8dee4;padding-top:10px;overflow-x:auto}
 .gg-report .graph h3,.gg-report .raw summary{font-size:14px;margin:0 0 6px 0;color:#57606a}
+"""
+
+
+# check_op's report (``OpReport.to_html``), scoped under .gg-op: it fits the page or the notebook cell (fixed
+# table layout, long code and tensors wrapped instead of widening the page).
+OP_REPORT_CSS = """
+.gg-op{font-family:-apple-system,BlinkMacSystemFont,"Segoe UI",Helvetica,Arial,sans-serif;color:#1f2328;
+background:#fff;font-size:14px;max-width:1150px;border:2px solid #d0d7de;border-radius:8px;padding:12px 16px;
+box-sizing:border-box;overflow-wrap:anywhere}
+.gg-op p{margin:0 0 8px 0}
+.gg-op table{border-collapse:collapse;width:100%;table-layout:fixed;margin:6px 0 10px 0}
+.gg-op th{text-align:left;color:#57606a;font-weight:600;border-bottom:2px solid #d0d7de;padding:4px 8px}
+.gg-op td{vertical-align:top;border-top:1px solid #d8dee4;padding:6px 8px}
+.gg-op th:nth-child(1){width:76px}.gg-op th:nth-child(2){width:20%}.gg-op th:nth-child(3){width:9%}
+.gg-op th:nth-child(4){width:6%}.gg-op th:nth-child(5){width:10%}
+.gg-op td:first-child b{color:#cf222e;font-size:12px}
+.gg-op code,.gg-op pre{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:12.5px}
+.gg-op pre{white-space:pre-wrap;background:#f6f8fa;border-left:3px solid #d0d7de;padding:4px 8px;margin:4px 0}
+.gg-op ul{margin:6px 0;padding-left:20px;color:#57606a}
 """
 
 
@@ -71,6 +92,46 @@ def _h(text: Any) -> str:
 
 def _clip(text: str, limit: int = _MAX_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "\u2026"
+
+
+_CODE_SPAN = re.compile(r"`([^`\n]+)`")
+
+
+def _prose(text: Any) -> str:
+    """Escaped text with its `code` spans (Markdown backticks, as in the terminal) set as <code>."""
+    return _CODE_SPAN.sub(lambda m: f"<code>{m.group(1)}</code>", _h(text))
+
+
+_WRITE_DETAIL = re.compile(r"^at (?P<path>.+?):(?P<line>\d+)(?:: (?P<code>.*))?$")
+
+
+def _write_detail(detail: str, limit: int = _MAX_CHARS) -> str:
+    """A write's "at path:line: code" cut to fit its box without losing the line number: the path gives way
+    to its file name first, then the code is clipped."""
+    match = _WRITE_DETAIL.match(detail)
+    if match is None or len(detail) <= limit:
+        return _clip(detail, limit)
+    where = f"at {os.path.basename(match['path'])}:{match['line']}"
+    code = match["code"]
+    return _clip(f"{where}: {code}", limit) if code and len(where) + 4 < limit else where[:limit]
+
+
+# NOTE [one box for the stale tensor]
+# When the stale tensor is (a view of) a leaf of the drawn graph, e.g. AddmmBackward0 saved ``weight.t()``
+# and TBackward0 leads to the parameter ``weight``, the graph dict has both the saved tensor and the leaf
+# (``stale_alias``). They are one piece of memory: the picture draws one box, the tensor as backward saved
+# it, says which leaf it views and in what shape, and the leaf's input edge points into that box.
+def _merge_stale_alias(graph: dict[str, Any]) -> dict[str, Any]:
+    nodes = graph.get("nodes", [])
+    stale = next((n for n in nodes if n["id"] == graph.get("stale")), None)
+    alias = next((n for n in nodes if n.get("stale_alias")), None)
+    if stale is None or alias is None:
+        return graph
+    viewed = alias.get("detail", "").replace(": the stale tensor", "")
+    merged = {**stale, "detail": "; ".join(x for x in (stale.get("detail"), f"view of {viewed}") if x)}
+    edges = [{**e, "to": stale["id"], "kind": "alias"} if e.get("to") == alias["id"] else e
+             for e in graph.get("edges", [])]
+    return {**graph, "nodes": [merged if n is stale else n for n in nodes if n is not alias], "edges": edges}
 
 
 # -- graph picture -------------------------------------------------------------------------------
@@ -117,6 +178,7 @@ def graph_svg(graph: dict[str, Any] | None) -> str:
     """Inline SVG of a captured graph (see ``backends/torch/_graph.py`` for the dict), or "" if none."""
     if not graph or not graph.get("nodes"):
         return ""
+    graph = _merge_stale_alias(graph)
     pos, width, height = _layout(graph)
     legend_y = height + 6
     height += 34
@@ -146,6 +208,10 @@ def graph_svg(graph: dict[str, Any] | None) -> str:
             x1, y1 = a[0] + a[2] / 2, a[1]
             x2, y2 = b[0] + b[2] / 2, b[1] + _NODE_H
             colour, marker, extra = "#c62828", "gg-arrow-red", ' stroke-width="3"'
+        elif kind == "alias":  # a graph input that is the stale tensor's memory (NOTE [one box ...])
+            x1, y1 = a[0] + a[2], a[1] + _NODE_H / 2
+            x2, y2 = b[0] + 16, b[1] + _NODE_H
+            colour, marker, extra = "#c62828", "gg-arrow-red", ' stroke-width="1.5" stroke-dasharray="5 4"'
         else:
             x1, y1 = a[0] + a[2] / 2, a[1] + _NODE_H
             x2, y2 = b[0] + b[2] / 2, b[1]
@@ -176,8 +242,9 @@ def graph_svg(graph: dict[str, Any] | None) -> str:
         out.append(f'<text x="{x + 10:.1f}" y="{y + 19:.1f}" font-size="12" fill="#1f2328"{weight}>'
                    f'{_h(_clip(node.get("label", "")))}</text>')
         if node.get("detail"):
+            detail = _write_detail(node["detail"]) if node.get("type") == "write" else _clip(node["detail"])
             out.append(f'<text x="{x + 10:.1f}" y="{y + 36:.1f}" font-size="11" fill="#57606a">'
-                       f'{_h(_clip(node["detail"]))}</text>')
+                       f'{_h(detail)}</text>')
         out.append("</g>")
     legend = [("saver", "saved the tensor"), ("stale", "stale tensor"), ("write", "the write"),
               ("op", "autograd node"), ("leaf", "parameter / leaf")]
@@ -239,13 +306,13 @@ def finding_html(finding: Finding, *, graph: bool = True, raw: bool = False) -> 
     if f.context.get("rank") is not None:
         row("rank", _h(f.context["rank"]))
     for label, value in f.context.get("display", []):
-        row(label, _h(value))
+        row(label, _prose(value))
     if f.explanation:
-        row("why", _h(f.explanation), "why")
+        row("why", _prose(f.explanation), "why")
     if f.suggestion:
-        row("fix", _h(f.suggestion), "fix")
+        row("fix", _prose(f.suggestion), "fix")
     for note in f.notes:
-        row("note", _h(note), "note")
+        row("note", _prose(note), "note")
     parts = [
         f'<section class="finding" data-kind="{_h(f.kind)}" data-rule="{_h(f.rule)}">',
         f'<h2><span class="kind">{_h(f.kind)}</span>{_h(f.headline or f.kind)}</h2>',
@@ -255,7 +322,9 @@ def finding_html(finding: Finding, *, graph: bool = True, raw: bool = False) -> 
     if svg:
         parts.append('<div class="graph"><h3>Autograd graph around the saver</h3>' + svg + "</div>")
     if raw:
-        data = json.dumps(f.to_dict(), indent=2, default=str)
+        from ._json import dumps
+
+        data = dumps(f.to_dict())
         parts.append(f'<details class="raw"><summary>JSON</summary><pre>{_h(data)}</pre></details>')
     parts.append("</section>")
     return "\n".join(parts)

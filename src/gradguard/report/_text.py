@@ -9,7 +9,8 @@ from ..core._findings import Finding, WriteRecord
 
 __all__ = ["render_finding"]
 
-_WIDTH = 100
+_WIDTH = 100  # the exception message's width; terminals get their own (``render_finding(width=...)``)
+_MIN_WIDTH = 40
 _LABEL = 12
 _KEEP = "\x00"  # stands for a space that wrapping must not break at
 
@@ -17,11 +18,11 @@ _KEEP = "\x00"  # stands for a space that wrapping must not break at
 _VERSION_CHANGE = re.compile(r"\(version \d+ -> \d+\)")
 
 
-def _field(label: str, text: str) -> list[str]:
+def _field(label: str, text: str, width: int) -> list[str]:
     head = f"  {label:<{_LABEL}}: "
     text = _VERSION_CHANGE.sub(lambda m: m.group(0).replace(" ", _KEEP), text)  # one unit, never split
     body = [line.replace(_KEEP, " ") for line in
-            textwrap.wrap(text, width=_WIDTH - len(head), break_on_hyphens=False)] or [""]
+            textwrap.wrap(text, width=width - len(head), break_on_hyphens=False)] or [""]
     return [head + body[0]] + [" " * len(head) + line for line in body[1:]]
 
 
@@ -29,7 +30,7 @@ def _code(code: str, indent: int) -> list[str]:
     return [" " * indent + "| " + code] if code else []
 
 
-def _write_lines(index: int, w: WriteRecord) -> list[str]:
+def _write_lines(index: int, w: WriteRecord, width: int) -> list[str]:
     where = w.location.short if w.location else "an unknown line"
     via = f" via {w.via}" if w.via else ""
     if w.version_before is not None:
@@ -43,7 +44,7 @@ def _write_lines(index: int, w: WriteRecord) -> list[str]:
     protected = "  " + versions.strip().replace(" ", _KEEP) if versions else ""
     text = f"{index}. {w.op}{via} at {where}{protected}{silent}"
     lines = [line.replace(_KEEP, " ") for line in textwrap.wrap(
-        text, width=_WIDTH, initial_indent="    ", subsequent_indent="       ", break_on_hyphens=False,
+        text, width=width, initial_indent="    ", subsequent_indent="       ", break_on_hyphens=False,
         break_long_words=False)]
     if w.location:
         lines += _code(w.location.code, 7)
@@ -52,39 +53,41 @@ def _write_lines(index: int, w: WriteRecord) -> list[str]:
     return lines
 
 
-def render_finding(f: Finding) -> str:
+def render_finding(f: Finding, width: int = _WIDTH) -> str:
+    """The finding as plain text, wrapped at ``width`` columns (100: the exception message)."""
+    width = max(int(width), _MIN_WIDTH)
     lines = [f"{f.headline or f.kind}"]
-    lines += _field("tensor", f.tensor.label)
+    lines += _field("tensor", f.tensor.label, width)
     if f.saved_at.node or f.saved_at.location:
         saver = f.saved_at.op or "?"
         if f.saved_at.location:
             saver += f", saved in the forward call at {f.saved_at.location.short}"
-        lines += _field("saved by", saver)
+        lines += _field("saved by", saver, width)
         if f.saved_at.location:
             lines += _code(f.saved_at.location.code, 17)
     if f.versions:
         saved, now = f.versions.get("saved"), f.versions.get("now")
-        lines += _field("versions", f"saved at {saved}, now {now}")
+        lines += _field("versions", f"saved at {saved}, now {now}", width)
     if f.kind in ("inplace_modification", "silent_write"):
         if f.modified_at:
             lines.append(f"  {'modified by':<{_LABEL}}:")
             for i, w in enumerate(f.modified_at, 1):
-                lines += _write_lines(i, w)
+                lines += _write_lines(i, w, width)
         else:
-            lines += _field("modified by", "no write seen by gradguard")
+            lines += _field("modified by", "no write seen by gradguard", width)
     else:
         for i, w in enumerate(f.modified_at, 1):
             label = "at" if i == 1 else ""
             where = w.location.short if w.location else "an unknown line"
-            lines += _field(label, f"{w.op} at {where}")
+            lines += _field(label, f"{w.op} at {where}", width)
             if w.location:
                 lines += _code(w.location.code, 17)
     for label, value in f.context.get("display", []):
-        lines += _field(label, value)
+        lines += _field(label, value, width)
     if f.explanation:
-        lines += _field("why", f.explanation)
+        lines += _field("why", f.explanation, width)
     if f.suggestion:
-        lines += _field("fix", f.suggestion)
+        lines += _field("fix", f.suggestion, width)
     for note in f.notes:
-        lines += _field("note", note)
+        lines += _field("note", note, width)
     return "\n".join(lines)
