@@ -10,6 +10,8 @@ import subprocess
 import sys
 import textwrap
 
+from gradguard.report._json import read_findings
+
 PYTHON = sys.executable
 
 
@@ -47,7 +49,7 @@ def test_guard_is_active_after_a_late_importlib_import(tmp_path):
         train()
     """, "--mode", "forensic", "--json", "out.json")
     assert guarded.returncode == 1
-    (finding,) = json.loads((tmp_path / "out.json").read_text())
+    (finding,) = read_findings(json.loads((tmp_path / "out.json").read_text()))
     assert finding["backend"] == "torch" and finding["saved_at"]["op"] == "SigmoidBackward0.result"
     assert [(w["op"], w["line"]) for w in finding["modified_at"]] == [("aten.mul_.Tensor", 7)]
 
@@ -56,4 +58,4 @@ def test_script_without_a_framework_runs_unguarded_and_writes_an_empty_report(tm
     plain, guarded = _both(tmp_path, "import sys\nprint(sum(range(4)), 'torch' in sys.modules)\n",
                            "--json", "out.json")
     assert (guarded.returncode, guarded.stdout) == (plain.returncode, plain.stdout) == (0, "6 False\n")
-    assert json.loads((tmp_path / "out.json").read_text()) == []
+    assert read_findings(json.loads((tmp_path / "out.json").read_text())) == []

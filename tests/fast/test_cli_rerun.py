@@ -14,6 +14,8 @@ import time
 
 import pytest
 
+from gradguard.report._json import read_findings
+
 GRADGUARD = [sys.executable, "-m", "gradguard", "run"]
 ANNOUNCE = "gradguard: re-running script.py with write tracking to name the writer"
 
@@ -48,7 +50,7 @@ def _run(tmp_path, *args, stdin=None):
 
 
 def _writes(path):
-    (finding,) = json.loads(path.read_text())
+    (finding,) = read_findings(json.loads(path.read_text()))
     return [(w["op"], w["line"]) for w in finding["modified_at"]], finding["notes"]
 
 

@@ -9,6 +9,8 @@ import subprocess
 import sys
 import textwrap
 
+from gradguard.report._json import read_findings
+
 
 def test_mindspore_hazard_script_gives_the_mindspore_finding(tmp_path):
     (tmp_path / "hazard.py").write_text(textwrap.dedent("""
@@ -28,7 +30,7 @@ def test_mindspore_hazard_script_gives_the_mindspore_finding(tmp_path):
     assert result.returncode == 1, result.stderr
     assert "No module named 'torch'" not in result.stderr
     assert "gradguard: SilentModificationError" in result.stderr
-    (finding,) = json.loads((tmp_path / "out.json").read_text())
+    (finding,) = read_findings(json.loads((tmp_path / "out.json").read_text()))
     assert finding["backend"] == "mindspore"
     assert (finding["saved_at"]["op"], finding["saved_at"]["line"]) == ("sin", 7)
     assert [(w["op"], w["line"]) for w in finding["modified_at"]] == [("mindspore.Tensor.__setitem__", 8)]

@@ -10,6 +10,8 @@ import subprocess
 import sys
 import textwrap
 
+from gradguard.report._json import read_findings
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -32,7 +34,7 @@ def test_paddle_hazard_script_gives_the_paddle_finding_with_the_writer(tmp_path)
     assert result.returncode == 1
     assert "torch" not in result.stderr.replace("torch ops", "")
     assert "gradguard: InplaceModificationError" in result.stderr
-    (finding,) = json.loads((tmp_path / "out.json").read_text())
+    (finding,) = read_findings(json.loads((tmp_path / "out.json").read_text()))
     assert finding["backend"] == "paddle"
     assert (finding["saved_at"]["op"], finding["saved_at"]["line"]) == ("sin", 5)
     assert [(w["op"], w["line"]) for w in finding["modified_at"]] == [("paddle.Tensor.add_", 6)]  # the re-run
