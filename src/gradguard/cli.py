@@ -300,7 +300,9 @@ def _traceback_head(error) -> str:
     frames = traceback.format_list(
         [traceback.FrameSummary(e.tb_frame.f_code.co_filename, e.tb_lineno, e.tb_frame.f_code.co_name) for e in user]
     )
-    return "Traceback (most recent call last):\n" + "".join(frames)
+    from .report._text import printable  # a quoted source line must not drive the terminal
+
+    return "Traceback (most recent call last):\n" + printable("".join(frames))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -195,12 +195,14 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if not found:
         return
     terminalreporter.section("gradguard", sep="=", red=True, bold=True)
+    from gradguard.report._text import printable  # quoted source must not drive the terminal
+
     for nodeid, finding in found:
-        terminalreporter.write_line(f"{nodeid}: {finding.headline or finding.kind}")
-        terminalreporter.write_line(f"    tensor: {finding.tensor.label}")
+        terminalreporter.write_line(printable(f"{nodeid}: {finding.headline or finding.kind}"))
+        terminalreporter.write_line(printable(f"    tensor: {finding.tensor.label}"))
         if finding.saved_at.op:
-            terminalreporter.write_line(f"    saved by: {finding.saved_at.op}")
+            terminalreporter.write_line(printable(f"    saved by: {finding.saved_at.op}"))
         if finding.suggestion:
-            terminalreporter.write_line(f"    fix: {finding.suggestion}")
+            terminalreporter.write_line(printable(f"    fix: {finding.suggestion}"))
     tests = len({nodeid for nodeid, _ in found})
     terminalreporter.write_line(f"gradguard: {len(found)} finding(s) in {tests} test(s)")
