@@ -150,7 +150,13 @@ class _GuardOnFrameworkImport:
                   "the guard watches the main thread only and is not active in this run", file=sys.stderr)
             return
         self.block.backend = backend
-        self.block.__enter__()
+        try:
+            self.block.__enter__()
+        except Exception as error:  # called from inside the script's `import`: never fail the user's import
+            reason = " ".join(f"{type(error).__name__}: {error}".split())[:300]
+            print(f"gradguard: the guard could not start for {backend} ({reason}); the script runs unguarded",
+                  file=sys.stderr)
+            return
         self.entered = True
 
     def __enter__(self):

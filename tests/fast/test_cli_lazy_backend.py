@@ -59,3 +59,14 @@ def test_script_without_a_framework_runs_unguarded_and_writes_an_empty_report(tm
                            "--json", "out.json")
     assert (guarded.returncode, guarded.stdout) == (plain.returncode, plain.stdout) == (0, "6 False\n")
     assert read_findings(json.loads((tmp_path / "out.json").read_text())) == []
+
+
+def test_guard_that_cannot_start_never_fails_the_scripts_import(tmp_path):
+    """A local module named like a framework (here torch.py next to the script): Python imports it, the guard
+    cannot start on it; the script runs as under plain python and one line says the guard is off."""
+    (tmp_path / "torch.py").write_text("VALUE = 42\n")
+    plain, guarded = _both(tmp_path, "import torch\nprint(torch.VALUE)\n")
+    assert (guarded.returncode, guarded.stdout) == (plain.returncode, plain.stdout) == (0, "42\n")
+    (line,) = guarded.stderr.splitlines()
+    assert line.startswith("gradguard: the guard could not start for torch (") and line.endswith(
+        "); the script runs unguarded")
