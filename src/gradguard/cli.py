@@ -32,7 +32,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"gradguard {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     run = sub.add_parser("run", help="run a Python script under the guard (like `python script.py args...`)")
-    run.add_argument("--json", metavar="FILE", help="write the findings to FILE as JSON (a list, possibly empty)")
+    run.add_argument("--json", metavar="FILE",
+                     help="write the findings to FILE as JSON (a versioned document; its findings list may be empty)")
     run.add_argument("--html", metavar="FILE",
                      help="write a self-contained HTML report (findings and a picture of the autograd graph) to FILE")
     run.add_argument(
@@ -44,7 +45,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--mode", choices=("auto", "sentinel", "forensic", "bisect"), default="auto",
         help="auto (default): the cheap sentinel (versions, fingerprints, saver lines), and on a finding a re-run "
-        "in forensic mode to name the writer; sentinel: no re-run; forensic: record every in-place write; "
+        "in forensic mode to name the writer (the script runs a second time, up to the failure: its side effects "
+        "happen again; announced on stderr; --no-rerun turns it off); sentinel: no re-run; forensic: record every in-place write; "
         "bisect: also check fingerprints after every op (slow; pins writes made outside torch)",
     )
     run.add_argument("--no-track-writes", action="store_true", help="same as --mode sentinel")
