@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import builtins
 import os
 import runpy
 import sys
@@ -54,7 +55,7 @@ class Program:
     def install_main(self, args: list[str]) -> dict:
         """Make this program the process's ``__main__`` (argv, sys.path[0], sys.modules); its globals."""
         module = types.ModuleType("__main__")
-        module.__dict__["__builtins__"] = __builtins__
+        module.__dict__["__builtins__"] = builtins  # the module, as in Python's own __main__ (not a dict)
         if self.is_module:
             spec = self.spec
             module.__dict__.update(__file__=self.origin, __cached__=getattr(spec, "cached", None),

@@ -36,3 +36,14 @@ def test_no_program_is_a_usage_error(tmp_path):
         assert result.returncode == 2
         assert result.stderr.startswith("usage: gradguard run")
         assert "gradguard run: error: " in result.stderr
+
+
+def test_script_main_module_looks_like_pythons(tmp_path):
+    (tmp_path / "script.py").write_text(
+        "import sys\n"
+        "print(type(__builtins__).__name__, __builtins__.len('ab'), sys.modules['__main__'].__dict__ is globals())\n"
+        "print(__spec__, __package__, __file__ == sys.modules['__main__'].__file__)\n")
+    plain = _run([PYTHON, "script.py"], tmp_path)
+    guarded = _run([PYTHON, "-m", "gradguard", "run", "script.py"], tmp_path)
+    assert (guarded.returncode, guarded.stdout) == (plain.returncode, plain.stdout) == (
+        0, "module 2 True\nNone None True\n")
