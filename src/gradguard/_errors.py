@@ -62,8 +62,39 @@ def error_for(kind: str) -> type[GradientHazardError]:
     return SilentModificationError if kind == "silent_write" else InplaceModificationError
 
 
+# NOTE [The framework's own words come first]
+# Code written against PyTorch matches its messages (`pytest.raises(RuntimeError, match="modified by an inplace
+# operation")`, `except RuntimeError as e: if "backward through the graph a second time" in str(e)`). Under the
+# guard PyTorch's own version check is off (saved-tensor hooks replace it) and gradguard raises instead, so the
+# error's text starts with the sentence PyTorch would have written (or did write, for the eager errors gradguard
+# enriches), then gradguard's diagnosis.
+_TORCH_TYPE_NAMES = {"float32": "Float", "float64": "Double", "float16": "Half", "bfloat16": "BFloat16",
+                     "int64": "Long", "int32": "Int", "int16": "Short", "int8": "Char", "uint8": "Byte",
+                     "bool": "Bool", "complex64": "ComplexFloat", "complex128": "ComplexDouble"}
+
+
+def framework_message(finding) -> str | None:
+    """The message the framework raised (or, for torch's version check, would have raised) for this finding."""
+    context = getattr(finding, "context", None) or {}
+    if context.get("torch_message"):
+        return str(context["torch_message"])
+    versions = finding.versions or {}
+    if finding.kind != "inplace_modification" or finding.backend != "torch" or versions.get("now") is None:
+        return None
+    tensor = finding.tensor
+    kind = _TORCH_TYPE_NAMES.get(tensor.dtype, "")
+    device = "" if tensor.device == "cpu" else f"{tensor.device.split(':')[0]}."
+    shape = "[" + ", ".join(str(size) for size in tensor.shape) + "]"
+    producer = f", which is an output of {tensor.producer}," if tensor.producer else ""
+    return (f"one of the variables needed for gradient computation has been modified by an inplace operation: "
+            f"[torch.{device}{kind}Tensor {shape}]{producer} is at version {versions['now']}; expected version "
+            f"{versions.get('saved')} instead.")
+
+
 def _render(finding) -> str:
     # Imported lazily: the renderer is not needed until an error is actually built.
     from .report._text import render_finding
 
-    return render_finding(finding)
+    original = framework_message(finding)
+    text = render_finding(finding)
+    return f"{original}\n\ngradguard: {text}" if original else text

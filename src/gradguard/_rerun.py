@@ -7,12 +7,23 @@ the write log (and, for silent writes, bisection) to name it.
 # the sentinel; a failing run is re-run up to its failure in a child process, with stdout/stderr discarded,
 # and the child's finding (same kind, same saver) replaces the sentinel's. Scripts must be deterministic
 # for this to work (seeded); when the re-run does not reproduce the finding, the sentinel's stands.
+#
+# NOTE [What the re-run does to the user's world]
+# The re-run executes the script a second time: its side effects (files written, network calls, ...) happen
+# twice. So it is announced on stderr before it starts (one line, naming `--no-rerun`), bounded in time
+# (`--rerun-timeout`, default DEFAULT_RERUN_TIMEOUT s), and started from the directory the first run started
+# in (the script may have `chdir`ed since). Its stdin is empty (/dev/null): the first run may have consumed the
+# user's stdin, and a re-run must never wait on the terminal; a script that needs stdin to reach the hazard is
+# not reproduced, and the first run's finding stands with a note saying why. The child runs in its own session
+# so the terminal's Ctrl-C reaches only gradguard, which kills the child (also on SIGTERM) and reports the
+# first run's finding.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -20,31 +31,80 @@ import tempfile
 from .core._findings import Finding
 from .report._json import read_findings
 
-__all__ = ["diagnose_by_rerun", "RERUN_ENV"]
+__all__ = ["diagnose_by_rerun", "RERUN_ENV", "DEFAULT_RERUN_TIMEOUT", "RerunInterrupted"]
 
 RERUN_ENV = "GRADGUARD_RERUN"
+DEFAULT_RERUN_TIMEOUT = 600.0
+
+
+class RerunInterrupted(Exception):
+    """SIGINT or SIGTERM arrived during the re-run; the child is already killed."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
 
 
 def _modes_for(finding: Finding) -> list[str]:
     return ["forensic", "bisect"] if finding.kind == "silent_write" else ["forensic"]
 
 
-def diagnose_by_rerun(finding: Finding, script: str, args: list[str], fingerprint: str) -> Finding | None:
-    """The same finding with its writers named, from a re-run of the script; None if not reproduced."""
+def _run_child(command: list[str], cwd: str, timeout: float) -> bool:
+    """Run the re-run child; True when it finished within ``timeout``. Kills it on timeout, SIGINT, SIGTERM."""
+    child = subprocess.Popen(command, cwd=cwd, env={**os.environ, RERUN_ENV: "1"}, stdin=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+    def on_signal(signum, _frame):
+        raise RerunInterrupted(signum)
+
+    previous = {}
+    try:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            try:
+                previous[signum] = signal.signal(signum, on_signal)
+            except ValueError:  # not the main thread: the default handlers stay
+                pass
+        try:
+            child.wait(timeout=timeout)
+            return True
+        except subprocess.TimeoutExpired:
+            return False
+    except KeyboardInterrupt as error:
+        raise RerunInterrupted(signal.SIGINT) from error
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def diagnose_by_rerun(finding: Finding, program: list[str], args: list[str], fingerprint: str, *, cwd: str,
+                      timeout: float = DEFAULT_RERUN_TIMEOUT) -> Finding | None:
+    """The same finding with its writers named, from a re-run of ``program`` (``[script]`` or ``["-m", mod]``)
+    started in ``cwd``; None if not reproduced (then a note on ``finding`` says why)."""
     if os.environ.get(RERUN_ENV):
         return None
+    shown = " ".join(program)
+    print(f"gradguard: re-running {shown} with write tracking to name the writer (its side effects happen "
+          f"again; at most {timeout:g} s; --no-rerun skips this)", file=sys.stderr, flush=True)
     for mode in _modes_for(finding):
+        found = []
         with tempfile.TemporaryDirectory(prefix="gradguard-rerun-") as tmp:
             out = os.path.join(tmp, "findings.json")
             command = [sys.executable, "-m", "gradguard", "run", "--mode", mode, "--fingerprint", fingerprint,
-                       "--json", out, script, *args]
+                       "--json", out, *program, *args]
+            if not _run_child(command, cwd, timeout):
+                note = (f"the re-run to name the writer was stopped after {timeout:g} s (--rerun-timeout); "
+                        "this is the first run's finding")
+                print(f"gradguard: {note}", file=sys.stderr)
+                finding.notes.append(note)
+                return None
             try:
-                subprocess.run(command, env={**os.environ, RERUN_ENV: "1"}, stdin=subprocess.DEVNULL,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
                 with open(out, encoding="utf-8") as handle:
                     found = read_findings(json.load(handle))
             except (OSError, ValueError):
-                continue
+                found = []
         for data in found:
             if data.get("kind") == finding.kind and (data.get("saved_at") or {}).get("op") == finding.saved_at.op:
                 if data.get("modified_at"):
@@ -54,4 +114,6 @@ def diagnose_by_rerun(finding: Finding, script: str, args: list[str], fingerprin
                         "(healthy runs pay only for the cheap sentinel)"
                     )
                     return better
+    finding.notes.append("the re-run did not reproduce this finding (is the script seeded and deterministic? "
+                         "the re-run reads an empty stdin); run `gradguard run --mode forensic` to name the writer")
     return None

@@ -7,7 +7,19 @@ import argparse
 import os
 import sys
 
+from ._rerun import DEFAULT_RERUN_TIMEOUT
+
 __all__ = ["main"]
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -20,7 +32,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"gradguard {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     run = sub.add_parser("run", help="run a Python script under the guard (like `python script.py args...`)")
-    run.add_argument("--json", metavar="FILE", help="write the findings to FILE as JSON (a list, possibly empty)")
+    run.add_argument("--json", metavar="FILE",
+                     help="write the findings to FILE as JSON (a versioned document; its findings list may be empty)")
     run.add_argument("--html", metavar="FILE",
                      help="write a self-contained HTML report (findings and a picture of the autograd graph) to FILE")
     run.add_argument(
@@ -32,11 +45,20 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--mode", choices=("auto", "sentinel", "forensic", "bisect"), default="auto",
         help="auto (default): the cheap sentinel (versions, fingerprints, saver lines), and on a finding a re-run "
-        "in forensic mode to name the writer; sentinel: no re-run; forensic: record every in-place write; "
+        "in forensic mode to name the writer (the script runs a second time, up to the failure: its side effects "
+        "happen again; announced on stderr; --no-rerun turns it off); sentinel: no re-run; forensic: record every in-place write; "
         "bisect: also check fingerprints after every op (slow; pins writes made outside torch)",
     )
     run.add_argument("--no-track-writes", action="store_true", help="same as --mode sentinel")
-    run.add_argument("script", help="the Python script to run")
+    run.add_argument("--no-rerun", action="store_true",
+                     help="never re-run the script to name the writer (the re-run repeats the script's side "
+                     "effects: files it writes, network calls); the sentinel's finding is reported as is")
+    run.add_argument("--rerun-timeout", type=_seconds, default=DEFAULT_RERUN_TIMEOUT, metavar="SECONDS",
+                     help=f"stop the forensic re-run after SECONDS (default: {DEFAULT_RERUN_TIMEOUT:g}); the first "
+                     "run's finding is reported")
+    run.add_argument("-m", dest="module", nargs=argparse.REMAINDER, metavar="MODULE [ARGS]",
+                     help="run a library module as a script, like `python -m MODULE ARGS`")
+    run.add_argument("script", nargs="?", help="the Python script to run")
     run.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
     from .advisor._cli import add_advise_parser
 
@@ -55,6 +77,38 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return 2
     return run_script(options)
+
+
+def _report_targets(options) -> list[tuple[str, str]]:
+    """(flag, path actually written) for each report asked for; under torchrun, this rank's file."""
+    from .integrations.distributed import rank_info, rank_path
+
+    info = rank_info()
+    return [(flag, rank_path(path, info)) for flag, path in (("--json", options.json), ("--html", options.html))
+            if path]
+
+
+def _check_report_paths(options, program) -> str | None:
+    """Why a report path cannot be used (checked before the script runs, so a typo costs no training run);
+    None when they are fine. A report never overwrites the script or a file named among its arguments."""
+    targets = _report_targets(options)
+    if len(targets) == 2 and os.path.abspath(targets[0][1]) == os.path.abspath(targets[1][1]):
+        return (f"--json and --html name the same file {targets[0][1]!r}: each report needs its own file")
+    inputs = [program.origin, *(arg for arg in program.args if os.path.isfile(arg))]
+    for flag, path in targets:
+        full = os.path.abspath(path)
+        if os.path.isdir(full):
+            return f"argument {flag}: {path!r} is a directory; expected a file name"
+        folder = os.path.dirname(full)
+        if not os.path.isdir(folder):
+            return f"argument {flag}: the directory {folder!r} does not exist; create it or choose another path"
+        if not os.access(folder, os.W_OK) or (os.path.exists(full) and not os.access(full, os.W_OK)):
+            return f"argument {flag}: {path!r} is not writable"
+        for source in inputs:
+            if os.path.exists(full) and os.path.samefile(full, source):
+                return (f"argument {flag}: {path!r} is the file being run or one of its arguments; "
+                        "gradguard never writes a report over an input file (did you swap the arguments?)")
+    return None
 
 
 def _write_json(path: str | None, findings, script: str, options=None, exit_code: int | None = None) -> None:
@@ -80,30 +134,94 @@ def _write_json(path: str | None, findings, script: str, options=None, exit_code
         print(f"gradguard: HTML report: {os.path.abspath(target)}", file=sys.stderr)
 
 
+class _GuardOnFrameworkImport:
+    """``with``-block around the script: the guard is entered when the script's framework is imported (now,
+    if one already is), so no framework is imported before the script asks for one. See the NOTE in
+    ``gradguard.backends``."""
+
+    def __init__(self, block):
+        self.block = block
+        self.entered = False
+        self._watch = None
+
+    def _enter(self, backend: str) -> None:
+        import threading
+
+        if threading.current_thread() is not threading.main_thread():
+            print(f"gradguard: {backend} was first imported on thread {threading.current_thread().name!r}; "
+                  "the guard watches the main thread only and is not active in this run", file=sys.stderr)
+            return
+        self.block.backend = backend
+        try:
+            self.block.__enter__()
+        except Exception as error:  # called from inside the script's `import`: never fail the user's import
+            reason = " ".join(f"{type(error).__name__}: {error}".split())[:300]
+            print(f"gradguard: the guard could not start for {backend} ({reason}); the script runs unguarded",
+                  file=sys.stderr)
+            return
+        self.entered = True
+
+    def __enter__(self):
+        from .backends import FrameworkImportWatch, detect_backend
+
+        already = detect_backend()
+        if already:
+            self._enter(already)
+        else:
+            self._watch = FrameworkImportWatch(self._enter).start()
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if self._watch is not None:
+            self._watch.stop()
+        if self.entered:
+            return self.block.__exit__(exc_type, exc, tb)
+        return False
+
+
+def _missing_framework_hint(error: BaseException) -> str:
+    """One line after the user's traceback when the script's framework is not installed here."""
+    from .backends import INSTALL, install_hint
+
+    if isinstance(error, ModuleNotFoundError) and error.name in INSTALL:
+        return install_hint(error.name) + "\n"
+    return ""
+
+
 def run_script(options) -> int:
-    script = options.script
-    if not os.path.isfile(script):
-        # The same words and exit code as `python missing.py`.
-        print(f"gradguard: can't open file {os.path.abspath(script)!r}: [Errno 2] No such file or directory",
-              file=sys.stderr)
-        return 2
-    with open(script, "rb") as handle:
-        source = handle.read()
-    path = os.path.abspath(script)  # like `python script.py` since 3.9: code and __file__ use the absolute path
+    from ._script import ProgramError, load_program
+
+    if options.module is not None:
+        if not options.module:
+            return _usage_error("argument -m: expected a module name")
+        target, args, is_module = options.module[0], [*options.module[1:]], True
+    elif options.script is None:
+        return _usage_error("the following arguments are required: script (or -m MODULE)")
+    else:
+        target, args, is_module = options.script, list(options.args), False
+    cwd = os.getcwd()
     try:
-        code = compile(source, path, "exec")
+        program = load_program(target, is_module)
+    except ProgramError as error:
+        print(error, file=sys.stderr)
+        return error.exit_code
     except SyntaxError as error:
         import traceback
 
         sys.stderr.write("".join(traceback.format_exception_only(type(error), error)))
         return 1
+    program.args = args
+    problem = _check_report_paths(options, program)
+    if problem:
+        return _usage_error(problem)
+    # Reports go where the user asked from where they asked, even if the script changes directory.
+    options.json, options.html = (os.path.abspath(p) if p else p for p in (options.json, options.html))
+    script = target
 
     from . import guard
     from ._errors import GradientHazardError
     from ._traceback import format_user_exception
 
-    sys.argv = [script, *options.args]
-    sys.path[0] = os.path.dirname(os.path.abspath(script))
     mode = "sentinel" if options.no_track_writes else options.mode
     from .integrations.distributed import rank_info
 
@@ -114,15 +232,14 @@ def run_script(options) -> int:
         fingerprint = "sample" if mode in ("auto", "sentinel") else "full"
     guard_block = guard(fingerprint=fingerprint, track_writes=mode in ("forensic", "bisect"),
                         bisect=mode == "bisect")
-    globals_ = {"__name__": "__main__", "__file__": path, "__builtins__": __builtins__, "__package__": None,
-                "__spec__": None, "__loader__": None, "__cached__": None}
     exit_code = 0
     from .integrations.distributed import rank_info, report_on_termination
 
     report_on_termination(lambda: _write_json(options.json, guard_block.findings, script, options, 143), rank_info())
+    globals_ = program.install_main(args)
     try:
-        with guard_block:
-            exec(code, globals_)
+        with _GuardOnFrameworkImport(guard_block):
+            exec(program.code, globals_)
     except SystemExit as stop:
         _write_json(options.json, guard_block.findings, script, options)
         raise stop
@@ -139,26 +256,39 @@ def run_script(options) -> int:
         finding = error.finding
         if mode == "auto" and info is None and finding.kind in ("inplace_modification", "silent_write") and (
             not finding.modified_at
-        ):
-            from ._rerun import diagnose_by_rerun
+        ) and not options.no_rerun:
+            from ._rerun import RerunInterrupted, diagnose_by_rerun
 
-            better = diagnose_by_rerun(finding, script, list(options.args), options.fingerprint)
+            try:
+                better = diagnose_by_rerun(finding, program.command_words, args, options.fingerprint, cwd=cwd,
+                                           timeout=options.rerun_timeout)
+            except RerunInterrupted as stop:  # Ctrl-C / SIGTERM during the re-run: the first run's finding
+                better, exit_code = None, 128 + stop.signum
             if better is not None:
                 guard_block.findings = [better if f is finding else f for f in guard_block.findings]
                 finding = better
         tag_findings([finding], info)
         sys.stderr.write(_traceback_head(error))
         print_findings([finding], sys.stderr, type(error).__name__ + (f" on rank {info.rank}" if info else ""))
-        exit_code = 1
+        exit_code = exit_code or 1
     except BaseException as error:  # the user's own error: their traceback, Python's exit code
         sys.stdout.flush()
-        sys.stderr.write(format_user_exception(error))
+        sys.stderr.write(format_user_exception(error) + _missing_framework_hint(error))
         exit_code = 1
     _write_json(options.json, guard_block.findings, script, options, exit_code)
     sys.stdout.flush()
     from .integrations.distributed import leave, rank_info
 
     return leave(exit_code, rank_info())
+
+
+def _usage_error(message: str) -> int:
+    """``gradguard run: error: ...`` with the usage line, exit status 2 (argparse's convention)."""
+    parser = _parser()
+    run = next(action for action in parser._subparsers._group_actions).choices["run"]
+    run.print_usage(sys.stderr)
+    print(f"{run.prog}: error: {message}", file=sys.stderr)
+    return 2
 
 
 def _traceback_head(error) -> str:
@@ -178,7 +308,9 @@ def _traceback_head(error) -> str:
     frames = traceback.format_list(
         [traceback.FrameSummary(e.tb_frame.f_code.co_filename, e.tb_lineno, e.tb_frame.f_code.co_name) for e in user]
     )
-    return "Traceback (most recent call last):\n" + "".join(frames)
+    from .report._text import printable  # a quoted source line must not drive the terminal
+
+    return "Traceback (most recent call last):\n" + printable("".join(frames))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -10,7 +10,8 @@ import importlib
 import sys
 from typing import Any, Iterable
 
-__all__ = ["KNOWN", "get_adapter", "detect_backend", "resolve_backend", "register"]
+__all__ = ["KNOWN", "INSTALL", "get_adapter", "detect_backend", "resolve_backend", "register", "install_hint",
+           "FrameworkImportWatch"]
 
 # backend name -> (framework module name, adapter module)
 KNOWN: dict[str, tuple[str, str]] = {
@@ -19,7 +20,21 @@ KNOWN: dict[str, tuple[str, str]] = {
     "mindspore": ("mindspore", "gradguard.backends.mindspore._adapter"),
 }
 
+# framework module -> the command that installs it (named in "not installed" messages)
+INSTALL: dict[str, str] = {
+    "torch": "python -m pip install torch",
+    "paddle": "python -m pip install paddlepaddle",
+    "mindspore": "python -m pip install mindspore",
+}
+
 _ADAPTERS: dict[str, Any] = {}
+
+
+def install_hint(framework: str) -> str:
+    """One line: ``framework`` is missing from this Python, and the command that installs it."""
+    command = INSTALL.get(framework, f"python -m pip install {framework}")
+    return (f"gradguard: {framework} is not installed in this Python ({sys.executable}); "
+            f"install it with: {command}")
 
 
 def register(name: str, framework_module: str, adapter_module: str) -> None:
@@ -40,7 +55,16 @@ def get_adapter(name: str):
         raise _invalid(f"unknown backend {name!r}; expected one of {', '.join(map(repr, KNOWN))} or 'auto'")
     adapter = _ADAPTERS.get(name)
     if adapter is None:
-        adapter = _ADAPTERS[name] = importlib.import_module(KNOWN[name][1]).ADAPTER
+        framework = KNOWN[name][0]
+        try:
+            module = importlib.import_module(KNOWN[name][1])
+        except ModuleNotFoundError as error:
+            if error.name != framework:
+                raise
+            raise ModuleNotFoundError(f"gradguard's {name} backend needs {framework}: "
+                                      + install_hint(framework).removeprefix("gradguard: "),
+                                      name=framework) from error
+        adapter = _ADAPTERS[name] = module.ADAPTER
     return adapter
 
 
@@ -87,3 +111,62 @@ def resolve_backend(backend: str, objects: Iterable[Any] = ()) -> str:
         raise _invalid("backend='auto' found no deep-learning framework imported (torch, paddle, mindspore); "
                        "import one first or pass backend=...")
     return found
+
+
+# NOTE [Choosing the backend when the script imports its framework]
+# `gradguard run` cannot know the script's framework before it runs, and importing one to find out breaks a
+# venv that has only another (Paddle-only: "No module named 'torch'"). So the guard is entered the moment the
+# script's first framework import finishes: a meta-path finder sees `import torch` / `paddle` / `mindspore`,
+# and wraps *that one loader instance's* ``exec_module`` (the module keeps its real loader and spec) to call
+# back once the framework module has fully executed. The watch removes itself after the first framework.
+class FrameworkImportWatch:
+    """Calls ``callback(backend_name)`` once, right after the first known framework finishes importing."""
+
+    def __init__(self, callback):
+        self._callback = callback
+        self._frameworks = {framework: name for name, (framework, _a) in KNOWN.items()}
+        self._searching = False
+        self.fired: str | None = None
+
+    def start(self) -> "FrameworkImportWatch":
+        sys.meta_path.insert(0, self)
+        return self
+
+    def stop(self) -> None:
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname not in self._frameworks or self._searching or self.fired:
+            return None
+        import importlib.util
+
+        self._searching = True  # find the real spec with the other finders (we decline while searching)
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            self._searching = False
+        loader = getattr(spec, "loader", None)
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        original = loader.exec_module
+
+        def exec_module(module):
+            try:
+                original(module)
+            finally:
+                try:
+                    del loader.exec_module  # back to the class's method
+                except AttributeError:
+                    pass
+            self._fire(self._frameworks[fullname])
+
+        loader.exec_module = exec_module
+        return spec
+
+    def _fire(self, backend: str) -> None:
+        if self.fired:
+            return
+        self.fired = backend
+        self.stop()
+        self._callback(backend)

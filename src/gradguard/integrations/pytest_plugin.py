@@ -15,12 +15,16 @@ gradguard's guard (whose backend imports torch) only when a test asks for it.
 
 from __future__ import annotations
 
+import os
+import sys
+
 import pytest
 
 __all__ = ["GradguardFixture"]
 
 _GUARD_ARGUMENTS = ("fingerprint", "track_writes", "backend")
 _all_key = pytest.StashKey[list]()  # config -> [(nodeid, finding), ...]
+_aside_key = pytest.StashKey[list]()  # config -> [(nodeid, reason), ...]: tests the guard stepped aside for
 
 
 def pytest_addoption(parser):
@@ -39,6 +43,7 @@ def pytest_configure(config):
         "gradguard.guard(...) with these arguments; enabled=False opts it out of --gradguard",
     )
     config.stash[_all_key] = []
+    config.stash[_aside_key] = []
 
 
 class GradguardFixture:
@@ -100,6 +105,43 @@ def pytest_report_header(config):
     return None
 
 
+# NOTE [--gradguard never changes the outcome of a hazard-free test]
+# `pytest --gradguard` puts every test under the guard, including tests of code the guard cannot watch
+# (functorch transforms refuse saved-tensor hooks, Dynamo traces into the write-log mode, exotic layouts the
+# fingerprint does not handle). When a test blanket-guarded by --gradguard fails with an error that is not a
+# gradguard finding and that the guard itself caused (raised while gradguard's own code was on the stack, or
+# naming gradguard's code, or functorch's refusal of saved-tensor hooks), the plugin steps aside: it runs the
+# test again without the guard, so the outcome is the test's own, and says so in one line (report section and
+# terminal summary). Tests that asked for the guard explicitly (marker, fixture) keep the error.
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_PLUGIN_FILE = os.path.abspath(__file__)
+_GUARD_INCOMPATIBLE_MESSAGES = ("don't yet support saved tensor hooks",)
+
+
+def _guard_caused(error: BaseException) -> str | None:
+    """Why this failure comes from the guard rather than the test (one line), or None when it is the test's."""
+    from gradguard import GradguardError
+
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, GradguardError):
+            return None
+        message = str(current)
+        headline = f"{type(current).__name__}: {message.splitlines()[0] if message else ''}"
+        if any(text in message for text in _GUARD_INCOMPATIBLE_MESSAGES) or _PACKAGE_DIR in message:
+            return headline
+        tb = current.__traceback__
+        while tb is not None:
+            filename = os.path.abspath(tb.tb_frame.f_code.co_filename)
+            if filename.startswith(_PACKAGE_DIR) and filename != _PLUGIN_FILE:
+                return headline
+            tb = tb.tb_next
+        current = current.__cause__ or current.__context__
+    return None
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item):
     enabled, kwargs = _guard_arguments(item)
@@ -111,9 +153,15 @@ def pytest_runtest_call(item):
     handle = getattr(item, "funcargs", {}).get("gradguard")
     if isinstance(handle, GradguardFixture):
         handle.guard = block
+    blanket = item.get_closest_marker("gradguard") is None and "gradguard" not in item.fixturenames
+    reason = None
     try:
         with block:
             return (yield)
+    except Exception as error:
+        reason = _guard_caused(error) if blanket else None
+        if reason is None:
+            raise
     finally:
         findings = list(block.findings)
         if findings:
@@ -122,19 +170,39 @@ def pytest_runtest_call(item):
             text = "\n\n".join(render_finding(f) for f in findings)
             item.add_report_section("call", "gradguard", text + "\n")
             item.config.stash[_all_key].extend((item.nodeid, f) for f in findings)
+    reason = " ".join(reason.split())[:200]
+    item.add_report_section("call", "gradguard", f"gradguard stepped aside: the guard cannot watch this test "
+                                                 f"({reason}); it ran again without the guard\n")
+    item.config.stash[_aside_key].append((item.nodeid, reason))
+    if "torch._dynamo" in sys.modules:  # Dynamo caches the failed guarded compile: compile afresh, unguarded
+        sys.modules["torch"].compiler.reset()
+    return item.runtest()  # the test's own outcome, unguarded
+
+
+def _summarise_stepped_aside(terminalreporter, config) -> None:
+    aside = config.stash.get(_aside_key, [])
+    if not aside:
+        return
+    terminalreporter.section("gradguard", sep="-")
+    for nodeid, reason in aside:
+        terminalreporter.write_line(f"gradguard: stepped aside for {nodeid} (the guard cannot watch it: {reason}); "
+                                    "it ran without the guard")
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    _summarise_stepped_aside(terminalreporter, config)
     found = config.stash.get(_all_key, [])
     if not found:
         return
     terminalreporter.section("gradguard", sep="=", red=True, bold=True)
+    from gradguard.report._text import printable  # quoted source must not drive the terminal
+
     for nodeid, finding in found:
-        terminalreporter.write_line(f"{nodeid}: {finding.headline or finding.kind}")
-        terminalreporter.write_line(f"    tensor: {finding.tensor.label}")
+        terminalreporter.write_line(printable(f"{nodeid}: {finding.headline or finding.kind}"))
+        terminalreporter.write_line(printable(f"    tensor: {finding.tensor.label}"))
         if finding.saved_at.op:
-            terminalreporter.write_line(f"    saved by: {finding.saved_at.op}")
+            terminalreporter.write_line(printable(f"    saved by: {finding.saved_at.op}"))
         if finding.suggestion:
-            terminalreporter.write_line(f"    fix: {finding.suggestion}")
+            terminalreporter.write_line(printable(f"    fix: {finding.suggestion}"))
     tests = len({nodeid for nodeid, _ in found})
     terminalreporter.write_line(f"gradguard: {len(found)} finding(s) in {tests} test(s)")

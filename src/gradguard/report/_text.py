@@ -7,7 +7,7 @@ import textwrap
 
 from ..core._findings import Finding, WriteRecord
 
-__all__ = ["render_finding"]
+__all__ = ["render_finding", "printable"]
 
 _WIDTH = 100  # the exception message's width; terminals get their own (``render_finding(width=...)``)
 _MIN_WIDTH = 40
@@ -16,6 +16,14 @@ _KEEP = "\x00"  # stands for a space that wrapping must not break at
 
 
 _VERSION_CHANGE = re.compile(r"\(version \d+ -> \d+\)")
+# Control characters (ESC starts ANSI/OSC sequences: colours, cursor moves, window titles, hyperlinks) can sit
+# in a source line the finding quotes; shown as \x1b etc. so they never act on the user's terminal.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters (but newlines and tabs) written as visible ``\\xNN`` escapes."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group(0)):02x}", text)
 
 
 def _field(label: str, text: str, width: int) -> list[str]:
@@ -90,4 +98,4 @@ def render_finding(f: Finding, width: int = _WIDTH) -> str:
         lines += _field("fix", f.suggestion, width)
     for note in f.notes:
         lines += _field("note", note, width)
-    return "\n".join(lines)
+    return printable("\n".join(lines))

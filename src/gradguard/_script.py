@@ -1,0 +1,91 @@
+"""The program ``gradguard run`` executes: a script path or ``-m module``, run as the real ``__main__``.
+
+# NOTE [The script is the real __main__]
+# Pickle finds a class by ``sys.modules[cls.__module__]``: a script's classes live in ``__main__``, so
+# ``torch.save(model)``, multiprocessing (fork and spawn), spawn ``Process`` / ``DataLoader`` and a DataLoader
+# worker returning a script-defined class all need ``sys.modules["__main__"]`` to *be* the script's module.
+# Executing the code in a private dict (as gradguard once did) leaves gradguard's own ``__main__`` there:
+# pickling fails, and a DataLoader worker whose batch cannot be unpickled hangs the parent forever. So we do
+# what ``python script.py`` / ``python -m mod`` (runpy) do: a fresh ``types.ModuleType("__main__")`` installed
+# in ``sys.modules`` for the rest of the process, with ``__file__`` / ``__spec__`` as Python sets them (spawn
+# children re-import the main module from these).
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+import runpy
+import sys
+import types
+from dataclasses import dataclass, field
+
+__all__ = ["Program", "ProgramError", "load_program"]
+
+
+class ProgramError(Exception):
+    """The program cannot be started; ``str()`` is the message Python would print, ``exit_code`` its status."""
+
+    def __init__(self, message: str, exit_code: int):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class _ModuleNotRunnable(ImportError):
+    pass
+
+
+@dataclass
+class Program:
+    """What to run: ``target`` as the user typed it (a path, or a module name when ``is_module``)."""
+
+    target: str
+    is_module: bool
+    origin: str  # absolute path of the file executed
+    code: types.CodeType
+    spec: object = None
+    args: list = field(default_factory=list)
+    keep: list = field(default_factory=list)
+
+    @property
+    def command_words(self) -> list[str]:
+        """How to name this program again on a command line (``-m mod`` or the path)."""
+        return ["-m", self.target] if self.is_module else [self.target]
+
+    def install_main(self, args: list[str]) -> dict:
+        """Make this program the process's ``__main__`` (argv, sys.path[0], sys.modules); its globals."""
+        module = types.ModuleType("__main__")
+        module.__dict__["__builtins__"] = builtins  # the module, as in Python's own __main__ (not a dict)
+        if self.is_module:
+            spec = self.spec
+            module.__dict__.update(__file__=self.origin, __cached__=getattr(spec, "cached", None),
+                                   __loader__=spec.loader, __package__=spec.parent, __spec__=spec)
+        else:
+            module.__dict__.update(__file__=self.origin, __cached__=None, __loader__=None, __package__=None,
+                                   __spec__=None)
+        sys.argv = [self.origin if self.is_module else self.target, *args]
+        self.keep.append(sys.modules.get("__main__"))  # gradguard's own __main__ stays alive (its frame runs)
+        sys.modules["__main__"] = module
+        return module.__dict__
+
+
+def load_program(target: str, is_module: bool) -> Program:
+    """Find and compile the program; a ProgramError with Python's own words when it cannot start."""
+    if is_module:
+        # `python -m`: the current directory first on sys.path, then the module found as runpy finds it
+        # (packages run their __main__). runpy._get_module_details is what pdb uses for `-m` too.
+        sys.path[0] = os.getcwd()
+        try:
+            _name, spec, code = runpy._get_module_details(target, _ModuleNotRunnable)
+        except _ModuleNotRunnable as error:
+            raise ProgramError(f"{sys.executable}: {error}", 1) from None
+        return Program(target, True, os.path.abspath(spec.origin), code, spec)
+    path = os.path.abspath(target)  # like `python script.py` since 3.9: code and __file__ use the absolute path
+    if not os.path.isfile(path):
+        # The same words and exit code as `python missing.py`.
+        raise ProgramError(f"gradguard: can't open file {path!r}: [Errno 2] No such file or directory", 2)
+    with open(path, "rb") as handle:
+        source = handle.read()
+    code = compile(source, path, "exec")  # a SyntaxError is reported by the caller, like Python's
+    sys.path[0] = os.path.dirname(path)
+    return Program(target, False, path, code)
