@@ -130,3 +130,47 @@ def test_float16_and_bfloat16_have_no_false_alarms():
     for dtype in (torch.float16, torch.bfloat16):
         report = gradguard.check_op(lambda x, y: F.cross_entropy(x, y), x.to(dtype), y, reference=F.cross_entropy)
         assert report.passed, str(report)
+
+
+# ---- torch.library ops: opcheck folded in ------------------------------------------------------------
+@torch.library.custom_op("gradguard_trust::undeclared_write", mutates_args=())
+def _undeclared_write(x: torch.Tensor) -> torch.Tensor:
+    x.add_(1.0)  # the schema says x is read-only
+    return x * 2
+
+
+@_undeclared_write.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+_undeclared_write.register_autograd(lambda ctx, g: g * 2, setup_context=lambda ctx, inputs, output: None)
+
+
+def test_custom_op_runs_opcheck_in_the_same_report():
+    report = gradguard.check_op(_undeclared_write, torch.randn(3, 4, generator=_g(11)),
+                                checks=("gradient", "mutation"))
+    assert report.op == "gradguard_trust::undeclared_write"
+    assert report.root_cause.check == "opcheck.schema"
+    assert report.root_cause.message == (
+        "torch.library.opcheck test_schema failed: Argument x is not defined as mutable but was mutated")
+    assert "mutation.input_write" not in {f.check for f in report.findings}  # not "declared"
+    statuses = {c.check: c.status for c in report.checks}
+    assert statuses["opcheck.faketensor"] == statuses["opcheck.autograd_registration"] == "pass"
+
+
+def test_root_cause_leads_and_consequences_are_grouped():
+    import pathlib
+    import sys
+
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "examples" / "ops"))
+    import kernels as K
+
+    fn, ref, make = K.BUGGY["xsin_wrong"]
+    report = gradguard.check_op(fn, *make(), reference=ref)
+    text = str(report).splitlines()
+    assert text[3] == "  root cause (first check failing on the simplest input):"
+    assert text[4].startswith("  FAIL gradient.numerical [given] x: backward of x disagrees")
+    assert report.root_cause.check == "gradient.numerical"
+    assert "  consequences and further failures (1):" in text
+    assert any(line.startswith("     - FAIL gradient.reference [given] x:") for line in text)

@@ -42,7 +42,7 @@ from ._composition import audit_composition
 from ._mutation import audit_mutation
 from ._op_raised import OpRaised
 from ._regimes import REGIME_NAMES, Regime, Spec, build_regimes, shrink_candidates
-from ._report import CheckResult, Failure, OpReport
+from ._report import CheckResult, Failure, OpReport, verdict_order
 
 __all__ = ["run_check_op", "CHECK_GROUPS", "DEFAULT_OPTIONS"]
 
@@ -710,6 +710,18 @@ class _Audit:
             self.findings += [f for f in found if keep(f.check)]
             self.checks += [c for c in checks if keep(c.check)]
 
+        if "mutation" in groups and self.B.name == "torch":
+            from ._opcheck import audit_opcheck, is_library_op
+
+            if is_library_op(self.fn):
+                found, checks, notes = audit_opcheck(self.B, self.fn, self.args, self.kwargs, self.wrt)
+                if any(f.check == "opcheck.schema" for f in found):
+                    # the write bumped the version, but the schema calls the input read-only: not "declared"
+                    self.findings = [f for f in self.findings if f.check != "mutation.input_write"]
+                self.findings += found
+                self.checks += checks
+                self.notes += notes
+
         if "composition" in groups:
             found, checks = audit_composition(self.B, self.fn, self.args, self.kwargs, self.wrt, self.names,
                                               base.U[0], base.lin_d.out_names, self.notes)
@@ -748,7 +760,7 @@ class _Audit:
             backend=self.B.name,
             inputs=[f"{n}: {self.B.describe(a)}{' (differentiated)' if i in self.wrt else ''}" for i, (n, a) in enumerate(zip(self.names, self.args))],
             reference=self.B.op_name(self.reference) if self.reference is not None else None,
-            findings=self.findings,
+            findings=verdict_order(self.findings),
             checks=self.checks,
             notes=_dedupe(self.notes),
             options={k: (list(v) if isinstance(v, (tuple, set)) else v) for k, v in self.opts.items() if k != "kwargs"} | {"kwargs": {k: repr(v) for k, v in self.kwargs.items()}},

@@ -351,6 +351,9 @@ class TorchBackend:
             return f"{owner.__name__}.apply"
         if isinstance(fn, torch.nn.Module):
             return type(fn).__name__
+        qualname = getattr(fn, "_qualname", None)  # torch.library.custom_op's CustomOpDef: "ns::name"
+        if isinstance(qualname, str):
+            return qualname
         for attr in ("__qualname__", "__name__"):
             name = getattr(fn, attr, None)
             if isinstance(name, str):
