@@ -30,6 +30,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -738,8 +739,12 @@ class _Audit:
             regimes, skipped = build_regimes(self.B, self.args, self.wrt, self.kwargs, self.defaults, set(self.opts["regimes"]), self.names)
             for name, why in skipped.items():
                 self.checks.append(CheckResult(f"regime.{name}", name, "skip", why))
+            given_s = time.perf_counter() - t0
+            progress = _Progress(self.opts["name"] or self.B.op_name(self.fn), len(regimes), given_s)
             for n, regime in enumerate(regimes, start=1):
+                progress.step(n, regime.name)
                 self._run_regime(regime, base, n)
+            progress.done()
 
         return self._report(t0)
 
@@ -826,6 +831,33 @@ class _Audit:
                 f.repro = text
             self.findings += run.failures
         self.checks.append(CheckResult(check, regime.name, "fail" if run.failures else "pass", regime.description))
+
+
+class _Progress:
+    """Progress of a long audit on stderr, only when stderr is a terminal (never in logs, CI or pipes).
+
+    # NOTE [Cost before a long audit]
+    # Each regime costs about what the given inputs' gradient suite cost; when that adds up to more than
+    # LONG_AUDIT_S the audit says so once, with the estimate, before spending it.
+    """
+
+    LONG_AUDIT_S = 10.0
+
+    def __init__(self, op: str, total: int, given_s: float):
+        self.total = total
+        self.on = bool(getattr(sys.stderr, "isatty", lambda: False)()) and total > 0
+        estimate = given_s * total
+        if self.on and estimate > self.LONG_AUDIT_S:
+            print(f"gradguard.check_op: {op}: {total} regimes left, about {estimate:.0f} s "
+                  f"(regimes=[...] or checks=('gradient',) makes it shorter)", file=sys.stderr)
+
+    def step(self, n: int, name: str) -> None:
+        if self.on:
+            print(f"\r  check_op regime {n}/{self.total}: {name:<24}", end="", file=sys.stderr, flush=True)
+
+    def done(self) -> None:
+        if self.on:
+            print("\r" + " " * 60 + "\r", end="", file=sys.stderr, flush=True)
 
 
 def _scale(a: np.ndarray) -> float:
