@@ -748,6 +748,13 @@ class _Audit:
 
         return self._report(t0)
 
+    def _reference_raises(self, args) -> bool:
+        try:
+            self.B.linearize(self.reference, args, self.kwargs, self.wrt)
+        except OpRaised:
+            return True
+        return False
+
     def _raised_finding(self, exc: OpRaised, regime: str) -> Failure:
         err = exc.error
         where = ""
@@ -807,6 +814,9 @@ class _Audit:
             return
         except OpRaised as exc:
             err = exc.error
+            if self.reference is not None and self._reference_raises(regime.args):
+                self.checks.append(CheckResult(check, regime.name, "skip", "regime not applicable: the reference raises on these inputs too"))
+                return
             self.findings.append(Failure(check=check, regime=regime.name, severity="warning",
                                          message=f"fn's {exc.phase} raised {type(err).__name__} on these inputs ({regime.description}): {str(err)[:200]}",
                                          why="the op may not support this input (fine if documented) or crashes on it.",

@@ -224,6 +224,10 @@ def build_regimes(B, args, wrt, kwargs, defaults, selected, names=None) -> tuple
                 new = list(args)
                 for i in same:
                     new[i] = B.from_numpy(_resize_last(B.to_numpy(args[i]), size), args[i])
+                for i in ints:  # class indices into the feature dimension stay valid (sentinels < 0 kept)
+                    v = B.to_numpy(args[i])
+                    if v.max(initial=-1) >= size:
+                        new[i] = B.from_numpy(np.where(v >= 0, v % size, v), args[i])
                 kind = "size 1" if size == 1 else ("not a power of two" if not _is_pow2(size) else "a power of two")
                 regimes.append(Regime("feature_dim", f"last dimension {d} -> {size} ({kind}) on every float input that has it", new, Spec()))
         else:
