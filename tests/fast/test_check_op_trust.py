@@ -174,3 +174,9 @@ def test_root_cause_leads_and_consequences_are_grouped():
     assert report.root_cause.check == "gradient.numerical"
     assert "  consequences and further failures (1):" in text
     assert any(line.startswith("     - FAIL gradient.reference [given] x:") for line in text)
+
+
+def test_no_progress_output_when_stderr_is_not_a_terminal(capsys):
+    gradguard.check_op(torch.sin, torch.randn(5, generator=_g(12)))
+    out = capsys.readouterr()
+    assert out.err == "" and out.out == ""
