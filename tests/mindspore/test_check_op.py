@@ -67,3 +67,19 @@ def test_public_check_op_dispatches_to_mindspore():
 
     r = gradguard.check_op(MissingTerm(), X, backend="mindspore")
     assert r.backend.startswith("mindspore") and r.failed_checks == ["gradient", "graph_mode"]
+
+
+def test_reference_is_honoured_and_torch_options_are_named():
+    import gradguard
+    from gradguard import InvalidArgument
+
+    good = check_op(XSinX(), X, modes=("pynative",), reference=lambda x: x * ms.ops.sin(x))
+    assert good.passed, str(good)
+    assert {"forward.reference", "gradient.reference"} <= set(good.checks)
+    bad = gradguard.check_op(XSinX(), ms.Tensor(X), modes=("pynative",), reference=lambda x: 100 * x * ms.ops.sin(x))
+    assert bad.failed_checks == ["forward.reference"]
+    wrong = check_op(MissingTerm(), X, modes=("pynative",), reference=lambda x: x * ms.ops.sin(x))
+    assert "gradient.reference" in wrong.failed_checks
+    with pytest.raises(InvalidArgument) as e:
+        gradguard.check_op(XSinX(), ms.Tensor(X), kwargs={})
+    assert str(e.value).startswith("check_op: option 'kwargs' is not supported by the MindSpore check_op yet")

@@ -111,3 +111,18 @@ def test_public_check_op_dispatches_to_paddle():
     assert r.passed and r.backend.startswith("paddle")
     r = gradguard.check_op(lambda x: x * paddle.sin(x), paddle.to_tensor(X))  # auto: paddle tensor input
     assert r.passed and r.backend.startswith("paddle")
+
+
+def test_reference_is_honoured_and_torch_options_are_named():
+    import gradguard
+    from gradguard import InvalidArgument
+
+    op = lambda x: x * paddle.sin(x)  # noqa: E731
+    good = check_op(op, X, reference=lambda x: x * paddle.sin(x))
+    assert good.passed and {"forward.reference", "gradient.reference"} <= set(good.checks)
+    # a reference 100x off must fail (it used to be dropped silently)
+    bad = gradguard.check_op(op, paddle.to_tensor(X), reference=lambda x: 100 * x * paddle.sin(x))
+    assert bad.failed_checks == ["forward.reference"]
+    with pytest.raises(InvalidArgument) as e:
+        gradguard.check_op(op, paddle.to_tensor(X), regimes=["kinks"])
+    assert str(e.value).startswith("check_op: option 'regimes' is not supported by the Paddle check_op yet")

@@ -32,6 +32,9 @@ def check_op(fn: Callable, *inputs: Any, reference: Callable | None = None, **op
         if name in ("paddle", "mindspore"):
             import importlib
 
+            # reference= travels with the other options: a backend that cannot honour one says so (never drops it)
+            if reference is not None:
+                options["reference"] = reference
             return importlib.import_module(f"gradguard.backends.{name}").check_op(fn, *inputs, **options)
     from ._audit import run_check_op
     from ._torch_ops import TORCH

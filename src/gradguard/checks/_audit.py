@@ -13,10 +13,24 @@
 # Failures in regimes other than "given" are named ``regime.<name>`` and say which comparison failed.
 # When finite differences disagree with both the op and the reference, the reference's convention wins
 # (a kink, a padding row): reported as a note, not a failure.
+#
+# NOTE [Effective precision]
+# float64 inputs do not mean float64 math: a Triton kernel loads float64, computes in float32 and stores
+# float64. The float64 run is repeated once on inputs jittered by 2^-40 (values no float32 can hold); if
+# every output and gradient is still exactly a float32 (or float16/bfloat16) value, the op computes in that
+# precision and every float64 check uses its tolerances (finite differences with a larger step).
+# When the op cannot run in float64 at all (forward or backward rejects it), the checks run in the op's
+# own dtype; with a reference, tolerances come from the reference's own error against its float64 run.
+#
+# NOTE [Tolerance floor]
+# Tolerances relative to max|gradient| vanish when the gradient does (saturated softmax: 5e-10 x 1e-9).
+# Every gradient comparison adds an absolute floor in gradient units from the scales of the problem:
+# 64 ulp (1e-9 in float64) x max|u| x max|f| / max(1, max|x|): rounding a correct implementation makes anyway.
 """
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -27,8 +41,9 @@ from .._errors import InvalidArgument
 from . import _numerical as num
 from ._composition import audit_composition
 from ._mutation import audit_mutation
+from ._op_raised import OpRaised
 from ._regimes import REGIME_NAMES, Regime, Spec, build_regimes, shrink_candidates
-from ._report import CheckResult, Failure, OpReport
+from ._report import CheckResult, Failure, OpReport, verdict_order
 
 __all__ = ["run_check_op", "CHECK_GROUPS", "DEFAULT_OPTIONS"]
 
@@ -55,8 +70,16 @@ _FLOOR_ULPS = 8.0
 _LINEARITY_ALPHA = 2.5
 
 
-class _Skip(Exception):
-    pass
+class _ReferenceRaised(Exception):
+    """The reference (not the op) raised."""
+
+    def __init__(self, raised: OpRaised):
+        super().__init__(str(raised))
+        self.raised = raised
+
+
+class _NotApplicable(Exception):
+    """A regime whose inputs the reference itself cannot handle."""
 
 
 def _type_name(x: Any) -> str:
@@ -73,6 +96,7 @@ class _Run:
     g_d: list[list[np.ndarray]]
     lin_64: Any = None
     g_64: list | None = None
+    eff: str | None = None  # precision the float64 run really has (NOTE [Effective precision])
     failures: list[Failure] = field(default_factory=list)
     checks: list[CheckResult] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -92,11 +116,13 @@ class _Audit:
         self.findings: list[Failure] = []
         self.checks: list[CheckResult] = []
         self.notes: list[str] = []
+        self._eff: str | None = None
+        self._given_ref_outputs: list[np.ndarray] = []
 
     # ---- validation --------------------------------------------------------------------------------
     def _choose_wrt(self) -> list[int]:
         B, args = self.B, self.args
-        floats = [i for i, a in enumerate(args) if B.kind(a) == "float"]
+        floats = [i for i, a in enumerate(args) if B.is_tensor(a) and B.kind(a) == "float"]
         if not floats:
             got = ", ".join(f"{n}: {B.describe(a)}" for n, a in zip(self.names, args))
             raise InvalidArgument(
@@ -105,6 +131,9 @@ class _Audit:
             )
         wrt = self.opts["wrt"]
         if wrt is None:
+            # NOTE [Which inputs]: inputs marked requires_grad (when some are) are the ones differentiated, so a
+            # bias-only audit is check_op(fn, x, w, b.requires_grad_()); 0-dim floats such as a temperature are
+            # differentiated like any other unless excluded that way.
             marked = [i for i in floats if B.requires_grad(args[i])]
             return marked or floats
         if isinstance(wrt, int):
@@ -177,16 +206,61 @@ class _Audit:
     def _to64(self, args):
         return [self.B.to_float64(a) if self.B.is_tensor(a) and self.B.kind(a) == "float" else a for a in args]
 
-    def _linearize64(self, fn, args, who, run_notes):
+    def _run64(self, fn, args, U, who, run_notes, out_names=None):
+        """fn's float64 linearization and VJPs, or (None, None) with a note when fn cannot run in float64."""
         try:
             lin = self.B.linearize(fn, self._to64(args), self.kwargs, self.wrt)
-        except Exception as exc:
-            run_notes.append(f"{who} failed on float64 inputs ({type(exc).__name__}: {str(exc)[:120]}); float64 checks skipped")
-            return None
-        if any(dt != "float64" for dt in lin.out_dtypes):
-            run_notes.append(f"{who} returned {', '.join(sorted(set(lin.out_dtypes)))} outputs for float64 inputs; float64 checks skipped")
-            return None
-        return lin
+            if any(dt != "float64" for dt in lin.out_dtypes):
+                run_notes.append(f"{who} returned {', '.join(sorted(set(lin.out_dtypes)))} outputs for float64 inputs; float64 checks skipped")
+                return None, None
+            if out_names is not None:
+                order = [lin.out_names.index(n) for n in out_names]
+                lin.out_tensors = [lin.out_tensors[j] for j in order]
+                lin.outputs = [lin.outputs[j] for j in order]
+                lin.out_names = list(out_names)
+            return lin, self._vjps(fn, self._to64(args), U, lin, out_names)
+        except OpRaised as exc:
+            run_notes.append(f"{who}'s {exc.phase} failed on float64 inputs ({type(exc.error).__name__}: {str(exc.error)[:120]}); "
+                             f"checks run in the op's own dtype with tolerances from a float64 reference where one is given")
+            return None, None
+
+    def _effective_dtype(self, args, U) -> str:
+        """The precision fn really computes in when fed float64 (see NOTE [Effective precision])."""
+        if self._eff is not None:
+            return self._eff
+        self._eff = "float64"
+        rng = np.random.default_rng(self.opts["seed"] + 7)
+        jittered = list(self._to64(args))
+        for i in self.wrt:
+            v = self.B.to_numpy(jittered[i])
+            jittered[i] = self.B.with_values(jittered[i], v * (1.0 + 2.0**-40 * rng.standard_normal(v.shape)) + 2.0**-60)
+        try:
+            lin = self.B.linearize(self.fn, jittered, self.kwargs, self.wrt)
+            values = list(lin.outputs) + list(lin.pullback([np.asarray(u) for u in U[0]]))
+        except OpRaised:
+            return self._eff
+        flat = np.concatenate([np.asarray(v, dtype=np.float64).reshape(-1) for v in values]) if values else np.zeros(0)
+        flat = flat[np.isfinite(flat) & (flat != 0)]
+        if flat.size == 0:
+            return self._eff
+        for dt in ("bfloat16", "float16", "float32"):
+            if np.array_equal(self.B.round_to(flat, dt), flat):
+                self._eff = dt
+                self.notes.append(
+                    f"fn computes in {dt} on float64 inputs (every output and gradient of a float64 run is exactly a "
+                    f"{dt} value, as with a Triton kernel that upcasts to float32 only): float64 checks use {dt} tolerances")
+                break
+        return self._eff
+
+    def _floor(self, i, run, dt) -> float:
+        """Absolute tolerance floor in gradient units (see NOTE [Tolerance floor])."""
+        u = max((float(np.max(np.abs(x), initial=0.0)) for x in run.U[0]), default=1.0)
+        f = max((_scale(o) for o in run.lin_d.outputs), default=1.0)
+        x = _scale(self.B.to_numpy(self.args[self.wrt[i]])) if self.B.numel(self.args[self.wrt[i]]) else 1.0
+        # float64 comparisons are made at 1e-9 relative (not at 64 ulp): the floor matches that level, so
+        # rounding amplified inside a correct op (1/sqrt(var + eps) with var = 0) is not a failure
+        rel = max(64.0 * self.B.eps(dt), 1e-9)
+        return rel * u * f / max(x, 1.0)
 
     def _where(self, i, m: num.Mismatch, got_label, exp_label) -> str:
         idx = ", ".join(map(str, m.index or ()))
@@ -208,28 +282,47 @@ class _Audit:
         if all64:
             run.lin_64, run.g_64 = lin_d, g_d
         else:
-            run.lin_64 = self._linearize64(fn, args, "fn", run.notes)
-            run.g_64 = self._vjps(fn, self._to64(args), U, run.lin_64) if run.lin_64 else None
+            run.lin_64, run.g_64 = self._run64(fn, args, U, "fn", run.notes)
+        run.eff = self._effective_dtype(args, U) if run.lin_64 is not None else None
 
         lin_rd = lin_r64 = g_rd = g_r64 = None
         if ref is not None:
-            lin_rd = B.linearize(ref, args, self.kwargs, self.wrt)
-            self._check_outputs(lin_rd, "reference")
-            self._check_reference_outputs(lin_d, lin_rd)
-            order = [lin_rd.out_names.index(n) for n in lin_d.out_names]
-            lin_rd.out_tensors = [lin_rd.out_tensors[j] for j in order]
-            lin_rd.outputs = [lin_rd.outputs[j] for j in order]
-            lin_rd.out_names = list(lin_d.out_names)
-            g_rd = self._vjps(ref, args, U, lin_rd, lin_d.out_names)
-            if all64:
-                lin_r64, g_r64 = lin_rd, g_rd
+            try:
+                lin_rd = B.linearize(ref, args, self.kwargs, self.wrt)
+                self._check_outputs(lin_rd, "reference")
+                self._check_reference_outputs(lin_d, lin_rd)
+                order = [lin_rd.out_names.index(n) for n in lin_d.out_names]
+                lin_rd.out_tensors = [lin_rd.out_tensors[j] for j in order]
+                lin_rd.outputs = [lin_rd.outputs[j] for j in order]
+                lin_rd.out_names = list(lin_d.out_names)
+                g_rd = self._vjps(ref, args, U, lin_rd, lin_d.out_names)
+                if all64 and run.eff not in (None, "float64"):
+                    # float64 declared, lower precision computed: the reference's own error in that precision
+                    # (inputs rounded, math in it) sets the tolerance, with its float64 run as the truth
+                    lin_r64, g_r64 = lin_rd, g_rd
+                    low_args = [B.from_numpy(B.to_numpy(a), a, run.eff) if i in self.wrt else a for i, a in enumerate(args)]
+                    lin_rd = B.linearize(ref, low_args, self.kwargs, self.wrt)
+                    order = [lin_rd.out_names.index(n) for n in lin_d.out_names]
+                    lin_rd.out_tensors = [lin_rd.out_tensors[j] for j in order]
+                    lin_rd.outputs = [lin_rd.outputs[j] for j in order]
+                    lin_rd.out_names = list(lin_d.out_names)
+                    g_rd = self._vjps(ref, low_args, U, lin_rd, lin_d.out_names)
+                elif all64:
+                    lin_r64, g_r64 = lin_rd, g_rd
+                else:
+                    lin_r64, g_r64 = self._run64(ref, args, U, "reference", run.notes, lin_d.out_names)
+            except OpRaised as exc:
+                raise _ReferenceRaised(exc) from exc
+            if regime != "given":
+                # NOTE [Regime not applicable]: inputs the reference itself cannot handle (every label ignored, a
+                # log of 0) say nothing about the op: the regime is skipped, not failed.
+                truth_vals = list((lin_r64 or lin_rd).outputs) + [g for gs in (g_r64 or g_rd) for g in gs]
+                truth_vals += list(lin_rd.outputs) + [g for gs in g_rd for g in gs]  # overflow in the op's dtype too
+                given_finite = all(np.all(np.isfinite(o)) for o in self._given_ref_outputs)
+                if given_finite and not all(np.all(np.isfinite(v)) for v in truth_vals):
+                    raise _NotApplicable("the reference returns NaN/inf on these inputs (in float64 or in the op's dtype)")
             else:
-                lin_r64 = self._linearize64(ref, args, "reference", run.notes)
-                if lin_r64 is not None:
-                    order = [lin_r64.out_names.index(n) for n in lin_d.out_names]
-                    lin_r64.out_tensors = [lin_r64.out_tensors[j] for j in order]
-                    lin_r64.outputs = [lin_r64.outputs[j] for j in order]
-                    g_r64 = self._vjps(ref, self._to64(args), U, lin_r64, lin_d.out_names)
+                self._given_ref_outputs = list((lin_r64 or lin_rd).outputs)
 
         def fail(check, **kw):
             run.failures.append(Failure(check=check, regime=regime, **kw))
@@ -241,9 +334,9 @@ class _Audit:
         if ref is not None:
             ok = True
             for o, name in enumerate(lin_d.out_names):
-                dt = lin_d.out_dtypes[o]
+                dt = self._precision_of(lin_d.out_dtypes[o], run)
                 truth = lin_r64.outputs[o] if lin_r64 is not None else lin_rd.outputs[o]
-                allowed, rule = self._derived_tol(lin_d.outputs[o], lin_rd.outputs[o], truth, dt, lin_r64 is not None)
+                allowed, rule = self._derived_tol(lin_d.outputs[o], lin_rd.outputs[o], truth, dt, lin_r64 is not None, 0.0)
                 m = num.compare(lin_d.outputs[o], truth, allowed)
                 if not m.ok:
                     ok = False
@@ -257,27 +350,28 @@ class _Audit:
             record("forward.reference", ok)
 
         # gradient.numerical
-        if spec.numerical and run.lin_64 is not None:
-            self._numerical(args, run, regime, fail, record, g_r64)
+        numeric_dt = run.eff if run.lin_64 is not None else self._dtype(0)
+        if spec.numerical and (run.lin_64 is not None or numeric_dt == "float32"):
+            self._numerical(args, run, regime, fail, record, g_r64, numeric_dt)
         elif not spec.numerical:
             run.checks.append(CheckResult("gradient.numerical", regime, "skip", "finite differences not meaningful here"))
         else:
-            run.checks.append(CheckResult("gradient.numerical", regime, "skip", "fn does not run in float64"))
+            run.checks.append(CheckResult("gradient.numerical", regime, "skip", f"fn does not run in float64 and {numeric_dt} is too coarse for finite differences"))
 
         # gradient.reference
         if ref is not None:
             ok = True
             for i in range(len(self.wrt)):
-                dt = self._dtype(i)
+                dt = self._precision_of(self._dtype(i), run)
                 got = np.stack([g[i] for g in g_d])
                 ref_d = np.stack([g[i] for g in g_rd])
                 truth = np.stack([g[i] for g in g_r64]) if g_r64 is not None else ref_d
-                allowed, rule = self._derived_tol(got, ref_d, truth, dt, g_r64 is not None)
+                allowed, rule = self._derived_tol(got, ref_d, truth, dt, g_r64 is not None, self._floor(i, run, dt))
                 m = num.compare(got, truth, allowed)
-                if m.ok and run.g_64 is not None and g_r64 is not None and not all64:
+                if m.ok and run.g_64 is not None and g_r64 is not None and not all64 and run.eff == "float64":
                     got64 = np.stack([g[i] for g in run.g_64])
                     scale = _scale(truth)
-                    m2 = num.compare(got64, truth, 1e-7 * scale)
+                    m2 = num.compare(got64, truth, 1e-7 * scale + self._floor(i, run, "float64"))
                     if not m2.ok:
                         m, rule = m2, "1e-07 x max|reference| (float64 op vs float64 reference)"
                 if not m.ok:
@@ -299,7 +393,7 @@ class _Audit:
                 got = np.stack([g[i] for g in g_d])
                 truth = np.stack([g[i] for g in run.g_64])
                 rel = _PRECISION_REL.get(dt, 1e-4)
-                m = num.compare(got, truth, rel * _scale(truth))
+                m = num.compare(got, truth, rel * _scale(truth) + self._floor(i, run, dt))
                 if not m.ok:
                     ok = False
                     m.index = m.index[1:] if m.index else m.index
@@ -331,101 +425,160 @@ class _Audit:
             self._linearity(run, regime, fail, record)
         return run
 
-    def _derived_tol(self, got, ref_d, truth, dt, have_truth):
+    def _precision_of(self, dt: str, run: _Run) -> str:
+        """A float64 declared dtype computed in lower precision is judged at that precision."""
+        return run.eff if dt == "float64" and run.eff not in (None, "float64") else dt
+
+    def _derived_tol(self, got, ref_d, truth, dt, have_truth, floor):
         scale = _scale(truth)
         eps = self.B.eps(dt)
         if dt == "float64":
-            return 1e-9 * scale, "1e-09 x max|reference| (float64)"
-        if not have_truth:
-            return 64 * eps * scale, f"64 ulp x max|reference| ({dt}; reference has no float64 run)"
+            return 1e-9 * scale + floor, "1e-09 x max|reference| (float64) + floor from input/output scales"
+        if not have_truth or ref_d is truth:
+            return 64 * eps * scale + floor, f"64 ulp x max|reference| ({dt}; reference has no float64 run)"
         with np.errstate(invalid="ignore"):
             d = np.abs(ref_d - truth)
         ref_err = float(np.max(d[np.isfinite(d)], initial=0.0))
         factor = self.opts["reference_factor"]
-        allowed = factor * ref_err + _FLOOR_ULPS * eps * scale
+        allowed = factor * ref_err + _FLOOR_ULPS * eps * scale + floor
         return allowed, f"{factor:g} x reference's own {dt} error ({ref_err:.3g}) + {_FLOOR_ULPS:g} ulp x max|reference|"
 
-    def _numerical(self, args, run: _Run, regime, fail, record, g_r64):
+    def _numerical(self, args, run: _Run, regime, fail, record, g_r64, dt: str):
+        """``gradient.numerical``: see NOTE [Directional probes] and NOTE [Effective precision]."""
         B, opts = self.B, self.opts
-        args64 = self._to64(args)
-        xs = [B.to_numpy(args64[i]) for i in self.wrt]
-        out_names = run.lin_64.out_names
-        f0 = run.lin_64.outputs
+        low = dt != "float64"
+        base_args = self._to64(args) if run.lin_64 is not None else list(args)
+        G_all = run.g_64 if run.lin_64 is not None else run.g_d
+        lin = run.lin_64 if run.lin_64 is not None else run.lin_d
+        xs = [B.to_numpy(base_args[i]) for i in self.wrt]
+        out_names = lin.out_names
+        f0 = lin.outputs
         rng = np.random.default_rng(opts["seed"] + 1000)
+        eps = B.eps(dt)
+        input_dts = [B.dtype_name(base_args[i]) for i in self.wrt]
 
         def forward(values):
-            new = list(args64)
+            new = list(base_args)
             for i, v in zip(self.wrt, values):
-                new[i] = B.with_values(args64[i], v)
+                new[i] = B.with_values(base_args[i], v)
             return B.forward64(self.fn, new, self.kwargs, out_names)
 
-        rtol = opts["rtol"]
+        # In low precision the step must grow (rounding noise ~ eps/h); Richardson bounds the truncation.
+        rel_step = eps ** 0.5 if low else 1e-6
+        rtol = max(opts["rtol"], 10 * eps ** 0.5) if low else opts["rtol"]
         round_terms = [num.absdot(u, f0) for u in run.U]
+        f0_finite = all(np.all(np.isfinite(o)) for o in f0)  # a domain edge needs a finite value at x itself
         ok = True
         for i, x in enumerate(xs):
-            h = num.step_size(x)
+            h = num.step_size(x, rel_step)
             name = self.names[self.wrt[i]]
-            G = np.stack([g[i] for g in run.g_64])  # (K, *shape)
-            if x.size <= opts["full_jacobian_max"]:
+            G = np.stack([g[i] for g in G_all]).reshape(len(run.U), -1)  # (K, n): 0-dim inputs too
+            K, n = G.shape
+            # the step each element really takes once rounded to the input's dtype
+            def moved(w):
+                wp = B.round_to(x + w, input_dts[i]) - x
+                wm = x - B.round_to(x - w, input_dts[i])
+                return (wp + wm) / 2.0, x + wp, x - wm
+
+            def column(w, j):
+                w_eff, xp, xm = moved(w)
+                step = float(w_eff.reshape(-1)[j]) or h
+                fp = forward([xp if k == i else v for k, v in enumerate(xs)])
+                fm = forward([xm if k == i else v for k, v in enumerate(xs)])
+                with np.errstate(invalid="ignore", over="ignore"):
+                    return [(a - b) / (2.0 * step) for a, b in zip(fp, fm)], step
+
+            def along(w):
+                w_eff, xp, xm = moved(w)
+                fp = forward([xp if k == i else v for k, v in enumerate(xs)])
+                fm = forward([xm if k == i else v for k, v in enumerate(xs)])
+                with np.errstate(invalid="ignore", over="ignore"):
+                    return [(a - b) / (2.0 * h) for a, b in zip(fp, fm)], w_eff.reshape(-1) / h  # gradient units
+
+            domain_edge = []
+            if n <= opts["full_jacobian_max"]:
+                got = G
                 expected = np.zeros_like(G)
                 allowed = np.zeros_like(G)
-                for j in range(x.size):
-                    w = np.zeros(x.shape)
-                    w.reshape(-1)[j] = h
-                    col = [c / h for c in num.central_difference(forward, xs, i, w)]
+                for j in range(n):
+                    w = np.zeros(n)
+                    w[j] = h
+                    w = w.reshape(x.shape)
+                    col, step = column(w, j)
+                    col2 = column(w / 2.0, j)[0] if low else None
                     for k, u in enumerate(run.U):
-                        expected[k].reshape(-1)[j] = num.dot(u, col)
-                        allowed[k].reshape(-1)[j] = 64 * num.EPS64 * round_terms[k] / h + rtol * (num.absdot(u, col) + abs(G[k].reshape(-1)[j]))
-                m = num.compare(G, expected, allowed + 1e-300)
+                        expected[k, j] = num.dot(u, col)
+                        allowed[k, j] = 64 * eps * round_terms[k] / step + rtol * (num.absdot(u, col) + abs(G[k, j]))
+                        if low:  # Richardson: two steps disagreeing bound the finite difference's own error
+                            allowed[k, j] += 4.0 * abs(expected[k, j] - num.dot(u, col2))
+                    if f0_finite and not all(np.all(np.isfinite(c)) for c in col) and not np.isfinite(expected[:, j]).all():
+                        domain_edge.append(j)
+                mask = np.zeros_like(G, dtype=bool)
+                mask[:, domain_edge] = True
+                allowed = np.where(mask, 1.0, allowed)
+                m = num.compare(np.where(mask, 0.0, got), np.where(mask, 0.0, expected), allowed + 1e-300)
                 mode = "full Jacobian"
             else:
                 exp_s, got_s, allow_s = [], [], []
                 for _ in range(opts["probes"]):
-                    w = h * rng.standard_normal(x.shape)
-                    jw = num.central_difference(forward, xs, i, w)
+                    direction = rng.standard_normal(x.shape)
+                    jw, d = along(h * direction)
+                    if f0_finite and not all(np.all(np.isfinite(c)) for c in jw):
+                        domain_edge.append(len(exp_s))
+                        continue
+                    if low:
+                        jw2, d2 = along(h / 2.0 * direction)
                     for k, u in enumerate(run.U):
                         exp_s.append(num.dot(u, jw))
-                        got_s.append(float(np.sum(G[k] * w)))
-                        allow_s.append(64 * num.EPS64 * round_terms[k] + rtol * (num.absdot(u, jw) + num.absdot([G[k]], [w])))
+                        got_s.append(float(np.sum(G[k] * d)))
+                        allow_s.append(64 * eps * round_terms[k] / h + rtol * (num.absdot(u, jw) + num.absdot([G[k]], [d])))
+                        if low:  # Richardson: compare with half the step, both against the analytic side
+                            allow_s[-1] += 4.0 * abs((exp_s[-1] - got_s[-1]) - 2.0 * (num.dot(u, jw2) - float(np.sum(G[k] * d2))))
                 m = num.compare(np.array(got_s), np.array(exp_s), np.array(allow_s) + 1e-300)
-                if not m.ok:
-                    m.max_rel = float(np.max(np.abs(np.array(got_s) - np.array(exp_s)) / (np.array(allow_s) / rtol + 1e-300)))
-                mode = f"{opts['probes']} random tangents x {opts['probes']} cotangents"
-            if not m.ok and g_r64 is None and x.ndim >= 1 and x.size <= opts["full_jacobian_max"]:
+                mode = f"{opts['probes']} random directions x {opts['probes']} cotangents"
+            if domain_edge:
+                run.notes.append(f"{name}: {len(domain_edge)} finite-difference point(s) leave fn's domain (fn(x +- h) is not "
+                                 f"finite, e.g. a log at 0): those are excluded; the gradient there is judged by the reference only")
+            if low:
+                mode += f", {dt} precision: step {rel_step:.2g} x max(1, |x|)"
+            if not m.ok and g_r64 is None and x.ndim >= 1 and n <= opts["full_jacobian_max"]:
                 rows = self._padding_rows(x)
                 if rows:
                     # NOTE [padding_idx convention]: the padding row's gradient is zero by definition, although the
                     # forward reads it; without a reference, exclude that row from the finite-difference comparison.
-                    mask = np.zeros(G.shape, dtype=bool)
-                    mask[(slice(None), *rows)] = True
-                    m = num.compare(np.where(mask, expected, G), expected, allowed + 1e-300)
+                    rowmask = np.zeros(x.shape, dtype=bool)
+                    rowmask[rows] = True
+                    rowmask = np.broadcast_to(rowmask.reshape(1, -1), G.shape)
+                    m = num.compare(np.where(rowmask, expected, G), expected, allowed + 1e-300)
                     run.notes.append(f"row {rows[0]} of {name} (padding_idx) is excluded from the finite-difference check")
             if m.ok:
                 continue
             if g_r64 is not None:
-                R = np.stack([g[i] for g in g_r64])
-                if num.compare(G, R, 1e-7 * _scale(R)).ok:
+                R = np.stack([g[i] for g in g_r64]).reshape(K, -1)
+                if num.compare(G, R, (1e-7 if not low else 64 * eps) * _scale(R) + self._floor(i, run, dt)).ok:
                     run.notes.append(f"finite differences disagree with both the op and the reference for {name} "
                                      f"(a kink or a convention such as a padding row): judged by the reference's convention")
                     continue
             ok = False
-            if x.size <= opts["full_jacobian_max"]:
-                m.index = m.index[1:] if m.index else m.index
-                where = self._where(i, m, "backward (float64)", "finite differences")
+            if n <= opts["full_jacobian_max"]:
+                idx = np.unravel_index(m.index[1], x.shape) if m.index and x.ndim else ()
+                m.index = tuple(int(t) for t in idx)
+                where = self._where(i, m, f"backward ({dt})", "finite differences")
             else:
-                where = f"<u, J w> along a random tangent of {name}: backward {m.got:.6g}, finite differences {m.expected:.6g}"
+                where = f"<u, J d> along a random direction d of {name}: backward {m.got:.6g}, finite differences {m.expected:.6g}"
             fail("gradient.numerical", input=name,
-                 message=f"backward of {name} disagrees with float64 central differences ({mode})",
+                 message=f"backward of {name} disagrees with central differences ({mode})",
                  max_abs_err=m.max_abs, max_rel_err=m.max_rel,
-                 tolerance=f"rounding + rtol {rtol:g} x magnitude of the terms",
+                 tolerance=f"rounding + rtol {rtol:g} x magnitude of the terms (gradient units)",
                  where=where,
                  why="the hand-written backward does not compute the vector-Jacobian product of the forward "
-                 "(checked in float64 with random non-unit upstream gradients).",
+                 f"(checked in {dt} with random non-unit upstream gradients).",
                  fix="re-derive the backward; the worst element is shown above.")
         record("gradient.numerical", ok)
 
     def _padding_rows(self, x) -> tuple[int, ...]:
-        p = {**self.defaults, **self.kwargs}.get("padding_idx")
+        positional = {n: a for n, a in zip(self.names, self.args) if n == "padding_idx"}
+        p = {**self.defaults, **positional, **self.kwargs}.get("padding_idx")
         if isinstance(p, int) and not isinstance(p, bool) and 0 <= p < x.shape[0]:
             return (p,)
         return ()
@@ -441,11 +594,11 @@ class _Audit:
         ok_lin = ok_zero = True
         for i in range(len(self.wrt)):
             name = self.names[self.wrt[i]]
-            dt = "float64" if run.lin_64 is not None else self._dtype(i)
+            dt = run.eff if use64 else self._dtype(i)
             expected = _LINEARITY_ALPHA * base[0][i]
             scale = _scale(expected)
             tol = 1e-9 if dt == "float64" else 16 * self.B.eps(dt)
-            m = num.compare(g_a[i], expected, tol * scale)
+            m = num.compare(g_a[i], expected, tol * scale + _LINEARITY_ALPHA * self._floor(i, run, dt))
             if not m.ok:
                 ok_lin = False
                 fail("gradient.cotangent_linearity", input=name,
@@ -456,7 +609,10 @@ class _Audit:
                      "passes gradcheck (which only uses upstream gradients of 0 and 1) but breaks every loss "
                      "scaling, mean reduction and chain rule.",
                      fix="multiply by grad_output exactly once, and do not use it elsewhere.")
-            mz = num.compare(g_z[i], np.zeros_like(g_z[i]), 0.0)
+            # 0 x inf = nan where the gradient itself is infinite (a domain edge): arithmetic, not a bug
+            inf_here = ~np.isfinite(np.asarray(base[0][i]))
+            gz = np.where(inf_here & np.isnan(g_z[i]), 0.0, g_z[i])
+            mz = num.compare(gz, np.zeros_like(gz), 0.0)
             if not mz.ok:
                 ok_zero = False
                 fail("gradient.zero_cotangent", input=name,
@@ -475,14 +631,15 @@ class _Audit:
         check = f"regime.{regime.name}"
         outs = {n: o for n, o in zip(lin.out_names, lin.outputs)}
         g = lin.pullback([base.U[0][j] for j in range(len(base.lin_d.out_names))]) if set(outs) == set(base.lin_d.out_names) else None
-        pairs = [(n, outs.get(n), o, dt) for n, o, dt in zip(base.lin_d.out_names, base.lin_d.outputs, base.lin_d.out_dtypes)]
+        pairs = [(n, outs.get(n), o, dt, 0.0) for n, o, dt in zip(base.lin_d.out_names, base.lin_d.outputs, base.lin_d.out_dtypes)]
         if g is not None:
-            pairs += [(f"gradient of {self.names[self.wrt[i]]}", g[i], base.g_d[0][i], self._dtype(i)) for i in range(len(self.wrt))]
-        for what, got, expected, dt in pairs:
+            pairs += [(f"gradient of {self.names[self.wrt[i]]}", g[i], base.g_d[0][i], self._dtype(i),
+                       self._floor(i, base, self._dtype(i))) for i in range(len(self.wrt))]
+        for what, got, expected, dt, floor in pairs:
             if got is None:
                 continue
-            eps = B.eps(dt)
-            m = num.compare(got, expected, (16 * eps if dt != "float64" else 1e-12) * _scale(expected))
+            eps = B.eps(self._precision_of(dt, base))
+            m = num.compare(got, expected, (16 * eps if eps > 1e-15 else 1e-12) * _scale(expected) + floor)
             if not m.ok:
                 idx = ", ".join(map(str, m.index or ()))
                 found.append(Failure(check=check, regime=regime.name, input=what.split()[-1] if what.startswith("gradient") else None,
@@ -499,7 +656,9 @@ class _Audit:
         B = self.B
         lines = []
         for name, a in zip(self.names, args):
-            if B.numel(a) <= 64:
+            if not B.is_tensor(a):
+                lines.append(f"{name} = {a!r}")
+            elif B.numel(a) <= 64:
                 lines.append(f"{name} = {B.literal(a)}")
             else:
                 v = B.to_numpy(a)
@@ -530,7 +689,18 @@ class _Audit:
     def run(self) -> OpReport:
         t0 = time.perf_counter()
         groups = set(self.opts["checks"])
-        base = self.gradient_suite(self.args, "given", Spec(), linearity="gradient" in groups, seed_offset=0)
+        try:
+            base = self.gradient_suite(self.args, "given", Spec(), linearity="gradient" in groups, seed_offset=0)
+        except _ReferenceRaised as exc:
+            err = exc.raised.error
+            raise InvalidArgument(
+                f"check_op: reference raised {type(err).__name__} in its {exc.raised.phase} on the given inputs "
+                f"({str(err)[:200]}); the reference must run on the inputs fn is checked on."
+            ) from err
+        except OpRaised as exc:
+            self.findings.append(self._raised_finding(exc, "given"))
+            self.checks.append(CheckResult("op.raised", "given", "fail", exc.phase))
+            return self._report(t0)
         self.notes += base.notes
         if "gradient" in groups:
             self.checks += base.checks
@@ -547,6 +717,18 @@ class _Audit:
             self.findings += [f for f in found if keep(f.check)]
             self.checks += [c for c in checks if keep(c.check)]
 
+        if "mutation" in groups and self.B.name == "torch":
+            from ._opcheck import audit_opcheck, is_library_op
+
+            if is_library_op(self.fn):
+                found, checks, notes = audit_opcheck(self.B, self.fn, self.args, self.kwargs, self.wrt)
+                if any(f.check == "opcheck.schema" for f in found):
+                    # the write bumped the version, but the schema calls the input read-only: not "declared"
+                    self.findings = [f for f in self.findings if f.check != "mutation.input_write"]
+                self.findings += found
+                self.checks += checks
+                self.notes += notes
+
         if "composition" in groups:
             found, checks = audit_composition(self.B, self.fn, self.args, self.kwargs, self.wrt, self.names,
                                               base.U[0], base.lin_d.out_names, self.notes)
@@ -554,18 +736,49 @@ class _Audit:
             self.checks += checks
 
         if "regime" in groups:
-            regimes, skipped = build_regimes(self.B, self.args, self.wrt, self.kwargs, self.defaults, set(self.opts["regimes"]))
+            regimes, skipped = build_regimes(self.B, self.args, self.wrt, self.kwargs, self.defaults, set(self.opts["regimes"]), self.names)
             for name, why in skipped.items():
                 self.checks.append(CheckResult(f"regime.{name}", name, "skip", why))
+            given_s = time.perf_counter() - t0
+            progress = _Progress(self.opts["name"] or self.B.op_name(self.fn), len(regimes), given_s)
             for n, regime in enumerate(regimes, start=1):
+                progress.step(n, regime.name)
                 self._run_regime(regime, base, n)
+            progress.done()
 
+        return self._report(t0)
+
+    def _reference_raises(self, args) -> bool:
+        try:
+            self.B.linearize(self.reference, args, self.kwargs, self.wrt)
+        except OpRaised:
+            return True
+        return False
+
+    def _raised_finding(self, exc: OpRaised, regime: str) -> Failure:
+        err = exc.error
+        where = ""
+        tb = err.__traceback__
+        while tb is not None and tb.tb_next is not None:
+            tb = tb.tb_next
+        if tb is not None:
+            where = f"{tb.tb_frame.f_code.co_filename}:{tb.tb_lineno} in {tb.tb_frame.f_code.co_name}"
+        return Failure(check="op.raised", regime=regime,
+                       message=f"fn's {exc.phase} raised {type(err).__name__}: {str(err)[:300]}"
+                               + (f" (inputs: {exc.dtype})" if exc.dtype else ""),
+                       where=where or None,
+                       why=f"the op fails on the inputs as given, so no gradient can be checked; every other check "
+                       f"depends on a {exc.phase} that runs.",
+                       fix=f"fix the {exc.phase} (the line above is where it raised), then re-run check_op.",
+                       repro=self.repro(self.args, None))
+
+    def _report(self, t0: float) -> OpReport:
         report = OpReport(
             op=self.opts["name"] or self.B.op_name(self.fn),
             backend=self.B.name,
             inputs=[f"{n}: {self.B.describe(a)}{' (differentiated)' if i in self.wrt else ''}" for i, (n, a) in enumerate(zip(self.names, self.args))],
             reference=self.B.op_name(self.reference) if self.reference is not None else None,
-            findings=self.findings,
+            findings=verdict_order(self.findings),
             checks=self.checks,
             notes=_dedupe(self.notes),
             options={k: (list(v) if isinstance(v, (tuple, set)) else v) for k, v in self.opts.items() if k != "kwargs"} | {"kwargs": {k: repr(v) for k, v in self.kwargs.items()}},
@@ -574,6 +787,15 @@ class _Audit:
         return report
 
     def _run_regime(self, regime: Regime, base: _Run, n: int):
+        saved = (self.kwargs, self.wrt)
+        self.kwargs = regime.kwargs if regime.kwargs is not None else self.kwargs
+        self.wrt = regime.wrt if regime.wrt is not None else self.wrt
+        try:
+            self._run_regime_inner(regime, base, n)
+        finally:
+            self.kwargs, self.wrt = saved
+
+    def _run_regime_inner(self, regime: Regime, base: _Run, n: int):
         check = f"regime.{regime.name}"
         try:
             if regime.spec.layout:
@@ -586,12 +808,20 @@ class _Audit:
             run = self.gradient_suite(regime.args, regime.name, regime.spec, linearity=False, seed_offset=n)
         except InvalidArgument:
             raise
-        except Exception as exc:
+        except (_NotApplicable, _ReferenceRaised) as exc:
+            why = str(exc) if isinstance(exc, _NotApplicable) else f"the reference raised on these inputs ({exc})"
+            self.checks.append(CheckResult(check, regime.name, "skip", f"regime not applicable: {why}"))
+            return
+        except OpRaised as exc:
+            err = exc.error
+            if self.reference is not None and self._reference_raises(regime.args):
+                self.checks.append(CheckResult(check, regime.name, "skip", "regime not applicable: the reference raises on these inputs too"))
+                return
             self.findings.append(Failure(check=check, regime=regime.name, severity="warning",
-                                         message=f"fn raised {type(exc).__name__} on these inputs ({regime.description}): {str(exc)[:200]}",
+                                         message=f"fn's {exc.phase} raised {type(err).__name__} on these inputs ({regime.description}): {str(err)[:200]}",
                                          why="the op may not support this input (fine if documented) or crashes on it.",
                                          fix="if the op should support it, this is a bug; otherwise exclude the regime with regimes=[...]."))
-            self.checks.append(CheckResult(check, regime.name, "warn", type(exc).__name__))
+            self.checks.append(CheckResult(check, regime.name, "warn", type(err).__name__))
             return
         self.notes += run.notes
         # A bug that already fails on the given inputs fails in most regimes too: report it once.
@@ -611,6 +841,33 @@ class _Audit:
                 f.repro = text
             self.findings += run.failures
         self.checks.append(CheckResult(check, regime.name, "fail" if run.failures else "pass", regime.description))
+
+
+class _Progress:
+    """Progress of a long audit on stderr, only when stderr is a terminal (never in logs, CI or pipes).
+
+    # NOTE [Cost before a long audit]
+    # Each regime costs about what the given inputs' gradient suite cost; when that adds up to more than
+    # LONG_AUDIT_S the audit says so once, with the estimate, before spending it.
+    """
+
+    LONG_AUDIT_S = 10.0
+
+    def __init__(self, op: str, total: int, given_s: float):
+        self.total = total
+        self.on = bool(getattr(sys.stderr, "isatty", lambda: False)()) and total > 0
+        estimate = given_s * total
+        if self.on and estimate > self.LONG_AUDIT_S:
+            print(f"gradguard.check_op: {op}: {total} regimes left, about {estimate:.0f} s "
+                  f"(regimes=[...] or checks=('gradient',) makes it shorter)", file=sys.stderr)
+
+    def step(self, n: int, name: str) -> None:
+        if self.on:
+            print(f"\r  check_op regime {n}/{self.total}: {name:<24}", end="", file=sys.stderr, flush=True)
+
+    def done(self) -> None:
+        if self.on:
+            print("\r" + " " * 60 + "\r", end="", file=sys.stderr, flush=True)
 
 
 def _scale(a: np.ndarray) -> float:
@@ -644,13 +901,7 @@ def run_check_op(B, fn: Callable, inputs: tuple, reference, options: dict) -> Op
         raise InvalidArgument(f"check_op: reference must be callable or None; got {_type_name(reference)}.")
     if not inputs:
         raise InvalidArgument("check_op: no inputs given; pass the op's tensor inputs after fn: check_op(fn, x, ...).")
-    names = B.parameter_names(fn, len(inputs))
-    for name, x in zip(names, inputs):
-        if not B.is_tensor(x):
-            raise InvalidArgument(
-                f"check_op: input {name} is {_type_name(x)}, not a {B.tensor_type_name}; every positional input must be a tensor. "
-                f"Pass other arguments of fn through kwargs={{...}} or functools.partial(fn, ...)."
-            )
+    # Like gradcheck, non-tensor positional inputs (Python scalars, None, tuples ...) are passed through unchanged.
     if opts["kwargs"] is not None and not isinstance(opts["kwargs"], dict):
         raise InvalidArgument(f"check_op: kwargs must be a dict of keyword arguments for fn; got {_type_name(opts['kwargs'])}.")
     bad_groups = sorted(set(opts["checks"]) - set(CHECK_GROUPS)) if not isinstance(opts["checks"], str) else [opts["checks"]]

@@ -31,6 +31,9 @@ REGIME_NAMES = (
     "large_magnitude",
     "near_constant_rows",
     "batch_size",
+    "feature_dim",
+    "reduction_dim",
+    "grad_subset",
 )
 SENTINEL_KWARGS = ("ignore_index", "padding_idx")
 _KINK_KWARG = re.compile(r"(^|_)(min|max|threshold|lambd|limit|clip|bound|beta|cutoff|lower|upper)($|_)")
@@ -52,6 +55,18 @@ class Regime:
     description: str
     args: list[Any]
     spec: Spec
+    kwargs: dict[str, Any] | None = None  # replaces the call's keyword arguments (a different ``dim``)
+    wrt: list[int] | None = None  # differentiate only these inputs (the others do not require grad)
+
+
+def _is_pow2(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+def _resize_last(v: np.ndarray, size: int) -> np.ndarray:
+    """``v`` with its last dimension cut or cyclically extended to ``size``."""
+    idx = np.arange(size) % v.shape[-1]
+    return v[..., idx]
 
 
 def _int_positions(B, args) -> list[int]:
@@ -76,10 +91,21 @@ def kink_points(kwargs: dict[str, Any], defaults: dict[str, Any]) -> list[float]
     return sorted(points)
 
 
-def build_regimes(B, args, wrt, kwargs, defaults, selected) -> tuple[list[Regime], dict[str, str]]:
-    """Applicable regimes and, for the others, why they do not apply."""
+def build_regimes(B, args, wrt, kwargs, defaults, selected, names=None) -> tuple[list[Regime], dict[str, str]]:
+    """Applicable regimes and, for the others, why they do not apply.
+
+    # NOTE [Regimes real bugs needed]
+    # Published kernel bugs hid in: feature/hidden sizes that are not a power of two or are 1 (Triton block
+    # masks), a ``dim`` other than the last, only some inputs requiring grad (``ctx.needs_input_grad``
+    # paths), and ignore/padding values passed positionally. ``feature_dim``, ``reduction_dim``,
+    # ``grad_subset`` and positional sentinels cover them.
+    """
     regimes: list[Regime] = []
     skipped: dict[str, str] = {}
+    names = list(names or [])
+    # ignore_index / padding_idx passed positionally are sentinels too
+    positional = {n: a for n, a in zip(names, args) if n in SENTINEL_KWARGS and isinstance(a, int) and not isinstance(a, bool)}
+    defaults = {**defaults, **positional}
     tensors = [i for i, a in enumerate(args) if B.is_tensor(a)]
     ints = _int_positions(B, args)
     floats = [i for i in wrt if B.numel(args[i]) >= 1]
@@ -188,6 +214,42 @@ def build_regimes(B, args, wrt, kwargs, defaults, selected) -> tuple[list[Regime
                 regimes.append(Regime("batch_size", f"leading dimension {b} -> {size} on every input that has it", new, Spec()))
         else:
             skipped["batch_size"] = "no input with a leading dimension"
+    if want("feature_dim"):
+        first = next((i for i in floats if B.ndim(args[i]) >= 1 and B.shape(args[i])[-1] >= 1), None)
+        if first is not None:
+            d = B.shape(args[first])[-1]
+            same = [i for i in tensors if B.kind(args[i]) == "float" and B.ndim(args[i]) >= 1 and B.shape(args[i])[-1] == d]
+            sizes = [s for s in ([1] if d > 1 else []) + [d + 3 if _is_pow2(d) else 1 << d.bit_length()] if s != d]
+            for size in sizes:
+                new = list(args)
+                for i in same:
+                    new[i] = B.from_numpy(_resize_last(B.to_numpy(args[i]), size), args[i])
+                for i in ints:  # class indices into the feature dimension stay valid (sentinels < 0 kept)
+                    v = B.to_numpy(args[i])
+                    if v.max(initial=-1) >= size:
+                        new[i] = B.from_numpy(np.where(v >= 0, v % size, v), args[i])
+                kind = "size 1" if size == 1 else ("not a power of two" if not _is_pow2(size) else "a power of two")
+                regimes.append(Regime("feature_dim", f"last dimension {d} -> {size} ({kind}) on every float input that has it", new, Spec()))
+        else:
+            skipped["feature_dim"] = "no differentiated input with a last dimension"
+
+    if want("reduction_dim"):
+        merged = {**defaults, **kwargs}
+        dim = merged.get("dim")
+        target = next((i for i in floats if B.ndim(args[i]) >= 2), None)
+        if isinstance(dim, int) and not isinstance(dim, bool) and target is not None and "dim" in kwargs:
+            nd = B.ndim(args[target])
+            other = 0 if dim % nd != 0 else nd - 1
+            regimes.append(Regime("reduction_dim", f"dim={dim} -> dim={other}", list(args), Spec(), kwargs={**kwargs, "dim": other}))
+        else:
+            skipped["reduction_dim"] = "fn takes no dim= keyword in kwargs, or no differentiated input has 2+ dimensions"
+
+    if want("grad_subset"):
+        if len(floats) >= 2:
+            for i in floats:
+                regimes.append(Regime("grad_subset", f"only {names[i] if i < len(names) else i} requires grad", list(args), Spec(), wrt=[i]))
+        else:
+            skipped["grad_subset"] = "fewer than two differentiated inputs"
     return regimes, skipped
 
 

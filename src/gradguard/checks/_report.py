@@ -10,7 +10,7 @@ import textwrap
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Failure", "CheckResult", "OpReport", "OP_REPORT_FORMAT_VERSION"]
+__all__ = ["Failure", "CheckResult", "OpReport", "OP_REPORT_FORMAT_VERSION", "verdict_order"]
 
 OP_REPORT_FORMAT_VERSION = 1
 _WIDTH = 100
@@ -87,6 +87,39 @@ def _field(label: str, text: str) -> list[str]:
     return [head + body[0]] + [" " * len(head) + line for line in body[1:]]
 
 
+# NOTE [One verdict]
+# A buggy op fails 8-12 checks, most of them consequences of one mistake. The report leads with the root
+# cause: the first check that fails on the simplest input (the inputs as given before any regime; the op
+# failing to run before wrong values; the forward before the backward; the backward against finite
+# differences before the checks that build on it). Every other failure is listed under it in one line.
+_CHECK_RANK = (
+    "op.raised",
+    "forward.reference",
+    "gradient.numerical",
+    "gradient.reference",
+    "gradient.cotangent_linearity",
+    "gradient.zero_cotangent",
+    "gradient.nonfinite",
+    "gradient.precision",
+    "opcheck.",
+    "mutation.",
+    "aliasing.",
+    "composition.",
+    "regime.",
+)
+
+
+def _rank(f: "Failure") -> tuple[int, int, int]:
+    rank = next((k for k, prefix in enumerate(_CHECK_RANK) if f.check == prefix or (prefix.endswith(".") and f.check.startswith(prefix))), len(_CHECK_RANK))
+    simplest = 0 if f.regime == "given" else 1 + len(f.repro)  # a smaller reproducer is a simpler input
+    return (0 if f.severity == "failure" else 1, 0 if f.regime == "given" else 1, rank if f.regime == "given" else simplest)
+
+
+def verdict_order(findings: list["Failure"]) -> list["Failure"]:
+    """Findings ordered root cause first (stable: equal ranks keep the order the checks ran in)."""
+    return sorted(findings, key=_rank)
+
+
 @dataclass
 class CheckResult:
     """One check that ran (or was skipped) on one regime."""
@@ -126,6 +159,11 @@ class OpReport:
     def passed(self) -> bool:
         return not self.failures
 
+    @property
+    def root_cause(self) -> Failure | None:
+        """The first check that fails on the simplest input (see NOTE [One verdict]); None when passed."""
+        return self.failures[0] if self.failures else None
+
     def failed_checks(self) -> set[str]:
         return {f.check for f in self.failures}
 
@@ -146,13 +184,21 @@ class OpReport:
         lines = [self.summary()]
         lines += _field("inputs", "; ".join(self.inputs))
         lines += _field("ref", self.reference or "none (pass reference= to compare values, conventions and precision)")
-        previous = None
-        for f in self.findings:
+        if self.failures:
+            lines.append("  root cause (first check failing on the simplest input):")
+            lines += ["  " + line for line in self.failures[0].lines()]
+            rest = self.failures[1:]
+            if rest:
+                lines.append(f"  consequences and further failures ({len(rest)}):")
+                for f in rest:
+                    err = f" (max abs err {f.max_abs_err:.3g})" if f.max_abs_err is not None else ""
+                    body = textwrap.wrap(f"FAIL {f.check} [{f.regime}]{' ' + f.input if f.input else ''}: {f.message}{err}",
+                                         width=_WIDTH - 7, break_on_hyphens=False)
+                    lines += ["     - " + body[0]] + ["       " + line for line in body[1:]]
+        for f in self.warnings:
             flines = f.lines()
-            if f.repro and f.repro == previous:
-                cut = flines.index("     repro:")
-                flines = flines[:cut] + ["     repro : as above"]
-            previous = f.repro or previous
+            if "     repro:" in flines:
+                flines = flines[: flines.index("     repro:")]
             lines += ["  " + line for line in flines]
         passed = sorted({c.check for c in self.checks if c.status == "pass"} - self.failed_checks())
         if passed:

@@ -19,6 +19,8 @@ import numpy as np
 import torch
 import xxhash
 
+from ._op_raised import OpRaised
+
 __all__ = ["TorchBackend", "Linearization", "TORCH", "SMALL_INPUT_NUMEL"]
 
 SMALL_INPUT_NUMEL = 1 << 16
@@ -32,9 +34,16 @@ _FLOAT_EPS = {
 
 
 def _np_tensor(arr) -> torch.Tensor:
-    """``torch.from_numpy`` that keeps 0-d arrays 0-d (``np.ascontiguousarray`` makes them 1-d)."""
-    arr = np.asarray(arr)
-    return torch.from_numpy(np.ascontiguousarray(arr)).reshape(arr.shape)
+    """A tensor holding a private copy of ``arr`` (0-d stays 0-d).
+
+    # NOTE [Fresh copies]
+    # ``torch.from_numpy`` shares memory, and ``.to(float64)`` of a float64 tensor is a no-op, so an op
+    # whose backward writes into ``grad_output`` (``g.mul_(2)``) or whose forward writes into its input
+    # would otherwise corrupt the audit's own cotangents and probe points. Every tensor handed to the op
+    # is a fresh copy; every comparison uses numpy copies taken before the call.
+    """
+    arr = np.array(arr, copy=True, order="C")
+    return torch.from_numpy(arr).reshape(arr.shape)
 
 
 def _flatten(obj: Any, path: str, out: list[tuple[str, Any]]) -> None:
@@ -71,8 +80,11 @@ class Linearization:
 
     def pullback_tensors(self, cotangents: Sequence[np.ndarray], cot_tensors: list | None = None) -> list[torch.Tensor]:
         cots = cot_tensors if cot_tensors is not None else self.cotangent_tensors(cotangents)
-        with torch.enable_grad():
-            grads = torch.autograd.grad(self.out_tensors, self.leaves, cots, retain_graph=True, allow_unused=True)
+        try:
+            with torch.enable_grad():
+                grads = torch.autograd.grad(self.out_tensors, self.leaves, cots, retain_graph=True, allow_unused=True)
+        except Exception as exc:
+            raise OpRaised("backward", exc, self.out_dtypes[0] if self.out_dtypes else None) from exc
         return [torch.zeros_like(leaf) if g is None else g for leaf, g in zip(self.leaves, grads)]
 
     def cotangent_tensors(self, cotangents: Sequence[np.ndarray]) -> list[torch.Tensor]:
@@ -121,7 +133,10 @@ class TorchBackend:
     def requires_grad(self, t: torch.Tensor) -> bool:
         return bool(t.requires_grad)
 
-    def describe(self, t: torch.Tensor) -> str:
+    def describe(self, t: Any) -> str:
+        if not isinstance(t, torch.Tensor):  # a pass-through argument (scalar, None, tuple ...)
+            text = repr(t)
+            return f"{type(t).__name__} {text if len(text) <= 40 else text[:37] + '...'}"
         return f"{self.dtype_name(t)}[{', '.join(map(str, t.shape))}]"
 
     def code_dtype(self, dtype_name: str) -> str:
@@ -177,8 +192,12 @@ class TorchBackend:
     ) -> Linearization:
         """Run ``fn`` on fresh copies of ``args`` with the ``wrt`` positions as leaves requiring grad."""
         fed, leaves = prepared if prepared is not None else self.prepare(args, wrt)
-        with torch.enable_grad():
-            result = fn(*fed, **kwargs)
+        try:
+            with torch.enable_grad():
+                result = fn(*fed, **kwargs)
+        except Exception as exc:
+            dtypes = sorted({self.dtype_name(a) for a in fed if isinstance(a, torch.Tensor) and a.is_floating_point()})
+            raise OpRaised("forward", exc, ", ".join(dtypes) or None) from exc
         all_outs = self.outputs(result)
         diff = [(n, o) for n, o in all_outs if o.requires_grad and (o.dtype.is_floating_point or o.dtype.is_complex)]
         return Linearization(
@@ -332,6 +351,9 @@ class TorchBackend:
             return f"{owner.__name__}.apply"
         if isinstance(fn, torch.nn.Module):
             return type(fn).__name__
+        qualname = getattr(fn, "_qualname", None)  # torch.library.custom_op's CustomOpDef: "ns::name"
+        if isinstance(qualname, str):
+            return qualname
         for attr in ("__qualname__", "__name__"):
             name = getattr(fn, attr, None)
             if isinstance(name, str):

@@ -21,6 +21,7 @@ import numpy as np
 import mindspore as ms
 from mindspore import nn
 
+from ..._errors import InvalidArgument
 from ...core._numeric import CheckFailure, OpCheckReport, check_gradients, random_cotangents
 
 __all__ = ["check_op"]
@@ -62,21 +63,34 @@ def _grad_tuple(g, n) -> list:
 
 
 def check_op(op, *inputs, modes=("pynative", "graph"), eps: float = 1e-6, atol: float = 1e-5, rtol: float = 1e-3,
-             probes: int = 3, seed: int = 0, precision: bool = True, name: str | None = None) -> OpCheckReport:
-    """Audit ``op`` (an ``nn.Cell``, typically with a custom ``bprop``, or a function) at ``inputs`` in float64."""
+             probes: int = 3, seed: int = 0, precision: bool = True, name: str | None = None, reference=None,
+             **unsupported) -> OpCheckReport:
+    """Audit ``op`` (an ``nn.Cell``, typically with a custom ``bprop``, or a function) at ``inputs`` in float64.
+
+    ``reference``: a trusted Cell or function of the same inputs; outputs and the vjp of the same random
+    cotangent must match it in float64 (``forward.reference``, ``gradient.reference``, PyNative).
+    """
+    if unsupported:
+        key = sorted(unsupported)[0]
+        raise InvalidArgument(
+            f"check_op: option {key!r} is not supported by the MindSpore check_op yet (it is a torch check_op option); "
+            f"MindSpore's check_op takes modes, eps, atol, rtol, probes, seed, precision, name and reference. "
+            f"Remove {key}=...")
+    if reference is not None and not callable(reference):
+        raise InvalidArgument(f"check_op: reference must be callable or None; got {type(reference).__name__}.")
     previous = ms.get_context("mode")
     _setup()
     label = name or (type(op).__name__ if isinstance(op, nn.Cell) else getattr(op, "__qualname__", repr(op)))
     report = OpCheckReport(op=label, backend=f"mindspore {ms.__version__} ({ms.get_context('device_target')})",
                            modes=list(modes))
     try:
-        _run(op, inputs, modes, eps, atol, rtol, probes, seed, precision, report)
+        _run(op, inputs, modes, eps, atol, rtol, probes, seed, precision, report, reference)
     finally:
         ms.set_context(mode=previous)
     return report
 
 
-def _run(op, inputs, modes, eps, atol, rtol, probes, seed, precision, report) -> None:
+def _run(op, inputs, modes, eps, atol, rtol, probes, seed, precision, report, reference=None) -> None:
     rng = np.random.default_rng(seed)
     arrays = [np.array(x.asnumpy() if isinstance(x, ms.Tensor) else x, dtype=np.float64, copy=True) for x in inputs]
     xs = [ms.Tensor(a, ms.float64) for a in arrays]
@@ -138,8 +152,50 @@ def _run(op, inputs, modes, eps, atol, rtol, probes, seed, precision, report) ->
                 {"mode": mode, "worst": result.worst}))
     if "pynative" in analytic and "graph" in analytic:
         report.checks.append("graph_mode")
+    if reference is not None and "pynative" in analytic:
+        _compare_with_reference(report, reference, xs, outs, cots, analytic["pynative"], len(outs) > 1 or isinstance(out, (tuple, list)), position)
     if isinstance(op, nn.Cell) and op.trainable_params():
         _check_weights(op, xs, weighted, position, report, eps, rng, has_bprop)
+
+
+_REFERENCE_RTOL = 1e-9
+
+
+def _compare_with_reference(report, reference, xs, outs, cots, analytic, multi, position) -> None:
+    report.checks += ["forward.reference", "gradient.reference"]
+    ref_outs = _outs(reference(*xs))
+    if [tuple(o.shape) for o in ref_outs] != [tuple(o.shape) for o in outs]:
+        raise InvalidArgument(
+            f"check_op: reference returned outputs of shapes {[list(o.shape) for o in ref_outs]} but the op returned "
+            f"{[list(o.shape) for o in outs]}; the reference must compute the same function as the op.")
+    for k, (mine, theirs) in enumerate(zip(outs, ref_outs)):
+        a, b = mine.asnumpy().astype(np.float64), theirs.asnumpy().astype(np.float64)
+        err = float(np.max(np.abs(a - b), initial=0.0))
+        if err > _REFERENCE_RTOL * max(float(np.max(np.abs(b), initial=0.0)), 1e-300):
+            report.failures.append(CheckFailure(
+                "forward.reference", f"output {k} differs from the reference's (max abs err {err:.3e}); gradient "
+                "checks against the op's own finite differences cannot see a forward that is wrong",
+                {"output": k, "mode": "pynative"}))
+            return
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    ref_grads = [g.asnumpy() for g in _grad_tuple(ms.grad(_Weighted(reference if isinstance(reference, nn.Cell)
+                                                                    else _AsCell(reference), cots, multi),
+                                                          grad_position=position)(*xs), len(xs))]
+    for i, (mine, truth) in enumerate(zip(analytic, ref_grads)):
+        err = float(np.max(np.abs(mine - truth), initial=0.0))
+        if err > _REFERENCE_RTOL * max(float(np.max(np.abs(truth), initial=0.0)), 1e-300) + 1e-12:
+            report.failures.append(CheckFailure(
+                "gradient.reference", f"gradient of input {i} differs from the reference's (max abs err {err:.3e})",
+                {"input": i, "max_abs_err": err, "mode": "pynative"}))
+
+
+class _AsCell(nn.Cell):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def construct(self, *xs):
+        return self.fn(*xs)
 
 
 def _check_bprop(op, xs, out, cots, report) -> None:

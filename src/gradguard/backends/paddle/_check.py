@@ -8,7 +8,9 @@ Checks (each failure names its check):
   * ``gradient_shape``  a returned gradient has the wrong shape;
   * ``missing_gradient`` no gradient for an input the output depends on;
   * ``gradient``        vjp vs float64 central differences, with a random non-unit cotangent;
-  * ``precision``       the gradient is right only to float32 level (a backward computing in lower precision).
+  * ``precision``       the gradient is right only to float32 level (a backward computing in lower precision);
+  * ``forward.reference`` / ``gradient.reference``  with ``reference=`` (a trusted function of the same inputs):
+    outputs and the vjp of the same random cotangent must match the reference's in float64.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 import paddle
 
+from ..._errors import InvalidArgument
 from ...core._numeric import CheckFailure, OpCheckReport, check_gradients, random_cotangents
 from ._session import _active, fingerprint
 
@@ -38,13 +41,26 @@ def _outputs(out) -> list:
     return list(out) if isinstance(out, (tuple, list)) else [out]
 
 
+_REFERENCE_RTOL = 1e-9
+
+
 def check_op(op, *inputs, eps: float = 1e-6, atol: float = 1e-5, rtol: float = 1e-3, probes: int = 3,
-             seed: int = 0, precision: bool = True, name: str | None = None) -> OpCheckReport:
+             seed: int = 0, precision: bool = True, name: str | None = None, reference=None,
+             **unsupported) -> OpCheckReport:
     """Audit ``op``'s gradients at ``inputs`` (arrays or tensors, converted to float64).
 
-    ``op`` is a ``paddle.autograd.PyLayer`` subclass (``.apply`` is called) or a function of tensors.
+    ``op`` is a ``paddle.autograd.PyLayer`` subclass (``.apply`` is called) or a function of tensors;
+    ``reference`` a trusted function of the same inputs (outputs and gradients are compared with it).
     Returns an :class:`OpCheckReport`; ``report.passed`` / ``report.failures``.
     """
+    if unsupported:
+        key = sorted(unsupported)[0]
+        raise InvalidArgument(
+            f"check_op: option {key!r} is not supported by the Paddle check_op yet (it is a torch check_op option); "
+            f"Paddle's check_op takes eps, atol, rtol, probes, seed, precision, name and reference. Remove {key}=..."
+        )
+    if reference is not None and not callable(reference):
+        raise InvalidArgument(f"check_op: reference must be callable or None; got {type(reference).__name__}.")
     fn, label = _callable(op)
     report = OpCheckReport(op=name or label, backend=f"paddle {paddle.__version__}", modes=["eager (dygraph)"])
     arrays = [_as_array(x) for x in inputs]
@@ -124,6 +140,8 @@ def check_op(op, *inputs, eps: float = 1e-6, atol: float = 1e-5, rtol: float = 1
             out = _outputs(fn(*[paddle.to_tensor(a, dtype="float64") for a in arrs]))
         return [o.numpy() for o in out]
 
+    if reference is not None:
+        _compare_with_reference(report, fn, reference, arrays, cotangents, [o.numpy() for o in outs], analytic)
     result = check_gradients(forward, analytic, arrays, cotangents, eps=eps, atol=atol, rtol=rtol, probes=probes,
                              rng=rng)
     report.max_abs_err = result.max_abs_err
@@ -140,6 +158,39 @@ def check_op(op, *inputs, eps: float = 1e-6, atol: float = 1e-5, rtol: float = 1
             "precision", f"gradient agrees only to {result.max_abs_err:.1e} in float64 (expected ~1e-10): the backward "
             "computes in lower precision (float32?) and is cast back", {"worst": result.worst}))
     return report
+
+
+def _compare_with_reference(report, fn, reference, arrays, cotangents, op_outputs, analytic) -> None:
+    """forward.reference and gradient.reference in float64: same inputs, same cotangents."""
+    ref_fn, _ = _callable(reference)
+    xs = [paddle.to_tensor(a, dtype="float64", stop_gradient=False) for a in arrays]
+    outs = [o for o in _outputs(ref_fn(*xs)) if isinstance(o, paddle.Tensor)]
+    report.checks += ["forward.reference", "gradient.reference"]
+    if [tuple(o.shape) for o in outs] != [tuple(np.shape(o)) for o in op_outputs]:
+        raise InvalidArgument(
+            f"check_op: reference returned outputs of shapes {[list(o.shape) for o in outs]} but the op returned "
+            f"{[list(np.shape(o)) for o in op_outputs]}; the reference must compute the same function as the op.")
+    for k, (mine, theirs) in enumerate(zip(op_outputs, outs)):
+        truth = theirs.numpy().astype(np.float64)
+        err = float(np.max(np.abs(mine - truth), initial=0.0))
+        if err > _REFERENCE_RTOL * max(float(np.max(np.abs(truth), initial=0.0)), 1e-300):
+            report.failures.append(CheckFailure(
+                "forward.reference", f"output {k} differs from the reference's (max abs err {err:.3e}); gradient "
+                "checks against the op's own finite differences cannot see a forward that is wrong", {"output": k}))
+            return
+    total = None
+    for o, c in zip(outs, cotangents):
+        term = (o * paddle.to_tensor(c, dtype="float64")).sum()
+        total = term if total is None else total + term
+    grads = paddle.grad([total], xs, allow_unused=True)
+    for i, (g, mine) in enumerate(zip(grads, analytic)):
+        truth = np.zeros_like(arrays[i]) if g is None else g.numpy()
+        mine = np.zeros_like(arrays[i]) if mine is None else mine
+        err = float(np.max(np.abs(mine - truth), initial=0.0))
+        if err > _REFERENCE_RTOL * max(float(np.max(np.abs(truth), initial=0.0)), 1e-300) + 1e-12:
+            report.failures.append(CheckFailure(
+                "gradient.reference", f"gradient of input {i} differs from the reference's (max abs err {err:.3e})",
+                {"input": i, "max_abs_err": err}))
 
 
 def _gradient_message(result, atol, rtol) -> str:

@@ -1,0 +1,15 @@
+"""``OpRaised``: the op under audit raised; ``check_op`` turns it into a finding instead of crashing."""
+
+from __future__ import annotations
+
+__all__ = ["OpRaised"]
+
+
+class OpRaised(Exception):
+    """``fn`` (or its backward) raised ``error`` during ``phase`` (``forward`` | ``backward``)."""
+
+    def __init__(self, phase: str, error: BaseException, dtype: str | None = None):
+        super().__init__(f"{phase} raised {type(error).__name__}: {error}")
+        self.phase = phase
+        self.error = error
+        self.dtype = dtype

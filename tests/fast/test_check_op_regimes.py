@@ -1,0 +1,111 @@
+"""Regimes that published kernel bugs needed (issue 15, point 6): each bug passes on the given inputs and
+is caught by exactly the regime that models it; the fixed op passes every regime."""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+
+import torch
+
+import gradguard
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "examples" / "ops"))
+import kernels as K  # noqa: E402
+
+BLOCK = 8
+
+
+def _g(seed):
+    return torch.Generator().manual_seed(seed)
+
+
+class _SoftmaxOneBlock(torch.autograd.Function):
+    """Backward reduces only the first BLOCK columns (a Triton block-size bug): right when d <= BLOCK."""
+
+    fixed = False
+
+    @classmethod
+    def forward(cls, ctx, x):
+        y = torch.softmax(x, -1)
+        ctx.save_for_backward(y)
+        return y
+
+    @classmethod
+    def backward(cls, ctx, g):
+        (y,) = ctx.saved_tensors
+        cols = slice(None) if cls.fixed else slice(0, BLOCK)
+        return y * (g - (y[..., cols] * g[..., cols]).sum(-1, keepdim=True))
+
+
+class _SoftmaxFixed(_SoftmaxOneBlock):
+    fixed = True
+
+
+def test_feature_dim_not_a_power_of_two():
+    x = torch.randn(3, BLOCK, generator=_g(0))
+    ref = lambda x: torch.softmax(x, -1)  # noqa: E731
+    report = gradguard.check_op(_SoftmaxOneBlock.apply, x, reference=ref, regimes=["feature_dim"])
+    assert report.failed_checks() == {"regime.feature_dim"}
+    assert "8 -> 11 (not a power of two)" in report.root_cause.message
+    assert gradguard.check_op(_SoftmaxFixed.apply, x, reference=ref, regimes=["feature_dim"]).passed
+
+
+class _AffineBiasOnlyBug(torch.autograd.Function):
+    """y = x * 2 + b; when x needs no grad the bias gradient takes x's branch by mistake (needs_input_grad)."""
+
+    @staticmethod
+    def forward(ctx, x, b):
+        return x * 2 + b
+
+    @staticmethod
+    def backward(ctx, g):
+        if ctx.needs_input_grad[0]:
+            return g * 2, g.sum(0)
+        return None, g.sum(0) * 2
+
+
+def _affine(x, b):
+    return _AffineBiasOnlyBug.apply(x, b)
+
+
+def test_subset_of_inputs_requiring_grad():
+    x, b = torch.randn(4, 3, generator=_g(1)), torch.randn(3, generator=_g(2))
+    report = gradguard.check_op(_affine, x, b, regimes=["grad_subset"])
+    assert report.failed_checks() == {"regime.grad_subset"}
+    assert report.root_cause.message.endswith("(only b requires grad)")
+
+
+class _LogSoftmaxLastDimOnly(torch.autograd.Function):
+    """Backward always reduces over the last dimension, whatever ``dim`` the forward used."""
+
+    @staticmethod
+    def forward(ctx, x, dim):
+        y = torch.log_softmax(x, dim)
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        return g - y.exp() * g.sum(-1, keepdim=True), None
+
+
+def test_dim_other_than_last():
+    x = torch.randn(4, 5, generator=_g(3))
+    op = lambda x, dim: _LogSoftmaxLastDimOnly.apply(x, dim)  # noqa: E731
+    report = gradguard.check_op(op, x, kwargs=dict(dim=-1), regimes=["reduction_dim"])
+    assert report.failed_checks() == {"regime.reduction_dim"}
+    assert "dim=-1 -> dim=0" in report.root_cause.message
+    good = lambda x, dim: torch.log_softmax(x, dim)  # noqa: E731
+    assert gradguard.check_op(good, x, kwargs=dict(dim=-1), regimes=["reduction_dim"]).passed
+
+
+def test_ignore_index_passed_positionally_is_probed():
+    logits = torch.randn(6, 5, generator=_g(4))
+    target = torch.tensor([0, 3, 2, 1, 3, 1])
+    report = gradguard.check_op(K.cross_entropy_ignore_bug, logits, target, -100, reference=K.cross_entropy_ref,
+                                regimes=["sentinel_indices"])
+    assert report.failed_checks() == {"regime.sentinel_indices"}, str(report)
+    assert gradguard.check_op(K.cross_entropy, logits, target, -100, reference=K.cross_entropy_ref,
+                              regimes=["sentinel_indices"]).passed

@@ -1,0 +1,182 @@
+"""check_op on correct ops that used to raise false alarms or crash (issue 15, defects 1-5)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+import gradguard
+
+
+def _g(seed):
+    return torch.Generator().manual_seed(seed)
+
+
+class _WritesGradOutput(torch.autograd.Function):
+    """Correct gradient, but the backward scales grad_output in place."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x.sin()
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g.mul_(x.cos())
+
+
+def test_backward_writing_grad_output_does_not_corrupt_the_audit():
+    report = gradguard.check_op(_WritesGradOutput.apply, torch.randn(6, dtype=torch.float64, generator=_g(0)))
+    # the write itself is reported; nothing else (it used to corrupt check_op's own cotangents: 9 failures)
+    assert report.failed_checks() == {"mutation.grad_output_write"}, str(report)
+
+
+class _Float32Math(torch.autograd.Function):
+    """Accepts float64, computes in float32 (what a Triton kernel with tl.float32 accumulators does)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x.float().sin().to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return (g.float() * x.float().cos()).to(x.dtype)
+
+
+def test_float32_math_on_float64_inputs_is_measured_not_failed():
+    for dtype in (torch.float32, torch.float64):
+        x = torch.randn(40, dtype=dtype, generator=_g(1))
+        for ref in (torch.sin, None):
+            report = gradguard.check_op(_Float32Math.apply, x, reference=ref)
+            assert report.passed, str(report)
+            assert any("fn computes in float32 on float64 inputs" in n for n in report.notes)
+
+
+class _NoFloat64Backward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x.sin()
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        {torch.float32: 1.0}[g.dtype]  # a kernel table without a float64 entry
+        return g * x.cos()
+
+
+class _BackwardRaises(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.sin()
+
+    @staticmethod
+    def backward(ctx, g):
+        raise ValueError("grid too small")
+
+
+def test_failures_of_the_op_are_findings():
+    x = torch.randn(6, generator=_g(2))
+    report = gradguard.check_op(_NoFloat64Backward.apply, x, reference=torch.sin)
+    assert report.passed, str(report)
+    assert any("backward failed on float64 inputs (KeyError" in n for n in report.notes)
+    report = gradguard.check_op(_BackwardRaises.apply, x)
+    assert report.failed_checks() == {"op.raised"}
+    (f,) = report.failures
+    assert f.message == "fn's backward raised ValueError: grid too small (inputs: float32)"
+    assert f.where.endswith("in backward") and "test_check_op_trust.py" in f.where
+
+
+def test_called_like_gradcheck():
+    x = torch.randn(4, 3, generator=_g(3))
+    assert gradguard.check_op(lambda x, t: x / t, x, 2.0).passed
+    assert gradguard.check_op(lambda x, a, n, flag, shape: (x * n if flag else x).reshape(shape) if a is None else x,
+                              x, None, 3, True, (3, 4)).passed
+    report = gradguard.check_op(lambda x, t: x / t, x, 2.0)
+    assert report.inputs == ["x: float32[4, 3] (differentiated)", "t: float 2.0"]
+
+
+def test_no_false_alarms_on_zero_dim_saturated_and_domain_edges():
+    assert gradguard.check_op(torch.sin, torch.tensor(0.5)).passed
+    x = torch.randn(4, generator=_g(4))
+    assert gradguard.check_op(lambda x, t: x / t, x, torch.tensor(0.7)).passed
+    # confident logits: gradients of 1e-40 and less, judged with a floor from the input/output scales
+    logits = torch.randn(4, 6, dtype=torch.float64, generator=_g(5)) * 80
+    sm = lambda x: torch.softmax(x, -1)  # noqa: E731
+    assert gradguard.check_op(sm, logits, reference=lambda x: torch.exp(torch.log_softmax(x, -1))).passed
+    # kl_div with a target exactly 0: the edge of the domain is a note, not a gradient failure
+    target = torch.rand(4, 5, generator=_g(6))
+    target[0, 0] = 0
+    logp = torch.randn(4, 5, generator=_g(7)).log_softmax(-1)
+    report = gradguard.check_op(lambda x, t: F.kl_div(x, t, reduction="sum"), logp, target)
+    assert report.passed, str(report)
+    assert any("leave fn's domain" in n for n in report.notes)
+
+
+def test_regime_the_reference_cannot_handle_is_not_applicable():
+    ce = lambda x, y: F.cross_entropy(x, y, ignore_index=-100)  # noqa: E731
+    logits = torch.randn(1, 5, generator=_g(8))
+    target = torch.tensor([2])
+    report = gradguard.check_op(ce, logits, target, reference=ce, kwargs={})
+    assert report.passed, str(report)
+
+
+def test_float16_and_bfloat16_have_no_false_alarms():
+    x = torch.randn(6, 10, generator=_g(9)) * 8  # confident logits
+    y = torch.randint(0, 10, (6,), generator=_g(10))
+    for dtype in (torch.float16, torch.bfloat16):
+        report = gradguard.check_op(lambda x, y: F.cross_entropy(x, y), x.to(dtype), y, reference=F.cross_entropy)
+        assert report.passed, str(report)
+
+
+# ---- torch.library ops: opcheck folded in ------------------------------------------------------------
+@torch.library.custom_op("gradguard_trust::undeclared_write", mutates_args=())
+def _undeclared_write(x: torch.Tensor) -> torch.Tensor:
+    x.add_(1.0)  # the schema says x is read-only
+    return x * 2
+
+
+@_undeclared_write.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+_undeclared_write.register_autograd(lambda ctx, g: g * 2, setup_context=lambda ctx, inputs, output: None)
+
+
+def test_custom_op_runs_opcheck_in_the_same_report():
+    report = gradguard.check_op(_undeclared_write, torch.randn(3, 4, generator=_g(11)),
+                                checks=("gradient", "mutation"))
+    assert report.op == "gradguard_trust::undeclared_write"
+    assert report.root_cause.check == "opcheck.schema"
+    assert report.root_cause.message == (
+        "torch.library.opcheck test_schema failed: Argument x is not defined as mutable but was mutated")
+    assert "mutation.input_write" not in {f.check for f in report.findings}  # not "declared"
+    statuses = {c.check: c.status for c in report.checks}
+    assert statuses["opcheck.faketensor"] == statuses["opcheck.autograd_registration"] == "pass"
+
+
+def test_root_cause_leads_and_consequences_are_grouped():
+    import pathlib
+    import sys
+
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "examples" / "ops"))
+    import kernels as K
+
+    fn, ref, make = K.BUGGY["xsin_wrong"]
+    report = gradguard.check_op(fn, *make(), reference=ref)
+    text = str(report).splitlines()
+    assert text[3] == "  root cause (first check failing on the simplest input):"
+    assert text[4].startswith("  FAIL gradient.numerical [given] x: backward of x disagrees")
+    assert report.root_cause.check == "gradient.numerical"
+    assert "  consequences and further failures (1):" in text
+    assert any(line.startswith("     - FAIL gradient.reference [given] x:") for line in text)
+
+
+def test_no_progress_output_when_stderr_is_not_a_terminal(capsys):
+    gradguard.check_op(torch.sin, torch.randn(5, generator=_g(12)))
+    out = capsys.readouterr()
+    assert out.err == "" and out.out == ""
