@@ -124,13 +124,16 @@ def _name_ok(candidates: list[str], accepted: list[str]) -> bool:
 
 
 def bad_code(text: str) -> list[str]:
+    """Backticked snippets that are meant as code but are not valid Python. A method named in prose
+    (`.detach()`) is not a code suggestion; a block header (`with torch.no_grad():`) is checked with a body."""
     bad = []
     for snippet in _BACKTICK_RE.findall(text):
         snippet = snippet.strip()
-        if not snippet or snippet.startswith(_NOT_CODE) or " --" in snippet:
+        if not snippet or snippet.startswith(_NOT_CODE) or " --" in snippet or snippet.startswith("."):
             continue
+        candidate = snippet + "\n    pass" if snippet.endswith(":") else snippet
         try:
-            ast.parse(snippet)
+            ast.parse(candidate)
         except SyntaxError:
             bad.append(snippet)
     return bad
