@@ -60,7 +60,7 @@ def test_every_hand_fix_runs_clean(plain_runs):
 
 
 def test_hand_fix_edits_exactly_the_fix_lines():
-    """fix_lines in the key are the buggy.py lines the hand fix replaces or deletes (or inserts after)."""
+    """fix_lines in the key are the buggy.py lines the hand fix replaces or deletes, or the two lines an insertion sits between."""
     import difflib
 
     wrong = {}
@@ -74,7 +74,7 @@ def test_hand_fix_edits_exactly_the_fix_lines():
         touched = set()
         for tag, i1, i2, _, _ in difflib.SequenceMatcher(a=buggy, b=fixed, autojunk=False).get_opcodes():
             if tag == "insert":
-                touched.add(max(i1, 1))  # the line the new lines follow
+                touched.update({max(i1, 1), min(i1 + 1, len(buggy))})  # the lines around the insertion
             elif tag != "equal":
                 touched.update(range(i1 + 1, i2 + 1))
         if not touched or not touched <= set(case.key["fix_lines"]):
