@@ -85,3 +85,9 @@ bench: install
 
 clean:
 	rm -rf $(VENV) .venv-paddle .venv-mindspore site
+
+# Real-world corpus (issue 12): score gradguard's diagnoses on reproductions of public bug reports;
+# writes benchmarks/realworld/results.md and results.json (figures only; thresholds are asserted in tests).
+.PHONY: corpus
+corpus: install
+	$(PY) benchmarks/realworld/score.py

@@ -1,0 +1,16 @@
+# Correct program: the second snippet of https://github.com/pytorch/pytorch/issues/36470 (the version that works).
+import torch
+
+x= torch.ones(1)
+x.requires_grad_()
+a = 1
+f = torch.zeros(10)
+f[0] = a
+for i in range(1,10):
+    tmp = a
+    for j in range(i):
+        tmp = 1/(1.0+torch.exp(-(a*x)))
+    f[i] = tmp
+loss = torch.sum(f)
+grad = torch.autograd.grad(loss,[x])[0]
+print(grad)
