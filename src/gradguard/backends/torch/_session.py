@@ -10,6 +10,14 @@
 # ``t.detach()``: it shares ``t``'s memory *and* version counter and breaks the Python<->C++ reference cycle
 # that returning ``t`` itself creates (that leaks the output of every op that saves its result).
 # ``t.data`` would not do: it has its own version counter.
+#
+# NOTE [Reading grad_fn crashes deep graphs]
+# ``t.grad_fn`` creates a Python object for the autograd node. Once tens of thousands of nodes along one chain
+# have such objects, freeing the graph recurses once per node through their deallocators and overflows the C
+# stack (segfault, measured on torch 2.13 with a 60k-op chain; plain PyTorch code that reads ``grad_fn`` on
+# every step crashes the same way). Pack therefore asks ``is_leaf`` (no Python node object) and reads the
+# producer's name for at most ``_PRODUCER_NAMES`` saves per backward pass; later saves of a very long forward
+# go without "output of X" in their finding, nothing else changes.
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ from ._writes import WriteTrackingMode, dynamo_safe
 __all__ = ["TorchGuardSession", "FINGERPRINT_MODES"]
 
 FINGERPRINT_MODES = ("full", "sample", "off")
+_PRODUCER_NAMES = 4096  # grad_fn names read per backward pass (see NOTE [Reading grad_fn crashes deep graphs])
 
 for _module in (torch,):
     LIBRARY_PATHS.add(_module.__path__[0])
@@ -102,6 +111,7 @@ class TorchGuardSession:
         self.boundary_mode = fingerprint if (track_writes and fingerprint != "off") else None
         self._attribution = False
         self._triton_pending = False
+        self._names_pass, self._names_left = -1, _PRODUCER_NAMES
 
     # -- lifecycle -----------------------------------------------------------------------------
     def enter(self) -> None:
@@ -153,14 +163,25 @@ class TorchGuardSession:
         if plain and self.fingerprint_mode != "off":
             fp = _fingerprint(detached, self.fingerprint_mode)
         site = user_location(2) if self.record_sites else None
-        grad_fn = t.grad_fn
-        producer = grad_fn.name() if grad_fn is not None else ("leaf" if t.requires_grad else None)
+        producer = self._producer(t)
         record = _SavedRecord(detached, version, fp, site, producer, self.ledger.backward_passes)
         if plain and self.track_writes and t.numel() > 0:
             self.ledger.add(record, *_byte_range(detached))
         if self._triton_pending and "triton" in sys.modules:  # imported after the guard was entered
             self._triton_pending = not _attribution.maybe_wrap_triton()
         return record
+
+    def _producer(self, t: torch.Tensor) -> str | None:
+        if t.is_leaf:
+            return "leaf" if t.requires_grad else None
+        passes = self.ledger.backward_passes
+        if passes != self._names_pass:
+            self._names_pass, self._names_left = passes, _PRODUCER_NAMES
+        if self._names_left <= 0:
+            return None
+        self._names_left -= 1
+        grad_fn = t.grad_fn
+        return grad_fn.name() if grad_fn is not None else None
 
     def _unpack(self, record: _SavedRecord) -> torch.Tensor:
         t = record.tensor
