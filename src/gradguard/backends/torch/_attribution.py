@@ -204,19 +204,23 @@ def _register_library(obj) -> None:
 # -- autograd.Function ---------------------------------------------------------------------------------
 
 def _function_apply(original):
-    func = original.__func__
+    # NOTE [Function.apply is a classmethod before torch 2.14 and a C classmethod_descriptor since]
+    # Both are descriptors: ``original.__get__(None, cls)`` binds either to the subclass being applied, so the
+    # wrapper needs no version check (a classmethod_descriptor has no ``__func__`` to unwrap).
+    def call(cls, args, kwargs):
+        return original.__get__(None, cls)(*args, **kwargs)
 
     def apply(cls, *args, **kwargs):
         session = _active()
         if session is None or session.boundary_mode is None:
-            return func(cls, *args, **kwargs)
+            return call(cls, args, kwargs)
         _register_library(cls)
         snap = snapshot(session, _tensors(args) + _tensors(kwargs.values()))
         name = cls.__name__
         stack = _stack()
         stack.append(f"{name}.forward")
         try:
-            return func(cls, *args, **kwargs)
+            return call(cls, args, kwargs)
         finally:
             stack.pop()
             if snap:
@@ -224,7 +228,7 @@ def _function_apply(original):
                 if changed:
                     _report(session, changed, op=f"{name}.forward", via=None, skip=2)
 
-    apply.__wrapped__ = func
+    apply.__wrapped__ = original
     return classmethod(apply)
 
 

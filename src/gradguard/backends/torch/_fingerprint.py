@@ -7,6 +7,13 @@
 #   host sync; weighting by position makes it order-sensitive (a plain sum misses swapped words).
 # Tensors with gaps (e.g. a column slice) are copied contiguous first: hashing the whole span would also
 #   hash the gaps, which other tensors may legitimately write.
+#
+# NOTE [Never allocate more than the storage the view covers]
+# A broadcast operand (``x.expand(...)``, stride 0) repeats the same elements: a 4 MiB tensor expanded to
+# 1 GiB would be packed into a 1 GiB copy (+1 GB peak, 10-15x slower step). The repeated dimensions are
+# dropped first (size 1 in every stride-0 dimension: the same set of elements, so the same fingerprint
+# meaning). A view that still has more elements than the memory it spans (overlapping windows, ``unfold``,
+# ``as_strided``) has its span hashed instead of a copy. A copy is thus never larger than the view's span.
 """
 
 from __future__ import annotations
@@ -32,6 +39,27 @@ def _permuted_dense(t: torch.Tensor) -> bool:
     return True
 
 
+def _span_elements(t: torch.Tensor) -> int:
+    return 1 + sum((size - 1) * abs(stride) for size, stride in zip(t.shape, t.stride()) if size > 0)
+
+
+def _distinct(t: torch.Tensor) -> torch.Tensor:
+    """``t`` without its repeated (stride-0) dimensions; ``t`` itself when it has none. Needs numel > 0."""
+    strides = t.stride()
+    if all(stride != 0 or size == 1 for size, stride in zip(t.shape, strides)):
+        return t
+    shape = [1 if stride == 0 else size for size, stride in zip(t.shape, strides)]
+    with torch._C._DisableTorchDispatch(), torch.no_grad():
+        return t.as_strided(shape, strides, t.storage_offset())
+
+
+def _span(t: torch.Tensor) -> torch.Tensor:
+    """The flat run of elements from ``t``'s lowest to its highest address (non-negative strides)."""
+    start = t.storage_offset() + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()) if stride < 0)
+    with torch._C._DisableTorchDispatch(), torch.no_grad():
+        return t.as_strided((_span_elements(t),), (1,), start)
+
+
 def _dense_bytes(t: torch.Tensor) -> torch.Tensor:
     """A flat uint8 view of exactly the tensor's memory (a copy only when the tensor has gaps or overlaps)."""
     if t.is_conj() or t.is_neg():
@@ -39,9 +67,13 @@ def _dense_bytes(t: torch.Tensor) -> torch.Tensor:
     if t.numel() == 0:
         return t.new_empty(0, dtype=torch.uint8)
     if not t.is_contiguous():
+        t = _distinct(t)
+    if not t.is_contiguous():
         if _permuted_dense(t):
             # dense but permuted (a transpose, channels_last): hash its memory block as is, no copy
             t = t.as_strided((t.numel(),), (1,), t.storage_offset())
+        elif t.numel() > _span_elements(t):
+            t = _span(t)  # overlapping windows: the memory span is smaller than a copy
         else:
             # gaps (a column slice) or overlaps (expand): hash the values; the gaps may belong to others
             t = t.contiguous()
@@ -134,7 +166,13 @@ def fingerprint(t: torch.Tensor, mode: str = "full"):
             return _EMPTY
         if _is_block(t):
             return _hash_memory(t.data_ptr(), n * t.element_size(), mode)
-        # gaps or overlaps (e.g. LSTMCell's gate chunks): hash a packed copy of the values
+        t = _distinct(t)  # broadcast operands: the distinct elements only
+        if _is_block(t):
+            return _hash_memory(t.data_ptr(), t.numel() * t.element_size(), mode)
+        if t.numel() > _span_elements(t):  # overlapping windows: hash the span, never a larger copy
+            span = _span(t)
+            return _hash_memory(span.data_ptr(), span.numel() * span.element_size(), mode)
+        # gaps (e.g. LSTMCell's gate chunks): hash a packed copy of the values, at most the span's size
         with torch._C._DisableTorchDispatch():
             packed = t.detach().contiguous()
         return _hash_memory(packed.data_ptr(), n * packed.element_size(), mode)

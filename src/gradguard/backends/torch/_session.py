@@ -10,6 +10,14 @@
 # ``t.detach()``: it shares ``t``'s memory *and* version counter and breaks the Python<->C++ reference cycle
 # that returning ``t`` itself creates (that leaks the output of every op that saves its result).
 # ``t.data`` would not do: it has its own version counter.
+#
+# NOTE [Reading grad_fn crashes deep graphs]
+# ``t.grad_fn`` creates a Python object for the autograd node. Once tens of thousands of nodes along one chain
+# have such objects, freeing the graph recurses once per node through their deallocators and overflows the C
+# stack (segfault, measured on torch 2.13 with a 60k-op chain; plain PyTorch code that reads ``grad_fn`` on
+# every step crashes the same way). Pack therefore asks ``is_leaf`` (no Python node object) and reads the
+# producer's name for at most ``_PRODUCER_NAMES`` saves per backward pass; later saves of a very long forward
+# go without "output of X" in their finding, nothing else changes.
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ from ...core._diagnosis import classify_source, diagnose, diagnose_or_fallback
 from ...core._findings import Finding, SaveSite, TensorInfo, WriteRecord
 from ...core._frames import LIBRARY_PATHS, caller_context, user_location
 from ...core._ledger import SavedLedger
-from . import _attribution
+from . import _attribution, _user_hooks
 from ._fingerprint import fingerprint as _fingerprint
 from ._fingerprint import same as _same_fingerprint
 from ._naming import name_tensor
@@ -36,6 +44,7 @@ from ._writes import WriteTrackingMode, dynamo_safe
 __all__ = ["TorchGuardSession", "FINGERPRINT_MODES"]
 
 FINGERPRINT_MODES = ("full", "sample", "off")
+_PRODUCER_NAMES = 4096  # grad_fn names read per backward pass (see NOTE [Reading grad_fn crashes deep graphs])
 
 for _module in (torch,):
     LIBRARY_PATHS.add(_module.__path__[0])
@@ -77,6 +86,45 @@ class _SavedRecord:
         self.writes: list[tuple[WriteRecord, int]] | None = None  # (write, saved tensor's version before it)
 
 
+class _UserHookRecord:
+    """What the guard's pack returns for a tensor that goes through the user's own saved-tensor hooks: the
+    user's packed object and a small summary of the tensor at save time (never the tensor: offloading hooks
+    must free it)."""
+
+    __slots__ = ("packed", "shape", "strides", "dtype", "fp", "samples", "site", "producer", "version",
+                 "__weakref__")
+
+    def __init__(self, packed, shape, strides, dtype, fp, samples, site, producer, version):
+        self.packed = packed
+        self.shape = shape
+        self.strides = strides
+        self.dtype = dtype
+        self.fp = fp
+        self.samples = samples
+        self.site = site
+        self.producer = producer
+        self.version = version
+
+
+_SAMPLES = 64
+
+
+def _samples(t: torch.Tensor):
+    """Up to 64 elements at fixed logical positions, as float64 (the value check of user-hook round trips)."""
+    if not _plain(t) or t.numel() == 0 or t.is_complex() or t.dtype == torch.bool:
+        return None
+    with torch._C._DisableTorchDispatch(), torch.no_grad():
+        flat = t.detach().reshape(-1) if t.is_contiguous() else t.detach().flatten()
+        n = flat.numel()
+        index = torch.linspace(0, n - 1, min(n, _SAMPLES), device=t.device).long()
+        return flat.index_select(0, index).to("cpu", torch.float64)
+
+
+def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
+    # bf16/fp16 compression hooks are lossy on purpose: accept their rounding (8 mantissa bits), nothing more.
+    return bool(torch.allclose(a, b, rtol=1e-2, atol=1e-3 * float(a.abs().max()) + 1e-6, equal_nan=True))
+
+
 class TorchGuardSession:
     """Installs the hooks (and, with ``track_writes``, the write log) between ``enter()`` and ``exit()``."""
 
@@ -102,11 +150,25 @@ class TorchGuardSession:
         self.boundary_mode = fingerprint if (track_writes and fingerprint != "off") else None
         self._attribution = False
         self._triton_pending = False
+        self._names_pass, self._names_left = -1, _PRODUCER_NAMES
+        self._user_hooks = False
 
     # -- lifecycle -----------------------------------------------------------------------------
     def enter(self) -> None:
-        self._hooks = saved_tensors_hooks(self._pack, self._unpack)
+        # NOTE [Stack with the user's saved-tensor hooks, never replace them]
+        # PyTorch uses only the innermost saved_tensors_hooks. Hooks the user entered before the guard
+        # (activation offloading, compression) are therefore called from the guard's own hooks; hooks the
+        # user enters inside the guard are wrapped the same way (_user_hooks.py). What goes through user
+        # hooks is checked on the way back: unpack must return what pack was given (shape, dtype, values).
+        outer = _user_hooks.top_hooks()
+        if outer is not None:
+            pack, unpack = self.composed(*outer)
+        else:
+            pack, unpack = self._pack, self._unpack
+        self._hooks = saved_tensors_hooks(pack, unpack)
         self._hooks.__enter__()
+        _user_hooks.install(self)
+        self._user_hooks = True
         if self.track_writes:
             mode = dynamo_safe(WriteTrackingMode)(self._on_write)
             try:
@@ -137,6 +199,9 @@ class TorchGuardSession:
                 self._mode.__exit__(None, None, None)
         finally:
             self._mode = None
+            if self._user_hooks:
+                self._user_hooks = False
+                _user_hooks.uninstall(self)
             if self._hooks is not None:
                 self._hooks.__exit__(None, None, None)
                 self._hooks = None
@@ -153,14 +218,25 @@ class TorchGuardSession:
         if plain and self.fingerprint_mode != "off":
             fp = _fingerprint(detached, self.fingerprint_mode)
         site = user_location(2) if self.record_sites else None
-        grad_fn = t.grad_fn
-        producer = grad_fn.name() if grad_fn is not None else ("leaf" if t.requires_grad else None)
+        producer = self._producer(t)
         record = _SavedRecord(detached, version, fp, site, producer, self.ledger.backward_passes)
         if plain and self.track_writes and t.numel() > 0:
             self.ledger.add(record, *_byte_range(detached))
         if self._triton_pending and "triton" in sys.modules:  # imported after the guard was entered
             self._triton_pending = not _attribution.maybe_wrap_triton()
         return record
+
+    def _producer(self, t: torch.Tensor) -> str | None:
+        if t.is_leaf:
+            return "leaf" if t.requires_grad else None
+        passes = self.ledger.backward_passes
+        if passes != self._names_pass:
+            self._names_pass, self._names_left = passes, _PRODUCER_NAMES
+        if self._names_left <= 0:
+            return None
+        self._names_left -= 1
+        grad_fn = t.grad_fn
+        return grad_fn.name() if grad_fn is not None else None
 
     def _unpack(self, record: _SavedRecord) -> torch.Tensor:
         t = record.tensor
@@ -181,6 +257,48 @@ class TorchGuardSession:
         elif record.writes and self.fingerprint_mode == "off":
             self._raise(record, "silent_write")
         return t
+
+    def composed(self, user_pack, user_unpack):
+        """(pack, unpack) that run the user's hooks and check the round trip (see NOTE above)."""
+
+        def pack(t: torch.Tensor):
+            try:
+                version = t._version
+            except RuntimeError:
+                version = None
+            plain = _plain(t)
+            fp = _fingerprint(t.detach(), self.fingerprint_mode) if plain and self.fingerprint_mode != "off" else None
+            record = _UserHookRecord(None, tuple(t.shape), t.stride(), t.dtype, fp, _samples(t) if plain else None,
+                                     user_location(2) if self.record_sites else None, self._producer(t), version)
+            record.packed = user_pack(t)
+            return record
+
+        def unpack(record):
+            if not isinstance(record, _UserHookRecord):  # packed before the guard entered
+                return user_unpack(record)
+            out = user_unpack(record.packed)
+            if isinstance(out, torch.Tensor) and not self._round_trip_ok(record, out):
+                self._raise(_SavedRecord(out.detach(), record.version, record.fp, record.site, record.producer,
+                                         self.ledger.backward_passes), "silent_write",
+                            note="the tensor came back from your saved_tensors_hooks unpack different from "
+                                 "what pack was given (an in-place write to a tensor the hooks kept, or an "
+                                 "unpack that returns another tensor or view)")
+            return out
+
+        return _user_hooks.mark(pack), _user_hooks.mark(unpack)
+
+    def _round_trip_ok(self, record: _UserHookRecord, out: torch.Tensor) -> bool:
+        if tuple(out.shape) != record.shape:
+            return False
+        # The fingerprint hashes memory, so it is a valid shortcut only for the same memory layout (a transposed
+        # view of the same block hashes equal); any other layout is compared value by value.
+        if record.fp is not None and out.dtype == record.dtype and _plain(out) and out.stride() == record.strides:
+            if _same_fingerprint(_fingerprint(out.detach(), self.fingerprint_mode), record.fp):
+                return True  # bit-identical round trip (the common case: offloading)
+        if record.samples is None:
+            return True
+        now = _samples(out)
+        return now is None or _close(record.samples, now)
 
     def _on_write(self, func, targets):
         if _attribution.in_kernel():  # the Triton launch boundary reports the kernel's writes itself
@@ -254,10 +372,16 @@ class TorchGuardSession:
         node, argument = _saver(record)
         return argument in ("running_mean", "running_var") and node is not None and "BatchNorm" in node
 
-    def _raise(self, record: _SavedRecord, kind: str):
+    def _raise(self, record: _SavedRecord, kind: str, note: str | None = None):
         t = record.tensor
-        finding = diagnose_or_fallback(lambda: self._build_finding(record, kind), kind=kind, shape=t.shape,
-                                       dtype=t.dtype, backend="torch")
+
+        def build():
+            finding = self._build_finding(record, kind)
+            if note:
+                finding.notes.append(note)
+            return finding
+
+        finding = diagnose_or_fallback(build, kind=kind, shape=t.shape, dtype=t.dtype, backend="torch")
         with self._lock:
             self.findings.append(finding)
         raise error_for(kind)(finding)

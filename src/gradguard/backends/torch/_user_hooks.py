@@ -1,0 +1,86 @@
+"""The user's own ``saved_tensors_hooks`` under a guard: stacked with the guard's, never replaced.
+
+PyTorch calls only the innermost saved-tensor hooks. Without this module, a guard entered inside the user's
+hooks (activation offloading, bf16 compression) switched them off, and user hooks entered inside the guard
+switched the guard off. ``top_hooks()`` gives the user's hooks active when a guard enters (the session calls
+them from its own); while a session is active, ``saved_tensors_hooks.__enter__`` is patched so that hooks the
+user enters on the session's thread are pushed wrapped by the session (``TorchGuardSession.composed``).
+
+# NOTE [Which hooks are wrapped]
+# Hooks of classes defined in torch itself other than ``save_on_cpu`` (activation checkpointing's
+# ``_checkpoint_hook``/``_recomputation_hook``, compile internals) are left alone: their unpack recomputes or
+# rebuilds the tensor by design, and PyTorch checks them itself. gradguard's own hooks are never wrapped.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import torch
+from torch.autograd.graph import saved_tensors_hooks
+
+__all__ = ["install", "uninstall", "top_hooks", "mark"]
+
+_lock = threading.Lock()
+_sessions: list = []  # (session, thread id), innermost last
+_original_enter = None
+
+
+def mark(fn):
+    """Mark ``fn`` as one of gradguard's hooks (never wrapped, never composed with)."""
+    fn._gradguard_hook = True
+    return fn
+
+
+def _ours(fn) -> bool:
+    return getattr(fn, "_gradguard_hook", False) or type(getattr(fn, "__self__", None)).__name__ == "TorchGuardSession"
+
+
+def top_hooks():
+    """The user's (pack, unpack) active on this thread, or None (none, gradguard's own, or torch < 2.5)."""
+    top = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)
+    if top is None:
+        return None
+    hooks = top(False)
+    if hooks is None or _ours(hooks[0]):
+        return None
+    return hooks
+
+
+def _wrapped_class(hooks) -> bool:
+    cls = type(hooks)
+    if cls is saved_tensors_hooks or cls is torch.autograd.graph.save_on_cpu:
+        return True
+    return not (cls.__module__ or "").startswith("torch.")
+
+
+def _enter(self):
+    session = None
+    ident = threading.get_ident()
+    for candidate, thread in reversed(_sessions):
+        if thread == ident:
+            session = candidate
+            break
+    if session is None or _ours(self.pack_hook) or not _wrapped_class(self):
+        return _original_enter(self)
+    pack, unpack = session.composed(self.pack_hook, self.unpack_hook)
+    torch._C._autograd._push_saved_tensors_default_hooks(pack, unpack)
+
+
+def install(session) -> None:
+    global _original_enter
+    with _lock:
+        if not _sessions:
+            _original_enter = saved_tensors_hooks.__dict__["__enter__"]
+            saved_tensors_hooks.__enter__ = _enter
+        _sessions.append((session, threading.get_ident()))
+
+
+def uninstall(session) -> None:
+    """Remove ``session`` (from any thread: a guard may be exited on another thread than it entered on)."""
+    global _original_enter
+    with _lock:
+        _sessions[:] = [(s, t) for s, t in _sessions if s is not session]
+        if not _sessions and _original_enter is not None:
+            saved_tensors_hooks.__enter__ = _original_enter
+            _original_enter = None
