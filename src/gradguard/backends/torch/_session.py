@@ -193,7 +193,9 @@ class TorchGuardSession:
             if not ledger.has_storage(key):
                 continue
             records = [r for r in ledger.overlapping(key, start, end) if share_elements(r.tensor, target)]
-            if records:
+            if not records:
+                self._note_shared_counter(func, target, key)
+            elif records:
                 write = self._describe_write(func, target)
                 alias = None
                 impl = target.untyped_storage()._cdata
@@ -207,6 +209,17 @@ class TorchGuardSession:
                     else:
                         self.record_write([record], write)
         return None
+
+    def _note_shared_counter(self, func, target, key) -> None:
+        """A write into another part of a storage that holds saved tensors (slot t of a preallocated buffer
+        while slot t-1 is saved): the bytes differ, but views of one base share one version counter, so the
+        write still moves the saved slot's version. Recorded once per saved tensor: its first bump."""
+        version = target._version
+        stale = [r for r in self.ledger.overlapping(key, 0, 1 << 62)
+                 if r.version == version and r.tensor._version == version and not r.writes]
+        if stale:
+            write = dataclasses.replace(self._describe_write(func, target), category="shared_counter")
+            self.record_write(stale, write)
 
     def record_write(self, records, write: WriteRecord) -> None:
         """Attach ``write`` to saved records (with each record's version before the write)."""
