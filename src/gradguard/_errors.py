@@ -29,7 +29,8 @@ class InternalError(GradguardError):
 
 
 class GradientHazardError(GradguardError, RuntimeError):
-    """A gradient hazard was found. ``.finding`` holds the structured diagnosis.
+    """A gradient hazard was found. ``.finding`` holds the structured diagnosis; ``.findings`` every hazard
+    found at once (the first is ``.finding``).
 
     Subclasses ``RuntimeError`` because PyTorch raises ``RuntimeError`` for the same situations:
     existing ``except RuntimeError`` handlers keep working under the guard.
@@ -37,6 +38,7 @@ class GradientHazardError(GradguardError, RuntimeError):
 
     def __init__(self, finding):
         self.finding = finding
+        self.findings = [finding]  # every hazard found at once, ``finding`` first (see NOTE [All hazards in one error])
         super().__init__(_render(finding))
 
     def _repr_mimebundle_(self, include=None, exclude=None):

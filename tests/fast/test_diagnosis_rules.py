@@ -159,7 +159,8 @@ def test_two_optimizers_step_between_backwards_is_the_gan_order(source):
                  TensorInfo((1, 1), "float32", name="D.weight", role="parameter"),
                  backward_passes_since_save=1, retain_graph=None, backward_at=at("g_loss.backward").to_dict())
     assert f.rule == "optimizer_step_between_backwards"
-    assert "GAN / actor-critic" in f.explanation
+    assert "GAN ordering bug" in f.explanation
+    assert [x.action for x in f.fixes] == ["move_statement", "detach_argument"]
     assert "re-run `g_loss = -D(fake).mean()` after `opt_d.step()`" in f.suggestion
     assert "e.g. `D(fake.detach())`" in f.suggestion
     assert "an earlier backward ran and Adam.step()" in f.explanation

@@ -4,14 +4,24 @@ Rules are framework-neutral: backends only tag each write with a category; the r
 categories, the user's source line and the pass counts.
 """
 
+# NOTE [Diagnosis as data]
+# ``RULES`` is an ordered table; the first row whose ``when`` matches the finding's facts decides. ``when``
+# returns the write the rule is about (or True when it needs none), ``build`` returns a Verdict: the rule id,
+# the explanation and suggestion text, and the same fix as FixIntents (preferred first). Text and intents
+# are built in one place from the same facts, so the hunk ``gradguard fix`` applies is the edit the text
+# describes. Findings built elsewhere (PyTorch's eager errors) arrive with their verdict already set.
+
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+from typing import Any, Callable
 
 from . import _inplace_rules
 from ._findings import Finding, TensorInfo, WriteRecord
+from ._intents import FixIntent, Verdict
 
-__all__ = ["diagnose", "diagnose_or_fallback", "classify_source", "HEADLINES"]
+__all__ = ["diagnose", "diagnose_or_fallback", "classify_source", "HEADLINES", "Rule", "RULES"]
 
 HEADLINES = {
     "inplace_modification": "a tensor saved for backward was modified in place before backward used it",
@@ -46,16 +56,16 @@ def _where(write: WriteRecord) -> str:
 
 
 def diagnose(finding: Finding) -> Finding:
-    """Fill ``headline``, ``explanation``, ``suggestion`` and ``rule`` in place; returns the finding."""
+    """Fill ``headline``, ``explanation``, ``suggestion``, ``rule`` and ``fixes`` in place; returns the finding."""
     finding.headline = finding.headline or HEADLINES.get(finding.kind, finding.kind)
     if finding.kind in ("inplace_modification", "silent_write"):
         _name_from_write(finding)
-        rule, why, fix = _saved_tensor_rules(finding)
-    else:
-        rule, why, fix = finding.rule, finding.explanation, finding.suggestion
-    finding.rule = rule
-    finding.explanation = finding.explanation or why
-    finding.suggestion = finding.suggestion or fix
+        verdict = _apply_rules(finding)
+        finding.rule = verdict.rule
+        finding.explanation = finding.explanation or verdict.explanation
+        finding.suggestion = finding.suggestion or verdict.suggestion
+        if not finding.fixes:
+            finding.fixes = list(verdict.fixes)
     return finding
 
 
@@ -72,134 +82,201 @@ def _name_from_write(f: Finding) -> None:
             return
 
 
-def _saved_tensor_rules(f: Finding) -> tuple[str, str, str]:
-    saver = f.saved_at.op or "an autograd node"
-    writes = f.modified_at
-    passes = f.context.get("backward_passes_since_save") or 0
-    retain = f.context.get("retain_graph")
-    silent = f.kind == "silent_write"
-    prefix = (
-        "Its bytes changed while its version counter did not, so the framework's own check cannot see it. "
-        if silent
-        else ""
+@dataclass(frozen=True)
+class Rule:
+    """One row of the diagnosis table: ``when`` reads the finding's facts and returns what the rule is about
+    (a write, or True) or None; ``build`` turns that into the verdict (text and fix intents)."""
+
+    name: str
+    when: Callable[[Finding], Any]
+    build: Callable[[Finding, Any], Verdict]
+
+
+def _apply_rules(f: Finding) -> Verdict:
+    for rule in RULES:
+        subject = rule.when(f)
+        if subject is not None and subject is not False:
+            return rule.build(f, subject)
+    raise AssertionError("the last rule always matches")  # pragma: no cover
+
+
+def _write(category: str, *, silent: bool | None = None, extra=None):
+    """``when`` for the rules keyed on a write category (optionally only for silent or loud findings)."""
+
+    def when(f: Finding):
+        if silent is not None and (f.kind == "silent_write") != silent:
+            return None
+        write = _first(f.modified_at, category)
+        if write is None or (extra is not None and not extra(f, write)):
+            return None
+        return write
+
+    return when
+
+
+def _prefix(f: Finding) -> str:
+    if f.kind == "silent_write":
+        return ("Its bytes changed while its version counter did not, so the framework's own check cannot see it. ")
+    return ""
+
+
+def _saver(f: Finding) -> str:
+    return f.saved_at.op or "an autograd node"
+
+
+def _fused_optimizer(f: Finding, opt: WriteRecord) -> Verdict:
+    stepper = opt.via or "the optimizer step"
+    return Verdict(
+        "fused_optimizer",
+        _prefix(f) + f"{stepper} at {_where(opt)} updated the parameter in place with a fused kernel that "
+        f"does not bump the version counter, after {_saver(f)} saved it for a backward pass that had not run yet.",
+        "Use the non-fused optimizer path (fused=False; foreach=True keeps most of the speed), and/or run "
+        "every backward that needs this forward pass before the optimizer step.",
     )
 
-    opt = _first(writes, "optimizer")
-    if opt is not None:
-        stepper = opt.via or "the optimizer step"
-        if silent:
-            return (
-                "fused_optimizer",
-                prefix + f"{stepper} at {_where(opt)} updated the parameter in place with a fused kernel that "
-                f"does not bump the version counter, after {saver} saved it for a backward pass that had not run yet.",
-                "Use the non-fused optimizer path (fused=False; foreach=True keeps most of the speed), and/or run "
-                "every backward that needs this forward pass before the optimizer step.",
-            )
-        return _inplace_rules.optimizer_rule(f, opt, passes, retain)
 
-    act = _first(writes, "activation")
-    if act is not None:
-        return _inplace_rules.activation_rule(f, act)
+def _data_write(f: Finding, data: WriteRecord) -> Verdict:
+    fixes = []
+    if data.location is not None:
+        fixes.append(FixIntent("wrap_no_grad", data.location.file, data.location.line, target=None,
+                               detail={"replace": ".data"},
+                               reason="write the real tensor under no_grad so the version check sees it"))
+    return Verdict(
+        "data_write",
+        _prefix(f) + f"The write at {_where(data)} went through `.data`, which has its own version counter, "
+        f"so autograd does not see it; {_saver(f)} still needed the old values.",
+        "Do not write through `.data`. Update the real tensor inside `with torch.no_grad():` (the version "
+        "check then sees it), after the backward that needs the old values; or write into a `.clone()`.",
+        fixes,
+    )
 
-    data = _first(writes, "data_write")
-    if data is not None:
-        return (
-            "data_write",
-            prefix + f"The write at {_where(data)} went through `.data`, which has its own version counter, "
-            f"so autograd does not see it; {saver} still needed the old values.",
-            "Do not write through `.data`. Update the real tensor inside `with torch.no_grad():` (the version "
-            "check then sees it), after the backward that needs the old values; or write into a `.clone()`.",
-        )
 
-    kernel = _first(writes, "kernel")
-    if kernel is not None:
-        if kernel.op.startswith("triton:"):
-            who = f"The Triton kernel `{kernel.op[len('triton:'):]}`"
-            who += f" (launched by {kernel.via})" if kernel.via else ""
-        elif kernel.op.endswith((".forward", ".backward")):
-            who = f"The custom autograd.Function {kernel.op}"
-        else:
-            who = f"{kernel.via or kernel.op}"
-        return (
-            "silent_kernel_write",
-            prefix + f"{who}, called at {_where(kernel)}, wrote into memory that {saver} saved for backward.",
-            "Kernel authors: write results into a fresh buffer (`torch.empty_like(x)`), or declare the write "
-            "with `torch.autograd.graph.increment_version(x)` right after the kernel (or `ctx.mark_dirty(x)` and "
-            "return x) so autograd can check it. Users: pass a copy (`op(x.clone())`) to the kernel.",
-        )
+def _kernel_write(f: Finding, kernel: WriteRecord) -> Verdict:
+    if kernel.op.startswith("triton:"):
+        who = f"The Triton kernel `{kernel.op[len('triton:'):]}`"
+        who += f" (launched by {kernel.via})" if kernel.via else ""
+    elif kernel.op.endswith((".forward", ".backward")):
+        who = f"The custom autograd.Function {kernel.op}"
+    else:
+        who = f"{kernel.via or kernel.op}"
+    return Verdict(
+        "silent_kernel_write",
+        _prefix(f) + f"{who}, called at {_where(kernel)}, wrote into memory that {_saver(f)} saved for backward.",
+        "Kernel authors: write results into a fresh buffer (`torch.empty_like(x)`), or declare the write "
+        "with `torch.autograd.graph.increment_version(x)` right after the kernel (or `ctx.mark_dirty(x)` and "
+        "return x) so autograd can check it. Users: pass a copy (`op(x.clone())`) to the kernel.",
+    )
 
-    outside = _first(writes, "outside")
-    if silent and (outside is not None or not writes):
-        if outside is not None:
-            where = outside.op.replace("write outside torch ", "", 1)
-            why = (f"No torch op wrote it: the bytes changed {where}, in code that writes memory directly "
-                   f"(a NumPy view from `.numpy()`, ctypes, DLPack, or a C++/CUDA extension using `data_ptr()`).")
-        else:
-            why = (f"No torch op, custom autograd.Function or Triton launch that gradguard watches wrote it, so the "
-                   f"writer is code that writes memory directly: a NumPy view from `.numpy()`, ctypes, DLPack, or a "
-                   f"C++/CUDA extension using `data_ptr()`. Re-run in bisect mode to pin it between two "
-                   f"lines.")
-        return (
-            "silent_kernel_write",
-            prefix + why + f" {saver} still needed the old values.",
-            "Users: give NumPy/ctypes a copy (`t.detach().numpy().copy()`) or make the update with torch ops "
-            "inside `with torch.no_grad():` on the real tensor. Extension authors: write into a fresh buffer, or "
-            "call `torch.autograd.graph.increment_version(x)` after writing so autograd can check it.",
-        )
 
-    numpy_write = _first(writes, "numpy")
-    if numpy_write is not None:
-        return (
-            "numpy_write",
-            prefix + f"Memory shared with a NumPy/DLPack alias was written at {_where(numpy_write)}.",
-            "Write through torch instead, inside `with torch.no_grad():`, or give NumPy a copy "
-            "(`t.detach().cpu().numpy().copy()`).",
-        )
+def _outside_when(f: Finding):
+    if f.kind != "silent_write":
+        return None
+    outside = _first(f.modified_at, "outside")
+    if outside is not None:
+        return outside
+    return True if not f.modified_at else None
 
-    aug = _first(writes, "augmented_assign")
-    if aug is not None:
-        return _inplace_rules.augmented_rule(f, aug)
 
-    idx = _first(writes, "index_assign")
-    if idx is not None:
-        return _inplace_rules.index_rule(f, idx)
+def _outside_write(f: Finding, outside) -> Verdict:
+    if isinstance(outside, WriteRecord):
+        where = outside.op.replace("write outside torch ", "", 1)
+        why = (f"No torch op wrote it: the bytes changed {where}, in code that writes memory directly "
+               f"(a NumPy view from `.numpy()`, ctypes, DLPack, or a C++/CUDA extension using `data_ptr()`).")
+    else:
+        why = (f"No torch op, custom autograd.Function or Triton launch that gradguard watches wrote it, so the "
+               f"writer is code that writes memory directly: a NumPy view from `.numpy()`, ctypes, DLPack, or a "
+               f"C++/CUDA extension using `data_ptr()`. Re-run in bisect mode to pin it between two "
+               f"lines.")
+    return Verdict(
+        "silent_kernel_write",
+        _prefix(f) + why + f" {_saver(f)} still needed the old values.",
+        "Users: give NumPy/ctypes a copy (`t.detach().numpy().copy()`) or make the update with torch ops "
+        "inside `with torch.no_grad():` on the real tensor. Extension authors: write into a fresh buffer, or "
+        "call `torch.autograd.graph.increment_version(x)` after writing so autograd can check it.",
+    )
 
+
+def _numpy_write(f: Finding, numpy_write: WriteRecord) -> Verdict:
+    return Verdict(
+        "numpy_write",
+        _prefix(f) + f"Memory shared with a NumPy/DLPack alias was written at {_where(numpy_write)}.",
+        "Write through torch instead, inside `with torch.no_grad():`, or give NumPy a copy "
+        "(`t.detach().cpu().numpy().copy()`).",
+    )
+
+
+def _ddp_when(f: Finding):
     # DistributedDataParallel's forward broadcasts rank 0's buffers into every rank's buffers in place
     # (broadcast_buffers=True). It is the cause when every version-bumping write is DDP's own.
-    ddp = [w for w in writes if "nn/parallel/distributed.py" in (w.library_frame or "").replace("\\", "/")]
-    if ddp and all(w in ddp or not w.bumps_version for w in writes):
-        return (
-            "ddp_broadcast",
-            prefix + f"DistributedDataParallel's forward at {_where(ddp[0])} copied rank 0's buffers into this "
-            f"rank's buffers in place (broadcast_buffers=True, the default), after {saver} had saved this buffer "
-            f"in an earlier forward pass whose backward had not run yet: that backward would use rank 0's values, "
-            f"not the ones its forward used. (PyTorch >= 2.13 keeps the version counter during this broadcast, so "
-            f"it computes the gradient silently wrong; earlier versions raise \"modified by an inplace operation\".)",
-            "Run backward after each forward through the DDP model, or put both batches through one forward "
-            "(torch.cat); or construct DDP with broadcast_buffers=False (forward_sync_buffers=False in PyTorch "
-            ">= 2.13) and keep the buffers in sync yourself; for BatchNorm, convert the model with "
-            "torch.nn.SyncBatchNorm.convert_sync_batchnorm(model).",
-        )
+    ddp = [w for w in f.modified_at if "nn/parallel/distributed.py" in (w.library_frame or "").replace("\\", "/")]
+    if ddp and all(w in ddp or not w.bumps_version for w in f.modified_at):
+        return ddp[0]
+    return None
 
-    copy = _first(writes, "copy")
-    if copy is not None and f.tensor.role == "buffer":
-        return _inplace_rules.buffer_rule(f, copy)
 
-    if not writes:
-        return (
-            "unseen_write",
-            prefix + f"{saver} saved this tensor, and its version moved before backward used it, but gradguard "
-            "saw no write: it happened before the guard was entered, in another thread, or in code that writes "
-            "memory without going through the framework.",
-            "Enter the guard earlier (or run the whole script with `gradguard run`) to see the write.",
-        )
+def _ddp_broadcast(f: Finding, ddp: WriteRecord) -> Verdict:
+    return Verdict(
+        "ddp_broadcast",
+        _prefix(f) + f"DistributedDataParallel's forward at {_where(ddp)} copied rank 0's buffers into this "
+        f"rank's buffers in place (broadcast_buffers=True, the default), after {_saver(f)} had saved this buffer "
+        f"in an earlier forward pass whose backward had not run yet: that backward would use rank 0's values, "
+        f"not the ones its forward used. (PyTorch >= 2.13 keeps the version counter during this broadcast, so "
+        f"it computes the gradient silently wrong; earlier versions raise \"modified by an inplace operation\".)",
+        "Run backward after each forward through the DDP model, or put both batches through one forward "
+        "(torch.cat); or construct DDP with broadcast_buffers=False (forward_sync_buffers=False in PyTorch "
+        ">= 2.13) and keep the buffers in sync yourself; for BatchNorm, convert the model with "
+        "torch.nn.SyncBatchNorm.convert_sync_batchnorm(model).",
+    )
 
-    first = writes[0]
-    return (
+
+def _shared_counter_when(f: Finding):
+    """The version moved through a write into another part of the same storage (a slot of a preallocated
+    buffer): the backend records it as a ``shared_counter`` write."""
+    return _first(f.modified_at, "shared_counter")
+
+
+def _unseen_write(f: Finding, _subject) -> Verdict:
+    return Verdict(
+        "unseen_write",
+        _prefix(f) + f"{_saver(f)} saved this tensor, and its version moved before backward used it, but gradguard "
+        "saw no write: it happened before the guard was entered, in another thread, or in code that writes "
+        "memory without going through the framework.",
+        "Enter the guard earlier (or run the whole script with `gradguard run`) to see the write.",
+    )
+
+
+def _generic_inplace(f: Finding, first: WriteRecord) -> Verdict:
+    return Verdict(
         "generic_inplace",
-        prefix + f"{first.op} at {_where(first)} wrote in place into a tensor that {saver} saved for backward.",
+        _prefix(f) + f"{first.op} at {_where(first)} wrote in place into a tensor that {_saver(f)} saved for "
+        f"backward.",
         "Clone before the in-place write (`y = x.clone()` and write into y), or use the out-of-place op.",
     )
+
+
+R = _inplace_rules
+RULES: tuple[Rule, ...] = (
+    Rule("fused_optimizer", _write("optimizer", silent=True), _fused_optimizer),
+    Rule("optimizer_step_before_backward",
+         _write("optimizer", silent=False, extra=lambda f, w: R.optimizer_is_stepped_before_backward(f)),
+         R.optimizer_before_backward_rule),
+    Rule("retained_graph_across_steps",
+         _write("optimizer", silent=False, extra=lambda f, w: R.optimizer_wraps_retained_graph(f, w)),
+         R.retained_graph_rule),
+    Rule("optimizer_step_between_backwards", _write("optimizer", silent=False), R.optimizer_between_backwards_rule),
+    Rule("inplace_activation", _write("activation"), R.activation_rule),
+    Rule("data_write", _write("data_write"), _data_write),
+    Rule("silent_kernel_write", _write("kernel"), _kernel_write),
+    Rule("silent_outside_write", _outside_when, _outside_write),
+    Rule("numpy_write", _write("numpy"), _numpy_write),
+    Rule("augmented_assignment", _write("augmented_assign"), R.augmented_rule),
+    Rule("index_assignment", _write("index_assign"), R.index_rule),
+    Rule("ddp_broadcast", _ddp_when, _ddp_broadcast),
+    Rule("buffer_refill", _write("copy", extra=lambda f, w: f.tensor.role == "buffer"), R.buffer_rule),
+    Rule("shared_version_counter", _shared_counter_when, R.shared_counter_rule),
+    Rule("unseen_write", lambda f: True if not f.modified_at else None, _unseen_write),
+    Rule("generic_inplace", lambda f: f.modified_at[0], _generic_inplace),
+)
 
 
 def diagnose_or_fallback(build, *, kind: str, shape, dtype, backend: str) -> Finding:

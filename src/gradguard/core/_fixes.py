@@ -11,6 +11,7 @@ import ast
 import linecache
 
 from ._findings import SourceLocation
+from ._intents import FixIntent
 from ._source_ast import _statement_at
 
 __all__ = [
@@ -21,6 +22,8 @@ __all__ = [
     "mask_assignment",
     "statement_code",
     "assigned_names",
+    "keyword_calls",
+    "is_valid_python",
 ]
 
 # Operators whose augmented form `x op= y` has the out-of-place form `x = x op y`.
@@ -150,8 +153,20 @@ class CarriedState:
         """The line that detaches it where it crosses the iteration boundary."""
         if self.source is not None and not is_tuple:
             return f"`{self.name} = {self.source}.detach()` (line {self.assignment.line})"
+        return f"`{self._detached_statement(is_tuple)}` right after line {self.assignment.line}"
+
+    def _detached_statement(self, is_tuple: bool) -> str:
         detached = (f"tuple(s.detach() for s in {self.name})" if is_tuple else f"{self.name}.detach()")
-        return f"`{self.name} = {detached}` right after line {self.assignment.line}"
+        return f"{self.name} = {detached}"
+
+    def detach_intent(self, is_tuple: bool = False) -> FixIntent:
+        """The same fix as :meth:`detach_fix`, as a structured edit."""
+        reason = f"detach `{self.name}` where it crosses into the next iteration"
+        file, line = self.assignment.file, self.assignment.line
+        if self.source is not None and not is_tuple:
+            return FixIntent("detach_assignment", file, line, target=self.name, reason=reason)
+        return FixIntent("insert_after", file, line, target=self.name,
+                         detail={"code": self._detached_statement(is_tuple)}, reason=reason)
 
 
 def _loads_and_stores(stmt: ast.stmt) -> tuple[list[str], list[str]]:
@@ -242,3 +257,35 @@ def step_receivers(location: SourceLocation | None) -> list[str]:
             if receiver not in receivers:
                 receivers.append(receiver)
     return receivers
+
+
+def is_valid_python(code: str) -> bool:
+    """Whether ``code`` parses as Python (every code suggestion is checked with this before it is shown)."""
+    try:
+        ast.parse(code.strip())
+    except SyntaxError:
+        return False
+    return True
+
+
+def keyword_calls(filename: str | None, callee: str, keyword: str, value: object = True) -> list[SourceLocation]:
+    """Statements of ``filename`` that call ``callee`` (``ReLU``, ``nn.ReLU``, ``torch.nn.ReLU``) with
+    ``keyword=value``: where ``nn.ReLU(inplace=True)`` was written, which is the line a fix edits."""
+    if not filename:
+        return []
+    tree = _tree(filename)
+    if tree is None:
+        return []
+    found: list[SourceLocation] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+        if name != callee:
+            continue
+        if any(k.arg == keyword and isinstance(k.value, ast.Constant) and k.value.value == value
+               for k in node.keywords):
+            code = linecache.getline(filename, node.lineno).strip()
+            found.append(SourceLocation(filename, node.lineno, "", code))
+    return sorted(found, key=lambda loc: loc.line)

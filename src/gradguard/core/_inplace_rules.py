@@ -1,9 +1,10 @@
 """The rules for version-bumping writes into saved tensors: why the write broke backward, and the fix
 written against the user's own lines (``h_cur = h_next.detach()`` at line 21, not a template).
 
-Called from :func:`gradguard.core._diagnosis._saved_tensor_rules`; each function returns
-``(rule, explanation, suggestion)``. Framework-neutral: they read the finding's categories, node names,
-pass counts and source lines.
+Rows of the rule table in :mod:`gradguard.core._diagnosis`; each function returns a
+:class:`~gradguard.core._intents.Verdict`: the rule id, the explanation, the suggestion and the same fix as
+structured :class:`~gradguard.core._intents.FixIntent` s. Framework-neutral: they read the finding's
+categories, node names, pass counts and source lines.
 """
 
 from __future__ import annotations
@@ -11,16 +12,21 @@ from __future__ import annotations
 import re
 
 from ._findings import Finding, SourceLocation, WriteRecord
-from ._fixes import carried_state, mask_assignment, out_of_place, statement_code, step_receivers
+from ._fixes import carried_state, is_valid_python, keyword_calls, mask_assignment, out_of_place, statement_code, step_receivers
+from ._intents import FixIntent, Verdict
 
 __all__ = [
-    "optimizer_rule",
+    "optimizer_before_backward_rule",
+    "optimizer_between_backwards_rule",
+    "retained_graph_rule",
     "activation_rule",
     "augmented_rule",
     "index_rule",
     "buffer_rule",
     "why_saved",
     "tensor_phrase",
+    "optimizer_is_stepped_before_backward",
+    "optimizer_wraps_retained_graph",
 ]
 
 # What each output-saving backward node computes from the saved output: why overwriting it breaks backward.
@@ -116,7 +122,29 @@ def _versions(w: WriteRecord) -> str:
 # -- optimizer steps -------------------------------------------------------------------------------------
 
 
-def optimizer_rule(f: Finding, opt: WriteRecord, passes: int, retain: bool | None) -> tuple[str, str, str]:
+def _loc(location: SourceLocation | None) -> tuple[str | None, int | None]:
+    return (location.file, location.line) if location is not None else (None, None)
+
+
+def _line_of(location: SourceLocation | None) -> str:
+    return f"line {location.line}" if location is not None else "the line that runs it"
+
+
+def optimizer_is_stepped_before_backward(f: Finding) -> bool:
+    return (f.context.get("backward_passes_since_save") or 0) < 1
+
+
+def optimizer_wraps_retained_graph(f: Finding, opt: WriteRecord) -> bool:
+    """The step sits inside the loop after this backward (or a carried state crosses functions): the old
+    graph was kept alive across iterations."""
+    backward = _backward_location(f)
+    carried = carried_state(backward)
+    loop_wrapped = (_same_function(backward, opt.location) and backward is not None and opt.location is not None
+                    and backward.line < opt.location.line)
+    return loop_wrapped or bool(carried and not _same_function(backward, opt.location))
+
+
+def optimizer_before_backward_rule(f: Finding, opt: WriteRecord) -> Verdict:
     saver = f.saved_at.op or "an autograd node"
     stepper = opt.via or "the optimizer step"
     step_code = f"`{opt.location.code}`" if opt.location else stepper
@@ -124,23 +152,30 @@ def optimizer_rule(f: Finding, opt: WriteRecord, passes: int, retain: bool | Non
     save = f.saved_at.location
     backward = _backward_location(f)
     backward_code = f"`{backward.code}`" if backward and backward.code else "backward()"
+    fixes = []
+    if opt.location is not None and backward is not None:
+        fixes.append(FixIntent("move_statement", *_loc(opt.location), target=opt.location.code,
+                               detail={"after_line": backward.line},
+                               reason=f"step after the backward at line {backward.line}"))
+    return Verdict(
+        "optimizer_step_before_backward",
+        f"{saver} saved {target} in the forward call at {_short(save, _home(f))}; before any backward ran through that "
+        f"forward, {stepper} at {_where(opt, f)} updated it in place{_versions(opt)}. The backward at "
+        f"{_short(backward, _home(f))} would compute gradients with a weight the forward never used.",
+        f"Step after the backward: call {step_code} after {backward_code} ({_line_of(backward)}), so the forward, "
+        f"its backward and the step run in that order.",
+        fixes,
+    )
 
-    if passes < 1:
-        return (
-            "optimizer_step_before_backward",
-            f"{saver} saved {target} in the forward call at {_short(save, _home(f))}; before any backward ran through that "
-            f"forward, {stepper} at {_where(opt, f)} updated it in place{_versions(opt)}. The backward at "
-            f"{_short(backward, _home(f))} would compute gradients with a weight the forward never used.",
-            f"Step after the backward: call {step_code} after {backward_code} (line "
-            f"{backward.line if backward else '?'}), so the forward, its backward and the step run in that order.",
-        )
 
-    carried = carried_state(backward)
-    loop_wrapped = (_same_function(backward, opt.location) and backward is not None and opt.location is not None
-                    and backward.line < opt.location.line)
-    if loop_wrapped or (carried and not _same_function(backward, opt.location)):
-        return _retained_graph_rule(f, opt, passes, retain, carried, backward)
-
+def optimizer_between_backwards_rule(f: Finding, opt: WriteRecord) -> Verdict:
+    saver = f.saved_at.op or "an autograd node"
+    stepper = opt.via or "the optimizer step"
+    step_code = f"`{opt.location.code}`" if opt.location else stepper
+    target = tensor_phrase(f)
+    save = f.saved_at.location
+    backward = _backward_location(f)
+    backward_code = f"`{backward.code}`" if backward and backward.code else "backward()"
     receivers = step_receivers(opt.location)
     why = (
         f"{saver} saved {target} in the forward call at {_short(save, _home(f))}. Before this backward at "
@@ -149,60 +184,100 @@ def optimizer_rule(f: Finding, opt: WriteRecord, passes: int, retain: bool | Non
         f"with a weight that forward never used (PyTorch < 1.5 did exactly that, silently)."
     )
     if len(receivers) > 1:
-        return (
+        fixes = []
+        if save is not None and opt.location is not None and save.line < opt.location.line:
+            fixes.append(FixIntent("move_statement", *_loc(save), target=save.code,
+                                   detail={"after_line": opt.location.line},
+                                   reason=f"compute this loss from a fresh forward after the step at line "
+                                          f"{opt.location.line}"))
+        hint = _detached_call(save.code if save else "")
+        if hint is not None and save is not None:
+            fixes.append(FixIntent("detach_argument", *_loc(save), target=hint[1], detail={"call": hint[0]},
+                                   reason="feed the stepped model a detached input", preferred=not fixes))
+        hint_text = (f"e.g. `{hint[0]}({hint[1]}.detach())`" if hint is not None
+                     else "the other model's output `.detach()`ed")
+        two_models = _two_models_wording(receivers)
+        return Verdict(
             "optimizer_step_between_backwards",
-            why + " This is the GAN / actor-critic ordering bug: one model is stepped while another loss still "
-            "has to backpropagate through it.",
-            f"Compute that loss from a fresh forward after the step: re-run `{save.code if save else 'the forward'}` "
-            f"after {step_code} (line {opt.location.line if opt.location else '?'}) and build the loss from the new "
-            f"output. In the first loss, feed the stepped model a detached input "
-            f"({_detached_call_hint(save.code if save else '')}), so its backward stays inside the model it "
-            f"trains and needs no "
-            f"retain_graph=True.",
+            why + f" {two_models}",
+            f"Compute that loss from a fresh forward after the step: re-run "
+            f"{'`' + save.code + '`' if save else 'the forward'} after {step_code} ({_line_of(opt.location)}) and "
+            f"build the loss from the new output. In the first loss, feed the stepped model a detached input "
+            f"({hint_text}), so its backward stays inside the model it trains and needs no retain_graph=True.",
+            fixes,
         )
-    return (
+    fixes = []
+    if opt.location is not None and backward is not None:
+        fixes.append(FixIntent("move_statement", *_loc(opt.location), target=opt.location.code,
+                               detail={"after_line": backward.line},
+                               reason=f"backpropagate every loss before stepping (after line {backward.line})"))
+    return Verdict(
         "optimizer_step_between_backwards",
         why,
         f"Backpropagate every loss before stepping: sum the losses and call backward once "
-        f"(`(loss_a + loss_b).backward()`), or move {step_code} (line {opt.location.line if opt.location else '?'}) "
-        f"after {backward_code}; then step once per batch.",
+        f"(`(loss_a + loss_b).backward()`), or move {step_code} ({_line_of(opt.location)}) after {backward_code}; "
+        f"then step once per batch.",
+        fixes,
     )
 
 
-def _detached_call_hint(code: str) -> str:
-    """``g_loss = bce(D(fake), y)`` -> ```D(fake.detach())``` for the loss that trains D: the stepped
-    model's call found in the saving line, with its input detached."""
+def _two_models_wording(receivers: list[str]) -> str:
+    """GAN wording only for code whose optimizers look like a GAN's (``opt_d``/``opt_g``, ``optimizerD``)."""
+    lowered = [r.lower() for r in receivers]
+    gan = (any(r.endswith(("_d", "optimizerd", "disc", "discriminator", "netd")) for r in lowered)
+           and any(r.endswith(("_g", "optimizerg", "gen", "generator", "netg")) for r in lowered))
+    if gan:
+        return ("This is the GAN ordering bug: one model is stepped while another loss still has to "
+                "backpropagate through it.")
+    return ("Two models are trained here and one is stepped while another loss still has to backpropagate "
+            "through it (the actor-critic / multi-model ordering bug).")
+
+
+def _detached_call(code: str) -> tuple[str, str] | None:
+    """``g_loss = bce(D(fake), y)`` -> ``("D", "fake")``: the stepped model's call found in the saving line,
+    whose input the first loss should detach."""
     import ast
 
     try:
         tree = ast.parse(code.strip())
     except SyntaxError:
-        tree = None
-    for node in ast.walk(tree) if tree is not None else ():
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and len(node.args) == 1
+        return None
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Call) and isinstance(node.func, (ast.Name, ast.Attribute)) and len(node.args) == 1
                 and isinstance(node.args[0], ast.Name)):
-            return f"e.g. `{node.func.id}({node.args[0].id}.detach())`"
-    return "the other model's output `.detach()`ed"
+            return ast.unparse(node.func), node.args[0].id
+    return None
 
 
-def _retained_graph_rule(f, opt, passes, retain, carried, backward) -> tuple[str, str, str]:
+def retained_graph_rule(f: Finding, opt: WriteRecord) -> Verdict:
     saver = f.saved_at.op or "an autograd node"
     stepper = opt.via or "the optimizer step"
     target = tensor_phrase(f)
+    passes = f.context.get("backward_passes_since_save") or 0
+    retain = f.context.get("retain_graph")
+    backward = _backward_location(f)
+    carried = carried_state(backward)
     kept = ("retain_graph=True kept it alive through its backward" if retain is not False
             else "a backward with retain_graph=True kept it alive")
+    fixes: list[FixIntent] = []
     if carried:
         state = carried[0]
         carrier = (f"`{state.name}` carries it into the next iteration: it still holds the earlier forward's "
                    f"output (`{state.assignment.code}`, line {state.assignment.line}, without .detach())")
         detach = f"Detach the carried state where it crosses into the next iteration: {state.detach_fix()}"
+        fixes.append(state.detach_intent())
     else:
         carrier = ("a tensor from that iteration (for example an RNN hidden state) was carried into this one "
                    "without .detach()")
         detach = "Detach what you carry into the next iteration (`h = h_next.detach()`)"
-    retain_fix = (f", and drop retain_graph=True from `{backward.code}` (line {backward.line})"
-                  if backward is not None and "retain_graph" in backward.code else ", and drop retain_graph=True")
-    return (
+    if backward is not None and "retain_graph" in backward.code:
+        retain_fix = f", and drop retain_graph=True from `{backward.code}` (line {backward.line})"
+        fixes.append(FixIntent("drop_keyword", *_loc(backward), target=None,
+                               detail={"call": "backward", "keyword": "retain_graph"},
+                               reason="each backward then frees its own iteration's graph"))
+    else:
+        retain_fix = ", and drop retain_graph=True"
+    return Verdict(
         "retained_graph_across_steps",
         f"{saver} saved {target} in the forward call at {_short(f.saved_at.location, _home(f))} of an earlier iteration "
         f"({passes} backward pass(es) ago). That iteration's graph is still alive: {kept}, and {carrier}. So "
@@ -210,98 +285,171 @@ def _retained_graph_rule(f, opt, passes, retain, carried, backward) -> tuple[str
         f"{_where(opt, f)} updated {target} in place{_versions(opt)}, so the value the old graph saved is gone.",
         f"{detach}{retain_fix}. Each backward then covers only its own iteration. If you want gradients through "
         f"several iterations (truncated BPTT), run one backward over the whole window and step after it.",
+        fixes,
     )
 
 
 # -- in-place activations --------------------------------------------------------------------------------
 
 
-def activation_rule(f: Finding, act: WriteRecord) -> tuple[str, str, str]:
+def _construction_sites(f: Finding, act: WriteRecord, module_class: str) -> list[SourceLocation]:
+    """Where ``ModuleClass(inplace=True)`` was written: searched in the files of the write and the save."""
+    files: list[str] = []
+    for location in (act.location, f.saved_at.location):
+        if location is not None and location.file not in files:
+            files.append(location.file)
+    for extra in f.context.get("module_files") or ():
+        if extra not in files:
+            files.append(extra)
+    sites: list[SourceLocation] = []
+    for name in files:
+        for site in keyword_calls(name, module_class, "inplace", True):
+            if all((site.file, site.line) != (s.file, s.line) for s in sites):
+                sites.append(site)
+    return sites
+
+
+def activation_rule(f: Finding, act: WriteRecord) -> Verdict:
     saver = f.saved_at.op or "an autograd node"
     via = act.via or act.op
     module = _INPLACE_MODULE.search(via)
     written_op = act.op.split(".")[1] if act.op.count(".") >= 1 else act.op  # "relu_"
     saver_op = (_op_of(f.saved_at.node) or "").lower()
+    sites = _construction_sites(f, act, module.group(1)) if module else []
+    fixes = [FixIntent("set_keyword", site.file, site.line, target=None,
+                       detail={"call": module.group(1), "keyword": "inplace", "value": False},
+                       reason=f"construct {module.group(1)} with inplace=False", preferred=(i == 0))
+             for i, site in enumerate(sites)] if module else []
+    if len(sites) > 1:  # several constructions: all of them are candidates, none preferred over the others
+        fixes = [FixIntent(x.action, x.file, x.line, x.target, x.detail, x.reason, preferred=False) for x in fixes]
+    written = (f" (written at {_short(sites[0], _home(f))}: `{sites[0].code}`)" if len(sites) == 1
+               else f" (constructed with inplace=True at {', '.join(_short(s, _home(f)) for s in sites)})" if sites
+               else "")
     if f.saved_at.argument == "result" and saver_op and written_op.rstrip("_") == saver_op:
         shown = {"relu": "ReLU"}.get(saver_op, saver_op)
         owner = via[: module.start()].strip().rstrip("(").strip() if module else ""
-        return (
+        return Verdict(
             "consecutive_inplace_activation",
-            f"Two in-place {shown}s in a row: the second ({via} at {_where(act, f)}) overwrote the first one's "
-            f"output, which the first one's backward ({saver}) needs: {why_saved(f)}.",
+            f"Two in-place {shown}s in a row: the second ({via} at {_where(act, f)}{written}) overwrote the first "
+            f"one's output, which the first one's backward ({saver}) needs: {why_saved(f)}.",
             f"Drop the second {shown}{' (' + owner + ')' if owner else ''}: {saver_op}({saver_op}(x)) == "
-            f"{saver_op}(x). Or construct it with inplace=False.",
+            f"{saver_op}(x). Or construct it with inplace=False"
+            f"{' at ' + _short(sites[0], _home(f)) if len(sites) == 1 else ''}.",
+            fixes,
         )
     if module is not None:
         owner = via[: module.start()].strip().rstrip("(").strip()  # "gate.2" in "gate.2 (ReLU(inplace=True))"
-        fix = (f"Construct {owner or 'it'} with inplace=False: `nn.{module.group(1)}(inplace=False)`. An in-place "
-               f"op is safe only right after an op that does not save its output (Linear, Conv, BatchNorm).")
+        at = f" at {_short(sites[0], _home(f))}" if len(sites) == 1 else ""
+        edited = (sites[0].code.replace("inplace=True", "inplace=False").rstrip(",").strip()
+                  if len(sites) == 1 and sites[0].code.count("inplace=True") == 1 else "")
+        shown = edited if edited and is_valid_python(edited) else f"nn.{module.group(1)}(inplace=False)"
+        fix = (f"Construct {owner or 'it'} with inplace=False{at}: `{shown}`. An "
+               f"in-place op is safe only right after an op that does not save its output (Linear, Conv, "
+               f"BatchNorm).")
     else:
         plain = via.replace("torch.", "").rstrip("_")
         fix = (f"Use the out-of-place form: `torch.{plain}(x)` (or `F.{plain}(x)` without inplace=True) instead "
                f"of {via}.")
-    return (
+        code = statement_code(act.location)
+        if act.location is not None and "inplace" in code:
+            fixes.append(FixIntent("set_keyword", *_loc(act.location), target=None,
+                                   detail={"call": _called(code, "inplace"), "keyword": "inplace", "value": False},
+                                   reason="call it out of place"))
+        elif act.location is not None and out_of_place(code):
+            fixes.append(FixIntent("inplace_to_out_of_place", *_loc(act.location), target=written_op,
+                                   reason=f"`{out_of_place(code)}` leaves the saved output intact"))
+    return Verdict(
         "inplace_activation",
-        f"The in-place {'module' if module else 'op'} {via} at {_where(act, f)} overwrote {_what_was_overwritten(f)}, which {saver} "
-        f"saved for backward: {why_saved(f)}.",
+        f"The in-place {'module' if module else 'op'} {via} at {_where(act, f)}{written} overwrote "
+        f"{_what_was_overwritten(f)}, which {saver} saved for backward: {why_saved(f)}.",
         fix,
+        fixes,
     )
+
+
+def _called(code: str, keyword: str) -> str | None:
+    """The callee text of the call on ``code`` that passes ``keyword`` (``F.relu`` in ``F.relu(x, inplace=True)``)."""
+    import ast
+
+    try:
+        tree = ast.parse(code.strip())
+    except SyntaxError:
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and any(k.arg == keyword for k in node.keywords):
+            return ast.unparse(node.func)
+    return None
 
 
 # -- Python spellings of in-place writes ------------------------------------------------------------------
 
 
-def augmented_rule(f: Finding, aug: WriteRecord) -> tuple[str, str, str]:
+def augmented_rule(f: Finding, aug: WriteRecord) -> Verdict:
     saver = f.saved_at.op or "an autograd node"
     code = statement_code(aug.location) or aug.op
     rewritten = out_of_place(code)
     fix = (f"Write it out of place: `{rewritten}` instead of `{code}`. That makes a new tensor and leaves the "
            f"saved one intact." if rewritten else
            "Write it out of place: `x = x + y` instead of `x += y` (likewise `x = x * y`, `x = x / y`).")
-    return (
+    fixes = [FixIntent("augmented_to_binary", *_loc(aug.location), target=rewritten.split(" = ", 1)[0],
+                       reason=f"`{rewritten}` makes a new tensor and leaves the saved one intact")
+             ] if rewritten and aug.location is not None else []
+    return Verdict(
         "augmented_assignment",
         f"`{code}` at {_where(aug, f)} is an in-place operation: it overwrote {_what_was_overwritten(f)}, which "
         f"{saver} saved for backward: {why_saved(f)}.",
         fix,
+        fixes,
     )
 
 
-def index_rule(f: Finding, idx: WriteRecord) -> tuple[str, str, str]:
+def index_rule(f: Finding, idx: WriteRecord) -> Verdict:
     saver = f.saved_at.op or "an autograd node"
     code = statement_code(idx.location)
     masked = mask_assignment(code) if code else None
     why = (f"The {'mask' if masked else 'index/slice'} assignment `{code or idx.op}` at {_where(idx, f)} writes in "
            f"place into {_what_was_overwritten(f)}, which {saver} saved for backward: {why_saved(f)}.")
     if masked:
-        return ("mask_assignment", why,
-                f"Mask out of place: `{masked}` (or `torch.where(mask, value, x)`); the saved tensor stays intact.")
+        fixes = [FixIntent("inplace_to_out_of_place", *_loc(idx.location), target=masked.split(" = ", 1)[0],
+                           detail={"method": "masked_fill"}, reason=f"`{masked}` leaves the saved tensor intact")
+                 ] if idx.location is not None else []
+        return Verdict("mask_assignment", why,
+                       f"Mask out of place: `{masked}` (or `torch.where(mask, value, x)`); the saved tensor stays "
+                       f"intact.", fixes)
     name = f.tensor.name if f.tensor.name and f.tensor.role not in ("parameter", "buffer") else None
     if name and idx.location:
         fix = (f"Assign into a copy: insert `{name} = {name}.clone()` before line {idx.location.line}, so the "
                f"assignment changes the copy and {f.saved_at.node or 'backward'} keeps the saved values.")
+        fixes = [FixIntent("insert_before", *_loc(idx.location), target=name,
+                           detail={"code": f"{name} = {name}.clone()"},
+                           reason="the assignment then changes a copy and backward keeps the saved values")]
     else:
         fix = ("Assign into a copy (`x = x.clone(); x[idx] = value`) so the saved tensor stays intact, or use an "
                "out-of-place form such as `torch.where(mask, value, x)` or `x.index_put((idx,), value)`.")
-    return ("index_assignment", why, fix)
+        fixes = []
+    return Verdict("index_assignment", why, fix, fixes)
 
 
 # -- buffers -----------------------------------------------------------------------------------------------
 
 
-def buffer_rule(f: Finding, copy: WriteRecord) -> tuple[str, str, str]:
+def buffer_rule(f: Finding, copy: WriteRecord) -> Verdict:
     saver = f.saved_at.op or "an autograd node"
     name = f.tensor.name or "the buffer"
     save = f.saved_at.location
     backward = _backward_location(f)
     attribute = f"self.{name.rsplit('.', 1)[-1]}"
     code = copy.location.code if copy.location else copy.op
+    clone = ([FixIntent("clone_expression", *_loc(save), target=attribute,
+                        reason=f"the forward keeps a snapshot of {name} in the graph")]
+             if save is not None and attribute in save.code else [])
     if (_same_function(copy.location, save) and copy.location is not None and save is not None
             and copy.location.line < save.line):
         # The write sits above the save in the same forward(): a later call of forward wrote what an
         # earlier call saved, i.e. two forwards ran before one backward.
         use = (f"use `{attribute}.clone()` in `{save.code}` (line {save.line})" if attribute in save.code
                else f"use a clone of the buffer in the computation at line {save.line}")
-        return (
+        return Verdict(
             "buffer_updated_by_second_forward",
             f"`{save.function}` ran twice before backward (two forward passes, e.g. on a real and a fake batch). "
             f"The first call saved buffer {name} ({saver}, line {save.line}); the second call refilled it in place "
@@ -309,12 +457,76 @@ def buffer_rule(f: Finding, copy: WriteRecord) -> tuple[str, str, str]:
             f"call's value.",
             f"Keep a snapshot in the graph: {use}, as torch.nn.utils.spectral_norm does; or run one forward on "
             f"both batches (`torch.cat([real, fake])`), or backward after each forward.",
+            clone,
         )
     after = f"after `{backward.code}` (line {backward.line})" if backward is not None else "after the backward"
-    return (
+    fixes = list(clone)
+    if copy.location is not None and backward is not None and copy.location.file == backward.file:
+        fixes.append(FixIntent("move_statement", *_loc(copy.location), target=copy.location.code,
+                               detail={"after_line": backward.line}, reason=f"refill {name} after the backward",
+                               preferred=not fixes))
+    return Verdict(
         "buffer_refill",
         f"`{code}` at {_where(copy, f)} refilled buffer {name} in place{_versions(copy)} after {saver} saved it in "
         f"the forward call at {_short(save, _home(f))}; backward needs the value that forward used: {why_saved(f)}.",
-        f"Refill {name} only {after}: move the call that reaches line {copy.location.line if copy.location else '?'} "
-        f"there. Or have forward use a snapshot (`{attribute}.clone()`).",
+        f"Refill {name} only {after}: move the call that reaches {_line_of(copy.location)} there. Or have forward "
+        f"use a snapshot (`{attribute}.clone()`).",
+        fixes,
     )
+
+
+# -- one version counter shared by the slots of a buffer ---------------------------------------------------
+
+
+def _base_name(expression: str | None) -> str | None:
+    """``outputs[t]`` -> ``outputs``; ``out[:, i]`` -> ``out``; ``self.buf[0]`` -> ``self.buf``."""
+    if not expression:
+        return None
+    return expression.split("[", 1)[0].strip() or None
+
+
+def shared_counter_rule(f: Finding, write: WriteRecord) -> Verdict:
+    saver = f.saved_at.op or "an autograd node"
+    code = statement_code(write.location) or write.op
+    from ._source_ast import written_expression
+
+    written = written_expression(write.location.file, write.location.line) if write.location else None
+    base = _base_name(written)
+    if base and not f.tensor.name:
+        f.tensor.name = base
+    buffer = f"`{base}`" if base else "the same buffer"
+    save = f.saved_at.location
+    why = (f"{saver} saved a part of {buffer} (the forward call at {_short(save, _home(f))}); `{code}` at "
+           f"{_where(write, f)} wrote another part of it{_versions(write)}. The bytes backward needs did not change, "
+           f"but every view of one buffer shares one version counter, and PyTorch checks the whole buffer's "
+           f"counter, not the slot's bytes, so backward refuses the saved part.")
+    fixes: list[FixIntent] = []
+    if save is not None and base:
+        slot = _read_slot(save.code, base)
+        if slot:
+            fixes.append(FixIntent("clone_expression", *_loc(save), target=slot,
+                                   reason=f"backward saves a copy of `{slot}`, which later slot writes cannot bump"))
+            fix = (f"Collect the steps in a list and stack them once (`steps.append(...)`, then "
+                   f"`{base} = torch.stack(steps)`), so no slot is written after it was saved; or clone the slot "
+                   f"that is read: `{slot}.clone()` in `{save.code}` ({_line_of(save)}).")
+            return Verdict("shared_version_counter", why, fix, fixes)
+    fix = (f"Collect the steps in a list and stack them once (`steps.append(...)`, then `{base or 'out'} = "
+           f"torch.stack(steps)`), so no part of the buffer is written after a part of it was saved; or clone "
+           f"the part that is read before it is saved (`.clone()`).")
+    return Verdict("shared_version_counter", why, fix, fixes)
+
+
+def _read_slot(code: str, base: str) -> str | None:
+    """``out[t] = f(out[t - 1])`` -> ``out[t - 1]``: the first slot of ``base`` the statement reads."""
+    import ast
+
+    try:
+        tree = ast.parse(code.strip())
+    except SyntaxError:
+        return None
+    stmt = tree.body[0] if tree.body else None
+    value = getattr(stmt, "value", None)
+    for node in ast.walk(value) if value is not None else ():
+        if isinstance(node, ast.Subscript) and ast.unparse(node.value) == base:
+            return ast.get_source_segment(code.strip(), node) or ast.unparse(node)
+    return None

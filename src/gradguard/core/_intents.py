@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["FixIntent", "ACTIONS"]
+__all__ = ["FixIntent", "ACTIONS", "Verdict"]
 
 # NOTE [Fix actions]
 # Each action names one minimal, formatting-preserving edit of one statement (or two, for moves).
@@ -35,7 +35,21 @@ ACTIONS = {
     "move_statement": "move a statement after another",
     # insert detail["code"] as a new statement before `line` (same indentation)
     "insert_before": "insert a statement",
+    # insert detail["code"] as a new statement after the statement at `line` (same indentation)
+    "insert_after": "insert a statement after another",
+    # `x = expr` -> `x = expr.clone()` at `line` (the value becomes a copy, not a view)
+    "clone_assignment": "clone the value assigned to `target` at `line`",
+    # replace the expression `target` in the statement at `line` by `target.clone()` (first occurrence)
+    "clone_expression": "use a clone of an expression inside a statement",
+    # wrap the statement at `line` in `with torch.no_grad():` (detail["context"] overrides the manager text)
+    "wrap_no_grad": "run a statement under no_grad",
 }
+
+# NOTE [Preferred and alternative intents]
+# ``Finding.fixes`` lists the preferred repair first. A repair may need several edits (detach the carried
+# state AND drop retain_graph=True): all of them have preferred=True and are applied together. Each
+# alternative repair comes after them with preferred=False; where an alternative needs several edits they
+# share detail["group"] (an int), and ``gradguard fix`` tries one group at a time.
 
 
 @dataclass(frozen=True)
@@ -62,3 +76,13 @@ class FixIntent:
     def from_dict(cls, data: dict[str, Any]) -> "FixIntent":
         return cls(data["action"], data.get("file"), data.get("line"), data.get("target"),
                    dict(data.get("detail") or {}), data.get("reason", ""), data.get("preferred", True))
+
+
+@dataclass
+class Verdict:
+    """What one diagnosis rule concludes: its id, the "why" and "how to fix" text, and the same fix as data."""
+
+    rule: str
+    explanation: str
+    suggestion: str
+    fixes: list[FixIntent] = field(default_factory=list)

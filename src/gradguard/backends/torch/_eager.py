@@ -13,6 +13,7 @@ import torch
 from ..._errors import BackwardTwiceError, GradientHazardError, InplaceModificationError
 from ...core._diagnosis import diagnose
 from ...core._findings import Finding, SaveSite, SourceLocation, TensorInfo, WriteRecord
+from ...core._intents import FixIntent
 from ...core._frames import innermost_user_entry
 from ...core._fixes import assigned_names, carried_state, out_of_place, statement_code
 from ...core._source_ast import assignment_before, written_expression
@@ -241,10 +242,110 @@ def _carries_graph(value) -> bool:
     return False
 
 
+def _freed(node) -> bool:
+    """Whether an earlier backward freed this node's saved tensors (reading one raises then)."""
+    for attribute in dir(node):
+        if attribute.startswith("_saved_") and not attribute.startswith("_saved_tensors_hooks"):
+            try:
+                getattr(node, attribute)
+            except RuntimeError:
+                return True
+    return False
+
+
+def _freed_nodes(root, limit: int = 5000) -> set:
+    """Nodes of ``root``'s graph whose saved tensors are gone (freed by an earlier backward, or by the
+    failing backward on its way to the freed part)."""
+    freed, seen, queue = set(), set(), [root]
+    while queue and len(seen) < limit:
+        node = queue.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        if _freed(node):
+            freed.add(node)
+        queue.extend(next_node for next_node, _ in node.next_functions)
+    return freed
+
+
+def _backward_receiver(code: str) -> str | None:
+    """``errG.backward()`` -> ``errG``; ``torch.autograd.backward(loss)`` -> ``loss``."""
+    import ast
+
+    try:
+        tree = ast.parse(code.strip())
+    except SyntaxError:
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "backward":
+            target = node.func.value if not (isinstance(node.func.value, ast.Attribute)
+                                             and ast.unparse(node.func.value) == "torch.autograd") else (
+                node.args[0] if node.args else None)
+            if isinstance(target, (ast.Name, ast.Attribute)):
+                return ast.unparse(target)
+    return None
+
+
+class _Crossing:
+    """The tensor that crosses from the graph an earlier backward freed into the one backpropagated now."""
+
+    def __init__(self, name: str, value, made: SourceLocation | None, used: SourceLocation | None,
+                 callee: str | None):
+        self.name, self.value, self.made, self.used, self.callee = name, value, made, used, callee
+
+
+def _crossing_tensor(site: _Site, earlier: SourceLocation | None) -> _Crossing | None:
+    """Find the user variable whose graph an earlier backward freed and that the failing loss depends on,
+    where it was made, and (between that and the earlier backward) the call that fed it into that backward."""
+    if site.frame is None or site.location is None:
+        return None
+    receiver = _backward_receiver(site.code)
+    loss = _lookup(receiver, site.frame) if receiver else None
+    if not isinstance(loss, torch.Tensor) or loss.grad_fn is None:
+        return None
+    freed = _freed_nodes(loss.grad_fn)
+    if not freed:
+        return None
+    scope = {**site.frame.f_globals, **site.frame.f_locals}
+    filename, line = site.location.file, site.location.line
+    candidates = []
+    for name, value in scope.items():
+        if (name != receiver and isinstance(value, torch.Tensor) and value.grad_fn is not None
+                and value.grad_fn in freed):
+            made = assignment_before(filename, line, name)
+            # The earlier backward can only have freed a graph that existed when it ran.
+            if made is not None and (earlier is None or earlier.file != filename or made.line < earlier.line):
+                candidates.append((made.line, name, made))
+    if not candidates:
+        return None
+    _line, name, made = max(candidates)  # the latest such tensor: nearest to where the graphs meet
+    used, callee = None, None
+    if made is not None and earlier is not None and earlier.file == filename:
+        used, callee = _first_call_with(filename, made.line + 1, min(earlier.line, line), name)
+    return _Crossing(name, scope[name], made, used, callee)
+
+
+def _first_call_with(filename: str, start: int, stop: int, name: str):
+    """The first statement in lines [start, stop) that passes ``name`` to a call, and the callee's text."""
+    import ast
+    import linecache
+
+    for number in range(start, stop):
+        code = linecache.getline(filename, number).strip()
+        try:
+            tree = ast.parse(code)
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and any(isinstance(a, ast.Name) and a.id == name for a in node.args):
+                return SourceLocation(filename, number, "", code), ast.unparse(node.func)
+    return None, None
+
+
 def _backward_twice(error, session) -> Finding:
     site = _Site(error)
     location = site.location
-    earlier = session.backward_sites[-1] if session is not None and session.backward_sites else None
+    sites = list(session.backward_sites) if session is not None else []
     home = location.file if location is not None else None
 
     def at(loc):
@@ -254,7 +355,21 @@ def _backward_twice(error, session) -> Finding:
     if site.frame is not None:
         scope = {**site.frame.f_globals, **site.frame.f_locals}
         carried = [c for c in carried_state(location) if _carries_graph(scope.get(c.name))]
+    # In a loop the earlier backward is the same line one iteration ago (carried state); otherwise the
+    # failing backward is recorded too (it unpacked its new graph before reaching the freed one), so the
+    # earlier backward is the latest one on another line.
+    earlier = sites[-1] if sites else None
+    if not carried and location is not None:
+        earlier = next((s for s in reversed(sites) if (s.file, s.line) != (location.file, location.line)), earlier)
     display = []
+    fixes: list[FixIntent] = []
+    crossing = None
+    rule_name = "carried_state_backward_twice" if carried else "backward_twice"
+    if not carried:
+        try:
+            crossing = _crossing_tensor(site, earlier)
+        except RuntimeError:  # reading the graph failed: the plain diagnosis below still stands
+            crossing = None
     if earlier is not None:
         display.append(("freed by", f"the earlier backward at {at(earlier)}: {earlier.code}"))
     if carried:
@@ -277,8 +392,39 @@ def _backward_twice(error, session) -> Finding:
                f"iteration (truncated backpropagation through time). Do not add retain_graph=True to silence this: "
                f"it keeps every iteration's graph alive, and the next optimizer step turns it into \"modified by "
                f"an inplace operation\".")
+        fixes.append(state.detach_intent(is_tuple))
+    elif crossing is not None:
+        value = crossing.value
+        tensor = TensorInfo(shape=tuple(value.shape), dtype=str(value.dtype).replace("torch.", ""),
+                            device=str(value.device), name=crossing.name, role="activation",
+                            producer=value.grad_fn.name() if value.grad_fn is not None else None)
+        made = crossing.made
+        if made is not None:
+            display.insert(0, ("crosses", f"`{crossing.name}`, made at {at(made)}: {made.code}"))
+        freed_by = f"the backward at {at(earlier)} (`{earlier.code}`)" if earlier is not None else "an earlier backward"
+        fed = (f" `{crossing.used.code}` ({at(crossing.used)}) fed `{crossing.name}` into that backward's graph "
+               f"without .detach(), so" if crossing.used is not None else "")
+        why = (f"`{crossing.name}`{' (made at ' + at(made) + ')' if made else ''} belongs to a graph that "
+               f"{freed_by} already went through and freed:{fed} that backward ran on into the graph that made "
+               f"`{crossing.name}`. The backward at {at(location)} (`{site.code}`) reaches that graph again "
+               f"through `{crossing.name}` and finds its saved tensors gone.")
+        if crossing.used is not None and crossing.callee:
+            fix = (f"Detach it where the earlier loss uses it: `{crossing.callee}({crossing.name}.detach())` at "
+                   f"{at(crossing.used)}, so the earlier backward stops at `{crossing.name}` and leaves its graph "
+                   f"for the backward at {at(location)}.")
+            fixes.append(FixIntent("detach_argument", crossing.used.file, crossing.used.line,
+                                   target=crossing.name, detail={"call": crossing.callee},
+                                   reason=f"the backward at {at(earlier) if earlier else 'the earlier line'} then "
+                                          f"stops at `{crossing.name}`"))
+        else:
+            fix = (f"Detach `{crossing.name}` where an earlier loss uses it (`{crossing.name}.detach()`), or "
+                   f"recompute it after the earlier backward, so each backward covers its own graph.")
+        rule_name = "freed_graph_reused"
     else:
-        tensor = TensorInfo(shape=(), dtype="?", role="graph")
+        receiver = _backward_receiver(site.code)
+        value = _lookup(receiver, site.frame) if receiver and site.frame is not None else None
+        tensor = (_describe(value, receiver) if isinstance(value, torch.Tensor)
+                  else TensorInfo(shape=(), dtype="unknown dtype", name=receiver, role="graph"))
         why = ("An earlier backward freed the saved tensors of part of this graph (backward frees them unless "
                "retain_graph=True). This backward reaches that part again: usually a tensor from a previous "
                "iteration (an RNN hidden state, a running average, a cached embedding) was carried into this "
@@ -293,7 +439,8 @@ def _backward_twice(error, session) -> Finding:
         modified_at=[],
         explanation=why,
         suggestion=fix,
-        rule="carried_state_backward_twice" if carried else "backward_twice",
+        rule=rule_name,
+        fixes=fixes,
         context={"display": display, "torch_message": str(error),
                  "backward_at": location.to_dict() if location else None},
     )

@@ -311,7 +311,9 @@ class TorchGuardSession:
             if not ledger.has_storage(key):
                 continue
             records = [r for r in ledger.overlapping(key, start, end) if share_elements(r.tensor, target)]
-            if records:
+            if not records:
+                self._note_shared_counter(func, target, key)
+            elif records:
                 write = self._describe_write(func, target)
                 alias = None
                 impl = target.untyped_storage()._cdata
@@ -325,6 +327,17 @@ class TorchGuardSession:
                     else:
                         self.record_write([record], write)
         return None
+
+    def _note_shared_counter(self, func, target, key) -> None:
+        """A write into another part of a storage that holds saved tensors (slot t of a preallocated buffer
+        while slot t-1 is saved): the bytes differ, but views of one base share one version counter, so the
+        write still moves the saved slot's version. Recorded once per saved tensor: its first bump."""
+        version = target._version
+        stale = [r for r in self.ledger.overlapping(key, 0, 1 << 62)
+                 if r.version == version and r.tensor._version == version and not r.writes]
+        if stale:
+            write = dataclasses.replace(self._describe_write(func, target), category="shared_counter")
+            self.record_write(stale, write)
 
     def record_write(self, records, write: WriteRecord) -> None:
         """Attach ``write`` to saved records (with each record's version before the write)."""
@@ -382,13 +395,49 @@ class TorchGuardSession:
             return finding
 
         finding = diagnose_or_fallback(build, kind=kind, shape=t.shape, dtype=t.dtype, backend="torch")
+        others = self._other_stale_findings(record, finding) if kind == "inplace_modification" else []
         with self._lock:
             self.findings.append(finding)
-        raise error_for(kind)(finding)
+            self.findings.extend(others)
+        error = error_for(kind)(finding)
+        error.findings = [finding, *others]
+        raise error
 
-    def _build_finding(self, record: _SavedRecord, kind: str) -> Finding:
+    def _other_stale_findings(self, failing: _SavedRecord, first: Finding) -> list[Finding]:
+        """Every other saved tensor that is already stale and whose write was seen, one finding per distinct
+        write (PyTorch stops at the first; fixing only that one would fail on the next). Never breaks the
+        error path: a failure here is reported as a note on the first finding."""
+        # NOTE [All hazards in one error]
+        # The exception carries them all: ``error.finding`` is the one backward met first, ``error.findings``
+        # lists it first and then the others; the first finding's notes say how many more there are.
+        try:
+            seen = {tuple((w.location.file, w.location.line) for w in first.modified_at if w.location)}
+            out: list[Finding] = []
+            for record in self.ledger.live_records():
+                if record is failing or record.version is None or not record.writes:
+                    continue
+                if record.tensor._version == record.version:
+                    continue
+                writes = tuple((w.location.file, w.location.line) for w, _ in record.writes if w.location)
+                if not writes or writes in seen:
+                    continue
+                seen.add(writes)
+                out.append(self._build_finding(record, "inplace_modification", current=False))
+                if len(out) >= 8:
+                    break
+        except Exception as internal:  # noqa: BLE001 - reported, never hides the user's error
+            first.notes.append(f"gradguard could not look for other stale saved tensors: {internal!r}")
+            return []
+        if out:
+            lines = "; ".join(f"{w.location.short} (`{w.location.code}`)" for f in out for w in f.modified_at[:1]
+                              if w.location)
+            first.notes.append(f"{len(out)} more saved tensor(s) of this graph were already overwritten in place: "
+                               f"{lines}. Fix them too; each is a finding of its own (error.findings).")
+        return out
+
+    def _build_finding(self, record: _SavedRecord, kind: str, current: bool = True) -> Finding:
         t = record.tensor
-        node, argument = _saver(record)
+        node, argument = _saver(record) if current else (None, None)
         name, role = name_tensor(t)
         if role is None:
             role = "leaf" if record.producer == "leaf" else "activation"
@@ -433,6 +482,8 @@ class TorchGuardSession:
         if not self.track_writes:
             finding.notes.append("write tracking was off: re-run with track_writes=True (or `gradguard run`) "
                                  "to see which line wrote the tensor")
+        if not current:  # another stale tensor: no graph node is unpacking it now
+            return diagnose(finding)
         try:  # the picture of the graph around the saver (HTML report); never breaks the error path
             from ._graph import capture_graph
 
