@@ -154,6 +154,8 @@ def _run_guarded(script: str, src: str, timeout: float) -> tuple[list, int, str,
             findings = json.load(handle)
     except (OSError, ValueError):
         findings = []
+    if isinstance(findings, dict):  # the versioned envelope {"format_version", ..., "findings": [...]}
+        findings = findings.get("findings", [])
     return findings, code, stderr, seconds
 
 
@@ -334,6 +336,7 @@ def main(argv=None) -> int:
               f"{options.jobs} jobs. `gradguard fix`: {'checked' if with_fix else 'not available (fix column n/a)'}.")
     text = render_markdown(rows, summary, header)
     print(text)
+    os.makedirs(options.out, exist_ok=True)
     with open(os.path.join(options.out, "results.md"), "w", encoding="utf-8") as handle:
         handle.write(text)
     with open(os.path.join(options.out, "results.json"), "w", encoding="utf-8") as handle:
