@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 from typing import Any, Callable, ContextManager, Protocol, Sequence, runtime_checkable
+from ..core._internal import log_fallback
 
 __all__ = ["BackendAdapter", "GuardSession", "CAPABILITIES", "ProbeBase", "name_by_memory"]
 
@@ -123,7 +124,8 @@ class AdapterBase:
 
         try:
             a = np.ascontiguousarray(self.to_numpy(t))
-        except Exception:
+        except Exception as error:
+            log_fallback("backends", "fingerprint of a tensor through to_numpy", error)
             return None
         return fingerprint_bytes(a, "full")
 
@@ -176,7 +178,8 @@ class ProbeBase:
     def version(self, t) -> int | None:
         try:
             return int(getattr(t, self.version_attribute))
-        except Exception:
+        except Exception as error:
+            log_fallback("backends", "reading the version counter", error)
             return None
 
     def span(self, t):
@@ -187,7 +190,8 @@ class ProbeBase:
 
         try:
             return np.ascontiguousarray(self.to_numpy(t))
-        except Exception:
+        except Exception as error:
+            log_fallback("backends", "copying a tensor to numpy", error)
             return None
 
     def restore_after_error(self) -> None:
@@ -251,6 +255,7 @@ def name_by_memory(layer_type: type, children: Callable, named_tensors: Callable
             try:
                 if value is not None and same_memory(value):
                     return f"{prefix}.{name}", role
-            except Exception:  # a tensor without memory (lazy, meta): not this one
+            except Exception as error:  # a tensor without memory (lazy, meta): not this one
+                log_fallback("backends", "comparing a module tensor's memory", error)
                 continue
     return None, None

@@ -44,6 +44,7 @@ from ._mutation import audit_mutation
 from ._op_raised import OpRaised
 from ._regimes import REGIME_NAMES, Regime, Spec, build_regimes, shrink_candidates
 from ._report import CheckResult, Failure, OpReport, verdict_order
+from ..core._internal import log_fallback
 
 __all__ = ["run_check_op", "CHECK_GROUPS", "DEFAULT_OPTIONS"]
 
@@ -679,7 +680,8 @@ class _Audit:
         for cand in shrink_candidates(self.B, args):
             try:
                 run = self.gradient_suite(cand, "shrink", spec, linearity="gradient.cotangent_linearity" in wanted or "gradient.zero_cotangent" in wanted, seed_offset=seed_offset)
-            except Exception:
+            except Exception as error:
+                log_fallback("checks", "a shrink candidate's gradient suite", error)
                 continue
             if wanted & {f.check for f in run.failures}:
                 return cand

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._intents import FixIntent
+from ._internal import log_fallback
+from ._views import html_view, text_view
 
 __all__ = ["SourceLocation", "TensorInfo", "SaveSite", "WriteRecord", "Finding", "JSON_FORMAT_VERSION"]
 
@@ -205,18 +207,15 @@ class Finding:
         )
 
     def __str__(self) -> str:
-        from ..report._text import render_finding
-
-        return render_finding(self)
+        return text_view(self)
 
     def _repr_mimebundle_(self, include=None, exclude=None):
-        from ..report._text import render_finding
-
-        text = render_finding(self)
+        text = text_view(self)
         try:
-            from ..report._html import notebook_html
-
-            html = notebook_html(self)
-        except Exception:  # the text view must always work
+            html = html_view(self)
+        except Exception as internal:  # the text view must always work
+            log_fallback("report.html", "the notebook HTML view of a finding", internal)
+            html = None
+        if html is None:
             html = "<pre>" + text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;") + "</pre>"
         return {"text/plain": text, "text/html": html}

@@ -4,3 +4,18 @@ from ._json import FORMAT_VERSION, dumps, envelope, findings_to_json, read_findi
 from ._text import render_finding
 
 __all__ = ["render_finding", "findings_to_json", "read_findings", "envelope", "dumps", "FORMAT_VERSION"]
+
+
+def _notebook_html(finding) -> str:
+    from ._html import notebook_html  # the HTML renderer loads on first use
+
+    return notebook_html(finding)
+
+
+def _register() -> None:
+    from ..core._views import register_views
+
+    register_views(text=render_finding, html=_notebook_html)
+
+
+_register()

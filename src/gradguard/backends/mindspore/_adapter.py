@@ -6,6 +6,7 @@ import numpy as np
 import mindspore as ms
 
 from .._adapter import AdapterBase
+from ...core._internal import log_fallback
 
 __all__ = ["MindSporeAdapter", "ADAPTER", "memory_range", "current_mode"]
 
@@ -14,7 +15,8 @@ def memory_range(t):
     try:
         ptr = int(t.data_ptr())
         n = int(t.nbytes)
-    except Exception:
+    except Exception as error:
+        log_fallback("backends.mindspore", "reading data_ptr/nbytes", error)
         return None
     if not ptr or n <= 0:
         return None
@@ -39,7 +41,8 @@ class MindSporeAdapter(AdapterBase):
     def version(self, t):
         try:
             return int(t._version)
-        except Exception:
+        except Exception as error:
+            log_fallback("backends.mindspore", "reading the version counter", error)
             return None
 
     def saved_tensors_hooks(self, pack, unpack):

@@ -23,6 +23,7 @@ from mindspore import nn
 
 from ..._errors import InvalidArgument
 from ...core._numeric import CheckFailure, OpCheckReport, check_gradients, random_cotangents
+from ...core._internal import log_fallback
 
 __all__ = ["check_op"]
 
@@ -50,8 +51,8 @@ def _setup() -> None:
     ms.set_context(mode=ms.PYNATIVE_MODE)
     try:
         ms.runtime.launch_blocking()  # kernel errors at the right line, and ~10x less sync latency on CPU
-    except Exception:
-        pass
+    except Exception as error:
+        log_fallback("backends.mindspore", "ms.runtime.launch_blocking()", error)
 
 
 def _outs(out) -> list:

@@ -7,6 +7,7 @@ import paddle
 
 from .._adapter import AdapterBase
 from ._naming import memory_range, name_tensor
+from ...core._internal import log_fallback
 
 __all__ = ["PaddleAdapter", "ADAPTER"]
 
@@ -25,7 +26,8 @@ class PaddleAdapter(AdapterBase):
     def version(self, t) -> int | None:
         try:
             return int(t.inplace_version)
-        except Exception:
+        except Exception as error:
+            log_fallback("backends.paddle", "reading inplace_version", error)
             return None
 
     def saved_tensors_hooks(self, pack, unpack):

@@ -17,6 +17,7 @@ from ...core._diagnosis import diagnose
 from ...core._findings import Finding, SaveSite, SourceLocation, TensorInfo, WriteRecord
 from ...core._frames import innermost_user_entry
 from ...core._source_ast import assignment_before, written_expression
+from ...core._internal import log_fallback
 
 __all__ = ["enrich_paddle_error", "explain", "PaddleLeafInplaceError"]
 
@@ -79,7 +80,8 @@ def enrich_paddle_error(error: BaseException, session=None) -> GradientHazardErr
         return None
     try:
         finding = explain(error, session)
-    except Exception:  # enrichment must never replace the user's error
+    except Exception as error:  # enrichment must never replace the user's error
+        log_fallback("backends.paddle", "explaining an eager error", error)
         return None
     if finding is None:
         return None

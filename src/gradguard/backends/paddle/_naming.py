@@ -9,6 +9,7 @@ from __future__ import annotations
 import paddle
 
 from .._adapter import name_by_memory
+from ...core._internal import log_fallback
 
 __all__ = ["name_tensor", "memory_range"]
 
@@ -19,7 +20,8 @@ def memory_range(t) -> tuple[int, int, int] | None:
     try:
         ptr = t.data_ptr()
         n = int(t.size) * t.element_size()
-    except Exception:
+    except Exception as error:
+        log_fallback("backends.paddle", "reading data_ptr/size", error)
         return None
     if not ptr or n <= 0:
         return None

@@ -41,6 +41,7 @@ from ...core._frames import LIBRARY_PATHS, user_location
 from ...core._source_ast import call_name
 from .._adapter import ProbeBase
 from ._naming import memory_range, name_tensor
+from ...core._internal import log_fallback
 
 __all__ = ["PaddleGuardSession", "fingerprint", "paddle_fix"]
 
@@ -56,7 +57,8 @@ def fingerprint(t, mode: str = "full") -> int | None:
     """The core fingerprint of a Paddle tensor's values (``check_op`` uses it too)."""
     try:
         raw = np.ascontiguousarray(t.numpy())
-    except Exception:
+    except Exception as error:
+        log_fallback("backends.paddle", "copying a tensor to numpy for its fingerprint", error)
         return None
     return fingerprint_bytes(raw, mode)
 
@@ -134,7 +136,8 @@ class PaddleGuardSession(ProbeBase):
             site = user_location(2)
             grad_fn = t.grad_fn
             producer = grad_fn.name() if grad_fn is not None else ("leaf" if not t.stop_gradient else None)
-        except Exception:
+        except Exception as error:
+            log_fallback("backends.paddle", "reading the saving site and producer", error)
             pylayer, site, producer = None, None, None
         if pylayer is not None:
             saver = f"{pylayer}.forward (PyLayer ctx.save_for_backward)"

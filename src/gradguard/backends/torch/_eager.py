@@ -18,6 +18,7 @@ from ...core._frames import innermost_user_entry
 from ...core._fixes import assigned_names, carried_state, out_of_place, statement_code
 from ...core._source_ast import assignment_before, written_expression
 from ._naming import name_tensor
+from ...core._internal import log_fallback
 
 __all__ = ["enrich_eager_error"]
 
@@ -79,7 +80,8 @@ def enrich_eager_error(error: BaseException, session=None) -> GradientHazardErro
             match = matcher(message)
             if match:
                 return InplaceModificationError(builder(_Site(error), match))
-    except Exception:  # an enrichment failure must never replace the user's error
+    except Exception as error:  # an enrichment failure must never replace the user's error
+        log_fallback("backends.torch", "explaining an eager error", error)
         return None
     return None
 

@@ -24,6 +24,7 @@ import gc
 from typing import Any, Iterator
 
 import torch
+from ...core._internal import log_fallback
 
 __all__ = ["capture_graph", "GRAPH_FORMAT_VERSION"]
 
@@ -52,7 +53,8 @@ def _parameter_names() -> dict[int, str]:
             for name, value in items:
                 try:
                     key = value.untyped_storage().data_ptr()
-                except Exception:
+                except Exception as error:
+                    log_fallback("backends.torch", "reading a storage pointer", error)
                     continue
                 if key and key not in names:
                     names[key] = f"{prefix}.{name}"
@@ -67,14 +69,16 @@ def iter_saved(node) -> Iterator[tuple[str, Any]]:
             continue
         try:
             value = getattr(node, attr)
-        except Exception:
+        except Exception as error:
+            log_fallback("backends.torch", "reading a saved attribute of a graph node", error)
             continue
         name = attr[len("_raw_saved_"):]
         many = isinstance(value, (tuple, list))
         for index, saved in enumerate(value if many else (value,)):
             try:
                 data = saved.data
-            except Exception:
+            except Exception as error:
+                log_fallback("backends.torch", "reading a saved tensor's data", error)
                 data = None
             yield (f"{name}[{index}]" if many else name), data
 
@@ -130,11 +134,13 @@ def capture_graph(node, record=None, finding=None, *, max_depth: int = _MAX_DEPT
             if names is None:
                 try:
                     names = _parameter_names()
-                except Exception:
+                except Exception as error:
+                    log_fallback("backends.torch", "naming parameters", error)
                     names = {}
             try:
                 label = names.get(variable.untyped_storage().data_ptr())
-            except Exception:
+            except Exception as error:
+                log_fallback("backends.torch", "naming a leaf", error)
                 label = None
             entry["type"] = "leaf"
             entry["label"] = label or "leaf tensor"
@@ -144,8 +150,8 @@ def capture_graph(node, record=None, finding=None, *, max_depth: int = _MAX_DEPT
                 if stale_storage and variable.untyped_storage().data_ptr() == stale_storage:
                     entry["stale_alias"] = True
                     entry["detail"] += ": the stale tensor"
-            except Exception:
-                pass
+            except Exception as error:
+                log_fallback("backends.torch", "comparing a leaf with the stale storage", error)
         else:
             saved, _ = _saved_arguments(fn, record)
             entry["saved"] = saved

@@ -14,6 +14,7 @@ import gc
 import torch
 
 from ...core._frames import user_variable_names
+from ...core._internal import log_fallback
 
 __all__ = ["name_tensor", "storage_key"]
 
@@ -26,7 +27,8 @@ def name_tensor(t: torch.Tensor) -> tuple[str | None, str | None]:
     """(qualified name, "parameter" | "buffer") of the module tensor sharing ``t``'s memory, or (None, None)."""
     try:
         key = storage_key(t)
-    except Exception:  # no storage (e.g. sparse, fake)
+    except Exception as error:  # no storage (e.g. sparse, fake)
+        log_fallback("backends.torch", "reading a tensor's storage key", error)
         return None, None
     if key == 0:
         return None, None

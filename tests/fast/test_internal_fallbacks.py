@@ -1,0 +1,44 @@
+"""Internal fallbacks leave a log record naming the component; findings show without core importing report."""
+
+import ast
+import logging
+import pathlib
+
+import gradguard
+from gradguard.core._internal import log_fallback
+
+SRC = pathlib.Path(gradguard.__file__).parent
+
+
+def test_fallback_is_a_debug_record_naming_the_component(caplog):
+    with caplog.at_level(logging.DEBUG, logger="gradguard"):
+        log_fallback("backends.torch", "reading a storage pointer", RuntimeError("no storage"))
+    (record,) = caplog.records
+    assert record.name == "gradguard.backends.torch"
+    assert record.levelno == logging.DEBUG
+    assert record.getMessage() == "reading a storage pointer failed; falling back (RuntimeError: no storage)"
+
+
+def test_core_imports_neither_a_framework_nor_report():
+    banned = {"torch", "paddle", "mindspore", "triton"}
+    for path in (SRC / "core").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [("." * node.level) + (node.module or "")]
+            else:
+                continue
+            for name in names:
+                assert name.split(".")[0] not in banned, f"{path.name} imports {name}"
+                assert "report" not in name.split("."), f"{path.name} imports {name}"
+
+
+def test_a_finding_renders_through_the_registered_views():
+    from gradguard.core._findings import Finding, TensorInfo
+
+    finding = Finding(kind="inplace_modification", tensor=TensorInfo((2,), "float32"))
+    assert str(finding) == gradguard.report.render_finding(finding)
+    bundle = finding._repr_mimebundle_()
+    assert bundle["text/plain"] == str(finding)
+    assert bundle["text/html"].strip()
