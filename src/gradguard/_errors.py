@@ -42,7 +42,12 @@ class GradientHazardError(GradguardError, RuntimeError):
         super().__init__(_render(finding))
 
     def _repr_mimebundle_(self, include=None, exclude=None):
-        return self.finding._repr_mimebundle_(include, exclude)
+        # The notebook shows the finding's HTML; the plain-text form is the whole message (the framework's own
+        # sentence first, as ``str(error)``), so logs and text-only frontends read what ``match=`` reads.
+        bundle = dict(self.finding._repr_mimebundle_(include, exclude))
+        if "text/plain" in bundle:
+            bundle["text/plain"] = str(self)
+        return bundle
 
 
 class InplaceModificationError(GradientHazardError):

@@ -134,7 +134,11 @@ def test_notebook_view_of_a_real_finding(tmp_path):
     # The details live in the exception and in the guard's findings, not only in a warning.
     assert g.findings == [caught.finding]
     bundle = caught._repr_mimebundle_()
-    assert bundle["text/plain"] == str(caught) == render_finding(caught.finding)  # the text fallback
+    # The text fallback: the whole message, PyTorch's own sentence first, then the finding as rendered.
+    assert bundle["text/plain"] == str(caught)
+    assert str(caught).startswith("one of the variables needed for gradient computation has been modified by an "
+                                  "inplace operation: [torch.FloatTensor [3, 1]]")
+    assert str(caught).endswith("\n\ngradguard: " + render_finding(caught.finding))
     assert "text/html" in bundle
     # The styled cell: scoped CSS (no rule for the notebook's own body), the facts and the graph picture.
     cell = notebook_html(caught.finding)
