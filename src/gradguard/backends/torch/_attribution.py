@@ -40,6 +40,7 @@ import weakref
 import torch
 
 from ...core._findings import WriteRecord
+from ...core._internal import log_fallback
 from ...core._frames import LIBRARY_PATHS, caller_context
 from ._fingerprint import fingerprint as _fingerprint
 from ._fingerprint import same as _same
@@ -97,7 +98,8 @@ def _storage_key(t: torch.Tensor) -> int | None:
         return None
     try:
         return t.untyped_storage().data_ptr()
-    except Exception:
+    except Exception as error:  # a tensor without a storage (functional wrappers): no key, not attributed
+        log_fallback("torch.attribution", "reading a storage pointer", error)
         return None
 
 
@@ -243,7 +245,8 @@ def _backward_apply(original):
                 record = s.data
                 if getattr(record, "tensor", None) is not None:
                     saved.append(record.tensor)
-        except Exception:
+        except Exception as error:  # saved tensors already freed: snapshot only the arguments
+            log_fallback("torch.attribution", "reading a Function's saved tensors", error)
             saved = []
         snap = snapshot(session, saved + _tensors(args))
         name = getattr(self._forward_cls, "__name__", type(self).__name__)
@@ -315,7 +318,8 @@ def maybe_wrap_triton() -> bool:
         try:
             import triton
             from triton.runtime.jit import JITFunction
-        except Exception:
+        except Exception as error:  # no (working) Triton: nothing to attribute to a kernel launch
+            log_fallback("torch.attribution", "importing triton", error)
             return False
         triton_dir = os.path.dirname(os.path.abspath(triton.__file__))
         LIBRARY_PATHS.add(triton_dir)

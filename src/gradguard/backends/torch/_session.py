@@ -27,6 +27,8 @@ import sys
 import threading
 
 import torch
+
+from ...core._internal import log_fallback
 from torch.autograd.graph import saved_tensors_hooks
 
 from ..._errors import error_for
@@ -488,8 +490,8 @@ class TorchGuardSession:
             from ._graph import capture_graph
 
             finding.context["graph"] = capture_graph(torch._C._current_autograd_node(), record, finding)
-        except Exception:
-            pass
+        except Exception as error:
+            log_fallback("torch.graph", "capturing the graph picture", error)
         return diagnose(finding)
 
 

@@ -17,6 +17,8 @@ import functools
 import sys
 
 import torch
+
+from ...core._internal import log_fallback
 from torch.utils._python_dispatch import TorchDispatchMode
 
 __all__ = ["ObserverMode", "WriteTrackingMode", "dynamo_safe", "written_arguments"]
@@ -40,7 +42,8 @@ def written_arguments(func) -> tuple[tuple[int, str, bool], ...]:
 def _bumps_after_return(func) -> bool:
     try:
         return torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "ADInplaceOrView")
-    except Exception:
+    except Exception as error:  # unknown op: assume it bumps after return (the safe side for attribution)
+        log_fallback("torch.writes", f"asking the dispatcher about {func}", error)
         return True
 
 
