@@ -49,7 +49,7 @@ def test_trainer_callback_turns_the_bug_into_a_diagnosis(tmp_path):
     model = _tiny_bert()
     # A forward hook that clamps the pooler's Tanh output in place: tanh's backward needs that output.
     model.bert.pooler.activation.register_forward_hook(_clamp_in_place)
-    callback = GradguardCallback()
+    callback = GradguardCallback(mode="forensic")  # the writer's line from the first step
     with pytest.raises(gradguard.InplaceModificationError) as info:
         _train(model, callback, tmp_path)
     finding = info.value.finding

@@ -55,7 +55,7 @@ def _assert_guard_left():
 
 
 def test_lightning_callback_turns_the_bug_into_a_diagnosis(tmp_path):
-    callback = GradguardCallback()
+    callback = GradguardCallback(mode="forensic")  # the writer's line from the first step
     with pytest.raises(gradguard.InplaceModificationError) as info:
         _fit(Tiny(buggy=True), callback, tmp_path)
     finding = info.value.finding

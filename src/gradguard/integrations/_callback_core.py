@@ -3,19 +3,50 @@ step ends, and, when the step fails, leave it with the exception so the diagnosi
 
 from __future__ import annotations
 
-__all__ = ["StepGuard"]
+__all__ = ["StepGuard", "CALLBACK_MODES"]
+
+# NOTE [Callbacks start cheap]
+# A callback is meant to stay on for a whole training run, so by default (mode="auto") each step runs under the
+# sentinel (saved-tensor versions and sampled fingerprints, no write log: a few microseconds per saved tensor).
+# The sentinel still raises on every hazard and names the tensor and the line that saved it; it cannot name the
+# line that wrote. After the first finding the callback switches to forensic mode (full fingerprints and the
+# write log) for the steps that follow, and the finding says so. mode="forensic" gives the writer from the first
+# step at forensic cost; mode="sentinel" never switches.
+CALLBACK_MODES = {
+    "sentinel": {"fingerprint": "sample", "track_writes": False},
+    "forensic": {"fingerprint": "full", "track_writes": True},
+}
+
+_SENTINEL_NOTE = ("the callback ran this step in the cheap sentinel mode (no write log), so the line that wrote "
+                  "is not named; it switched to forensic mode for the following steps. To name the writer of this "
+                  "finding, run with GradguardCallback(mode='forensic').")
 
 
 class StepGuard:
-    """One ``gradguard.guard`` per training step; ``findings`` accumulates over the whole run."""
+    """One ``gradguard.guard`` per training step; ``findings`` accumulates over the whole run.
 
-    def __init__(self, *, fingerprint: str = "full", track_writes: bool = True, backend: str = "auto"):
-        from gradguard import guard
+    ``mode``: ``"auto"`` (sentinel until the first finding, then forensic), ``"sentinel"`` or ``"forensic"``;
+    ``fingerprint`` and ``track_writes``, when given, override what the mode chooses.
+    """
 
-        guard(fingerprint=fingerprint, track_writes=track_writes, backend=backend)  # validate now, not mid-fit
-        self._arguments = {"fingerprint": fingerprint, "track_writes": track_writes, "backend": backend}
+    def __init__(self, *, mode: str = "auto", fingerprint: str | None = None, track_writes: bool | None = None,
+                 backend: str = "auto", owner: str = "GradguardCallback"):
+        from gradguard import InvalidArgument, guard
+
+        if mode not in ("auto", *CALLBACK_MODES):
+            raise InvalidArgument(f"{owner}(mode=...) must be one of 'auto', 'sentinel', 'forensic'; got {mode!r}")
+        self.mode = mode
+        self._overrides = {key: value for key, value in
+                           (("fingerprint", fingerprint), ("track_writes", track_writes)) if value is not None}
+        self._backend = backend
+        self.current_mode = "sentinel" if mode == "auto" else mode
+        guard(**self._arguments())  # validate now, not mid-fit
+        guard(**self._arguments("forensic"))
         self._active = None
         self.findings: list = []
+
+    def _arguments(self, mode: str | None = None) -> dict:
+        return {**CALLBACK_MODES[mode or self.current_mode], **self._overrides, "backend": self._backend}
 
     @property
     def active(self) -> bool:
@@ -26,7 +57,7 @@ class StepGuard:
 
         if self._active is not None:  # a step that never ended (an exception nobody reported to us)
             self.end()
-        block = guard(**self._arguments)
+        block = guard(**self._arguments())
         block.__enter__()
         self._active = block
 
@@ -60,6 +91,10 @@ class StepGuard:
         return enriched
 
     def _collect(self, block) -> None:
-        for finding in block.findings:
-            if not any(finding is known for known in self.findings):
-                self.findings.append(finding)
+        new = [finding for finding in block.findings if not any(finding is known for known in self.findings)]
+        if new and self.mode == "auto" and self.current_mode == "sentinel":
+            for finding in new:
+                if not finding.modified_at:
+                    finding.notes.append(_SENTINEL_NOTE)
+            self.current_mode = "forensic"
+        self.findings.extend(new)

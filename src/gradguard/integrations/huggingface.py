@@ -32,10 +32,16 @@ def _calling_trainer() -> Trainer | None:
 
 
 class GradguardCallback(TrainerCallback):
-    """Run each training step under ``gradguard.guard(fingerprint=..., track_writes=..., backend=...)``."""
+    """Run each training step under ``gradguard.guard``.
 
-    def __init__(self, *, fingerprint: str = "full", track_writes: bool = True, backend: str = "auto"):
-        self._steps = StepGuard(fingerprint=fingerprint, track_writes=track_writes, backend=backend)
+    ``mode="auto"`` (default): the cheap sentinel until the first finding, then forensic mode (the write log) for
+    the steps that follow; ``"forensic"`` names the writer from the first step; ``"sentinel"`` never switches.
+    ``fingerprint=``, ``track_writes=``, ``backend=`` as for ``gradguard.guard`` (they override the mode's).
+    """
+
+    def __init__(self, *, mode: str = "auto", fingerprint: str | None = None, track_writes: bool | None = None,
+                 backend: str = "auto"):
+        self._steps = StepGuard(mode=mode, fingerprint=fingerprint, track_writes=track_writes, backend=backend)
 
     @property
     def findings(self) -> list:

@@ -21,11 +21,17 @@ __all__ = ["GradguardCallback"]
 
 
 class GradguardCallback(Callback):
-    """Run each training batch under ``gradguard.guard(fingerprint=..., track_writes=..., backend=...)``."""
+    """Run each training batch under ``gradguard.guard``.
 
-    def __init__(self, *, fingerprint: str = "full", track_writes: bool = True, backend: str = "auto"):
+    ``mode="auto"`` (default): the cheap sentinel until the first finding, then forensic mode (the write log) for
+    the steps that follow; ``"forensic"`` names the writer from the first step; ``"sentinel"`` never switches.
+    ``fingerprint=``, ``track_writes=``, ``backend=`` as for ``gradguard.guard`` (they override the mode's).
+    """
+
+    def __init__(self, *, mode: str = "auto", fingerprint: str | None = None, track_writes: bool | None = None,
+                 backend: str = "auto"):
         super().__init__()
-        self._steps = StepGuard(fingerprint=fingerprint, track_writes=track_writes, backend=backend)
+        self._steps = StepGuard(mode=mode, fingerprint=fingerprint, track_writes=track_writes, backend=backend)
 
     @property
     def findings(self) -> list:
