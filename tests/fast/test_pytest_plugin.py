@@ -84,7 +84,7 @@ def test_option_guards_every_test_and_reports_the_finding(pytester):
     pytester.makepyfile(test_models=BUGGY)
     result = pytester.runpytest("--gradguard")
     result.assert_outcomes(failed=1, passed=1)
-    result.stdout.fnmatch_lines(["gradguard: every test runs under gradguard.guard()"])
+    result.stdout.fnmatch_lines(["gradguard: every test runs under gradguard.guard() (auto mode)"])
     out = result.stdout.str()
     result.stdout.fnmatch_lines([f"FAILED test_models.py::test_bug - gradguard._errors.InplaceModificationError:*"])
     # The finding as the test's report section, shown with the failure ...
@@ -212,3 +212,43 @@ def test_silent_write_fails_the_test_under_the_option(pytester):
         "*SilentModificationError*",
         "*a tensor saved for backward changed without its version counter moving: gradients would be silently wrong",
     ])
+
+
+def test_sentinel_first_then_a_forensic_rerun_names_the_writer(pytester):
+    pytester.makepyfile(test_models=BUGGY)
+    result = pytester.runpytest("--gradguard")
+    result.assert_outcomes(failed=1, passed=1)
+    # The sentinel failed the test; the forensic re-run of its body named the line that wrote, and says so.
+    result.stdout.fnmatch_lines([
+        "    1. aten.mul_.Tensor at test_models.py:6  (version 0 -> 1)",
+        "*the write was found by running this test again in forensic mode*",
+    ])
+    sentinel = pytester.runpytest("--gradguard", "--gradguard-mode=sentinel")
+    sentinel.assert_outcomes(failed=1, passed=1)
+    sentinel.stdout.fnmatch_lines(["gradguard: every test runs under gradguard.guard() (sentinel mode)"])
+    sentinel.stdout.fnmatch_lines(["  modified by : not recorded (write log off)"])
+    assert "running this test again" not in sentinel.stdout.str()
+
+
+def test_a_rerun_that_does_not_reproduce_keeps_the_sentinels_finding(pytester):
+    pytester.makepyfile(
+        """
+        import torch
+
+        RUNS = []
+
+        def test_only_fails_once():
+            RUNS.append(1)
+            x = torch.ones(3, requires_grad=True)
+            y = torch.sigmoid(x)
+            if len(RUNS) == 1:
+                y.mul_(2)
+            y.sum().backward()
+        """
+    )
+    result = pytester.runpytest("--gradguard")
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    assert "saved by    : SigmoidBackward0.result" in out
+    assert "1. aten.mul_" not in out  # the sentinel saw no write; the re-run did not fail: nothing invented
+    assert "running this test again" not in out

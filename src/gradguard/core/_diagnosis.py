@@ -236,6 +236,14 @@ def _shared_counter_when(f: Finding):
 
 
 def _unseen_write(f: Finding, _subject) -> Verdict:
+    if f.context.get("write_log") is False:  # the sentinel: no write log, so no writer to name (and none missed)
+        return Verdict(
+            "unseen_write",
+            _prefix(f) + f"{_saver(f)} saved this tensor, and an in-place write moved its version before backward "
+            "used it; the write log was off (the cheap sentinel mode), so the line that wrote is not known.",
+            "Run with the write log on to name the line that wrote: `gradguard run` (re-runs in forensic mode by "
+            "itself), `gradguard.guard(track_writes=True)`, or `pytest --gradguard-mode=forensic`.",
+        )
     return Verdict(
         "unseen_write",
         _prefix(f) + f"{_saver(f)} saved this tensor, and its version moved before backward used it, but gradguard "

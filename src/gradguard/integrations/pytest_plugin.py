@@ -33,7 +33,11 @@ def pytest_addoption(parser):
                     help="run every test under gradguard.guard(): in-place hazards on tensors saved for backward "
                          "fail the test with a precise diagnosis")
     group.addoption("--gradguard-fingerprint", choices=("full", "sample", "off"), default=None,
-                    help="fingerprint mode for guarded tests (default: full, or the marker's)")
+                    help="fingerprint mode for guarded tests (default: the mode's, or the marker's)")
+    group.addoption("--gradguard-mode", choices=("auto", "sentinel", "forensic"), default="auto",
+                    help="how --gradguard guards tests without a marker: auto (default) runs the cheap sentinel "
+                         "and re-runs a test that failed at a hazard in forensic mode to name the writer (the test "
+                         "body runs twice); sentinel: no re-run; forensic: every test with the write log")
 
 
 def pytest_configure(config):
@@ -101,7 +105,52 @@ def pytest_collection_modifyitems(session, config, items):
 
 def pytest_report_header(config):
     if config.getoption("--gradguard"):
-        return "gradguard: every test runs under gradguard.guard()"
+        mode = config.getoption("--gradguard-mode")
+        return f"gradguard: every test runs under gradguard.guard() ({mode} mode)"
+    return None
+
+
+# NOTE [--gradguard: sentinel first, forensics on failure]
+# A suite under --gradguard should cost little, so a test without a marker or the fixture runs under the sentinel
+# (sampled fingerprints, no write log): it fails on every hazard and names the tensor and the saver. When it
+# fails at a hazard whose writer it could not name, the plugin runs the test body once more under the forensic
+# guard and, when that run reproduces the same finding (same kind, same saver), reports the forensic finding
+# with the writer's line; otherwise the sentinel's finding stands. Tests that asked for the guard explicitly get
+# guard()'s own defaults (forensic) and are never re-run.
+_SENTINEL = {"fingerprint": "sample", "track_writes": False}
+_FORENSIC = {"fingerprint": "full", "track_writes": True}
+_RERUN_NOTE = ("the write was found by running this test again in forensic mode (--gradguard runs the cheap "
+               "sentinel first, so the test body ran twice; --gradguard-mode=forensic avoids the re-run)")
+
+
+def _where(location) -> tuple | None:
+    return None if location is None else (location.file, location.line)
+
+
+def _same_finding(first, second) -> bool:
+    return (first.kind == second.kind and first.saved_at.op == second.saved_at.op
+            and _where(first.saved_at.location) == _where(second.saved_at.location))
+
+
+def _forensic_rerun(item, kwargs: dict, first_error):
+    """The forensic guard's error for the same hazard, by running the test body again; None when the re-run does
+    not reproduce it (the sentinel's finding then stands)."""
+    from gradguard import GradientHazardError, guard
+    from gradguard.core._internal import log_fallback
+
+    block = guard(**{**kwargs, **_FORENSIC})
+    try:
+        with block:
+            item.runtest()
+    except GradientHazardError as error:
+        if _same_finding(first_error.finding, error.finding) and error.finding.modified_at:
+            for finding in error.findings:
+                finding.notes.append(_RERUN_NOTE)
+            noted = type(error)(error.finding)  # the message is rendered once, when the error is built
+            noted.findings = error.findings
+            return noted, list(block.findings)
+    except Exception as error:  # the re-run failed differently: the first run's finding stands
+        log_fallback("pytest_plugin", f"the forensic re-run of {item.nodeid}", error)
     return None
 
 
@@ -149,21 +198,34 @@ def pytest_runtest_call(item):
         return (yield)
     from gradguard import guard
 
+    from gradguard import GradientHazardError
+
+    blanket = item.get_closest_marker("gradguard") is None and "gradguard" not in item.fixturenames
+    mode = item.config.getoption("--gradguard-mode") if blanket else "forensic"
+    if blanket:
+        kwargs = {**(_FORENSIC if mode == "forensic" else _SENTINEL), **kwargs}
     block = guard(**kwargs)
     handle = getattr(item, "funcargs", {}).get("gradguard")
     if isinstance(handle, GradguardFixture):
         handle.guard = block
-    blanket = item.get_closest_marker("gradguard") is None and "gradguard" not in item.fixturenames
     reason = None
+    findings_of = block
     try:
         with block:
             return (yield)
+    except GradientHazardError as error:
+        if blanket and mode == "auto" and not error.finding.modified_at:
+            rerun = _forensic_rerun(item, kwargs, error)
+            if rerun is not None:
+                forensic_error, findings_of = rerun
+                raise forensic_error.with_traceback(error.__traceback__) from None
+        raise
     except Exception as error:
         reason = _guard_caused(error) if blanket else None
         if reason is None:
             raise
     finally:
-        findings = list(block.findings)
+        findings = list(findings_of if isinstance(findings_of, list) else findings_of.findings)
         if findings:
             from gradguard.report._text import render_finding
 

@@ -17,6 +17,7 @@ from html import escape
 from typing import Any, Iterable
 
 from ..core._findings import Finding, WriteRecord
+from ._text import _no_write
 
 __all__ = ["render_html", "finding_html", "notebook_html", "graph_svg", "OP_REPORT_CSS"]
 
@@ -302,7 +303,7 @@ def finding_html(finding: Finding, *, graph: bool = True, raw: bool = False) -> 
         label = "modified by" if f.kind in ("inplace_modification", "silent_write") else "at"
         row(label, '<ol class="writes">' + "".join(_write_item(w) for w in f.modified_at) + "</ol>")
     elif f.kind in ("inplace_modification", "silent_write"):
-        row("modified by", "no write seen by gradguard")
+        row("modified by", _no_write(f))
     if f.context.get("rank") is not None:
         row("rank", _h(f.context["rank"]))
     for label, value in f.context.get("display", []):

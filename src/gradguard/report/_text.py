@@ -82,7 +82,7 @@ def render_finding(f: Finding, width: int = _WIDTH) -> str:
             for i, w in enumerate(f.modified_at, 1):
                 lines += _write_lines(i, w, width)
         else:
-            lines += _field("modified by", "no write seen by gradguard", width)
+            lines += _field("modified by", _no_write(f), width)
     else:
         for i, w in enumerate(f.modified_at, 1):
             label = "at" if i == 1 else ""
@@ -99,3 +99,10 @@ def render_finding(f: Finding, width: int = _WIDTH) -> str:
     for note in f.notes:
         lines += _field("note", note, width)
     return printable("\n".join(lines))
+
+
+def _no_write(f) -> str:
+    """What to say when no write is listed: missed, or never looked for (the sentinel keeps no write log)."""
+    if f.context.get("write_log") is False:
+        return "not recorded (write log off)"
+    return "no write seen by gradguard"

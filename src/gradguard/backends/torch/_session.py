@@ -479,6 +479,7 @@ class TorchGuardSession:
                 "backward_passes_since_save": passes,
                 "retain_graph": bool(backward and "retain_graph=True" in backward.code) or None,
                 "backward_at": backward.to_dict() if backward else None,
+                "write_log": self.track_writes,
             },
         )
         if not self.track_writes:
