@@ -69,7 +69,7 @@ chromium:
 	command -v chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
 
 test-torch: install install-paddle chromium
-	$(PY) -m pytest $(PYTEST_FLAGS) tests/fast tests/slow tests/conformance
+	$(PY) -m pytest $(PYTEST_FLAGS) tests/fast tests/slow tests/conformance tests/robustness
 
 test-paddle: install-paddle
 	.venv-paddle/bin/python -m pytest $(PYTEST_FLAGS) tests/paddle

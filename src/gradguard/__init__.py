@@ -11,6 +11,7 @@ from ._errors import (
     InplaceModificationError,
     InternalError,
     InvalidArgument,
+    NotWatched,
     SilentModificationError,
 )
 from ._guard import guard
@@ -55,6 +56,7 @@ __all__ = [
     "OpReport",
     "Finding",
     "GradguardError",
+    "NotWatched",
     "InvalidArgument",
     "GradientHazardError",
     "InplaceModificationError",

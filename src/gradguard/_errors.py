@@ -10,6 +10,7 @@ __all__ = [
     "SilentModificationError",
     "BackwardTwiceError",
     "InternalError",
+    "NotWatched",
 ]
 
 
@@ -22,6 +23,11 @@ class InvalidArgument(GradguardError, TypeError):
 
     Subclasses ``TypeError`` so code that guards API misuse with ``except TypeError`` keeps working.
     """
+
+
+class NotWatched(UserWarning):
+    """gradguard stepped aside for part of the program it cannot watch (a ``torch.func`` transform, a sparse or
+    nested tensor, ...): that part ran exactly as without gradguard, unchecked. One warning per kind per guard."""
 
 
 class InternalError(GradguardError):

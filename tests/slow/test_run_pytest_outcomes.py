@@ -36,11 +36,11 @@ def test_gradguard_flag_keeps_every_outcome(pytester):
     assert len(expected) == 16 and set(expected.values()) == {"PASSED"}, plain.stdout.str()
     assert _outcomes(guarded) == expected, guarded.stdout.str()
     text = guarded.stdout.str()
-    # the tests gradguard cannot watch are named, one line each
-    for name in ("test_func_grad", "test_func_vjp_jacrev", "test_sparse_csr"):
-        lines = [line for line in text.splitlines() if f"gradguard: stepped aside for test_probe.py::{name} " in line]
-        assert len(lines) == 1, text
-    # --gradguard runs the sentinel (no write-log dispatch mode), under which a fullgraph compile just works
-    assert "stepped aside for test_probe.py::test_compile_fullgraph" not in text
+    # The guard itself steps aside inside what it cannot watch (torch.func, sparse CSR: one NotWatched warning
+    # each, shown in pytest's warnings summary), so the plugin never has to re-run a test unguarded, and a
+    # fullgraph compile just works.
+    assert "stepped aside for" not in text, text
+    assert "NotWatched: gradguard: not watching inside torch.func transforms" in text, text
+    assert "NotWatched: gradguard: not watching sparse_csr tensors saved for backward" in text, text
     # PyTorch's own error, matched by the test, is still explained by the guard
     assert "test_probe.py::test_pytorch_inplace_error_match: a tensor saved for backward was modified" in text

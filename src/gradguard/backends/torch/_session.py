@@ -36,7 +36,7 @@ from ...core._diagnosis import classify_source, diagnose, diagnose_or_fallback
 from ...core._findings import Finding, SaveSite, TensorInfo, WriteRecord
 from ...core._frames import LIBRARY_PATHS, caller_context, user_location
 from ...core._ledger import SavedLedger
-from . import _attribution, _user_hooks
+from . import _attribution, _step_aside, _user_hooks
 from ._fingerprint import fingerprint as _fingerprint
 from ._fingerprint import same as _same_fingerprint
 from ._naming import name_tensor
@@ -170,6 +170,7 @@ class TorchGuardSession:
         self._hooks = saved_tensors_hooks(pack, unpack)
         self._hooks.__enter__()
         _user_hooks.install(self)
+        _step_aside.install(self)
         self._user_hooks = True
         if self.track_writes:
             mode = dynamo_safe(WriteTrackingMode)(self._on_write)
@@ -203,6 +204,7 @@ class TorchGuardSession:
             self._mode = None
             if self._user_hooks:
                 self._user_hooks = False
+                _step_aside.uninstall(self)
                 _user_hooks.uninstall(self)
             if self._hooks is not None:
                 self._hooks.__exit__(None, None, None)
@@ -210,6 +212,8 @@ class TorchGuardSession:
 
     # -- hooks ---------------------------------------------------------------------------------
     def _pack(self, t: torch.Tensor):
+        if t.layout != torch.strided or t.is_nested:  # NOTE [Tensors the fingerprint cannot read]
+            return self._unwatched(t)
         detached = t.detach()
         try:
             version = t._version
@@ -240,7 +244,15 @@ class TorchGuardSession:
         grad_fn = t.grad_fn
         return grad_fn.name() if grad_fn is not None else None
 
+    def _unwatched(self, t: torch.Tensor) -> torch.Tensor:
+        _step_aside.not_watched(self, _step_aside.unreadable_layout(t),
+                                f"not watching {_step_aside.unreadable_layout(t)} saved for backward (no strided "
+                                "memory to version-check or fingerprint); they are kept exactly as without gradguard")
+        return t
+
     def _unpack(self, record: _SavedRecord) -> torch.Tensor:
+        if isinstance(record, torch.Tensor):  # stepped aside at pack time
+            return record
         t = record.tensor
         if self.ledger.note_backward_pass(torch._C._current_graph_task_id()) and self.record_sites:
             site = user_location(2)
@@ -264,6 +276,8 @@ class TorchGuardSession:
         """(pack, unpack) that run the user's hooks and check the round trip (see NOTE above)."""
 
         def pack(t: torch.Tensor):
+            if t.layout != torch.strided or t.is_nested:  # NOTE [Tensors the fingerprint cannot read]
+                return user_pack(self._unwatched(t))
             try:
                 version = t._version
             except RuntimeError:

@@ -68,6 +68,15 @@ class ObserverMode(TorchDispatchMode):
         # need it; those that do get the wrapper back through dynamo_safe().
         return False
 
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        # NOTE [Compiled regions under the write log]
+        # A dispatch mode that does not ignore compile internals makes Dynamo skip every frame ("non-infra torch
+        # dispatch mode present"): torch.compile(fullgraph=True) raised inside a forensic guard, and compiled
+        # functions fell back to eager. With True, Dynamo compiles as without gradguard and this mode sees the
+        # ops the compiled code runs (fused kernels hide their insides: writes there are not named).
+        return True
+
 
 _DYNAMO_SAFE: dict[type, type] = {}
 

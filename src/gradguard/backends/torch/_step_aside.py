@@ -1,0 +1,97 @@
+"""Where the guard cannot watch, it steps aside for that region, says so in one line, and the program runs
+exactly as without gradguard.
+
+# NOTE [Stepping aside for torch.func]
+# ``torch.func.grad/vjp/jacrev/hessian`` enter ``torch.autograd.graph.disable_saved_tensors_hooks(message)``,
+# which raises when any saved-tensor hooks are active: under a guard, a legal program failed with "torch.func
+# ... don't yet support saved tensor hooks". While a guard is active that context manager is replaced: when
+# the hooks on top of the stack are gradguard's own (not composed with the user's), they are popped for the
+# transform and pushed back after it, with a ``NotWatched`` warning. Hooks the user entered stay where they
+# are, so a program that fails without gradguard fails the same way with it.
+#
+# NOTE [Tensors the fingerprint cannot read]
+# Sparse (COO, CSR, ...) and nested tensors have no single strided storage to version-check or hash: pack
+# hands them back to autograd untouched (autograd keeps them exactly as without hooks, and PyTorch's own
+# version check does not run for them, as for any tensor saved through hooks), with one ``NotWatched``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import warnings
+
+import torch
+
+from ..._errors import NotWatched
+
+__all__ = ["install", "uninstall", "not_watched", "unreadable_layout"]
+
+_lock = threading.Lock()
+_sessions: list = []
+_original_disable = None
+
+
+def not_watched(session, kind: str, message: str) -> None:
+    """Warn once per ``kind`` per session: gradguard is not watching this part of the program."""
+    seen = session.__dict__.setdefault("_not_watched", set())
+    if kind in seen:
+        return
+    seen.add(kind)
+    warnings.warn(f"gradguard: {message}", NotWatched, stacklevel=3)
+
+
+def unreadable_layout(t: torch.Tensor) -> str | None:
+    """Why gradguard cannot fingerprint or version-track ``t`` (one phrase), or None when it can."""
+    if t.is_nested:
+        return "nested tensors"
+    if t.layout != torch.strided:
+        return f"{str(t.layout).replace('torch.', '')} tensors"
+    return None
+
+
+def _pure_guard_hooks(hooks) -> bool:
+    pack = hooks[0]
+    owner = getattr(pack, "__self__", None)
+    return type(owner).__name__ == "TorchGuardSession" and getattr(pack, "__name__", "") == "_pack"
+
+
+@contextlib.contextmanager
+def _disable_saved_tensors_hooks(error_message: str):
+    top = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)
+    popped = []
+    if top is not None:
+        hooks = top(False)
+        while hooks is not None and _pure_guard_hooks(hooks):
+            torch._C._autograd._pop_saved_tensors_default_hooks()
+            popped.append(hooks)
+            hooks = top(False)
+    if popped:
+        session = popped[0][0].__self__
+        not_watched(session, "torch.func",
+                    "not watching inside torch.func transforms (grad, vjp, jacrev, hessian refuse saved-tensor "
+                    "hooks); that region runs unchecked, exactly as without gradguard")
+    try:
+        with _original_disable(error_message):
+            yield
+    finally:
+        for pack, unpack in reversed(popped):
+            torch._C._autograd._push_saved_tensors_default_hooks(pack, unpack)
+
+
+def install(session) -> None:
+    global _original_disable
+    with _lock:
+        if not _sessions:
+            _original_disable = torch.autograd.graph.disable_saved_tensors_hooks
+            torch.autograd.graph.disable_saved_tensors_hooks = _disable_saved_tensors_hooks
+        _sessions.append(session)
+
+
+def uninstall(session) -> None:
+    global _original_disable
+    with _lock:
+        _sessions[:] = [s for s in _sessions if s is not session]
+        if not _sessions and _original_disable is not None:
+            torch.autograd.graph.disable_saved_tensors_hooks = _original_disable
+            _original_disable = None
