@@ -10,7 +10,7 @@ PIP_FLAGS := -q --disable-pip-version-check
 PYTEST_FLAGS ?= -q -ra
 
 .PHONY: chromium install install-paddle install-mindspore demo demo-all docs docs-pictures test test-torch test-paddle \
-	test-mindspore bench clean
+	test-mindspore test-torch-oldest test-torch-newest bench clean
 
 $(VENV)/.installed: pyproject.toml requirements-dev.txt requirements-integrations.txt requirements-docs.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -77,14 +77,44 @@ test-paddle: install-paddle
 test-mindspore: install-mindspore
 	.venv-mindspore/bin/python -m pytest $(PYTEST_FLAGS) tests/mindspore
 
-# Every backend, each in its own venv (they cannot share a process); none is optional. Then the docs build.
-test: test-torch test-paddle test-mindspore docs
+# The oldest and the newest torch the package declares (pyproject: torch>=2.4,<2.16), each in its own venv, on a
+# subset that covers the guard, its diagnoses, the CLI and the robustness suite (the whole suite runs on the
+# pinned 2.13.0 above). PyPI has only CUDA builds of these (about 3 GB each with their libraries; they run on
+# the CPU). pip on this machine may be capped at the releases on its disk (/etc/xdg/pip): the newest release
+# is installed with that configuration switched off.
+TORCH_MATRIX_TESTS := tests/fast/test_parity.py tests/fast/test_guard_lifecycle.py tests/fast/test_seed000.py \
+	tests/fast/test_diagnosis_rules.py tests/fast/test_guard_composition.py tests/fast/test_callback_modes.py \
+	tests/fast/test_fingerprint.py tests/fast/test_cli.py tests/fast/test_examples_expected.py tests/robustness
+
+.venv-torch-oldest/.installed: pyproject.toml requirements-torch-oldest.txt
+	test -x .venv-torch-oldest/bin/python || $(PYTHON) -m venv .venv-torch-oldest
+	.venv-torch-oldest/bin/python -m pip install $(PIP_FLAGS) -r requirements-torch-oldest.txt
+	.venv-torch-oldest/bin/python -m pip install $(PIP_FLAGS) --no-deps -e .
+	touch $@
+
+.venv-torch-newest/.installed: pyproject.toml requirements-torch-newest.txt
+	test -x .venv-torch-newest/bin/python || $(PYTHON) -m venv .venv-torch-newest
+	PIP_CONFIG_FILE=/dev/null .venv-torch-newest/bin/python -m pip install $(PIP_FLAGS) -r requirements-torch-newest.txt
+	.venv-torch-newest/bin/python -m pip install $(PIP_FLAGS) --no-deps -e .
+	touch $@
+
+test-torch-oldest: .venv-torch-oldest/.installed
+	.venv-torch-oldest/bin/python -c "import torch; print('torch', torch.__version__)"
+	.venv-torch-oldest/bin/python -m pytest $(PYTEST_FLAGS) $(TORCH_MATRIX_TESTS)
+
+test-torch-newest: .venv-torch-newest/.installed
+	.venv-torch-newest/bin/python -c "import torch; print('torch', torch.__version__)"
+	.venv-torch-newest/bin/python -m pytest $(PYTEST_FLAGS) $(TORCH_MATRIX_TESTS)
+
+# Every backend, each in its own venv (they cannot share a process); none is optional. Then the oldest and newest
+# torch the package declares, then the docs build.
+test: test-torch test-paddle test-mindspore test-torch-oldest test-torch-newest docs
 
 bench: install
 	$(PY) benchmarks/run.py
 
 clean:
-	rm -rf $(VENV) .venv-paddle .venv-mindspore site
+	rm -rf $(VENV) .venv-paddle .venv-mindspore .venv-torch-oldest .venv-torch-newest site
 
 # Real-world corpus (issue 12): score gradguard's diagnoses on reproductions of public bug reports;
 # writes benchmarks/realworld/results.md and results.json (figures only; thresholds are asserted in tests).

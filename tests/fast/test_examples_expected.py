@@ -7,12 +7,28 @@ test_examples_expected.py`` and review the diff of tests/expected/ by eye before
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
+import torch
 
 from _example_runs import BUGGY, EXPECTED_DIR, FIXED, REPO_ROOT, line_of, panel_message, run_all
 
 UPDATE = os.environ.get("GRADGUARD_UPDATE_EXPECTED") == "1"
+# The expected files are written with the pinned torch (requirements-dev.txt). On the other torch releases the
+# CI tests (oldest and newest declared), torch's own details differ: line numbers inside torch's sources, and the
+# aten overload a Python statement dispatches to (`p[p < 0.1] = 0` is index_put_ on 2.13, masked_fill_ on 2.15).
+# There the messages are compared with those details masked and line wrapping ignored; everything gradguard
+# writes itself must still match word for word.
+PINNED_TORCH = torch.__version__.split("+")[0] == "2.13.0"
+
+
+def _comparable(message: str) -> str:
+    if PINNED_TORCH:
+        return message
+    message = re.sub(r"(torch/\S+\.py):\d+", r"\1:N", message)
+    message = re.sub(r"aten\.[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)?", "aten.<op>", message)
+    return " ".join(message.split())
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +62,7 @@ def test_buggy_example_message_matches_expected(buggy_runs, script):
         expected.parent.mkdir(parents=True, exist_ok=True)
         expected.write_text(message)
     assert expected.exists(), f"{expected} is missing: run with GRADGUARD_UPDATE_EXPECTED=1 and review it"
-    assert message == expected.read_text()
+    assert _comparable(message) == _comparable(expected.read_text())
 
 
 @pytest.mark.parametrize("script", BUGGY, ids=lambda p: p.stem)
@@ -156,7 +172,9 @@ def test_buggy_example_json_fields(buggy_runs, script):
         assert finding["modified_at"] == []
     else:
         write = finding["modified_at"][0]
-        assert write["op"].startswith(facts["write_op"])
+        # a mask assignment dispatches to index_put_ up to torch 2.14, masked_fill_ from 2.15
+        ops = {"aten.index_put_": ("aten.index_put_", "aten.masked_fill_")}.get(facts["write_op"], (facts["write_op"],))
+        assert write["op"].startswith(ops)
         assert _same_file(write["file"], script)
         assert write["line"] == line_of(script, facts["written"])
     if facts["kind"] in ("inplace_modification", "silent_write"):

@@ -7,6 +7,11 @@ import torch
 from torch.autograd.graph import save_on_cpu, saved_tensors_hooks
 
 import gradguard
+from gradguard.backends.torch._compat import TOP_HOOKS
+
+# torch 2.4 cannot hand a guard the user's hooks entered before it: the guard steps aside for saved tensors
+# there (one NotWatched line) instead of replacing them (NOTE in backends/torch/_compat.py).
+UNLISTABLE = TOP_HOOKS is None
 
 
 class Compress:
@@ -84,6 +89,10 @@ def test_save_on_cpu_composes(nesting):
 
 @pytest.mark.parametrize("nesting", NESTINGS)
 def test_a_write_that_reaches_backward_through_user_hooks_is_caught(nesting):
+    if UNLISTABLE and nesting == "hooks outside the guard":
+        with pytest.warns(gradguard.NotWatched, match="torch < 2.5 cannot show them to gradguard"):
+            _run(nesting, KeepReference(), buggy=True)  # unwatched: runs exactly as without gradguard
+        return
     with pytest.raises(gradguard.SilentModificationError) as info:
         _run(nesting, KeepReference(), buggy=True)
     finding = info.value.finding

@@ -12,7 +12,10 @@ import gradguard
 
 
 def _hooks_and_modes():
-    return torch._C._autograd._top_saved_tensors_default_hooks(False), torch._C._len_torch_dispatch_stack()
+    # (whether saved-tensor hooks are active, dispatch modes on the stack); torch 2.4 cannot list the hooks
+    from gradguard.backends.torch._compat import saved_tensors_hooks_active
+
+    return (True if saved_tensors_hooks_active() else None), torch._C._len_torch_dispatch_stack()
 
 
 def _live_tensor_count() -> int:

@@ -177,6 +177,8 @@ _MULTI_VIEW_FUNCTIONS = {"Split": "chunk()/split()", "SplitWithSizes": "split()"
 
 def _multi_view(site: _Site, match) -> Finding:
     op = match.group(1)
+    if op.endswith("Backward0"):  # torch 2.4 names the backward node ("UnbindBackward0"), later ones the op ("Unbind")
+        op = op[: -len("Backward0")]
     function = _MULTI_VIEW_FUNCTIONS.get(op, op)
     name = site.name
     rewritten = out_of_place(site.code) if site.code else None

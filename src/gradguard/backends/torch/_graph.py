@@ -24,7 +24,9 @@ import gc
 from typing import Any, Iterator
 
 import torch
+
 from ...core._internal import log_fallback
+from ._compat import probe_saved
 
 __all__ = ["capture_graph", "GRAPH_FORMAT_VERSION"]
 
@@ -74,7 +76,18 @@ def iter_saved(node) -> Iterator[tuple[str, Any]]:
             continue
         name = attr[len("_raw_saved_"):]
         many = isinstance(value, (tuple, list))
-        for index, saved in enumerate(value if many else (value,)):
+        saved_values = list(value if many else (value,))
+        if saved_values and not hasattr(saved_values[0], "data"):  # torch 2.4 (NOTE in _compat.py)
+            try:
+                probed = probe_saved(node, name)
+            except Exception as error:  # already freed, or not unpackable: no names for this argument
+                log_fallback("backends.torch", "probing a saved argument (torch 2.4)", error)
+                probed = []
+            for index in range(len(saved_values)):
+                data = probed[index] if index < len(probed) else None
+                yield (f"{name}[{index}]" if many else name), data
+            continue
+        for index, saved in enumerate(saved_values):
             try:
                 data = saved.data
             except Exception as error:

@@ -36,7 +36,7 @@ from ...core._diagnosis import classify_source, diagnose, diagnose_or_fallback
 from ...core._findings import Finding, SaveSite, TensorInfo, WriteRecord
 from ...core._frames import LIBRARY_PATHS, caller_context, user_location
 from ...core._ledger import SavedLedger
-from . import _attribution, _step_aside, _user_hooks
+from . import _attribution, _compat, _step_aside, _user_hooks
 from ._fingerprint import fingerprint as _fingerprint
 from ._fingerprint import same as _same_fingerprint
 from ._naming import name_tensor
@@ -163,15 +163,21 @@ class TorchGuardSession:
         # user enters inside the guard are wrapped the same way (_user_hooks.py). What goes through user
         # hooks is checked on the way back: unpack must return what pack was given (shape, dtype, values).
         outer = _user_hooks.top_hooks()
-        if outer is not None:
-            pack, unpack = self.composed(*outer)
+        if (outer is None and _compat.TOP_HOOKS is None and _compat.saved_tensors_hooks_active()
+                and not _user_hooks.guard_hooks_on_top()):
+            # torch 2.4 cannot hand the user's hooks back: keep them, watch no saved tensor in this guard
+            _step_aside.not_watched(self, "hooks", "not watching saved tensors: your saved_tensors_hooks are "
+                                    "active and torch < 2.5 cannot show them to gradguard (enter the guard first)")
         else:
-            pack, unpack = self._pack, self._unpack
-        self._hooks = saved_tensors_hooks(pack, unpack)
-        self._hooks.__enter__()
-        _user_hooks.install(self)
-        _step_aside.install(self)
-        self._user_hooks = True
+            if outer is not None:
+                pack, unpack = self.composed(*outer)
+            else:
+                pack, unpack = self._pack, self._unpack
+            self._hooks = saved_tensors_hooks(pack, unpack)
+            self._hooks.__enter__()
+            _user_hooks.install(self)
+            _step_aside.install(self)
+            self._user_hooks = True
         if self.track_writes:
             mode = dynamo_safe(WriteTrackingMode)(self._on_write)
             try:
@@ -214,6 +220,8 @@ class TorchGuardSession:
     def _pack(self, t: torch.Tensor):
         if t.layout != torch.strided or t.is_nested:  # NOTE [Tensors the fingerprint cannot read]
             return self._unwatched(t)
+        if _compat.DYNAMO_TRACES_HOOKS and torch.compiler.is_compiling():  # NOTE in _compat.py (torch 2.4)
+            return t
         detached = t.detach()
         try:
             version = t._version
@@ -253,6 +261,8 @@ class TorchGuardSession:
     def _unpack(self, record: _SavedRecord) -> torch.Tensor:
         if isinstance(record, torch.Tensor):  # stepped aside at pack time
             return record
+        if _compat.probing_unpack(record):  # torch 2.4 naming a node's saved argument: no check
+            return record.tensor
         t = record.tensor
         if self.ledger.note_backward_pass(torch._C._current_graph_task_id()) and self.record_sites:
             site = user_location(2)
@@ -292,6 +302,8 @@ class TorchGuardSession:
         def unpack(record):
             if not isinstance(record, _UserHookRecord):  # packed before the guard entered
                 return user_unpack(record)
+            if _compat.probing_unpack(record):  # torch 2.4 naming a node's saved argument: no check
+                return user_unpack(record.packed)
             out = user_unpack(record.packed)
             if isinstance(out, torch.Tensor) and not self._round_trip_ok(record, out):
                 self._raise(_SavedRecord(out.detach(), record.version, record.fp, record.site, record.producer,

@@ -24,6 +24,7 @@ import warnings
 import torch
 
 from ..._errors import NotWatched
+from ._compat import TOP_HOOKS
 
 __all__ = ["install", "uninstall", "not_watched", "unreadable_layout"]
 
@@ -58,14 +59,18 @@ def _pure_guard_hooks(hooks) -> bool:
 
 @contextlib.contextmanager
 def _disable_saved_tensors_hooks(error_message: str):
-    top = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)
     popped = []
-    if top is not None:
-        hooks = top(False)
+    if TOP_HOOKS is not None:
+        hooks = TOP_HOOKS(False)
         while hooks is not None and _pure_guard_hooks(hooks):
             torch._C._autograd._pop_saved_tensors_default_hooks()
             popped.append(hooks)
-            hooks = top(False)
+            hooks = TOP_HOOKS(False)
+    else:  # torch 2.4 cannot show the stack: the guard's hooks are on top unless the user entered some inside it
+        session = _sessions[-1] if _sessions else None
+        if session is not None and session._hooks is not None and not _user_entered_hooks(session):
+            torch._C._autograd._pop_saved_tensors_default_hooks()
+            popped.append((session._hooks.pack_hook, session._hooks.unpack_hook))
     if popped:
         session = popped[0][0].__self__
         not_watched(session, "torch.func",
@@ -77,6 +82,10 @@ def _disable_saved_tensors_hooks(error_message: str):
     finally:
         for pack, unpack in reversed(popped):
             torch._C._autograd._push_saved_tensors_default_hooks(pack, unpack)
+
+
+def _user_entered_hooks(session) -> bool:
+    return bool(session.__dict__.get("_user_hook_depth", 0))
 
 
 def install(session) -> None:

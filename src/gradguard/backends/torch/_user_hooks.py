@@ -19,11 +19,14 @@ import threading
 import torch
 from torch.autograd.graph import saved_tensors_hooks
 
-__all__ = ["install", "uninstall", "top_hooks", "mark"]
+from ._compat import TOP_HOOKS
+
+__all__ = ["install", "uninstall", "top_hooks", "mark", "guard_hooks_on_top"]
 
 _lock = threading.Lock()
 _sessions: list = []  # (session, thread id), innermost last
 _original_enter = None
+_original_exit = None
 
 
 def mark(fn):
@@ -38,13 +41,22 @@ def _ours(fn) -> bool:
 
 def top_hooks():
     """The user's (pack, unpack) active on this thread, or None (none, gradguard's own, or torch < 2.5)."""
-    top = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)
-    if top is None:
+    if TOP_HOOKS is None:  # torch 2.4: see NOTE in _compat.py
         return None
-    hooks = top(False)
+    hooks = TOP_HOOKS(False)
     if hooks is None or _ours(hooks[0]):
         return None
     return hooks
+
+
+def guard_hooks_on_top() -> bool:
+    """Whether the innermost saved-tensor hooks on this thread are a guard's own (torch 2.4 cannot list them:
+    a guard on this thread with its hooks pushed and no user hooks entered inside it)."""
+    ident = threading.get_ident()
+    for session, thread in reversed(_sessions):
+        if thread == ident:
+            return session._hooks is not None and not getattr(session, "_user_hook_depth", 0)
+    return False
 
 
 def _wrapped_class(hooks) -> bool:
@@ -65,22 +77,34 @@ def _enter(self):
         return _original_enter(self)
     pack, unpack = session.composed(self.pack_hook, self.unpack_hook)
     torch._C._autograd._push_saved_tensors_default_hooks(pack, unpack)
+    self._gradguard_session = session  # counted: torch 2.4 cannot show the stack (_step_aside)
+    session._user_hook_depth = getattr(session, "_user_hook_depth", 0) + 1
+
+
+def _exit(self, *exc_info):
+    session = self.__dict__.pop("_gradguard_session", None)
+    if session is not None:
+        session._user_hook_depth -= 1
+    return _original_exit(self, *exc_info)
 
 
 def install(session) -> None:
-    global _original_enter
+    global _original_enter, _original_exit
     with _lock:
         if not _sessions:
             _original_enter = saved_tensors_hooks.__dict__["__enter__"]
+            _original_exit = saved_tensors_hooks.__dict__["__exit__"]
             saved_tensors_hooks.__enter__ = _enter
+            saved_tensors_hooks.__exit__ = _exit
         _sessions.append((session, threading.get_ident()))
 
 
 def uninstall(session) -> None:
     """Remove ``session`` (from any thread: a guard may be exited on another thread than it entered on)."""
-    global _original_enter
+    global _original_enter, _original_exit
     with _lock:
         _sessions[:] = [(s, t) for s, t in _sessions if s is not session]
         if not _sessions and _original_enter is not None:
             saved_tensors_hooks.__enter__ = _original_enter
-            _original_enter = None
+            saved_tensors_hooks.__exit__ = _original_exit
+            _original_enter = _original_exit = None
