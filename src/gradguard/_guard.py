@@ -100,7 +100,22 @@ class guard(contextlib.ContextDecorator):
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
-        session = self._stack().pop()
+        stack = self._stack()
+        if not stack:
+            # NOTE [A guard is left on the thread that entered it]
+            # PyTorch keeps saved-tensor hooks and dispatch modes per thread: only the entering thread can remove
+            # the guard's. Leaving it from another thread used to fail with an IndexError from inside gradguard
+            # and leave the hooks active without a word; now it says so, and never hides the user's exception.
+            message = ("guard() was left on a different thread than the one that entered it; PyTorch keeps "
+                       "saved-tensor hooks per thread, so the guard stays active on the entering thread. Leave it "
+                       "(exit the `with` block) on the thread that entered it.")
+            if exc is not None:
+                import warnings
+
+                warnings.warn(f"gradguard: {message}", RuntimeWarning, stacklevel=2)
+                return False
+            raise InvalidArgument(message)
+        session = stack.pop()
         session.exit()
         self.findings = list(session.findings)
         if exc is not None and not isinstance(exc, GradguardError):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import threading
 import weakref
 
 import pytest
@@ -246,3 +247,31 @@ def test_internal_failure_still_reports_the_hazard():
     error = error_for(finding.kind)(finding)
     assert isinstance(error, gradguard.SilentModificationError) and isinstance(error, RuntimeError)
     assert error_for("inplace_modification") is gradguard.InplaceModificationError
+
+
+def test_leaving_the_guard_on_another_thread_says_so_and_the_entering_thread_can_still_leave_it():
+    block = gradguard.guard()
+    block.__enter__()
+    errors = []
+
+    def leave(exc=None):
+        try:
+            block.__exit__(type(exc) if exc else None, exc, None)
+        except Exception as error:  # noqa: BLE001 - the test inspects it
+            errors.append(error)
+
+    thread = threading.Thread(target=leave)
+    thread.start()
+    thread.join()
+    (error,) = errors
+    assert isinstance(error, gradguard.InvalidArgument)
+    assert str(error).startswith("guard() was left on a different thread than the one that entered it;")
+    # with the user's own exception in flight, only a warning: their exception is never replaced
+    with pytest.warns(RuntimeWarning, match="left on a different thread"):
+        thread = threading.Thread(target=leave, args=(ValueError("the user's"),))
+        thread.start()
+        thread.join()
+    assert len(errors) == 1
+    assert _hooks_and_modes()[0] is not None  # still active here, where it was entered ...
+    block.__exit__(None, None, None)
+    assert _hooks_and_modes() == (None, 0)  # ... and left cleanly by this thread
