@@ -68,3 +68,50 @@ def test_call_name_names_the_op_that_takes_the_operand():
     assert call_name("z = x * y") == "multiply"
     assert call_name("z = f(g(x))") is None
     assert call_name("z = f(g(x))", operand="missing") is None
+
+
+def test_written_expression_of_chains_inplace_keywords_and_indexed_modules(tmp_path):
+    path = _file(
+        tmp_path,
+        """
+        channel.mul_(std).add_(mean)
+        x = F.relu(x, inplace=True)
+        model.layer[i].dense.weight[:, pos] -= delta
+        rows[mask.nonzero()].add_(1)
+        """,
+    )
+    # corpus cases 006 (scorecam), 023 (functional relu) and 011 (knowledge neurons) named `mean` or nothing
+    assert written_expression(path, 2) == "channel"
+    assert written_expression(path, 3) == "x"
+    assert written_expression(path, 4) == "model.layer[i].dense.weight"
+    assert written_expression(path, 5) is None  # an index that would run code is not a plain reference
+
+
+def test_evaluate_reference_runs_no_user_code():
+    import torch
+
+    from gradguard.core._source_ast import evaluate_reference
+
+    class Box:
+        calls = 0
+
+        def __getitem__(self, index):
+            Box.calls += 1
+            return index
+
+    layers = torch.nn.ModuleList([torch.nn.Linear(2, 2), torch.nn.Linear(2, 3)])
+    scope = {"model": torch.nn.Module(), "layers": layers, "i": 1, "box": Box(), "pairs": {"a": (1, 2)}}
+    assert evaluate_reference("layers[i].weight", scope) is layers[1].weight
+    assert evaluate_reference("layers[0].bias", scope) is layers[0].bias
+    assert evaluate_reference("pairs['a'][1]", scope) == 2
+    assert evaluate_reference("box[3]", scope) is None and Box.calls == 0
+    assert evaluate_reference("missing.weight", scope) is None
+    assert evaluate_reference("layers[i](x)", scope) is None
+
+
+def test_out_of_place_never_assigns_to_a_call():
+    from gradguard.core._fixes import out_of_place
+
+    assert out_of_place("channel.mul_(std).add_(mean)") == "channel = channel.mul(std).add(mean)"
+    assert out_of_place("x = F.relu(x, inplace=True)") == "x = F.relu(x)"
+    assert out_of_place("net(x).relu_()") is None

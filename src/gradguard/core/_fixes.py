@@ -75,9 +75,25 @@ def out_of_place(code: str) -> str | None:
             target = ast.unparse(call.args[0])
             call.func.attr = name[:-1]
             return f"{target} = {ast.unparse(call)}"
-        target = ast.unparse(base)
-        call.func.attr = name[:-1]
-        return f"{target} = {ast.unparse(call)}"
+        # a chain of in-place methods (`c.mul_(s).add_(m)`): every link out of place, assigned to the receiver
+        links = [call]
+        while isinstance(base, ast.Call) and isinstance(base.func, ast.Attribute) and base.func.attr.endswith("_") \
+                and not base.func.attr.endswith("__"):
+            links.append(base)
+            base = base.func.value
+        if not isinstance(base, (ast.Name, ast.Attribute)):
+            return None  # never a suggestion that is not valid Python (an assignment to a call)
+        for link in links:
+            link.func.attr = link.func.attr[:-1]
+        return f"{ast.unparse(base)} = {ast.unparse(call)}"
+    if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.value, ast.Call):
+        # `x = F.relu(x, inplace=True)` -> `x = F.relu(x)`
+        call = stmt.value
+        kept = [k for k in call.keywords if not (k.arg == "inplace" and isinstance(k.value, ast.Constant)
+                                                 and k.value.value is True)]
+        if len(kept) != len(call.keywords):
+            call.keywords = kept
+            return f"{ast.unparse(stmt.targets[0])} = {ast.unparse(call)}"
     return None
 
 

@@ -31,14 +31,51 @@ def _statement_at(filename: str, line: int) -> ast.stmt | None:
 
 
 def _is_plain_reference(node: ast.AST) -> bool:
-    while isinstance(node, ast.Attribute):
+    """A name, or attribute and index steps on one (``model.layer[2].weight``, ``layers[i].w``): what
+    ``evaluate_reference`` can look up without running user code."""
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        if isinstance(node, ast.Subscript) and not isinstance(node.slice, (ast.Constant, ast.Name)):
+            return False
         node = node.value
     return isinstance(node, ast.Name)
 
 
+def evaluate_reference(expression: str, scope: dict) -> object:
+    """The value of a plain reference (see ``_is_plain_reference``) in ``scope``, or None. Attribute steps use
+    getattr, index steps only index lists, tuples, dicts and torch module containers: no user code runs."""
+    try:
+        node = ast.parse(expression, mode="eval").body
+    except SyntaxError:
+        return None
+    steps = []
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        steps.append(node)
+        node = node.value
+    if not isinstance(node, ast.Name) or node.id not in scope:
+        return None
+    value = scope[node.id]
+    for step in reversed(steps):
+        if isinstance(step, ast.Attribute):
+            value = getattr(value, step.attr, None)
+        else:
+            index = step.slice.value if isinstance(step.slice, ast.Constant) else scope.get(step.slice.id)
+            container = type(value).__name__
+            if not (isinstance(value, (list, tuple, dict)) or container in ("ModuleList", "Sequential", "ModuleDict",
+                                                                            "ParameterList", "ParameterDict")):
+                return None
+            try:
+                value = value[index]
+            except (IndexError, KeyError, TypeError):
+                return None
+        if value is None:
+            return None
+    return value
+
+
 def written_expression(filename: str, line: int) -> str | None:
     """The expression written in place on that line: ``w`` in ``w += 1``, ``x[0] = 1``, ``x.add_(1)``,
-    ``torch.relu_(x)``. Only plain names and attribute chains are returned (safe to evaluate)."""
+    ``torch.relu_(x)``, ``F.relu(x, inplace=True)``. Only plain references are returned (names, attribute and
+    simple index steps: safe to evaluate with ``evaluate_reference``)."""
     stmt = _statement_at(filename, line)
     if stmt is None:
         return None
@@ -53,11 +90,20 @@ def written_expression(filename: str, line: int) -> str | None:
                 name = node.func.attr
                 if name.endswith("_") and not name.endswith("__"):
                     base = node.func.value
+                    # a chain of in-place methods writes its innermost receiver: `c` in `c.mul_(s).add_(m)`
+                    while (isinstance(base, ast.Call) and isinstance(base.func, ast.Attribute)
+                           and base.func.attr.endswith("_") and not base.func.attr.endswith("__")):
+                        base = base.func.value
                     if _is_plain_reference(base) and not (isinstance(base, ast.Name) and base.id in ("torch", "F")):
                         target = base
                     elif node.args:
                         target = node.args[0]
                     break
+            if isinstance(node, ast.Call) and node.args and any(
+                    k.arg == "inplace" and isinstance(k.value, ast.Constant) and k.value.value is True
+                    for k in node.keywords):
+                target = node.args[0]  # `F.relu(x, inplace=True)` writes x
+                break
     if target is None:
         return None
     while isinstance(target, ast.Subscript):

@@ -16,7 +16,7 @@ from ...core._findings import Finding, SaveSite, SourceLocation, TensorInfo, Wri
 from ...core._intents import FixIntent
 from ...core._frames import innermost_user_entry
 from ...core._fixes import assigned_names, carried_state, out_of_place, statement_code
-from ...core._source_ast import assignment_before, written_expression
+from ...core._source_ast import assignment_before, evaluate_reference, written_expression
 from ._naming import name_tensor
 from ...core._internal import log_fallback
 
@@ -33,14 +33,7 @@ _BACKWARD_TWICE = "Trying to backward through the graph a second time"
 
 
 def _lookup(expression: str, frame) -> object:
-    head, *rest = expression.split(".")
-    scope = {**frame.f_globals, **frame.f_locals}
-    if head not in scope:
-        return None
-    value = scope[head]
-    for attr in rest:
-        value = getattr(value, attr, None)
-    return value
+    return evaluate_reference(expression, {**frame.f_globals, **frame.f_locals})
 
 
 def _describe(tensor, expression: str | None) -> TensorInfo:
@@ -144,9 +137,12 @@ def _leaf(site: _Site, _match) -> Finding:
         fix = (f"Make the update under no_grad, as optimizers do: {_no_grad_block(site.code)} (the update is not "
                f"part of the model, so autograd must not record it).")
     else:
-        fix = (f"If this computes a new value, write it out of place: `{rewritten or name + ' = ' + name + ' + 1'}` "
-               f"(a new tensor; gradients still flow to the original {name}). If it is meant to change the leaf "
-               f"itself (an update or initialisation), do it under no_grad: {_no_grad_block(site.code)}.")
+        out_of_place_code = rewritten or (f"{name} = {name} + 1" if site.expression else None)
+        compute = (f"write it out of place: `{out_of_place_code}`" if out_of_place_code
+                   else "write the result to a new tensor instead of in place")
+        fix = (f"If this computes a new value, {compute} (a new tensor; gradients still flow to the original "
+               f"{name}). If it is meant to change the leaf itself (an update or initialisation), do it under "
+               f"no_grad: {_no_grad_block(site.code)}.")
     return _finding(
         "leaf_inplace", site, "leaf_inplace",
         f"`{name}` is a leaf tensor that requires grad (a parameter, or created with requires_grad=True): autograd "
@@ -158,8 +154,10 @@ def _leaf(site: _Site, _match) -> Finding:
 
 def _view_of_leaf(site: _Site, _match) -> Finding:
     name = site.name
+    copy = (f"(`{name.split('.')[-1].split('[')[0]}2 = {name}.clone()` and index that)" if site.expression
+            else "(`.clone()` it and index the copy)")
     fix = (f"Initialise or update the leaf under no_grad: {_no_grad_block(site.code)}. For a computation, write "
-           f"into a copy instead (`{name.split('.')[-1]}2 = {name}.clone()` and index that).")
+           f"into a copy instead {copy}.")
     owner = _lookup(name.rsplit(".", 1)[0], site.frame) if site.frame is not None and "." in name else None
     if isinstance(owner, torch.nn.Embedding) and site.info.role == "parameter":
         fix += (" To keep an embedding's padding row at zero, `nn.Embedding(..., padding_idx=0)` zeroes it and "
