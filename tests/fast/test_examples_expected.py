@@ -134,7 +134,7 @@ _FACTS = {
         kind="inplace_modification", rule="consecutive_inplace_activation", tensor=None,
         saved_op="ReluBackward0.result", saved="loss = net(", write_op="aten.relu_", written="loss = net("),
     "18_attention_dropout_inplace_buggy": dict(
-        kind="inplace_modification", rule="inplace_activation", tensor=None, saved_op="SoftmaxBackward0.result",
+        kind="inplace_modification", rule="inplace_activation", tensor="attention", saved_op="SoftmaxBackward0.result",
         saved="attention = torch.softmax(", write_op="aten.mul_", written="attention = dropout(attention)"),
     "19_two_losses_step_between_buggy": dict(
         kind="inplace_modification", rule="optimizer_step_between_backwards", tensor="trunk.2.weight",

@@ -91,7 +91,7 @@ def test_option_guards_every_test_and_reports_the_finding(pytester):
     result.stdout.fnmatch_lines([
         "*- Captured gradguard call -*",
         HEADLINE,
-        "  tensor      : float32[3], output of SigmoidBackward0",
+        "  tensor      : y (float32[3], output of SigmoidBackward0)",
         "  saved by    : SigmoidBackward0.result, saved in the forward call at test_models.py:5",
         "                 | y = torch.sigmoid(x)",
         "  versions    : saved at 0, now 1",
@@ -103,7 +103,7 @@ def test_option_guards_every_test_and_reports_the_finding(pytester):
     result.stdout.fnmatch_lines([
         "*= gradguard =*",
         f"test_models.py::test_bug: {HEADLINE}",
-        "    tensor: float32[3], output of SigmoidBackward0",
+        "    tensor: y (float32[3], output of SigmoidBackward0)",
         "    saved by: SigmoidBackward0.result",
         "gradguard: 1 finding(s) in 1 test(s)",
     ])
@@ -184,7 +184,7 @@ def test_fixture_runs_the_test_under_the_guard_and_exposes_findings(pytester):
             with pytest.raises(RuntimeError) as info:
                 y.sum().backward()
             assert type(info.value).__name__ == "InplaceModificationError"
-            assert [f.tensor.label for f in gradguard.findings] == ["float32[3], output of SigmoidBackward0"]
+            assert [f.tensor.label for f in gradguard.findings] == ["y (float32[3], output of SigmoidBackward0)"]
             assert gradguard.findings[0].saved_at.op == "SigmoidBackward0.result"
         """
     )

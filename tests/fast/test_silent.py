@@ -54,7 +54,7 @@ def test_data_write_message_is_exact():
             data_write()
     expected = f"""\
 a tensor saved for backward changed without its version counter moving: gradients would be silently wrong
-  tensor      : float32[4], output of ExpBackward0
+  tensor      : h (float32[4], output of ExpBackward0)
   saved by    : ExpBackward0.result, saved in the forward call at {where("data-save")}
                  | {code("data-save")}
   versions    : saved at 0, now 0

@@ -10,13 +10,14 @@
 from __future__ import annotations
 
 import gc
+import sys
 
 import torch
 
-from ...core._frames import user_variable_names
+from ...core._frames import LIBRARY_PATHS, user_variable_names
 from ...core._internal import log_fallback
 
-__all__ = ["name_tensor", "storage_key"]
+__all__ = ["name_tensor", "name_by_variable", "storage_key"]
 
 
 def storage_key(t: torch.Tensor) -> int:
@@ -46,3 +47,80 @@ def name_tensor(t: torch.Tensor) -> tuple[str | None, str | None]:
                 if value is not None and value.device == t.device and storage_key(value) == key:
                     return f"{prefix}.{name}", kind
     return None, None
+
+
+def name_by_variable(t: torch.Tensor) -> str | None:
+    """The user variable (innermost user frame first) holding a tensor with exactly ``t``'s memory and layout
+    (same storage, offset, shape, strides): ``out`` for ``out = a.sigmoid()``. Error paths only: it reads the
+    locals and globals of every user frame on the stack."""
+    try:
+        key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.stride(), t.dtype)
+    except Exception as error:  # no storage (sparse, fake): no variable can be matched by memory
+        log_fallback("backends.torch", "reading a tensor's layout to name it", error)
+        return None
+    if key[0] == 0:
+        return None
+    frame = sys._getframe(1)
+    while frame is not None:
+        if not LIBRARY_PATHS.is_library(frame.f_code.co_filename):
+            for scope in (frame.f_locals, frame.f_globals):
+                for var, value in list(scope.items()):
+                    if var.startswith("_"):
+                        continue
+                    if type(value).__name__ == "ndarray" and type(value).__module__ == "numpy":
+                        if t.device.type == "cpu" and _same_numpy_memory(value, t):
+                            return var  # `torch.as_tensor(obs)` saved: the NumPy buffer the user holds
+                        continue
+                    if not issubclass(type(value), torch.Tensor):
+                        attribute = _attribute_holding(value, key, t)  # `runner.obs`: one level into user objects
+                        if attribute is not None:
+                            return f"{var}.{attribute}"
+                        continue
+                    try:
+                        if value.layout != torch.strided or value.is_nested or value.device != t.device:
+                            continue
+                        candidate = (value.untyped_storage().data_ptr(), value.storage_offset(), tuple(value.shape),
+                                     value.stride(), value.dtype)
+                    except Exception as error:  # a tensor subclass without storage
+                        log_fallback("backends.torch", "reading a user variable's layout", error)
+                        continue
+                    if candidate == key:
+                        return var
+        frame = frame.f_back
+    return None
+
+
+def _layout_key(value: torch.Tensor):
+    if value.layout != torch.strided or value.is_nested:
+        return None
+    return (value.untyped_storage().data_ptr(), value.storage_offset(), tuple(value.shape), value.stride(),
+            value.dtype)
+
+
+def _attribute_holding(obj, key, t: torch.Tensor) -> str | None:
+    """The attribute of a user object (not a module, class or function) holding exactly ``t``'s memory."""
+    if isinstance(obj, (type, torch.nn.Module)) or callable(obj) and not hasattr(obj, "__dict__"):
+        return None
+    attributes = getattr(obj, "__dict__", None)
+    if not isinstance(attributes, dict) or type(obj).__module__ in ("builtins", "types"):
+        return None
+    for attribute, value in list(attributes.items()):
+        if attribute.startswith("_") or not issubclass(type(value), torch.Tensor) or value.device != t.device:
+            continue
+        try:
+            if _layout_key(value) == key:
+                return attribute
+        except Exception as error:  # a tensor subclass without storage
+            log_fallback("backends.torch", "reading an attribute's layout", error)
+    return None
+
+
+def _same_numpy_memory(array, t: torch.Tensor) -> bool:
+    itemsize = t.element_size()
+    try:
+        start = t.untyped_storage().data_ptr() + t.storage_offset() * itemsize
+    except Exception as error:
+        log_fallback("backends.torch", "reading a tensor's address", error)
+        return False
+    return (array.__array_interface__["data"][0] == start and tuple(array.shape) == tuple(t.shape)
+            and tuple(array.strides) == tuple(s * itemsize for s in t.stride()) and array.itemsize == itemsize)

@@ -39,7 +39,7 @@ from ...core._ledger import SavedLedger
 from . import _attribution, _compat, _step_aside, _user_hooks
 from ._fingerprint import fingerprint as _fingerprint
 from ._fingerprint import same as _same_fingerprint
-from ._naming import name_tensor
+from ._naming import name_by_variable, name_tensor
 from ._overlap import share_elements
 from ._writes import WriteTrackingMode, dynamo_safe
 
@@ -469,6 +469,7 @@ class TorchGuardSession:
         name, role = name_tensor(t)
         if role is None:
             role = "leaf" if record.producer == "leaf" else "activation"
+            name = name_by_variable(t)  # the user variable holding it, if one does (`out`, `labels`)
         tensor = TensorInfo(
             shape=tuple(t.shape),
             dtype=str(t.dtype).replace("torch.", ""),

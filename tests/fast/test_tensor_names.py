@@ -1,0 +1,57 @@
+"""Unnamed saved tensors are named by the user variable that holds them (issue 12, class 5): a local, an
+attribute of a user object, or the NumPy buffer a tensor was made from (corpus cases 027, 028, 063)."""
+
+import numpy as np
+import pytest
+import torch
+
+import gradguard
+
+
+def test_a_variable_holding_the_stale_tensor_names_it():
+    with pytest.raises(gradguard.SilentModificationError) as info:
+        with gradguard.guard():
+            a = torch.ones(3, requires_grad=True)
+            out = a.sigmoid()
+            out.data.zero_()
+            out.sum().backward()
+    assert info.value.finding.tensor.label == "out (float32[3], output of SigmoidBackward0)"
+
+
+class Runner:
+    def __init__(self):
+        self.obs = torch.randn(2, 4)
+
+
+def test_an_attribute_of_a_user_object_names_it():
+    runner = Runner()
+    model = torch.nn.Linear(4, 1)
+    with pytest.raises(gradguard.InplaceModificationError) as info:
+        with gradguard.guard():
+            loss = model(runner.obs).sum()
+            runner.obs[:] = torch.zeros(2, 4)
+            loss.backward()
+    assert info.value.finding.tensor.name == "runner.obs"
+
+
+def test_the_numpy_buffer_a_saved_tensor_shares_names_it():
+    obs = np.ones((2, 4), dtype=np.float32)
+    model = torch.nn.Linear(4, 1)
+    with pytest.raises(gradguard.SilentModificationError) as info:
+        with gradguard.guard():
+            loss = model(torch.as_tensor(obs)).sum()
+            obs[:] = 2.0  # the environment refills its observation buffer
+            loss.backward()
+    assert info.value.finding.tensor.name == "obs"
+
+
+def test_a_variable_holding_a_different_view_of_the_memory_does_not_name_it():
+    model = torch.nn.Linear(4, 1)
+    buffer = torch.zeros(3, 4)
+    with pytest.raises(gradguard.InplaceModificationError) as info:
+        with gradguard.guard():
+            loss = model(buffer[1:2]).sum()  # addmm saves the slot buffer[1:2]
+            buffer[2] = 1.0  # another slot: moves the shared version counter
+            loss.backward()
+    # `buffer` holds the whole buffer, not the saved slot: it must not be given as the slot's name
+    assert info.value.finding.tensor.name != "buffer"
