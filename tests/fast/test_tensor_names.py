@@ -46,12 +46,9 @@ def test_the_numpy_buffer_a_saved_tensor_shares_names_it():
 
 
 def test_a_variable_holding_a_different_view_of_the_memory_does_not_name_it():
-    model = torch.nn.Linear(4, 1)
+    from gradguard.backends.torch._naming import name_by_variable
+
     buffer = torch.zeros(3, 4)
-    with pytest.raises(gradguard.InplaceModificationError) as info:
-        with gradguard.guard():
-            loss = model(buffer[1:2]).sum()  # addmm saves the slot buffer[1:2]
-            buffer[2] = 1.0  # another slot: moves the shared version counter
-            loss.backward()
-    # `buffer` holds the whole buffer, not the saved slot: it must not be given as the slot's name
-    assert info.value.finding.tensor.name != "buffer"
+    row = buffer[1]
+    assert name_by_variable(buffer[1:2].detach()) is None  # same storage, another layout: not `buffer`
+    assert name_by_variable(buffer[1].detach()) == "row"
