@@ -65,7 +65,7 @@ def name_by_variable(t: torch.Tensor) -> str | None:
         if not LIBRARY_PATHS.is_library(frame.f_code.co_filename):
             for scope in (frame.f_locals, frame.f_globals):
                 for var, value in list(scope.items()):
-                    if var.startswith("_"):
+                    if var.startswith("_") or not var.isidentifier():  # not pytest's `@py_assert1` temporaries
                         continue
                     if type(value).__name__ == "ndarray" and type(value).__module__ == "numpy":
                         if t.device.type == "cpu" and _same_numpy_memory(value, t):
