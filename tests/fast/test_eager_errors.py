@@ -149,3 +149,34 @@ def test_users_own_errors_pass_through_unchanged():
         raise other
 
     assert _raised(RuntimeError, fail_runtime) is other
+
+
+ACCUMULATED = '''\
+import torch
+
+w = torch.ones(3, requires_grad=True)
+loss = 0
+for t in range(2):
+    loss += (w * t).exp().sum()
+loss.backward()
+for t in range(2):
+    loss += (w * t).exp().sum()
+loss.backward()
+'''
+
+
+def test_a_loss_accumulated_across_a_backward_without_a_reset(tmp_path):
+    # corpus 061 (SAM's two passes): the fix is resetting the accumulator, not detaching a carried state
+    script = tmp_path / "accumulate.py"
+    script.write_text(ACCUMULATED)
+    with pytest.raises(gradguard.BackwardTwiceError) as info:
+        with gradguard.guard():
+            exec(compile(ACCUMULATED, str(script), "exec"), {})
+    finding = info.value.finding
+    assert finding.rule == "accumulated_loss_not_reset"
+    assert finding.tensor.name == "loss"
+    assert (finding.saved_at.location.line, finding.saved_at.location.code) == (6, "loss += (w * t).exp().sum()")
+    assert finding.suggestion == ("Reset the accumulator before accumulating again: insert `loss = 0` before line 8, "
+                                  "so each backward covers only its own losses.")
+    assert [(i.action, i.line, i.detail) for i in finding.fixes] == [("insert_before", 8, {"statement": "loss = 0"})]
+    assert "saved by    : the forward call at" in str(info.value)

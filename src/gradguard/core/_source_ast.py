@@ -190,3 +190,42 @@ def _node_name(node: ast.AST) -> str | None:
         return _BINOP_NAMES.get(type(node.op).__name__)
     func = node.func
     return func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+
+
+def accumulations(filename: str, name: str) -> list[tuple[ast.stmt, ast.stmt | None]]:
+    """Statements that add into ``name`` (``name += x`` or ``name = name + x``), each with the loop statement
+    directly enclosing it (None outside a loop), in line order."""
+    source = "".join(linecache.getlines(filename))
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    found = []
+
+    def visit(node, loop):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.AugAssign) and isinstance(child.target, ast.Name) and child.target.id == name:
+                found.append((child, loop))
+            elif (isinstance(child, ast.Assign) and len(child.targets) == 1 and isinstance(child.targets[0], ast.Name)
+                  and child.targets[0].id == name and isinstance(child.value, ast.BinOp)
+                  and isinstance(child.value.left, ast.Name) and child.value.left.id == name):
+                found.append((child, loop))
+            visit(child, child if isinstance(child, (ast.For, ast.While)) else loop)
+
+    visit(tree, None)
+    return sorted(found, key=lambda pair: pair[0].lineno)
+
+
+def resets_between(filename: str, name: str, start: int, end: int) -> bool:
+    """Whether a plain assignment to ``name`` not reading it (``name = 0``) lies on a line in (start, end)."""
+    source = "".join(linecache.getlines(filename))
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return False
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Assign) and start < node.lineno < end
+                and any(isinstance(t, ast.Name) and t.id == name for t in node.targets)
+                and not any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(node.value))):
+            return True
+    return False

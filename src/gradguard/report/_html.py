@@ -292,9 +292,13 @@ def finding_html(finding: Finding, *, graph: bool = True, raw: bool = False) -> 
 
     row("tensor", f"<b>{_h(f.tensor.label)}</b>")
     if f.saved_at.node or f.saved_at.location:
-        saver = f"<code>{_h(f.saved_at.op or '?')}</code>"
+        if f.saved_at.op:
+            saver = f"<code>{_h(f.saved_at.op)}</code>"
+            if f.saved_at.location:
+                saver += f", saved in the forward call at <code>{_h(f.saved_at.location.short)}</code>"
+        else:  # no autograd node to name: only where
+            saver = f"the forward call at <code>{_h(f.saved_at.location.short)}</code>"
         if f.saved_at.location:
-            saver += f", saved in the forward call at <code>{_h(f.saved_at.location.short)}</code>"
             saver += _src(f.saved_at.location.code)
         row("saved by", saver)
     if f.versions:

@@ -67,9 +67,11 @@ def render_finding(f: Finding, width: int = _WIDTH) -> str:
     lines = [f"{f.headline or f.kind}"]
     lines += _field("tensor", f.tensor.label, width)
     if f.saved_at.node or f.saved_at.location:
-        saver = f.saved_at.op or "?"
-        if f.saved_at.location:
-            saver += f", saved in the forward call at {f.saved_at.location.short}"
+        if f.saved_at.op:
+            saver = f.saved_at.op + (f", saved in the forward call at {f.saved_at.location.short}"
+                                     if f.saved_at.location else "")
+        else:  # no autograd node to name (a graph built by a statement): only where
+            saver = f"the forward call at {f.saved_at.location.short}"
         lines += _field("saved by", saver, width)
         if f.saved_at.location:
             lines += _code(f.saved_at.location.code, 17)

@@ -16,7 +16,8 @@ from ...core._findings import Finding, SaveSite, SourceLocation, TensorInfo, Wri
 from ...core._intents import FixIntent
 from ...core._frames import innermost_user_entry
 from ...core._fixes import assigned_names, carried_state, out_of_place, statement_code
-from ...core._source_ast import assignment_before, evaluate_reference, written_expression
+from ...core._source_ast import (accumulations, assignment_before, evaluate_reference, resets_between,
+                                 written_expression)
 from ._naming import name_tensor
 from ...core._internal import log_fallback
 
@@ -344,6 +345,31 @@ def _first_call_with(filename: str, start: int, stop: int, name: str):
     return None, None
 
 
+def statement_code_at(filename: str, stmt) -> str:
+    import linecache
+
+    return linecache.getline(filename, stmt.lineno).strip()
+
+
+def _accumulated_without_reset(site: _Site, earlier):
+    """(name, first accumulation, accumulation after the earlier backward, its loop) when the failing backward's
+    loss accumulates across the earlier backward without a reset (corpus 061: SAM's two passes), else None."""
+    if site.frame is None or site.location is None or earlier is None or earlier.file != site.location.file:
+        return None
+    receiver = _backward_receiver(site.code)
+    if receiver is None or "." in receiver:
+        return None
+    statements = accumulations(site.location.file, receiver)
+    before = [pair for pair in statements if pair[0].lineno < earlier.line]
+    after = [pair for pair in statements if earlier.line < pair[0].lineno < site.location.line]
+    if not before or not after:
+        return None
+    again, loop = after[0]
+    if resets_between(site.location.file, receiver, earlier.line, again.lineno):
+        return None
+    return receiver, before[0][0], again, loop
+
+
 def _backward_twice(error, session) -> Finding:
     site = _Site(error)
     location = site.location
@@ -422,6 +448,31 @@ def _backward_twice(error, session) -> Finding:
             fix = (f"Detach `{crossing.name}` where an earlier loss uses it (`{crossing.name}.detach()`), or "
                    f"recompute it after the earlier backward, so each backward covers its own graph.")
         rule_name = "freed_graph_reused"
+    elif (accumulated := _accumulated_without_reset(site, earlier)) is not None:
+        receiver, first, again, loop = accumulated
+        value = _lookup(receiver, site.frame)
+        tensor = _describe(value, receiver)
+        saver = SourceLocation(location.file, first.lineno, location.function, statement_code_at(location.file, first))
+        display.insert(0, ("accumulates", f"`{receiver}` at {at(saver)}, and again at line {again.lineno} without a "
+                                          f"reset in between"))
+        why = (f"`{receiver}` accumulates losses ({at(saver)}) and is backpropagated at {at(earlier)}, which frees "
+               f"that graph's saved tensors; it is not reset afterwards, so line {again.lineno} adds the next "
+               f"losses to the same `{receiver}`, and the backward at {at(location)} runs through the freed graph "
+               f"again.")
+        reset_line = loop.lineno if loop is not None else again.lineno
+        fix = (f"Reset the accumulator before accumulating again: insert `{receiver} = 0` before line {reset_line}, "
+               f"so each backward covers only its own losses.")
+        fixes.append(FixIntent("insert_before", location.file, reset_line, target=receiver,
+                               detail={"statement": f"{receiver} = 0"},
+                               reason=f"the backward at {at(location)} then covers only the losses added after it"))
+        rule_name = "accumulated_loss_not_reset"
+        finding = Finding(
+            kind="backward_twice", tensor=tensor, saved_at=SaveSite(location=saver), modified_at=[],
+            explanation=why, suggestion=fix, rule=rule_name, fixes=fixes,
+            context={"display": display, "torch_message": str(error),
+                     "backward_at": location.to_dict() if location else None},
+        )
+        return diagnose(finding)
     else:
         receiver = _backward_receiver(site.code)
         value = _lookup(receiver, site.frame) if receiver and site.frame is not None else None
