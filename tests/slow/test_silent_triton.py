@@ -57,7 +57,7 @@ def test_liger_cross_entropy_after_softmax_message_is_exact():
     where = f"{SHORT}:{line_of('liger-call')}"  # run from the repository root, as CI does (wrapping)
     expected = f"""\
 a tensor saved for backward changed without its version counter moving: gradients would be silently wrong
-  tensor      : float32[8, 8], output of SoftmaxBackward0
+  tensor      : p (float32[8, 8], output of SoftmaxBackward0)
   saved by    : SoftmaxBackward0.result, saved in the forward call at
                 {SHORT}:{line_of('liger-save')}
                  | {SOURCE[line_of('liger-save') - 1].strip()}
