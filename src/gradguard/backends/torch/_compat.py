@@ -30,9 +30,10 @@ import threading
 
 import torch
 
-__all__ = ["TOP_HOOKS", "DYNAMO_TRACES_HOOKS", "saved_tensors_hooks_active", "probe_saved", "probing_unpack"]
+__all__ = ["TOP_HOOKS", "SAVED_TENSOR_DATA", "DYNAMO_TRACES_HOOKS", "saved_tensors_hooks_active", "probe_saved", "probing_unpack"]
 
 TOP_HOOKS = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)  # torch >= 2.5
+SAVED_TENSOR_DATA = hasattr(torch._C._autograd.SavedTensor, "data")  # torch >= 2.5
 DYNAMO_TRACES_HOOKS = tuple(int(part) for part in torch.__version__.split(".")[:2]) < (2, 5)
 
 

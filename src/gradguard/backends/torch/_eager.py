@@ -345,12 +345,6 @@ def _first_call_with(filename: str, start: int, stop: int, name: str):
     return None, None
 
 
-def statement_code_at(filename: str, stmt) -> str:
-    import linecache
-
-    return linecache.getline(filename, stmt.lineno).strip()
-
-
 def _accumulated_without_reset(site: _Site, earlier):
     """(name, first accumulation, accumulation after the earlier backward, its loop) when the failing backward's
     loss accumulates across the earlier backward without a reset (corpus 061: SAM's two passes), else None."""
@@ -391,6 +385,7 @@ def _backward_twice(error, session) -> Finding:
         earlier = next((s for s in reversed(sites) if (s.file, s.line) != (location.file, location.line)), earlier)
     display = []
     fixes: list[FixIntent] = []
+    saved_at = SaveSite()  # no autograd node saved anything here; only the accumulation rule names a line
     crossing = None
     rule_name = "carried_state_backward_twice" if carried else "backward_twice"
     if not carried:
@@ -452,7 +447,7 @@ def _backward_twice(error, session) -> Finding:
         receiver, first, again, loop = accumulated
         value = _lookup(receiver, site.frame)
         tensor = _describe(value, receiver)
-        saver = SourceLocation(location.file, first.lineno, location.function, statement_code_at(location.file, first))
+        saver = SourceLocation(location.file, first.lineno, location.function)  # code read on first use
         display.insert(0, ("accumulates", f"`{receiver}` at {at(saver)}, and again at line {again.lineno} without a "
                                           f"reset in between"))
         why = (f"`{receiver}` accumulates losses ({at(saver)}) and is backpropagated at {at(earlier)}, which frees "
@@ -466,13 +461,7 @@ def _backward_twice(error, session) -> Finding:
                                detail={"statement": f"{receiver} = 0"},
                                reason=f"the backward at {at(location)} then covers only the losses added after it"))
         rule_name = "accumulated_loss_not_reset"
-        finding = Finding(
-            kind="backward_twice", tensor=tensor, saved_at=SaveSite(location=saver), modified_at=[],
-            explanation=why, suggestion=fix, rule=rule_name, fixes=fixes,
-            context={"display": display, "torch_message": str(error),
-                     "backward_at": location.to_dict() if location else None},
-        )
-        return diagnose(finding)
+        saved_at = SaveSite(location=saver)
     else:
         receiver = _backward_receiver(site.code)
         value = _lookup(receiver, site.frame) if receiver and site.frame is not None else None
@@ -488,7 +477,7 @@ def _backward_twice(error, session) -> Finding:
     finding = Finding(
         kind="backward_twice",
         tensor=tensor,
-        saved_at=SaveSite(),
+        saved_at=saved_at,
         modified_at=[],
         explanation=why,
         suggestion=fix,

@@ -26,7 +26,7 @@ from typing import Any, Iterator
 import torch
 
 from ...core._internal import log_fallback
-from ._compat import probe_saved
+from ._compat import SAVED_TENSOR_DATA, probe_saved
 
 __all__ = ["capture_graph", "GRAPH_FORMAT_VERSION"]
 
@@ -77,7 +77,7 @@ def iter_saved(node) -> Iterator[tuple[str, Any]]:
         name = attr[len("_raw_saved_"):]
         many = isinstance(value, (tuple, list))
         saved_values = list(value if many else (value,))
-        if saved_values and not hasattr(saved_values[0], "data"):  # torch 2.4 (NOTE in _compat.py)
+        if saved_values and not SAVED_TENSOR_DATA:  # torch 2.4 (NOTE in _compat.py)
             try:
                 probed = probe_saved(node, name)
             except Exception as error:  # already freed, or not unpackable: no names for this argument

@@ -54,11 +54,11 @@ def name_by_variable(t: torch.Tensor) -> str | None:
     (same storage, offset, shape, strides): ``out`` for ``out = a.sigmoid()``. Error paths only: it reads the
     locals and globals of every user frame on the stack."""
     try:
-        key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.stride(), t.dtype)
+        key = _layout_key(t)
     except Exception as error:  # no storage (sparse, fake): no variable can be matched by memory
         log_fallback("backends.torch", "reading a tensor's layout to name it", error)
         return None
-    if key[0] == 0:
+    if key is None or key[0] == 0:
         return None
     frame = sys._getframe(1)
     while frame is not None:
@@ -70,48 +70,46 @@ def name_by_variable(t: torch.Tensor) -> str | None:
                     if type(value).__name__ == "ndarray" and type(value).__module__ == "numpy":
                         if t.device.type == "cpu" and _same_numpy_memory(value, t):
                             return var  # `torch.as_tensor(obs)` saved: the NumPy buffer the user holds
-                        continue
-                    if not issubclass(type(value), torch.Tensor):
+                    elif issubclass(type(value), torch.Tensor):
+                        if _holds(value, key, t):
+                            return var
+                    else:
                         attribute = _attribute_holding(value, key, t)  # `runner.obs`: one level into user objects
                         if attribute is not None:
                             return f"{var}.{attribute}"
-                        continue
-                    try:
-                        if value.layout != torch.strided or value.is_nested or value.device != t.device:
-                            continue
-                        candidate = (value.untyped_storage().data_ptr(), value.storage_offset(), tuple(value.shape),
-                                     value.stride(), value.dtype)
-                    except Exception as error:  # a tensor subclass without storage
-                        log_fallback("backends.torch", "reading a user variable's layout", error)
-                        continue
-                    if candidate == key:
-                        return var
         frame = frame.f_back
     return None
 
 
 def _layout_key(value: torch.Tensor):
+    """(storage address, offset, shape, strides, dtype), or None for a tensor without strided memory."""
     if value.layout != torch.strided or value.is_nested:
         return None
     return (value.untyped_storage().data_ptr(), value.storage_offset(), tuple(value.shape), value.stride(),
             value.dtype)
 
 
+def _holds(value: torch.Tensor, key, t: torch.Tensor) -> bool:
+    """Whether ``value`` has exactly the memory and layout ``key`` describes (on ``t``'s device)."""
+    if value.device != t.device:
+        return False
+    try:
+        return _layout_key(value) == key
+    except Exception as error:  # a tensor subclass without storage
+        log_fallback("backends.torch", "reading a user variable's layout", error)
+        return False
+
+
 def _attribute_holding(obj, key, t: torch.Tensor) -> str | None:
-    """The attribute of a user object (not a module, class or function) holding exactly ``t``'s memory."""
-    if isinstance(obj, (type, torch.nn.Module)) or callable(obj) and not hasattr(obj, "__dict__"):
+    """The attribute of a user object (not a class, a module or a builtin) holding exactly ``t``'s memory."""
+    if isinstance(obj, (type, torch.nn.Module)) or type(obj).__module__ in ("builtins", "types"):
         return None
     attributes = getattr(obj, "__dict__", None)
-    if not isinstance(attributes, dict) or type(obj).__module__ in ("builtins", "types"):
+    if not isinstance(attributes, dict):
         return None
     for attribute, value in list(attributes.items()):
-        if attribute.startswith("_") or not issubclass(type(value), torch.Tensor) or value.device != t.device:
-            continue
-        try:
-            if _layout_key(value) == key:
-                return attribute
-        except Exception as error:  # a tensor subclass without storage
-            log_fallback("backends.torch", "reading an attribute's layout", error)
+        if not attribute.startswith("_") and issubclass(type(value), torch.Tensor) and _holds(value, key, t):
+            return attribute
     return None
 
 

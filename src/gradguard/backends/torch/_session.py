@@ -261,7 +261,7 @@ class TorchGuardSession:
     def _unpack(self, record: _SavedRecord) -> torch.Tensor:
         if isinstance(record, torch.Tensor):  # stepped aside at pack time
             return record
-        if _compat.probing_unpack(record):  # torch 2.4 naming a node's saved argument: no check
+        if not _compat.SAVED_TENSOR_DATA and _compat.probing_unpack(record):  # torch 2.4 naming a saved argument
             return record.tensor
         t = record.tensor
         if self.ledger.note_backward_pass(torch._C._current_graph_task_id()) and self.record_sites:
@@ -302,7 +302,7 @@ class TorchGuardSession:
         def unpack(record):
             if not isinstance(record, _UserHookRecord):  # packed before the guard entered
                 return user_unpack(record)
-            if _compat.probing_unpack(record):  # torch 2.4 naming a node's saved argument: no check
+            if not _compat.SAVED_TENSOR_DATA and _compat.probing_unpack(record):  # torch 2.4: no check
                 return user_unpack(record.packed)
             out = user_unpack(record.packed)
             if isinstance(out, torch.Tensor) and not self._round_trip_ok(record, out):

@@ -49,14 +49,17 @@ def top_hooks():
     return hooks
 
 
+def _innermost_session():
+    """The innermost active session entered on this thread, or None."""
+    ident = threading.get_ident()
+    return next((session for session, thread in reversed(_sessions) if thread == ident), None)
+
+
 def guard_hooks_on_top() -> bool:
     """Whether the innermost saved-tensor hooks on this thread are a guard's own (torch 2.4 cannot list them:
     a guard on this thread with its hooks pushed and no user hooks entered inside it)."""
-    ident = threading.get_ident()
-    for session, thread in reversed(_sessions):
-        if thread == ident:
-            return session._hooks is not None and not getattr(session, "_user_hook_depth", 0)
-    return False
+    session = _innermost_session()
+    return session is not None and session._hooks is not None and not getattr(session, "_user_hook_depth", 0)
 
 
 def _wrapped_class(hooks) -> bool:
@@ -67,12 +70,7 @@ def _wrapped_class(hooks) -> bool:
 
 
 def _enter(self):
-    session = None
-    ident = threading.get_ident()
-    for candidate, thread in reversed(_sessions):
-        if thread == ident:
-            session = candidate
-            break
+    session = _innermost_session()
     if session is None or _ours(self.pack_hook) or not _wrapped_class(self):
         return _original_enter(self)
     pack, unpack = session.composed(self.pack_hook, self.unpack_hook)
