@@ -61,8 +61,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("script", nargs="?", help="the Python script to run")
     run.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
     from .advisor._cli import add_advise_parser
+    from .fix._cli import add_fix_parser
 
     add_advise_parser(sub)
+    add_fix_parser(sub)
     return parser
 
 
@@ -73,6 +75,10 @@ def main(argv: list[str] | None = None) -> int:
         from .advisor._cli import advise_script
 
         return advise_script(options)
+    if options.command == "fix":
+        from .fix._cli import fix_script
+
+        return fix_script(options)
     if options.command != "run":
         parser.print_help(sys.stderr)
         return 2
@@ -189,7 +195,10 @@ def _missing_framework_hint(error: BaseException) -> str:
 
 
 def run_script(options) -> int:
+    from ._overlay import install_overlay
     from ._script import ProgramError, load_program
+
+    install_overlay()
 
     if options.module is not None:
         if not options.module:

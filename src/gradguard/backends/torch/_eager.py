@@ -113,7 +113,7 @@ class _Site:
         return self.expression or "the tensor"
 
 
-def _finding(kind, site: _Site, rule, why, fix, display=()) -> Finding:
+def _finding(kind, site: _Site, rule, why, fix, display=(), fixes=()) -> Finding:
     info = site.info if site.location is not None else _describe(None, None)
     writes = [WriteRecord(op="in-place write", location=site.location)] if site.location else []
     extra = list(display)
@@ -122,8 +122,72 @@ def _finding(kind, site: _Site, rule, why, fix, display=()) -> Finding:
     elif info.role == "parameter":
         extra.append(("created at", "a module parameter (leaf tensor created by nn.Module)"))
     finding = Finding(kind=kind, tensor=info, modified_at=writes, explanation=why, suggestion=fix,
-                      rule=rule, context={"display": extra, "torch_message": str(site.error)})
+                      rule=rule, context={"display": extra, "torch_message": str(site.error)}, fixes=list(fixes))
     return diagnose(finding)
+
+
+def _rewrite_intents(site: _Site, reason: str, preferred: bool = True) -> list[FixIntent]:
+    """The write at ``site`` rewritten out of place (``x += y``, ``x.mul_(s)``, ``x[m] = v``), as an intent;
+    none when the statement has no out-of-place form, or when it writes a loop variable (rebinding that
+    name would drop the write the loop meant to make, e.g. ``for c in t.unbind(): c.mul_(s)``)."""
+    import ast
+
+    from ...core._fixes import mask_assignment
+
+    if site.location is None or not site.code or _is_loop_target(site):
+        return []
+    try:
+        stmt = ast.parse(statement_code(site.location)).body[0]
+    except (SyntaxError, IndexError):
+        return []
+    where = (site.location.file, site.location.line)
+    if isinstance(stmt, ast.AugAssign):
+        return [FixIntent("augmented_to_binary", *where, target=site.expression, reason=reason, preferred=preferred)]
+    if mask_assignment(statement_code(site.location)):
+        return [FixIntent("inplace_to_out_of_place", *where, target=site.expression, detail={"method": "masked_fill"},
+                          reason=reason, preferred=preferred)]
+    if out_of_place(statement_code(site.location)):
+        return [FixIntent("inplace_to_out_of_place", *where, target=site.expression, reason=reason,
+                          preferred=preferred)]
+    return []
+
+
+def _clone_before_intent(site: _Site, preferred: bool) -> list[FixIntent]:
+    """``name = name.clone()`` inserted before the write: the write then changes a copy."""
+    if site.location is None or not site.expression or not site.expression.isidentifier() or _is_loop_target(site):
+        return []
+    name = site.expression
+    return [FixIntent("insert_before", site.location.file, site.location.line, target=name,
+                      detail={"code": f"{name} = {name}.clone()"},
+                      reason=f"the write then changes a copy of `{name}`", preferred=preferred)]
+
+
+def _is_loop_target(site: _Site) -> bool:
+    import ast
+
+    if site.made is None or not site.expression:
+        return False
+    try:
+        stmt = ast.parse(site.made.code.rstrip(":") + ": pass").body[0] if site.made.code.startswith("for ") else None
+    except SyntaxError:
+        return True  # a `for` header we cannot read: do not guess
+    return isinstance(stmt, ast.For) and site.expression in {n.id for n in ast.walk(stmt.target)
+                                                             if isinstance(n, ast.Name)}
+
+
+def _preferred_first(fixes: list[FixIntent]) -> list[FixIntent]:
+    """When no edit is preferred, the first alternative becomes the preferred one."""
+    if fixes and not any(x.preferred for x in fixes):
+        first = fixes[0]
+        fixes[0] = FixIntent(first.action, first.file, first.line, first.target, first.detail, first.reason, True)
+    return fixes
+
+
+def _no_grad_intent(site: _Site, preferred: bool = True) -> list[FixIntent]:
+    if site.location is None:
+        return []
+    return [FixIntent("wrap_no_grad", site.location.file, site.location.line, target=site.expression,
+                      reason="an update of the leaf itself: autograd must not record it", preferred=preferred)]
 
 
 def _no_grad_block(code: str) -> str:
@@ -150,6 +214,9 @@ def _leaf(site: _Site, _match) -> Finding:
         f"accumulates its gradient into `{name}.grad`. Writing it in place with grad mode on would make that "
         f"gradient refer to values that no longer exist, so PyTorch refuses the write.",
         fix,
+        fixes=(_no_grad_intent(site) if is_update else
+               _rewrite_intents(site, f"a new tensor; gradients still flow to the original {name}")
+               + _no_grad_intent(site, preferred=False)),
     )
 
 
@@ -168,6 +235,7 @@ def _view_of_leaf(site: _Site, _match) -> Finding:
         f"`{site.code}` writes a view (index/slice) of `{name}`, a leaf tensor that requires grad; writing the view "
         f"writes the leaf, which autograd forbids with grad mode on.",
         fix,
+        fixes=_no_grad_intent(site),
     )
 
 
@@ -190,6 +258,8 @@ def _multi_view(site: _Site, match) -> Finding:
         f"so autograd cannot record an in-place write into just one of them.",
         fix,
         display=[("view of", f"{op} (several views returned by {function})")],
+        fixes=_preferred_first(_rewrite_intents(site, "a new tensor instead of a write into one of several views")
+                               + _clone_before_intent(site, preferred=False)),
     )
 
 
@@ -234,6 +304,8 @@ def _function_view(site: _Site, match) -> Finding:
         + f"or clone the output (`y = y.clone()`), or make {op}.forward return a fresh tensor (not a view of an "
         f"input).",
         display=[("view from", op)],
+        fixes=_preferred_first(_rewrite_intents(site, f"a new tensor instead of a write into the view {op} returned")
+                               + _clone_before_intent(site, preferred=False)),
     )
 
 
@@ -458,7 +530,7 @@ def _backward_twice(error, session) -> Finding:
         fix = (f"Reset the accumulator before accumulating again: insert `{receiver} = 0` before line {reset_line}, "
                f"so each backward covers only its own losses.")
         fixes.append(FixIntent("insert_before", location.file, reset_line, target=receiver,
-                               detail={"statement": f"{receiver} = 0"},
+                               detail={"code": f"{receiver} = 0"},
                                reason=f"the backward at {at(location)} then covers only the losses added after it"))
         rule_name = "accumulated_loss_not_reset"
         saved_at = SaveSite(location=saver)

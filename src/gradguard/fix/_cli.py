@@ -1,0 +1,151 @@
+"""``gradguard fix [--apply] [--json FILE] script.py [args...]``: verified repairs of the hazards a run hits."""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import os
+import sys
+
+__all__ = ["add_fix_parser", "fix_script"]
+
+DEFAULT_RUN_TIMEOUT = 900.0
+
+
+def add_fix_parser(sub) -> None:
+    from ..cli import _seconds
+
+    fix = sub.add_parser(
+        "fix", help="repair the hazards a script hits: each edit is verified by re-running the script",
+        description="Run the script under the guard; for each finding, edit a copy of your source as the diagnosis "
+        "says, re-run it, and keep the edit only if the hazard is gone. Prints a unified diff (git apply / "
+        "patch -p1 take it); exit 0 when the script runs clean, 1 when a finding stays unfixed, 2 on usage errors.")
+    fix.add_argument("--apply", action="store_true", help="write the verified edits into your files")
+    fix.add_argument("--backup", action="store_true", help="with --apply: keep each original as FILE.orig")
+    fix.add_argument("--json", metavar="FILE", help="write the edits, their reasons and what stays unfixed to FILE")
+    fix.add_argument("--max-rounds", type=int, default=6, metavar="N",
+                     help="at most N hazards repaired one after another (default: 6)")
+    fix.add_argument("--timeout", type=_seconds, default=DEFAULT_RUN_TIMEOUT, metavar="SECONDS",
+                     help=f"stop one run of the script after SECONDS (default: {DEFAULT_RUN_TIMEOUT:g})")
+    fix.add_argument("-m", dest="module", nargs=argparse.REMAINDER, metavar="MODULE [ARGS]",
+                     help="fix a module run as a script, like `python -m MODULE ARGS`")
+    fix.add_argument("script", nargs="?", help="the Python script to run")
+    fix.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
+
+
+def _usage(message: str) -> int:
+    print(f"usage: gradguard fix [--apply] [--backup] [--json FILE] script.py [args...]\ngradguard fix: error: "
+          f"{message}", file=sys.stderr)
+    return 2
+
+
+def _original_line(base: str, original: str, line: int) -> int:
+    """Line ``line`` of ``base`` (an edited source) as a line of ``original``."""
+    matcher = difflib.SequenceMatcher(None, original.splitlines(), base.splitlines(), autojunk=False)
+    for tag, o1, o2, b1, b2 in matcher.get_opcodes():
+        if b1 < line <= b2 or (b1 == b2 == line - 1):
+            return o1 + (line - b1) if tag == "equal" else o1 + 1
+    return line
+
+
+def _reasons(outcome) -> dict[str, list[tuple[int, str]]]:
+    reasons: dict[str, list[tuple[int, str]]] = {}
+    for edit in outcome.accepted:
+        for intent in edit.intents:
+            path = os.path.realpath(intent.file)
+            line = _original_line(edit.base.get(path, outcome.original[path]), outcome.original[path], intent.line)
+            reasons.setdefault(path, []).append((line, f"line {line}: {edit.reason}"))
+            if intent.action == "move_statement" and intent.detail.get("after_line"):
+                after = _original_line(edit.base.get(path, outcome.original[path]), outcome.original[path],
+                                       intent.detail["after_line"])
+                reasons[path].append((after, f"line {line} moved here: {edit.reason}"))
+    return reasons
+
+
+def _summary(finding: dict) -> str:
+    if not finding:
+        return "the run"
+    headline = " ".join(str(finding.get("headline") or finding.get("kind") or "a finding").split())
+    return f"{headline} [{finding.get('rule') or finding.get('kind')}]"
+
+
+def _document(script, first, outcome, diff) -> dict:
+    def intent_list(edit):
+        return [i.to_dict() for i in edit.intents]
+
+    return {
+        "format_version": 1, "script": script, "clean": outcome.clean, "runs": outcome.runs,
+        "exit_code_before": first.exit_code,
+        "edits": [{"finding": {"rule": e.finding.get("rule"), "kind": e.finding.get("kind"),
+                               "headline": e.finding.get("headline")},
+                   "reason": e.reason, "intents": intent_list(e),
+                   "alternatives": [a.to_dict() for a in e.alternatives]} for e in outcome.accepted],
+        "unfixed": [{"rule": u.finding.get("rule"), "kind": u.finding.get("kind"),
+                     "headline": u.finding.get("headline"), "why": u.why} for u in outcome.unfixed],
+        "diff": diff,
+    }
+
+
+def fix_script(options) -> int:
+    from .._script import ProgramError, load_program
+    from ._diff import unified_diff
+    from ._verify import repair
+
+    if options.module is not None:
+        if not options.module:
+            return _usage("argument -m: expected a module name")
+        command, target = ["-m", *options.module], options.module[0]
+        is_module = True
+    elif options.script is None:
+        return _usage("the following arguments are required: script (or -m MODULE)")
+    else:
+        command, target, is_module = [options.script, *options.args], options.script, False
+    if options.max_rounds < 1:
+        return _usage(f"argument --max-rounds: expected a positive number of rounds, got {options.max_rounds}")
+    if options.backup and not options.apply:
+        return _usage("argument --backup: only meaningful with --apply")
+    try:
+        load_program(target, is_module)  # the same "can't open file" words as gradguard run, before any run
+    except ProgramError as error:
+        print(error, file=sys.stderr)
+        return error.exit_code
+    except SyntaxError as error:
+        print(f"gradguard fix: {target} does not parse ({error.msg}, line {error.lineno})", file=sys.stderr)
+        return 1
+    cwd = os.getcwd()
+
+    def say(text: str) -> None:
+        print(f"gradguard fix: {text}", file=sys.stderr, flush=True)
+
+    say(f"running {' '.join(command)} under the guard; each candidate edit is verified by running it again "
+        f"(its side effects, such as files it writes, happen again on every run)")
+    first, outcome = repair(command, cwd, timeout=options.timeout, max_rounds=options.max_rounds, say=say)
+    if not first.findings and not outcome.unfixed:
+        if first.exit_code == 0:
+            say("no gradient hazard found: nothing to fix")
+            return 0
+        say(f"the script exits {first.exit_code} with an error of its own, not a gradient hazard; nothing to fix")
+        return 1
+    diff = unified_diff(outcome.original, outcome.edited, _reasons(outcome), cwd)
+    sys.stdout.write(diff)
+    sys.stdout.flush()
+    for edit in outcome.accepted:
+        say(f"verified: {edit.reason} (removes: {_summary(edit.finding)})")
+    for item in outcome.unfixed:
+        say(f"not fixed: {_summary(item.finding)}: {item.why}")
+    if options.json:
+        with open(options.json, "w", encoding="utf-8") as handle:
+            json.dump(_document(target, first, outcome, diff), handle, indent=1)
+    if options.apply and outcome.accepted:
+        for path, text in outcome.edited.items():
+            if options.backup:
+                with open(path + ".orig", "w", encoding="utf-8") as handle:
+                    handle.write(outcome.original[path])
+            with open(path, "w", encoding="utf-8") as handle:
+                handle.write(text)
+        say(f"applied to {', '.join(os.path.relpath(p, cwd) for p in sorted(outcome.edited))}")
+    if outcome.clean:
+        say(f"the script now runs clean ({outcome.runs} runs)")
+        return 0
+    return 1

@@ -1,0 +1,394 @@
+"""Turn a :class:`~gradguard.core.FixIntent` into an edit of the user's source, with libcst.
+
+# NOTE [Minimal edits that keep the user's formatting]
+# libcst keeps every byte it does not rewrite (comments, blank lines, quotes, trailing commas), so an edit
+# changes only the node an intent names: one argument, one keyword, one statement's value. Statements are
+# found by line (the line a frame reported, which may be any line of a multi-line statement); names and
+# expressions are matched by their code with whitespace ignored. An intent whose statement does not have the
+# expected shape raises EditNotApplicable with the reason: ``gradguard fix`` then reports it and never guesses.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from ..core._intents import FixIntent
+
+__all__ = ["EditNotApplicable", "apply_intent", "apply_intents"]
+
+
+class EditNotApplicable(Exception):
+    """The intent does not match the source (the statement moved, or has another shape); ``str()`` says why."""
+
+
+_AUG_TO_BINARY = {
+    cst.AddAssign: cst.Add, cst.SubtractAssign: cst.Subtract, cst.MultiplyAssign: cst.Multiply,
+    cst.DivideAssign: cst.Divide, cst.FloorDivideAssign: cst.FloorDivide, cst.ModuloAssign: cst.Modulo,
+    cst.PowerAssign: cst.Power, cst.MatrixMultiplyAssign: cst.MatrixMultiply, cst.BitAndAssign: cst.BitAnd,
+    cst.BitOrAssign: cst.BitOr, cst.BitXorAssign: cst.BitXor, cst.LeftShiftAssign: cst.LeftShift,
+    cst.RightShiftAssign: cst.RightShift,
+}
+# Expressions that need no parentheses as the receiver of `.detach()` or the right operand of `x op ...`.
+_ATOMS = (cst.Name, cst.Attribute, cst.Call, cst.Subscript, cst.Integer, cst.Float, cst.SimpleString)
+_EMPTY = cst.Module(body=[])
+
+
+def _code(node: cst.CSTNode) -> str:
+    return _EMPTY.code_for_node(node)
+
+
+def _same(code: str, text: str | None) -> bool:
+    return text is not None and "".join(code.split()) == "".join(text.split())
+
+
+def _atom(expression: cst.BaseExpression) -> cst.BaseExpression:
+    if isinstance(expression, _ATOMS) or expression.lpar:
+        return expression
+    return expression.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+
+
+def _method(expression: cst.BaseExpression, name: str) -> cst.Call:
+    """``expression.name()``."""
+    return cst.Call(func=cst.Attribute(value=_atom(expression), attr=cst.Name(name)))
+
+
+def _statement(code: str) -> cst.SimpleStatementLine:
+    try:
+        parsed = cst.parse_statement(code + "\n")
+    except cst.ParserSyntaxError as error:
+        raise EditNotApplicable(f"the statement to insert is not valid Python: {code!r}") from error
+    if not isinstance(parsed, cst.SimpleStatementLine):
+        raise EditNotApplicable(f"expected one simple statement to insert, got {code!r}")
+    return parsed
+
+
+class _Locate(cst.CSTVisitor):
+    """The innermost statement (simple line or compound) that spans each of ``lines``."""
+
+    METADATA_DEPENDENCIES = (PositionProvider,)
+
+    def __init__(self, *lines: int):
+        self.lines = lines
+        self.found: dict[int, cst.BaseStatement] = {}
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            span = self.get_metadata(PositionProvider, node)
+            for line in self.lines:
+                if span.start.line <= line <= span.end.line:
+                    self.found[line] = node  # pre-order: a nested statement comes after its parent
+        return True
+
+
+class _Replace(cst.CSTTransformer):
+    """Replace the statements in ``changes`` (by identity) with a node, several nodes, or nothing."""
+
+    def __init__(self, changes: dict[int, object]):
+        self.changes = changes  # id(original statement) -> replacement
+
+    def on_leave(self, original, updated):
+        if id(original) not in self.changes:
+            return updated
+        replacement = self.changes[id(original)]
+        if replacement is None:
+            return cst.RemoveFromParent()
+        if isinstance(replacement, list):
+            return cst.FlattenSentinel(replacement)
+        return replacement
+
+
+class _ExpressionEdit(cst.CSTTransformer):
+    """Rewrite the first expression matching ``match`` (a predicate on nodes) with ``rewrite``."""
+
+    def __init__(self, match, rewrite):
+        self.match, self.rewrite, self.done = match, rewrite, False
+
+    def on_leave(self, original, updated):
+        if not self.done and isinstance(original, cst.BaseExpression) and self.match(original):
+            self.done = True
+            return self.rewrite(updated)
+        return updated
+
+
+class _CallEdit(cst.CSTTransformer):
+    """Rewrite the argument list of the first call whose callee matches ``callee``."""
+
+    def __init__(self, callee, rewrite_args):
+        self.callee, self.rewrite_args, self.done = callee, rewrite_args, False
+
+    def leave_Call(self, original, updated):
+        if self.done or not self.callee(_code(original.func)):
+            return updated
+        args = self.rewrite_args(list(updated.args))
+        if args is None:
+            return updated
+        self.done = True
+        return updated.with_changes(args=args)
+
+
+def _callee_matcher(call: str | None):
+    """``"backward"`` matches ``loss.backward``; ``"ReLU"`` matches ``nn.ReLU``; an exact callee matches itself."""
+    def match(code: str) -> bool:
+        if not call:
+            return True
+        code = "".join(code.split())
+        return code == call or code.endswith("." + call)
+    return match
+
+
+def _within(statement: cst.SimpleStatementLine, transformer, what: str) -> cst.SimpleStatementLine:
+    edited = statement.visit(transformer)
+    if not transformer.done:
+        raise EditNotApplicable(f"{what} not found in `{_code(statement).strip()}`")
+    return edited
+
+
+def _single(statement: cst.SimpleStatementLine):
+    if len(statement.body) != 1:
+        raise EditNotApplicable(f"expected one statement on the line, got `{_code(statement).strip()}`")
+    return statement.body[0]
+
+
+def _assignment_value(statement, method: str, target: str | None):
+    small = _single(statement)
+    if not isinstance(small, (cst.Assign, cst.AnnAssign)) or small.value is None:
+        raise EditNotApplicable(f"expected an assignment, got `{_code(statement).strip()}`")
+    if target and isinstance(small, cst.Assign):
+        targets = [_code(t.target) for t in small.targets]
+        if not any(_same(t, target) for t in targets):
+            raise EditNotApplicable(f"`{_code(statement).strip()}` does not assign `{target}`")
+    value = small.value
+    if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value == method:
+        raise EditNotApplicable(f"the value is already `.{method}()`ed")
+    return statement.with_changes(body=[small.with_changes(value=_method(value, method))])
+
+
+# Binding strength of binary operators (higher binds tighter), for `x op= y` -> `x = x op y`.
+_STRENGTH = {
+    cst.BitOr: 1, cst.BitXor: 2, cst.BitAnd: 3, cst.LeftShift: 4, cst.RightShift: 4, cst.Add: 5, cst.Subtract: 5,
+    cst.Multiply: 6, cst.Divide: 6, cst.FloorDivide: 6, cst.Modulo: 6, cst.MatrixMultiply: 6, cst.Power: 8,
+}
+
+
+def _right_operand(value: cst.BaseExpression, operator: cst.BaseBinaryOp) -> cst.BaseExpression:
+    """``value`` as the right operand of ``x operator value``: parenthesized unless it binds tighter."""
+    if isinstance(value, cst.BinaryOperation) and not value.lpar and type(operator) is not cst.Power and (
+            _STRENGTH.get(type(value.operator), 0) > _STRENGTH.get(type(operator), 9)):
+        return value
+    return _atom(value)
+
+
+def _augmented_to_binary(statement):
+    small = _single(statement)
+    if not isinstance(small, cst.AugAssign) or type(small.operator) not in _AUG_TO_BINARY:
+        raise EditNotApplicable(f"expected an augmented assignment (x += y), got `{_code(statement).strip()}`")
+    operator = _AUG_TO_BINARY[type(small.operator)]()
+    binary = cst.BinaryOperation(left=small.target.deep_clone(), operator=operator,
+                                 right=_right_operand(small.value, operator))
+    return statement.with_changes(body=[cst.Assign(targets=[cst.AssignTarget(target=small.target)], value=binary)])
+
+
+def _strip_inplace_links(call: cst.Call):
+    """``c.mul_(s).add_(m)`` -> (``c.mul(s).add(m)``, receiver ``c``); None when it is not such a chain."""
+    links, node = [], call
+    while isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+        name = node.func.attr.value
+        if not name.endswith("_") or name.endswith("__"):
+            break
+        links.append(node)
+        node = node.func.value
+    if not links:
+        return None
+    receiver = node
+
+    class Strip(cst.CSTTransformer):
+        def leave_Attribute(self, original, updated):
+            if any(original is link.func for link in links):
+                return updated.with_changes(attr=cst.Name(original.attr.value[:-1]))
+            return updated
+
+    return call.visit(Strip()), receiver
+
+
+def _out_of_place(statement, detail: dict):
+    small = _single(statement)
+    if detail.get("method") == "masked_fill":
+        if not (isinstance(small, cst.Assign) and len(small.targets) == 1
+                and isinstance(small.targets[0].target, cst.Subscript)
+                and len(small.targets[0].target.slice) == 1):
+            raise EditNotApplicable(f"expected a mask assignment x[mask] = v, got `{_code(statement).strip()}`")
+        subscript = small.targets[0].target
+        base, mask = subscript.value, subscript.slice[0].slice.value
+        call = cst.Call(func=cst.Attribute(value=_atom(base), attr=cst.Name("masked_fill")),
+                        args=[cst.Arg(mask, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))),
+                              cst.Arg(small.value)])
+        return statement.with_changes(body=[cst.Assign(targets=[cst.AssignTarget(base.deep_clone())], value=call)])
+    if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call) and isinstance(small.value.func, cst.Attribute):
+        call = small.value
+        base = call.func.value
+        if isinstance(base, cst.Name) and base.value in ("torch", "F") and call.args:
+            # torch.relu_(x) -> x = torch.relu(x)
+            name = call.func.attr.value
+            if not name.endswith("_"):
+                raise EditNotApplicable(f"`{_code(call)}` is not an in-place call")
+            target = call.args[0].value
+            new = call.with_changes(func=call.func.with_changes(attr=cst.Name(name[:-1])))
+            return statement.with_changes(body=[cst.Assign(targets=[cst.AssignTarget(target.deep_clone())],
+                                                           value=new)])
+        stripped = _strip_inplace_links(call)
+        if stripped is None or not isinstance(stripped[1], (cst.Name, cst.Attribute)):
+            raise EditNotApplicable(f"`{_code(call)}` has no receiver to assign the out-of-place result to")
+        new, receiver = stripped
+        return statement.with_changes(body=[cst.Assign(targets=[cst.AssignTarget(receiver.deep_clone())],
+                                                       value=new)])
+    if isinstance(small, cst.Assign) and isinstance(small.value, cst.Call):
+        return _edit_keyword(statement, {"keyword": "inplace", "value": None})
+    raise EditNotApplicable(f"no in-place call to rewrite in `{_code(statement).strip()}`")
+
+
+def _drop_arg(args: list[cst.Arg], index: int) -> list[cst.Arg]:
+    kept = args[:index] + args[index + 1:]
+    if kept and index == len(args) - 1:  # the new last argument takes the removed one's trailing comma
+        kept[-1] = kept[-1].with_changes(comma=args[index].comma)
+    return kept
+
+
+def _edit_keyword(statement, detail: dict):
+    """Set keyword ``detail["keyword"]`` of call ``detail["call"]`` to ``detail["value"]``; None removes it."""
+    keyword, value = detail["keyword"], detail.get("value")
+
+    def rewrite(args):
+        for index, arg in enumerate(args):
+            if arg.keyword is not None and arg.keyword.value == keyword:
+                if value is None:
+                    return _drop_arg(args, index)
+                return args[:index] + [arg.with_changes(value=cst.parse_expression(repr(value)))] + args[index + 1:]
+        return None
+
+    return _within(statement, _CallEdit(_callee_matcher(detail.get("call")), rewrite),
+                   f"a call{' of ' + detail['call'] if detail.get('call') else ''} with keyword {keyword}=")
+
+
+def _edit_argument(statement, intent: FixIntent, method: str):
+    def rewrite(args):
+        for index, arg in enumerate(args):
+            if _same(_code(arg.value), intent.target):
+                return args[:index] + [arg.with_changes(value=_method(arg.value, method))] + args[index + 1:]
+        return None
+
+    call = intent.detail.get("call")
+    return _within(statement, _CallEdit(_callee_matcher(call), rewrite),
+                   f"the argument `{intent.target}`{' of ' + call if call else ''}")
+
+
+def _clone_expression(statement, target: str | None):
+    small = _single(statement)
+    scope = small.value if isinstance(small, (cst.Assign, cst.AnnAssign, cst.Expr, cst.Return)) else None
+    if scope is None:
+        raise EditNotApplicable(f"expected an assignment or an expression, got `{_code(statement).strip()}`")
+    edit = _ExpressionEdit(lambda node: _same(_code(node), target), lambda node: _method(node, "clone"))
+    edited = scope.visit(edit)
+    if not edit.done:
+        raise EditNotApplicable(f"`{target}` not found in `{_code(statement).strip()}`")
+    return statement.with_changes(body=[small.with_changes(value=edited)])
+
+
+def _wrap_no_grad(statement, detail: dict):
+    manager = detail.get("context") or "torch.no_grad()"
+    small = _single(statement)
+    if "replace" in detail:  # `w.data.add_(g)` -> `w.add_(g)` under no_grad
+        suffix = detail["replace"]
+        edit = _ExpressionEdit(lambda node: isinstance(node, cst.Attribute) and "." + node.attr.value == suffix,
+                               lambda node: node.value)
+        small = small.visit(edit)
+        if not edit.done:
+            raise EditNotApplicable(f"`{suffix}` not found in `{_code(statement).strip()}`")
+    inner = statement.with_changes(body=[small], leading_lines=[])
+    return cst.With(items=[cst.WithItem(cst.parse_expression(manager))], body=cst.IndentedBlock(body=[inner]),
+                    leading_lines=statement.leading_lines)
+
+
+def apply_intent(source: str, intent: FixIntent) -> str:
+    """``source`` with ``intent`` applied; EditNotApplicable when it does not fit the source."""
+    return apply_intents(source, [intent])
+
+
+def apply_intents(source: str, intents: list[FixIntent]) -> str:
+    """``source`` with every intent applied (all of them name lines of this one source, as it is now)."""
+    try:
+        module = cst.parse_module(source)
+    except cst.ParserSyntaxError as error:
+        raise EditNotApplicable(f"the file does not parse: {error}") from error
+    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+    lines = [n for intent in intents for n in (intent.line, intent.detail.get("after_line")) if n]
+    locate = _Locate(*lines)
+    wrapper.visit(locate)
+    changes: dict[int, object] = {}
+    after: dict[int, list] = {}  # id(statement) -> statements to put after it (moves)
+    for intent in intents:
+        statement = locate.found.get(intent.line)
+        if statement is None:
+            raise EditNotApplicable(f"no simple statement at line {intent.line}")
+        current = changes.get(id(statement), statement)
+        if isinstance(current, (list, type(None))):
+            raise EditNotApplicable(f"two edits of the statement at line {intent.line}")
+        if not isinstance(current, cst.SimpleStatementLine) and intent.action not in _STATEMENT_ACTIONS:
+            raise EditNotApplicable(f"line {intent.line} is the header of a compound statement; "
+                                    f"{intent.action} edits simple statements")
+        changes[id(statement)] = _apply_one(current, intent, locate, after)
+    for key, extra in after.items():
+        current = changes.get(key)
+        base = current if current is not None else next(
+            s for s in locate.found.values() if id(s) == key)
+        changes[key] = [*(base if isinstance(base, list) else [base]), *extra]
+    lookup = {id(s): s for s in locate.found.values()}
+    missing = [key for key in changes if key not in lookup]
+    if missing:
+        raise EditNotApplicable("an edit names a statement that is not in the file")
+    return module.visit(_Replace(changes)).code
+
+
+_STATEMENT_ACTIONS = ("insert_before", "insert_after", "move_statement")
+
+
+def _apply_one(statement, intent: FixIntent, locate: _Locate, after: dict):
+    action, detail = intent.action, intent.detail
+    if action == "detach_assignment":
+        return _assignment_value(statement, "detach", intent.target)
+    if action == "clone_assignment":
+        return _assignment_value(statement, "clone", intent.target)
+    if action == "detach_argument":
+        return _edit_argument(statement, intent, "detach")
+    if action == "clone_argument":
+        return _edit_argument(statement, intent, "clone")
+    if action == "clone_expression":
+        return _clone_expression(statement, intent.target)
+    if action == "drop_keyword":
+        return _edit_keyword(statement, {**detail, "value": None})
+    if action == "set_keyword":
+        return _edit_keyword(statement, detail)
+    if action == "augmented_to_binary":
+        return _augmented_to_binary(statement)
+    if action == "inplace_to_out_of_place":
+        return _out_of_place(statement, detail)
+    if action == "wrap_no_grad":
+        return _wrap_no_grad(statement, detail)
+    if action in ("insert_before", "insert_after"):
+        code = detail.get("code") or detail.get("statement")
+        if not code:
+            raise EditNotApplicable(f"{action} needs detail['code']")
+        new = _statement(code).with_changes(leading_lines=[])
+        if action == "insert_before":
+            moved = statement.with_changes(leading_lines=[])
+            return [new.with_changes(leading_lines=statement.leading_lines), moved]
+        return [statement, new]
+    if action == "move_statement":
+        destination = locate.found.get(detail.get("after_line"))
+        if destination is None:
+            raise EditNotApplicable(f"no statement at line {detail.get('after_line')} to move after")
+        if destination is statement:
+            raise EditNotApplicable("a statement cannot move after itself")
+        after.setdefault(id(destination), []).append(statement.with_changes(leading_lines=[]))
+        return None
+    raise EditNotApplicable(f"no edit for action {action!r}")

@@ -1,0 +1,222 @@
+"""The verify loop of ``gradguard fix``: run, propose edits from the findings' fix intents, re-run, keep.
+
+# NOTE [What "verified" means]
+# An edit is kept only when a re-run of the edited program (same interpreter, arguments and working
+# directory; edits held in memory, see gradguard._overlay) shows that it removed the finding it was made
+# for: the run ends with no finding and the exit code a healthy run has (0 when the original only failed at
+# the hazard), or the finding it targeted is gone and the next hazard of the same script surfaces (PyTorch
+# stops at the first stale tensor, so a script with two hazards is repaired one round at a time; the whole
+# set counts as a fix only when the last round runs clean). Silent writes have no failure to compare
+# against: proving their edit needs gradients from a reference run without the writer, which the loop
+# cannot produce for an arbitrary script, so it reports them unfixed and says so instead of guessing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .._overlay import OVERLAY_ENV
+from ..core._frames import LIBRARY_PATHS
+from ..core._intents import FixIntent
+from ._edits import EditNotApplicable, apply_intents
+
+__all__ = ["RunResult", "AcceptedEdit", "Unfixed", "FixOutcome", "run_guarded", "repair"]
+
+# Kinds whose failure a re-run can check; silent kinds are reported, never "fixed" (see the NOTE).
+_SILENT_KINDS = ("silent_write",)
+
+
+@dataclass
+class RunResult:
+    exit_code: int
+    findings: list[dict]
+    stderr_tail: str = ""
+    timed_out: bool = False
+
+
+@dataclass
+class AcceptedEdit:
+    intents: list[FixIntent]
+    finding: dict  # the finding it removed (as in the JSON report)
+    alternatives: list[FixIntent] = field(default_factory=list)
+    base: dict[str, str] = field(default_factory=dict)  # the sources its lines refer to (earlier edits applied)
+
+    @property
+    def reason(self) -> str:
+        text = "; ".join(dict.fromkeys(i.reason for i in self.intents if i.reason)) or self.intents[0].action
+        if self.alternatives:
+            other = self.alternatives[0]
+            text += f" (alternative: {other.reason or other.action}, line {other.line})"
+        return text
+
+
+@dataclass
+class Unfixed:
+    finding: dict
+    why: str
+
+
+@dataclass
+class FixOutcome:
+    original: dict[str, str]  # path -> source as on disk
+    edited: dict[str, str]  # path -> source with the kept edits
+    accepted: list[AcceptedEdit]
+    unfixed: list[Unfixed]
+    clean: bool  # the last run ended with no finding and a healthy exit code
+    runs: int
+
+
+def run_guarded(command: list[str], cwd: str, sources: dict[str, str], timeout: float) -> RunResult:
+    """One ``gradguard run --json`` of the program with ``sources`` overlaid; its exit code and findings."""
+    with tempfile.TemporaryDirectory(prefix="gradguard-fix-") as folder:
+        report = os.path.join(folder, "report.json")
+        env = dict(os.environ)
+        env.pop(OVERLAY_ENV, None)
+        if sources:
+            overlay = os.path.join(folder, "overlay.json")
+            with open(overlay, "w", encoding="utf-8") as handle:
+                json.dump(sources, handle)
+            env[OVERLAY_ENV] = overlay
+        argv = [sys.executable, "-m", "gradguard", "run", "--json", report, *command]
+        try:
+            proc = subprocess.run(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                                  timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return RunResult(-1, [], "", timed_out=True)
+        try:
+            with open(report, encoding="utf-8") as handle:
+                findings = json.load(handle).get("findings", [])
+        except (OSError, ValueError):
+            findings = []
+        return RunResult(proc.returncode, findings, proc.stderr[-2000:])
+
+
+def signature(finding: dict) -> tuple:
+    """What identifies one hazard across runs (lines of the saver and the writes, the rule, the tensor)."""
+    saved = finding.get("saved_at") or {}
+    writes = tuple((w.get("file"), w.get("line")) for w in finding.get("modified_at") or ())
+    return (finding.get("kind"), finding.get("rule"), saved.get("file"), saved.get("line"),
+            (finding.get("tensor") or {}).get("name"), writes)
+
+
+def candidate_repairs(finding: dict) -> list[tuple[list[FixIntent], list[FixIntent]]]:
+    """(edits applied together, the alternatives) per repair, the preferred repair first (see
+    NOTE [Preferred and alternative intents] in gradguard.core._intents)."""
+    intents = [FixIntent.from_dict(d) for d in finding.get("fixes") or ()]
+    preferred = [i for i in intents if i.preferred]
+    others = [i for i in intents if not i.preferred]
+    groups: dict[object, list[FixIntent]] = {}
+    for index, intent in enumerate(others):
+        groups.setdefault(intent.detail.get("group", ("single", index)), []).append(intent)
+    repairs = [preferred] if preferred else []
+    repairs += list(groups.values())
+    return [(repair, [i for i in intents if i not in repair]) for repair in repairs]
+
+
+def _editable(path: str | None) -> str | None:
+    """Why gradguard will not edit ``path`` (library code, missing file); None when it may."""
+    if not path:
+        return "the edit names no file"
+    if LIBRARY_PATHS.is_library(path):
+        return f"{path} is library code; gradguard fix edits only your files"
+    if not os.path.isfile(path):
+        return f"{path} is not a file on disk"
+    return None
+
+
+def _apply(sources: dict[str, str], original: dict[str, str], intents: list[FixIntent]) -> dict[str, str]:
+    by_file: dict[str, list[FixIntent]] = {}
+    for intent in intents:
+        problem = _editable(intent.file)
+        if problem:
+            raise EditNotApplicable(problem)
+        by_file.setdefault(os.path.realpath(intent.file), []).append(intent)
+    edited = dict(sources)
+    for path, group in by_file.items():
+        if path not in original:
+            with open(path, encoding="utf-8") as handle:
+                original[path] = handle.read()
+        edited[path] = apply_intents(edited.get(path, original[path]), group)
+    return edited
+
+
+def _healthy_exit(first: RunResult) -> int:
+    """The exit code a repaired run should end with: 0 when the original failed at the hazard."""
+    return 0 if first.findings else first.exit_code
+
+
+def repair(command: list[str], cwd: str, *, timeout: float, max_rounds: int = 6,
+           say: Callable[[str], None] = lambda text: None) -> tuple[RunResult, FixOutcome]:
+    """Run ``command`` (``gradguard run``'s program words) and repair its findings round by round."""
+    original: dict[str, str] = {}
+    sources: dict[str, str] = {}
+    first = run_guarded(command, cwd, sources, timeout)
+    runs = 1
+    healthy = _healthy_exit(first)
+    accepted: list[AcceptedEdit] = []
+    unfixed: list[Unfixed] = []
+    current = first
+    seen: set[tuple] = set()
+    for _round in range(max_rounds):
+        if current.timed_out:
+            unfixed.append(Unfixed({}, f"the run did not finish within {timeout:g} s"))
+            break
+        if not current.findings:
+            break
+        finding = current.findings[0]
+        key = signature(finding)
+        if key in seen:
+            unfixed.append(Unfixed(finding, "the same hazard came back after an edit meant to remove it"))
+            break
+        seen.add(key)
+        if finding.get("kind") in _SILENT_KINDS:
+            unfixed.append(Unfixed(finding, "a silent write has no failure to check an edit against; gradguard "
+                                            "cannot verify a repair, so it offers none"))
+            break
+        repairs = candidate_repairs(finding)
+        if not repairs:
+            unfixed.append(Unfixed(finding, f"no edit is known for this diagnosis ({finding.get('rule')})"))
+            break
+        kept = None
+        tried: list[str] = []
+        for intents, alternatives in repairs:
+            try:
+                edited = _apply(sources, original, intents)
+            except EditNotApplicable as problem:
+                tried.append(f"{intents[0].action} at line {intents[0].line}: {problem}")
+                continue
+            say(f"trying {', '.join(f'{i.action} at line {i.line}' for i in intents)}")
+            result = run_guarded(command, cwd, edited, timeout)
+            runs += 1
+            gone = not any(signature(f) == key for f in result.findings)
+            if result.timed_out:
+                tried.append(f"{intents[0].action} at line {intents[0].line}: the re-run timed out")
+            elif not result.findings and result.exit_code == healthy:
+                kept = (intents, alternatives, edited, result)
+                break
+            elif result.findings and gone:
+                kept = (intents, alternatives, edited, result)  # this hazard is gone; the next one surfaced
+                break
+            elif not result.findings:
+                tried.append(f"{intents[0].action} at line {intents[0].line}: the edited script exits "
+                             f"{result.exit_code}, not {healthy}")
+            else:
+                tried.append(f"{intents[0].action} at line {intents[0].line}: the same hazard remains")
+        if kept is None:
+            unfixed.append(Unfixed(finding, "no proposed edit verified: " + "; ".join(tried)))
+            break
+        intents, alternatives, edited, current = kept
+        base = {path: sources.get(path, original[path]) for path in original}
+        accepted.append(AcceptedEdit(intents, finding, alternatives, base))
+        sources = edited
+    else:
+        if current.findings:
+            unfixed.append(Unfixed(current.findings[0], f"still failing after {max_rounds} rounds of edits"))
+    clean = not current.timed_out and not current.findings and current.exit_code == healthy
+    return first, FixOutcome(original, sources, accepted, unfixed, clean, runs)

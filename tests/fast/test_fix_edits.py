@@ -1,0 +1,104 @@
+"""Expected-output tests of the source edits ``gradguard fix`` makes from fix intents (the edit is the product:
+each test states the exact text before and after)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gradguard.core._intents import FixIntent
+from gradguard.fix import EditNotApplicable, apply_intent, apply_intents
+
+
+def edit(source: str, action: str, line: int, target=None, **detail) -> str:
+    return apply_intent(source, FixIntent(action, "f.py", line, target, detail))
+
+
+def test_detach_assignment_keeps_the_comment():
+    assert edit("h = h_next   # carry\n", "detach_assignment", 1, "h") == "h = h_next.detach()   # carry\n"
+
+
+def test_detach_assignment_parenthesizes_an_operation():
+    assert edit("h = a + b\n", "detach_assignment", 1, "h") == "h = (a + b).detach()\n"
+
+
+def test_detach_assignment_refuses_another_target():
+    with pytest.raises(EditNotApplicable, match="does not assign `h`"):
+        edit("g = a\n", "detach_assignment", 1, "h")
+
+
+def test_drop_keyword_last_and_middle():
+    assert edit("loss.backward(retain_graph=True)\n", "drop_keyword", 1, call="backward",
+                keyword="retain_graph") == "loss.backward()\n"
+    assert edit("torch.autograd.backward(l, retain_graph=True, inputs=[w])\n", "drop_keyword", 1,
+                call="backward", keyword="retain_graph") == "torch.autograd.backward(l, inputs=[w])\n"
+
+
+def test_set_keyword_on_a_multiline_call():
+    source = "net = nn.Sequential(\n    nn.Linear(4, 4),\n    nn.ReLU(inplace=True),\n)\n"
+    assert edit(source, "set_keyword", 3, call="ReLU", keyword="inplace", value=False) == (
+        "net = nn.Sequential(\n    nn.Linear(4, 4),\n    nn.ReLU(inplace=False),\n)\n")
+
+
+def test_augmented_to_binary_parenthesizes_only_when_needed():
+    assert edit("x += a * b\n", "augmented_to_binary", 1) == "x = x + a * b\n"
+    assert edit("x /= a + b\n", "augmented_to_binary", 1) == "x = x / (a + b)\n"
+    assert edit("x -= a - b\n", "augmented_to_binary", 1) == "x = x - (a - b)\n"
+    assert edit("self.h[i] *= s  # scale\n", "augmented_to_binary", 1) == "self.h[i] = self.h[i] * s  # scale\n"
+
+
+def test_inplace_to_out_of_place_forms():
+    assert edit("y.mul_(2).add_(1)\n", "inplace_to_out_of_place", 1) == "y = y.mul(2).add(1)\n"
+    assert edit("torch.relu_(z)\n", "inplace_to_out_of_place", 1) == "z = torch.relu(z)\n"
+    assert edit("q = F.relu(q, inplace=True)\n", "inplace_to_out_of_place", 1) == "q = F.relu(q)\n"
+    assert edit("p[p < 0.1] = 0.0\n", "inplace_to_out_of_place", 1, method="masked_fill") == (
+        "p = p.masked_fill(p < 0.1, 0.0)\n")
+
+
+def test_detach_and_clone_arguments():
+    assert edit("out = netD(fake, 3).view(-1)\n", "detach_argument", 1, "fake", call="netD") == (
+        "out = netD(fake.detach(), 3).view(-1)\n")
+    assert edit("y = f(a[0])\n", "clone_argument", 1, "a[0]", call="f") == "y = f(a[0].clone())\n"
+    with pytest.raises(EditNotApplicable, match="the argument `real` of netD not found"):
+        edit("out = netD(fake)\n", "detach_argument", 1, "real", call="netD")
+
+
+def test_clone_expression_matches_code_ignoring_spaces():
+    assert edit("o[t] = f(o[t-1]) * 2\n", "clone_expression", 1, "o[t - 1]") == "o[t] = f(o[t-1].clone()) * 2\n"
+
+
+def test_insert_before_a_loop_and_after_a_statement():
+    source = "loss = 0\nfor x in xs:\n    loss += f(x)\n"
+    assert edit(source, "insert_before", 2, "loss", code="loss = 0") == (
+        "loss = 0\nloss = 0\nfor x in xs:\n    loss += f(x)\n")
+    source = "for x in xs:\n    h = cell(x, h)\n    y = h\n"
+    assert edit(source, "insert_after", 2, "h", code="h = h.detach()") == (
+        "for x in xs:\n    h = cell(x, h)\n    h = h.detach()\n    y = h\n")
+
+
+def test_move_statement_after_another():
+    source = "for x in xs:\n    opt.step()\n    loss.backward()\n    log()\n"
+    assert edit(source, "move_statement", 2, "opt.step()", after_line=3) == (
+        "for x in xs:\n    loss.backward()\n    opt.step()\n    log()\n")
+
+
+def test_wrap_no_grad_drops_data():
+    source = "for p in ps:\n    p.data.add_(-lr * p.grad)  # sgd\n"
+    assert edit(source, "wrap_no_grad", 2, replace=".data") == (
+        "for p in ps:\n    with torch.no_grad():\n        p.add_(-lr * p.grad)  # sgd\n")
+
+
+def test_two_intents_in_one_file():
+    source = "for x in xs:\n    h = cell(x, h)\n    loss.backward(retain_graph=True)\n"
+    out = apply_intents(source, [FixIntent("insert_after", "f.py", 2, "h", {"code": "h = h.detach()"}),
+                                 FixIntent("drop_keyword", "f.py", 3, None, {"call": "backward",
+                                                                             "keyword": "retain_graph"})])
+    assert out == "for x in xs:\n    h = cell(x, h)\n    h = h.detach()\n    loss.backward()\n"
+
+
+def test_intents_that_do_not_fit_say_why():
+    with pytest.raises(EditNotApplicable, match="no simple statement at line 9"):
+        edit("x = 1\n", "detach_assignment", 9, "x")
+    with pytest.raises(EditNotApplicable, match="expected an augmented assignment"):
+        edit("x = x + 1\n", "augmented_to_binary", 1)
+    with pytest.raises(EditNotApplicable, match="header of a compound statement"):
+        edit("for x in xs:\n    pass\n", "detach_assignment", 1, "x")
