@@ -185,10 +185,12 @@ def optimizer_between_backwards_rule(f: Finding, opt: WriteRecord) -> Verdict:
     )
     if len(receivers) > 1:
         fixes = []
-        if save is not None and opt.location is not None and save.line < opt.location.line:
-            fixes.append(FixIntent("move_statement", *_loc(save), target=save.code,
-                                   detail={"after_line": opt.location.line},
-                                   reason=f"compute this loss from a fresh forward after the step at line "
+        if (save is not None and opt.location is not None and save.line < opt.location.line
+                and _same_function(save, opt.location) and is_valid_python(save.code)):
+            # a copy, not a move: the statements between the save and the step still use the first value
+            fixes.append(FixIntent("insert_after", *_loc(opt.location), target=save.code,
+                                   detail={"code": save.code},
+                                   reason=f"recompute `{save.code}` from a fresh forward after the step at line "
                                           f"{opt.location.line}"))
         hint = _detached_call(save.code if save else "")
         if hint is not None and save is not None:
@@ -417,17 +419,44 @@ def index_rule(f: Finding, idx: WriteRecord) -> Verdict:
                        f"Mask out of place: `{masked}` (or `torch.where(mask, value, x)`); the saved tensor stays "
                        f"intact.", fixes)
     name = f.tensor.name if f.tensor.name and f.tensor.role not in ("parameter", "buffer") else None
+    if name and idx.location is not None:
+        # the name the writing statement uses (`out` inside forward), not the caller's name for the same tensor
+        from ._source_ast import written_expression
+
+        written = _base_name(written_expression(idx.location.file, idx.location.line))
+        if written and written.isidentifier() and written != name:
+            name = written
     if name and idx.location:
         fix = (f"Assign into a copy: insert `{name} = {name}.clone()` before line {idx.location.line}, so the "
                f"assignment changes the copy and {f.saved_at.node or 'backward'} keeps the saved values.")
         fixes = [FixIntent("insert_before", *_loc(idx.location), target=name,
                            detail={"code": f"{name} = {name}.clone()"},
                            reason="the assignment then changes a copy and backward keeps the saved values")]
+        fixes += _clone_read_of_written(idx.location, code)
     else:
         fix = ("Assign into a copy (`x = x.clone(); x[idx] = value`) so the saved tensor stays intact, or use an "
                "out-of-place form such as `torch.where(mask, value, x)` or `x.index_put((idx,), value)`.")
-        fixes = []
+        fixes = [FixIntent(x.action, x.file, x.line, x.target, x.detail, x.reason, preferred=True)
+                 for x in _clone_read_of_written(idx.location, code)]
     return Verdict("index_assignment", why, fix, fixes)
+
+
+def _clone_read_of_written(location: SourceLocation | None, code: str) -> list[FixIntent]:
+    """``x[i] = f(x[i])``: an alternative that hands ``f`` a copy of the slot the statement overwrites."""
+    import ast
+
+    try:
+        stmt = ast.parse(code.strip()).body[0] if code and location is not None else None
+    except (SyntaxError, IndexError):
+        return []
+    if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Subscript)):
+        return []
+    slot = ast.get_source_segment(code.strip(), stmt.targets[0]) or ast.unparse(stmt.targets[0])
+    compact = "".join(ast.unparse(stmt.targets[0]).split())
+    if not any("".join(ast.unparse(n).split()) == compact for n in ast.walk(stmt.value)):
+        return []
+    return [FixIntent("clone_expression", *_loc(location), target=slot, preferred=False,
+                      reason=f"the computation reads a copy of `{slot}`, so the write cannot change what it saved")]
 
 
 # -- buffers -----------------------------------------------------------------------------------------------
@@ -501,19 +530,42 @@ def shared_counter_rule(f: Finding, write: WriteRecord) -> Verdict:
            f"but every view of one buffer shares one version counter, and PyTorch checks the whole buffer's "
            f"counter, not the slot's bytes, so backward refuses the saved part.")
     fixes: list[FixIntent] = []
-    if save is not None and base:
-        slot = _read_slot(save.code, base)
-        if slot:
-            fixes.append(FixIntent("clone_expression", *_loc(save), target=slot,
-                                   reason=f"backward saves a copy of `{slot}`, which later slot writes cannot bump"))
-            fix = (f"Collect the steps in a list and stack them once (`steps.append(...)`, then "
-                   f"`{base} = torch.stack(steps)`), so no slot is written after it was saved; or clone the slot "
-                   f"that is read: `{slot}.clone()` in `{save.code}` ({_line_of(save)}).")
-            return Verdict("shared_version_counter", why, fix, fixes)
+    reader = _slot_reader(save, base) if save is not None and base else None
+    if reader is not None:
+        slot, at = reader
+        fixes.append(FixIntent("clone_expression", *_loc(at), target=slot,
+                               reason=f"backward saves a copy of `{slot}`, which later slot writes cannot bump"))
+        fix = (f"Collect the steps in a list and stack them once (`steps.append(...)`, then "
+               f"`{base} = torch.stack(steps)`), so no slot is written after it was saved; or clone the slot "
+               f"that is read: `{slot}.clone()` in `{at.code}` ({_line_of(at)}).")
+        return Verdict("shared_version_counter", why, fix, fixes)
     fix = (f"Collect the steps in a list and stack them once (`steps.append(...)`, then `{base or 'out'} = "
            f"torch.stack(steps)`), so no part of the buffer is written after a part of it was saved; or clone "
            f"the part that is read before it is saved (`.clone()`).")
     return Verdict("shared_version_counter", why, fix, fixes)
+
+
+def _slot_reader(save: SourceLocation, base: str) -> tuple[str, SourceLocation] | None:
+    """The slot of ``base`` the saving statement reads, and where: in the statement itself
+    (``out[t] = f(out[t - 1])``) or in the assignment of a name it reads (``x = h[l - 1]`` ... ``x @ w``)."""
+    import ast
+
+    from ._source_ast import assignment_before
+
+    code = statement_code(save)
+    slot = _read_slot(code, base)
+    if slot:
+        return slot, save
+    try:
+        names = {n.id for n in ast.walk(ast.parse(code.strip())) if isinstance(n, ast.Name)}
+    except SyntaxError:
+        return None
+    for name in sorted(names):
+        made = assignment_before(save.file, save.line, name)
+        slot = _read_slot(statement_code(made), base) if made is not None else None
+        if slot:
+            return slot, made
+    return None
 
 
 def _read_slot(code: str, base: str) -> str | None:

@@ -146,6 +146,13 @@ def _apply(sources: dict[str, str], original: dict[str, str], intents: list[FixI
     return edited
 
 
+def _last_error(stderr: str) -> str:
+    """`` (NameError: name 'x' is not defined)``: the last line of a traceback, when there is one."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    last = lines[-1] if lines else ""
+    return f" ({last[:160]})" if "Error" in last or "Exception" in last else ""
+
+
 def _healthy_exit(first: RunResult) -> int:
     """The exit code a repaired run should end with: 0 when the original failed at the hazard."""
     return 0 if first.findings else first.exit_code
@@ -205,7 +212,7 @@ def repair(command: list[str], cwd: str, *, timeout: float, max_rounds: int = 6,
                 break
             elif not result.findings:
                 tried.append(f"{intents[0].action} at line {intents[0].line}: the edited script exits "
-                             f"{result.exit_code}, not {healthy}")
+                             f"{result.exit_code}, not {healthy}{_last_error(result.stderr_tail)}")
             else:
                 tried.append(f"{intents[0].action} at line {intents[0].line}: the same hazard remains")
         if kept is None:

@@ -163,16 +163,23 @@ def _clone_before_intent(site: _Site, preferred: bool) -> list[FixIntent]:
 
 
 def _is_loop_target(site: _Site) -> bool:
+    """Whether the written name is bound by an enclosing ``for`` (a view the loop hands out piece by piece)."""
     import ast
+    import linecache
 
-    if site.made is None or not site.expression:
+    if site.location is None or not site.expression:
         return False
+    base = site.expression.split("[", 1)[0].split(".", 1)[0]
     try:
-        stmt = ast.parse(site.made.code.rstrip(":") + ": pass").body[0] if site.made.code.startswith("for ") else None
+        tree = ast.parse("".join(linecache.getlines(site.location.file)))
     except SyntaxError:
-        return True  # a `for` header we cannot read: do not guess
-    return isinstance(stmt, ast.For) and site.expression in {n.id for n in ast.walk(stmt.target)
-                                                             if isinstance(n, ast.Name)}
+        return True  # cannot tell: do not propose a rebinding
+    line = site.location.line
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.For, ast.AsyncFor)) and node.lineno < line <= (node.end_lineno or node.lineno):
+            if base in {n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)}:
+                return True
+    return False
 
 
 def _preferred_first(fixes: list[FixIntent]) -> list[FixIntent]:
