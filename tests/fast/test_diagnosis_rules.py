@@ -160,7 +160,9 @@ def test_two_optimizers_step_between_backwards_is_the_gan_order(source):
                  backward_passes_since_save=1, retain_graph=None, backward_at=at("g_loss.backward").to_dict())
     assert f.rule == "optimizer_step_between_backwards"
     assert "GAN ordering bug" in f.explanation
-    assert [x.action for x in f.fixes] == ["move_statement", "detach_argument"]
+    assert [(x.action, x.line, x.detail) for x in f.fixes] == [
+        ("insert_after", at("opt_d.step()").line, {"code": "g_loss = -D(fake).mean()"}),
+        ("detach_argument", at("g_loss = -D(fake)").line, {"call": "D"})]
     assert "re-run `g_loss = -D(fake).mean()` after `opt_d.step()`" in f.suggestion
     assert "e.g. `D(fake.detach())`" in f.suggestion
     assert "an earlier backward ran and Adam.step()" in f.explanation

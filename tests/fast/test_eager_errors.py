@@ -178,5 +178,5 @@ def test_a_loss_accumulated_across_a_backward_without_a_reset(tmp_path):
     assert (finding.saved_at.location.line, finding.saved_at.location.code) == (6, "loss += (w * t).exp().sum()")
     assert finding.suggestion == ("Reset the accumulator before accumulating again: insert `loss = 0` before line 8, "
                                   "so each backward covers only its own losses.")
-    assert [(i.action, i.line, i.detail) for i in finding.fixes] == [("insert_before", 8, {"statement": "loss = 0"})]
+    assert [(i.action, i.line, i.detail) for i in finding.fixes] == [("insert_before", 8, {"code": "loss = 0"})]
     assert "saved by    : the forward call at" in str(info.value)

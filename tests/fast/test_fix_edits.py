@@ -102,3 +102,9 @@ def test_intents_that_do_not_fit_say_why():
         edit("x = x + 1\n", "augmented_to_binary", 1)
     with pytest.raises(EditNotApplicable, match="header of a compound statement"):
         edit("for x in xs:\n    pass\n", "detach_assignment", 1, "x")
+
+
+def test_set_keyword_on_the_second_call_of_a_line():
+    source = "net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(inplace=True), nn.ReLU(inplace=True))\n"
+    assert edit(source, "set_keyword", 1, call="ReLU", keyword="inplace", value=False, occurrence=1) == (
+        "net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(inplace=True), nn.ReLU(inplace=False))\n")

@@ -318,12 +318,21 @@ def activation_rule(f: Finding, act: WriteRecord) -> Verdict:
     written_op = act.op.split(".")[1] if act.op.count(".") >= 1 else act.op  # "relu_"
     saver_op = (_op_of(f.saved_at.node) or "").lower()
     sites = _construction_sites(f, act, module.group(1)) if module else []
-    fixes = [FixIntent("set_keyword", site.file, site.line, target=None,
-                       detail={"call": module.group(1), "keyword": "inplace", "value": False},
-                       reason=f"construct {module.group(1)} with inplace=False", preferred=(i == 0))
-             for i, site in enumerate(sites)] if module else []
-    if len(sites) > 1:  # several constructions: all of them are candidates, none preferred over the others
-        fixes = [FixIntent(x.action, x.file, x.line, x.target, x.detail, x.reason, preferred=False) for x in fixes]
+    # One intent per construction (several on one line: one per call, the later first when two in-place
+    # activations follow each other, since the second is the one that overwrites). Several candidates: none is
+    # preferred, gradguard fix tries them one at a time.
+    consecutive = f.saved_at.argument == "result" and written_op.rstrip("_") == saver_op
+    fixes = []
+    for site in sites if module else []:
+        calls = max(1, site.code.count(f"{module.group(1)}("))
+        for k in (range(calls - 1, -1, -1) if consecutive else range(calls)):
+            detail = {"call": module.group(1), "keyword": "inplace", "value": False}
+            if calls > 1:
+                detail["occurrence"] = k
+            fixes.append(FixIntent("set_keyword", site.file, site.line, target=None, detail=detail,
+                                   reason=f"construct {module.group(1)} with inplace=False", preferred=False))
+    if len(fixes) == 1:
+        fixes = [FixIntent(x.action, x.file, x.line, x.target, x.detail, x.reason, preferred=True) for x in fixes]
     written = (f" (written at {_short(sites[0], _home(f))}: `{sites[0].code}`)" if len(sites) == 1
                else f" (constructed with inplace=True at {', '.join(_short(s, _home(f)) for s in sites)})" if sites
                else "")

@@ -1,6 +1,19 @@
-"""``gradguard fix``: turn the fix intents of findings into source edits, verified by re-running the script."""
+"""``gradguard fix``: turn the fix intents of findings into source edits, verified by re-running the script.
 
-from ._edits import EditNotApplicable, apply_intent, apply_intents
-from ._verify import FixOutcome, repair
+Loaded lazily: ``gradguard run`` builds its command-line parser from ``fix._cli`` without importing libcst.
+"""
+
+from __future__ import annotations
 
 __all__ = ["EditNotApplicable", "FixOutcome", "apply_intent", "apply_intents", "repair"]
+
+_EXPORTS = {"EditNotApplicable": "_edits", "apply_intent": "_edits", "apply_intents": "_edits",
+            "FixOutcome": "_verify", "repair": "_verify"}
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        import importlib
+
+        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -50,16 +50,21 @@ def _original_line(base: str, original: str, line: int) -> int:
 
 
 def _reasons(outcome) -> dict[str, list[tuple[int, str]]]:
+    """(line in the original file, reason) for every edit, for the hunk headers."""
     reasons: dict[str, list[tuple[int, str]]] = {}
     for edit in outcome.accepted:
-        for intent in edit.intents:
+        alternative = edit.reason[len("; ".join(dict.fromkeys(i.reason for i in edit.intents if i.reason))):]
+        for index, intent in enumerate(edit.intents):
             path = os.path.realpath(intent.file)
-            line = _original_line(edit.base.get(path, outcome.original[path]), outcome.original[path], intent.line)
-            reasons.setdefault(path, []).append((line, f"line {line}: {edit.reason}"))
+            base, original = edit.base.get(path, outcome.original[path]), outcome.original[path]
+            line = _original_line(base, original, intent.line)
+            why = (intent.reason or intent.action) + (alternative if index == len(edit.intents) - 1 else "")
+            reasons.setdefault(path, []).append((line, f"line {line}: {why}"))
             if intent.action == "move_statement" and intent.detail.get("after_line"):
-                after = _original_line(edit.base.get(path, outcome.original[path]), outcome.original[path],
-                                       intent.detail["after_line"])
-                reasons[path].append((after, f"line {line} moved here: {edit.reason}"))
+                after = _original_line(base, original, intent.detail["after_line"])
+                reasons[path].append((after, f"line {line} moved here: {why}"))
+    for entries in reasons.values():
+        entries.sort()
     return reasons
 
 
@@ -89,6 +94,13 @@ def _document(script, first, outcome, diff) -> dict:
 
 def fix_script(options) -> int:
     from .._script import ProgramError, load_program
+
+    try:
+        import libcst  # noqa: F401  (edits are made on a concrete syntax tree)
+    except ImportError:
+        print("gradguard fix: needs libcst to edit your source; install it with `pip install libcst`",
+              file=sys.stderr)
+        return 2
     from ._diff import unified_diff
     from ._verify import repair
 

@@ -112,13 +112,21 @@ class _ExpressionEdit(cst.CSTTransformer):
 
 
 class _CallEdit(cst.CSTTransformer):
-    """Rewrite the argument list of the first call whose callee matches ``callee``."""
+    """Rewrite the argument list of the first call whose callee matches ``callee`` (or the call number
+    ``occurrence`` among the matching ones, counted in source order)."""
 
-    def __init__(self, callee, rewrite_args):
+    def __init__(self, callee, rewrite_args, occurrence: int | None = None):
         self.callee, self.rewrite_args, self.done = callee, rewrite_args, False
+        self.occurrence, self.order = occurrence, {}
+
+    def visit_Call(self, node) -> None:
+        if self.callee(_code(node.func)):
+            self.order[id(node)] = len(self.order)
 
     def leave_Call(self, original, updated):
         if self.done or not self.callee(_code(original.func)):
+            return updated
+        if self.occurrence is not None and self.order.get(id(original)) != self.occurrence:
             return updated
         args = self.rewrite_args(list(updated.args))
         if args is None:
@@ -266,7 +274,7 @@ def _edit_keyword(statement, detail: dict):
                 return args[:index] + [arg.with_changes(value=cst.parse_expression(repr(value)))] + args[index + 1:]
         return None
 
-    return _within(statement, _CallEdit(_callee_matcher(detail.get("call")), rewrite),
+    return _within(statement, _CallEdit(_callee_matcher(detail.get("call")), rewrite, detail.get("occurrence")),
                    f"a call{' of ' + detail['call'] if detail.get('call') else ''} with keyword {keyword}=")
 
 

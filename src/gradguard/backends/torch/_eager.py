@@ -297,6 +297,9 @@ def _no_grad_view(site: _Site, _match) -> Finding:
         f"`{name}` is a view created under torch.no_grad(){where} of a tensor that requires grad, and `{site.code}` "
         f"writes it with grad mode on: autograd cannot tell whether the write should be tracked, so it refuses.",
         fix,
+        fixes=([FixIntent("clone_assignment", site.made.file, site.made.line, target=name,
+                          reason=f"`{name}` becomes a copy, which the write may change")]
+               if copy and site.made is not None else []),
     )
 
 
