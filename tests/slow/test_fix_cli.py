@@ -81,7 +81,7 @@ def test_diff_applies_with_git_apply(tmp_path):
 def test_apply_backup_and_json(tmp_path):
     name = copy(tmp_path, os.path.join(ROOT, "examples", "seed000", "rnn_blog.py"), "rnn_blog.py")
     before = (tmp_path / name).read_text()
-    proc = run(["--apply", "--backup", "--json", "fix.json", name], tmp_path)
+    proc = run(["--apply", "--backup", "--json", "fix.json", "--html", "fix.html", name], tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / (name + ".orig")).read_text() == before
     after = (tmp_path / name).read_text()
@@ -94,6 +94,10 @@ def test_apply_backup_and_json(tmp_path):
     assert edit["finding"]["rule"] == "retained_graph_across_steps"
     assert [(i["action"], i["line"]) for i in edit["intents"]] == [("detach_assignment", 21), ("drop_keyword", 18)]
     assert document["diff"] == SEED000_DIFF
+    page = (tmp_path / "fix.html").read_text()
+    assert '<th>verified edit</th>' in page
+    assert '<span class="add">+        h_cur = h_next.detach()</span>' in page
+    assert '<span class="del">-        rnn_loss.backward(retain_graph=True)</span>' in page
 
 
 def test_an_edit_that_does_not_verify_is_not_offered(tmp_path):

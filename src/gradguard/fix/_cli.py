@@ -24,6 +24,8 @@ def add_fix_parser(sub) -> None:
     fix.add_argument("--apply", action="store_true", help="write the verified edits into your files")
     fix.add_argument("--backup", action="store_true", help="with --apply: keep each original as FILE.orig")
     fix.add_argument("--json", metavar="FILE", help="write the edits, their reasons and what stays unfixed to FILE")
+    fix.add_argument("--html", metavar="FILE",
+                     help="write an HTML report: each finding with the verified edit that removes it (or why none)")
     fix.add_argument("--max-rounds", type=int, default=6, metavar="N",
                      help="at most N hazards repaired one after another (default: 6)")
     fix.add_argument("--timeout", type=_seconds, default=DEFAULT_RUN_TIMEOUT, metavar="SECONDS",
@@ -92,6 +94,30 @@ def _document(script, first, outcome, diff) -> dict:
     }
 
 
+def _write_html(path: str, script: str, outcome, cwd: str) -> None:
+    """The HTML report of the findings met, each with the diff of the edit that removed it."""
+    from ..core._findings import Finding
+    from ..report._html import render_html
+    from ._diff import unified_diff
+
+    findings = []
+    for index, edit in enumerate(outcome.accepted):
+        after = outcome.accepted[index + 1].base if index + 1 < len(outcome.accepted) else outcome.edited
+        before = {p: edit.base.get(p, outcome.original[p]) for p in outcome.original}
+        finding = Finding.from_dict(edit.finding)
+        finding.context["verified_fix"] = unified_diff(before, {p: after.get(p, before[p]) for p in before},
+                                                       {}, cwd)
+        findings.append(finding)
+    for item in outcome.unfixed:
+        if item.finding:
+            finding = Finding.from_dict(item.finding)
+            finding.notes.append(f"gradguard fix: not fixed: {item.why}")
+            findings.append(finding)
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(render_html(findings, script=script))
+    print(f"gradguard fix: HTML report: {os.path.abspath(path)}", file=sys.stderr)
+
+
 def fix_script(options) -> int:
     from .._script import ProgramError, load_program
 
@@ -149,6 +175,8 @@ def fix_script(options) -> int:
     if options.json:
         with open(options.json, "w", encoding="utf-8") as handle:
             json.dump(_document(target, first, outcome, diff), handle, indent=1)
+    if options.html:
+        _write_html(options.html, target, outcome, cwd)
     if options.apply and outcome.accepted:
         for path, text in outcome.edited.items():
             if options.backup:

@@ -62,6 +62,8 @@ width:110px}
 .gg-report ol.writes{margin:0;padding-left:20px}.gg-report ol.writes li{margin-bottom:4px}
 .gg-report .silent{color:#b71c1c;font-weight:600}
 .gg-report td code{background:rgba(175,184,193,.2);padding:0 4px;border-radius:4px;word-break:break-word}
+.gg-report pre.diff{margin:0;white-space:pre-wrap}.gg-report pre.diff .add{color:#1a6b2a}
+.gg-report pre.diff .del{color:#a01010}.gg-report pre.diff .hunk{color:#555}
 .gg-report tr.why td{color:#7a4a00}.gg-report tr.fix td{color:#1a6b2a;font-weight:500}
 .gg-report .graph{margin-top:12px;border-top:1px solid #d8dee4;padding-top:10px;overflow-x:auto}
 .gg-report .graph h3,.gg-report .raw summary{font-size:14px;margin:0 0 6px 0;color:#57606a}
@@ -282,6 +284,17 @@ def _write_item(w: WriteRecord) -> str:
     return f"<li><code>{_h(w.op)}</code>{via} at <code>{_h(where)}</code>{versions}{silent}{code}{inside}</li>"
 
 
+def _diff(text: str) -> str:
+    """A unified diff, its added and removed lines coloured."""
+    lines = []
+    for line in _clip(str(text), 20_000).splitlines():
+        cls = ("add" if line.startswith("+") and not line.startswith("+++") else
+               "del" if line.startswith("-") and not line.startswith("---") else
+               "hunk" if line.startswith("@@") else "")
+        lines.append(f'<span class="{cls}">{_h(line)}</span>' if cls else _h(line))
+    return '<pre class="diff">' + "\n".join(lines) + "</pre>"
+
+
 def finding_html(finding: Finding, *, graph: bool = True, raw: bool = False) -> str:
     """One finding as an HTML fragment (a ``<section>``): the facts, the why and the fix, the graph."""
     f = finding
@@ -316,6 +329,8 @@ def finding_html(finding: Finding, *, graph: bool = True, raw: bool = False) -> 
         row("why", _prose(f.explanation), "why")
     if f.suggestion:
         row("fix", _prose(f.suggestion), "fix")
+    if f.context.get("verified_fix"):  # set by `gradguard fix --html`: the edit a re-run verified
+        row("verified edit", _diff(f.context["verified_fix"]), "diff")
     for note in f.notes:
         row("note", _prose(note), "note")
     parts = [
