@@ -270,8 +270,8 @@ def _multi_view(site: _Site, match) -> Finding:
     )
 
 
-def _clone_assignment(code: str) -> str | None:
-    """``first = hidden[:, :2]`` -> ``first = hidden[:, :2].clone()``."""
+def _clone_assignment(code: str, method: str = "clone") -> str | None:
+    """``first = hidden[:, :2]`` -> ``first = hidden[:, :2].clone()`` (or another method, e.g. detach)."""
     import ast
 
     try:
@@ -280,7 +280,9 @@ def _clone_assignment(code: str) -> str | None:
         return None
     if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
         value = ast.get_source_segment(code, stmt.value) or ast.unparse(stmt.value)
-        return f"{ast.unparse(stmt.targets[0])} = {value}.clone()"
+        if not isinstance(stmt.value, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)):
+            value = f"({value})"
+        return f"{ast.unparse(stmt.targets[0])} = {value}.{method}()"
     return None
 
 
@@ -393,21 +395,57 @@ def _crossing_tensor(site: _Site, earlier: SourceLocation | None) -> _Crossing |
         return None
     scope = {**site.frame.f_globals, **site.frame.f_locals}
     filename, line = site.location.file, site.location.line
+    # When the earlier backward is this statement in an earlier iteration, a tensor assigned inside the loop
+    # before it was recomputed since (a fresh graph): only what was made outside the loop can cross.
+    loop = _enclosing_loop(filename, line) if earlier is not None and (earlier.file, earlier.line) == (
+        filename, line) else None
     candidates = []
-    for name, value in scope.items():
-        if (name != receiver and isinstance(value, torch.Tensor) and value.grad_fn is not None
-                and value.grad_fn in freed):
-            made = assignment_before(filename, line, name)
-            # The earlier backward can only have freed a graph that existed when it ran.
-            if made is not None and (earlier is None or earlier.file != filename or made.line < earlier.line):
-                candidates.append((made.line, name, made))
+    for name, value, binding in _graph_tensors(scope):
+        if name == receiver or value.grad_fn not in freed:
+            continue
+        made = assignment_before(filename, line, binding)
+        # The earlier backward can only have freed a graph that existed when it ran.
+        if made is None or (earlier is not None and earlier.file == filename and made.line >= earlier.line):
+            continue
+        if loop is not None and loop[0] <= made.line <= loop[1] and not made.code.startswith(("for ", "async for ")):
+            continue  # recomputed in every iteration (a loop target, though, may hand out pieces of an old graph)
+        candidates.append((made.line, name, made, value))
     if not candidates:
         return None
-    _line, name, made = max(candidates)  # the latest such tensor: nearest to where the graphs meet
+    _line, name, made, value = max(candidates, key=lambda c: c[:2])  # the latest: nearest to where graphs meet
     used, callee = None, None
     if made is not None and earlier is not None and earlier.file == filename:
         used, callee = _first_call_with(filename, made.line + 1, min(earlier.line, line), name)
-    return _Crossing(name, scope[name], made, used, callee)
+    return _Crossing(name, value, made, used, callee)
+
+
+def _graph_tensors(scope: dict):
+    """(name, tensor, how its assignment is written) for every tensor in ``scope`` that carries a graph: plain
+    variables, and tensor attributes of modules in scope (``model.c``, assigned as ``self.c`` in a method)."""
+    for name, value in scope.items():
+        if isinstance(value, torch.Tensor) and value.grad_fn is not None:
+            yield name, value, name
+        elif isinstance(value, torch.nn.Module):
+            for attribute, member in vars(value).items():
+                if isinstance(member, torch.Tensor) and member.grad_fn is not None:
+                    yield f"{name}.{attribute}", member, f"self.{attribute}"
+
+
+def _enclosing_loop(filename: str, line: int) -> tuple[int, int] | None:
+    """First and last line of the innermost ``for``/``while`` around ``line``."""
+    import ast
+    import linecache
+
+    try:
+        tree = ast.parse("".join(linecache.getlines(filename)))
+    except SyntaxError:
+        return None
+    best = None
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.For, ast.While, ast.AsyncFor)) and node.lineno < line <= (node.end_lineno or 0):
+            if best is None or node.lineno > best[0]:
+                best = (node.lineno, node.end_lineno)
+    return best
 
 
 def _first_call_with(filename: str, start: int, stop: int, name: str):
@@ -524,6 +562,16 @@ def _backward_twice(error, session) -> Finding:
         else:
             fix = (f"Detach `{crossing.name}` where an earlier loss uses it (`{crossing.name}.detach()`), or "
                    f"recompute it after the earlier backward, so each backward covers its own graph.")
+            if made is not None and crossing.made is not None:
+                target = next((t for t in assigned_names(statement_code(made)) if t in (crossing.name, "self." +
+                               crossing.name.rsplit(".", 1)[-1])), None)
+                detached = _clone_assignment(statement_code(made), "detach")
+                if target is not None and detached is not None:
+                    fix += (f" If later losses only need its value (a constant such as a target, a centre or old "
+                            f"log-probabilities), detach it where it is made: `{detached}` ({at(made)}).")
+                    fixes.append(FixIntent("detach_assignment", made.file, made.line, target=target,
+                                           reason=f"`{target}` is a value for later losses, not a path for their "
+                                                  f"gradients"))
         rule_name = "freed_graph_reused"
     elif (accumulated := _accumulated_without_reset(site, earlier)) is not None:
         receiver, first, again, loop = accumulated
