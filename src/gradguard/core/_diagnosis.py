@@ -254,11 +254,26 @@ def _unseen_write(f: Finding, _subject) -> Verdict:
 
 
 def _generic_inplace(f: Finding, first: WriteRecord) -> Verdict:
+    from ._fixes import out_of_place, statement_code
+
+    code = statement_code(first.location)
+    rewritten = out_of_place(code) if code else None
+    fixes = []
+    if rewritten and first.location is not None:
+        import ast
+
+        augmented = isinstance(ast.parse(code.strip()).body[0], ast.AugAssign)  # out_of_place parsed it already
+        action = "augmented_to_binary" if augmented else "inplace_to_out_of_place"
+        fixes.append(FixIntent(action, first.location.file, first.location.line,
+                               target=rewritten.split(" = ", 1)[0],
+                               reason=f"`{rewritten}` makes a new tensor and leaves the saved one intact"))
     return Verdict(
         "generic_inplace",
         _prefix(f) + f"{first.op} at {_where(first)} wrote in place into a tensor that {_saver(f)} saved for "
         f"backward.",
-        "Clone before the in-place write (`y = x.clone()` and write into y), or use the out-of-place op.",
+        (f"Write it out of place: `{rewritten}` instead of `{code}`." if rewritten else
+         "Clone before the in-place write (`y = x.clone()` and write into y), or use the out-of-place op."),
+        fixes,
     )
 
 
