@@ -46,6 +46,8 @@ demo: install
 	TRITON_INTERPRET=1 $(PY) examples/ops/liger_cross_entropy.py
 	@echo; echo "== HTML report (the demo script fails on purpose) =="
 	-$(PY) -m gradguard run --html gradguard-report.html examples/integrations/html_report_demo.py
+	@echo; echo "== gradguard fix: seed 000, each edit verified by a re-run (prints a diff; the file is not changed) =="
+	$(PY) -m gradguard fix examples/seed000/rnn_blog.py
 	@echo; echo "PaddlePaddle and MindSpore demos: make demo-all (installs both frameworks in their own venvs)"
 
 # Everything in `make demo`, then the PaddlePaddle and MindSpore demos (each framework in its own venv).

@@ -238,7 +238,8 @@ def totals(rows: list[dict]) -> dict:
         "correct_programs": len(rows) - len(hazards),
         "raised_loud": _pct(loud, "raised"), "raised_silent": _pct(hazards, "raised", lambda r: not r["loud"]),
         "kind": _pct(hazards, "kind_ok"), "tensor": _pct(hazards, "tensor_ok"), "saver": _pct(hazards, "saver_ok"),
-        "writes": _pct(hazards, "writes_ok"), "fixline": _pct(hazards, "fixline_ok"), "fix": _pct(hazards, "fix_ok"),
+        "writes": _pct(hazards, "writes_ok"), "fixline": _pct(hazards, "fixline_ok"), "fix": _pct(loud, "fix_ok"),
+        "fix_silent": _pct(hazards, "fix_ok", lambda r: not r["loud"]),
         "quiet_on_correct": _pct([r for r in rows if r["kind"] == "none"], "raised"),
         "placeholder_cases": sum(bool(r["placeholders"]) for r in rows),
         "bad_code_cases": sum(bool(r["bad_code"]) for r in rows),
@@ -259,7 +260,8 @@ def render_markdown(rows: list[dict], summary: dict, header: str) -> str:
     labels = [("raised_loud", "finding raised, loud cases"), ("raised_silent", "finding raised, silent cases"),
               ("kind", "kind right"), ("tensor", "tensor named (parameter/variable name)"),
               ("saver", "saver line (or enclosing call)"), ("writes", "every write line named"),
-              ("fixline", "a line the hand fix edits is named"), ("fix", "`gradguard fix --apply` runs clean"),
+              ("fixline", "a line the hand fix edits is named"), ("fix", "`gradguard fix --apply` leaves a loud case running clean under plain python"),
+              ("fix_silent", "silent cases with a verified fix (gradguard fix refuses to claim one)"),
               ("quiet_on_correct", "no finding on correct programs")]
     for field, label in labels:
         out.append(f"| {label} | {frac(summary[field])} |")

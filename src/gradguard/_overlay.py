@@ -19,9 +19,11 @@ import linecache
 import os
 import sys
 
-__all__ = ["OVERLAY_ENV", "overlay_source", "install_overlay"]
+__all__ = ["OVERLAY_ENV", "COVERAGE_ENV", "overlay_source", "install_overlay", "read_coverage"]
 
 OVERLAY_ENV = "GRADGUARD_SOURCE_OVERLAY"
+# Where a `gradguard fix` run records which optimizer parameters each backward reaches (backends/torch/_coverage)
+COVERAGE_ENV = "GRADGUARD_GRADIENT_COVERAGE"
 _SOURCES: dict[str, str] = {}
 
 
@@ -62,3 +64,13 @@ def install_overlay() -> None:
         for name in {file, real}:
             linecache.cache[name] = (len(text), None, lines, name)
     sys.meta_path.insert(0, _OverlayFinder())
+
+
+def read_coverage(path: str) -> list[dict[str, set[str]]] | None:
+    """Per backward of a run, the optimizer parameters it ``used`` and ``reached`` (backends/torch/_coverage.py);
+    None when the run recorded none."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return [{name: set(keys) for name, keys in entry.items()} for entry in json.load(handle)]
+    except (OSError, ValueError, AttributeError, TypeError):
+        return None

@@ -7,6 +7,7 @@ import argparse
 import os
 import sys
 
+from ._overlay import COVERAGE_ENV
 from ._rerun import DEFAULT_RERUN_TIMEOUT
 
 __all__ = ["main"]
@@ -166,6 +167,10 @@ class _GuardOnFrameworkImport:
                   file=sys.stderr)
             return
         self.entered = True
+        if backend == "torch" and os.environ.get(COVERAGE_ENV):  # a `gradguard fix` run
+            from .backends.torch._coverage import install_coverage_probe
+
+            install_coverage_probe()
 
     def __enter__(self):
         from .backends import FrameworkImportWatch, detect_backend

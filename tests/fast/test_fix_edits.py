@@ -81,6 +81,12 @@ def test_move_statement_after_another():
         "for x in xs:\n    loss.backward()\n    opt.step()\n    log()\n")
 
 
+def test_move_next_to_the_same_statement_runs_it_once():
+    source = "loss_a.backward(retain_graph=True)\nopt.step()  # early\nloss_b.backward()\nopt.step()\nlog()\n"
+    assert edit(source, "move_statement", 2, "opt.step()", after_line=3) == (
+        "loss_a.backward(retain_graph=True)\nloss_b.backward()\nopt.step()\nlog()\n")
+
+
 def test_wrap_no_grad_drops_data():
     source = "for p in ps:\n    p.data.add_(-lr * p.grad)  # sgd\n"
     assert edit(source, "wrap_no_grad", 2, replace=".data") == (

@@ -47,6 +47,22 @@ UNVERIFIABLE = """
         loss.backward()
 """
 
+# The error goes away with `head(features.detach())`, and so does the encoder's gradient that opt.step() uses.
+CUTS_A_GRADIENT = """
+    import torch
+
+    torch.manual_seed(0)
+    encoder = torch.nn.Linear(3, 3)
+    head = torch.nn.Linear(3, 1)
+    opt = torch.optim.SGD([*encoder.parameters(), *head.parameters()], lr=0.1)
+    features = encoder(torch.randn(4, 3))
+    for step in range(2):
+        loss = head(features).pow(2).sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+"""
+
 
 def run(args, cwd, **kw):
     env = dict(os.environ, OMP_NUM_THREADS="1")
@@ -111,6 +127,15 @@ def test_an_edit_that_does_not_verify_is_not_offered(tmp_path):
             "freed [freed_graph_reused]: no proposed edit verified: detach_argument at line 9: the edited script "
             "exits 1, not 0 (RuntimeError: element 0 of tensors does not require grad and does not have a grad_fn)"
             ) in proc.stderr
+
+
+def test_an_edit_that_cuts_a_gradient_the_optimizer_uses_is_not_offered(tmp_path):
+    (tmp_path / "script.py").write_text(textwrap.dedent(CUTS_A_GRADIENT).lstrip())
+    proc = run(["script.py"], tmp_path)
+    assert (proc.returncode, proc.stdout) == (1, "")
+    assert ("no proposed edit verified: detach_argument at line 9: backward call 1 no longer reaches 2 of the 4 "
+            "parameters that the optimizer step after it updates (optimizer 1 in the order they first step): the "
+            "error goes away, but so does their gradient") in proc.stderr
 
 
 def test_silent_write_is_reported_not_fixed(tmp_path):

@@ -193,7 +193,9 @@ def optimizer_between_backwards_rule(f: Finding, opt: WriteRecord) -> Verdict:
                                    reason=f"recompute `{save.code}` from a fresh forward after the step at line "
                                           f"{opt.location.line}"))
         hint = _detached_call(save.code if save else "")
-        if hint is not None and save is not None:
+        # Only at the user's own call of the model: a detach inside the model's forward would cut the gradient of
+        # every layer before it (the error goes away, the training is broken).
+        if hint is not None and save is not None and _same_function(save, opt.location):
             fixes.append(FixIntent("detach_argument", *_loc(save), target=hint[1], detail={"call": hint[0]},
                                    reason="feed the stepped model a detached input", preferred=not fixes))
         hint_text = (f"e.g. `{hint[0]}({hint[1]}.detach())`" if hint is not None

@@ -71,8 +71,18 @@ class _Locate(cst.CSTVisitor):
     def __init__(self, *lines: int):
         self.lines = lines
         self.found: dict[int, cst.BaseStatement] = {}
+        self.following: dict[int, cst.BaseStatement] = {}  # id(statement) -> the next one in its block
+
+    def next_is_same(self, line: int, other: int) -> bool:
+        """The statement after the one at ``line`` reads exactly as the one at ``other``."""
+        nxt, moved = self.following.get(id(self.found.get(line))), self.found.get(other)
+        simple = (cst.SimpleStatementLine,)
+        return isinstance(nxt, simple) and isinstance(moved, simple) and (  # comments aside
+            [_code(n) for n in nxt.body] == [_code(n) for n in moved.body])
 
     def on_visit(self, node: cst.CSTNode) -> bool:
+        if isinstance(node, (cst.Module, cst.IndentedBlock)):
+            self.following.update((id(a), b) for a, b in zip(node.body, node.body[1:]))
         if isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
             span = self.get_metadata(PositionProvider, node)
             for line in self.lines:
@@ -397,6 +407,8 @@ def _apply_one(statement, intent: FixIntent, locate: _Locate, after: dict):
             raise EditNotApplicable(f"no statement at line {detail.get('after_line')} to move after")
         if destination is statement:
             raise EditNotApplicable("a statement cannot move after itself")
+        if locate.next_is_same(detail["after_line"], intent.line):
+            return None  # `opt.step()` moved next to the same `opt.step()`: once per iteration, not twice
         after.setdefault(id(destination), []).append(statement.with_changes(leading_lines=[]))
         return None
     raise EditNotApplicable(f"no edit for action {action!r}")

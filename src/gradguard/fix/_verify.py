@@ -21,12 +21,13 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .._overlay import OVERLAY_ENV
+from .._overlay import COVERAGE_ENV, OVERLAY_ENV, read_coverage
 from ..core._frames import LIBRARY_PATHS
 from ..core._intents import FixIntent
 from ._edits import EditNotApplicable, apply_intents
+from ._for_pytest import FIX_PYTEST_REPORT_ENV, is_pytest, pytest_argv
 
-__all__ = ["RunResult", "AcceptedEdit", "Unfixed", "FixOutcome", "run_guarded", "repair"]
+__all__ = ["RunResult", "AcceptedEdit", "Unfixed", "FixOutcome", "run_guarded", "repair", "lost_gradients"]
 
 # Kinds whose failure a re-run can check; silent kinds are reported, never "fixed" (see the NOTE).
 _SILENT_KINDS = ("silent_write",)
@@ -38,6 +39,7 @@ class RunResult:
     findings: list[dict]
     stderr_tail: str = ""
     timed_out: bool = False
+    coverage: list[dict[str, set[str]]] | None = None  # per backward: optimizer parameters "used" and "reached"
 
 
 @dataclass
@@ -73,17 +75,22 @@ class FixOutcome:
 
 
 def run_guarded(command: list[str], cwd: str, sources: dict[str, str], timeout: float) -> RunResult:
-    """One ``gradguard run --json`` of the program with ``sources`` overlaid; its exit code and findings."""
+    """One ``gradguard run --json`` of the program with ``sources`` overlaid; its exit code and findings.
+    ``-m pytest`` runs pytest with the plugin instead (NOTE [Verifying an edit by re-running one test])."""
     with tempfile.TemporaryDirectory(prefix="gradguard-fix-") as folder:
         report = os.path.join(folder, "report.json")
         env = dict(os.environ)
         env.pop(OVERLAY_ENV, None)
+        coverage = os.path.join(folder, "coverage.json")
+        env[COVERAGE_ENV] = coverage
         if sources:
             overlay = os.path.join(folder, "overlay.json")
             with open(overlay, "w", encoding="utf-8") as handle:
                 json.dump(sources, handle)
             env[OVERLAY_ENV] = overlay
         argv = [sys.executable, "-m", "gradguard", "run", "--json", report, *command]
+        if is_pytest(command):
+            argv, env[FIX_PYTEST_REPORT_ENV] = pytest_argv(command), report
         try:
             proc = subprocess.run(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
                                   timeout=timeout)
@@ -94,7 +101,7 @@ def run_guarded(command: list[str], cwd: str, sources: dict[str, str], timeout: 
                 findings = json.load(handle).get("findings", [])
         except (OSError, ValueError):
             findings = []
-        return RunResult(proc.returncode, findings, proc.stderr[-2000:])
+        return RunResult(proc.returncode, findings, proc.stderr[-2000:], coverage=read_coverage(coverage))
 
 
 def signature(finding: dict) -> tuple:
@@ -153,6 +160,24 @@ def _last_error(stderr: str) -> str:
     return f" ({last[:160]})" if "Error" in last or "Exception" in last else ""
 
 
+def lost_gradients(before: RunResult, after: RunResult) -> str | None:
+    """Why the edited run cuts a gradient an optimizer step of the original run used (see NOTE [A fix must keep
+    the gradients the optimizer uses]); None when every backward still reaches what its step used."""
+    if not before.coverage:
+        return None
+    edited = after.coverage or []
+    for index, entry in enumerate(before.coverage):
+        used = entry.get("used", set())
+        reached = edited[index].get("reached", set()) if index < len(edited) else set()
+        missing = used - reached
+        if missing:
+            optimizers = sorted({int(key.split(":")[0]) + 1 for key in missing})
+            return (f"backward call {index + 1} no longer reaches {len(missing)} of the {len(used)} parameters "
+                    f"that the optimizer step after it updates (optimizer {', '.join(map(str, optimizers))} in the "
+                    f"order they first step): the error goes away, but so does their gradient")
+    return None
+
+
 def _healthy_exit(first: RunResult) -> int:
     """The exit code a repaired run should end with: 0 when the original failed at the hazard."""
     return 0 if first.findings else first.exit_code
@@ -202,7 +227,10 @@ def repair(command: list[str], cwd: str, *, timeout: float, max_rounds: int = 6,
             result = run_guarded(command, cwd, edited, timeout)
             runs += 1
             gone = not any(signature(f) == key for f in result.findings)
-            if result.timed_out:
+            cut = None if result.timed_out else lost_gradients(first, result)
+            if cut is not None:
+                tried.append(f"{intents[0].action} at line {intents[0].line}: {cut}")
+            elif result.timed_out:
                 tried.append(f"{intents[0].action} at line {intents[0].line}: the re-run timed out")
             elif not result.findings and result.exit_code == healthy:
                 kept = (intents, alternatives, edited, result)

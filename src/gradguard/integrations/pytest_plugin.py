@@ -6,7 +6,10 @@
 * the ``gradguard`` fixture: the test runs under the guard and gets a handle whose ``findings`` lists what
   the guard found so far (``pytest.raises(gradguard.InplaceModificationError)`` then inspect);
 * findings are attached to the test's report (a "gradguard" section, shown with the failure) and summed up
-  in the terminal summary.
+  in the terminal summary;
+* ``pytest --gradguard-fix``: a test that fails at a hazard is re-run with the edit its diagnosis proposes (in
+  a subprocess, as ``gradguard fix`` does); the edit is shown under the finding only if the test then passes
+  with no finding ("gradguard fix" section and terminal summary), else why none verified.
 
 This module must load without importing any deep-learning framework (pytest loads it in every run of every
 project that has gradguard installed): it imports only pytest and the standard library at module level, and
@@ -25,6 +28,10 @@ __all__ = ["GradguardFixture"]
 _GUARD_ARGUMENTS = ("fingerprint", "track_writes", "backend")
 _all_key = pytest.StashKey[list]()  # config -> [(nodeid, finding), ...]
 _aside_key = pytest.StashKey[list]()  # config -> [(nodeid, reason), ...]: tests the guard stepped aside for
+_fix_key = pytest.StashKey[dict]()  # config -> {nodeid: the "gradguard fix" section's text}
+# Set when this pytest verifies an edit for `gradguard fix` (NOTE [Verifying an edit by re-running one test]):
+# the report path for its findings.
+_FIX_REPORT_ENV = "GRADGUARD_FIX_PYTEST_REPORT"
 
 
 def pytest_addoption(parser):
@@ -38,6 +45,10 @@ def pytest_addoption(parser):
                     help="how --gradguard guards tests without a marker: auto (default) runs the cheap sentinel "
                          "and re-runs a test that failed at a hazard in forensic mode to name the writer (the test "
                          "body runs twice); sentinel: no re-run; forensic: every test with the write log")
+    group.addoption("--gradguard-fix", action="store_true", default=False,
+                    help="for a test that fails at a gradient hazard, re-run it with the edit its diagnosis "
+                         "proposes (a subprocess: `gradguard run -m pytest` on that test, so the test runs again) "
+                         "and show the diff under the finding only if the test then passes with no finding")
 
 
 def pytest_configure(config):
@@ -48,7 +59,27 @@ def pytest_configure(config):
     )
     config.stash[_all_key] = []
     config.stash[_aside_key] = []
+    config.stash[_fix_key] = {}
+    if os.environ.get(_FIX_REPORT_ENV):  # a verification run of `gradguard fix`: the edited sources, coverage
+        from gradguard._overlay import install_overlay
 
+        install_overlay()
+        try:
+            from gradguard.backends.torch._coverage import install_coverage_probe
+
+            install_coverage_probe()
+        except ImportError:  # not a torch project: the coverage check needs torch's optimizers
+            pass
+
+
+def pytest_sessionfinish(session, exitstatus):
+    report = os.environ.get(_FIX_REPORT_ENV)
+    if report:
+        from gradguard.report._json import findings_to_json
+
+        with open(report, "w", encoding="utf-8") as handle:
+            handle.write(findings_to_json([f for _, f in session.config.stash.get(_all_key, [])],
+                                          script=" ".join(session.config.invocation_params.args)))
 
 class GradguardFixture:
     """What the ``gradguard`` fixture gives a test: the active guard and its findings so far."""
@@ -232,6 +263,12 @@ def pytest_runtest_call(item):
             text = "\n\n".join(render_finding(f) for f in findings)
             item.add_report_section("call", "gradguard", text + "\n")
             item.config.stash[_all_key].extend((item.nodeid, f) for f in findings)
+            if item.config.getoption("--gradguard-fix") and not os.environ.get(_FIX_REPORT_ENV):
+                fix_text = _verified_fix(item) if any(f.fixes for f in findings) else (
+                    "no edit is known for this diagnosis "
+                    f"({', '.join(dict.fromkeys(f.rule or f.kind for f in findings))}): nothing to verify\n")
+                item.add_report_section("call", "gradguard fix", fix_text)
+                item.config.stash[_fix_key][item.nodeid] = fix_text
     reason = " ".join(reason.split())[:200]
     item.add_report_section("call", "gradguard", f"gradguard stepped aside: the guard cannot watch this test "
                                                  f"({reason}); it ran again without the guard\n")
@@ -239,6 +276,21 @@ def pytest_runtest_call(item):
     if "torch._dynamo" in sys.modules:  # Dynamo caches the failed guarded compile: compile afresh, unguarded
         sys.modules["torch"].compiler.reset()
     return item.runtest()  # the test's own outcome, unguarded
+
+
+def _verified_fix(item) -> str:
+    """The "gradguard fix" section: the verified diff, or why there is none (never raises: the test's own
+    failure is what the user came for)."""
+    from gradguard._rerun import DEFAULT_RERUN_TIMEOUT
+    from gradguard.core._internal import log_fallback
+
+    try:
+        from gradguard.fix._for_pytest import verified_fix_text
+
+        return verified_fix_text(item.nodeid, str(item.config.rootpath), DEFAULT_RERUN_TIMEOUT)
+    except Exception as error:
+        log_fallback("pytest_plugin", f"gradguard fix for {item.nodeid}", error)
+        return f"gradguard fix could not run for this test ({type(error).__name__}: {error})\n"
 
 
 def _summarise_stepped_aside(terminalreporter, config) -> None:
@@ -266,5 +318,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
             terminalreporter.write_line(printable(f"    saved by: {finding.saved_at.op}"))
         if finding.suggestion:
             terminalreporter.write_line(printable(f"    fix: {finding.suggestion}"))
+    for nodeid, text in config.stash.get(_fix_key, {}).items():
+        terminalreporter.write_line(f"gradguard fix, {nodeid}:")
+        for line in text.splitlines():
+            terminalreporter.write_line(printable(f"    {line}"))
     tests = len({nodeid for nodeid, _ in found})
     terminalreporter.write_line(f"gradguard: {len(found)} finding(s) in {tests} test(s)")

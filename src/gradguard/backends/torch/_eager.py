@@ -395,10 +395,11 @@ def _crossing_tensor(site: _Site, earlier: SourceLocation | None) -> _Crossing |
         return None
     scope = {**site.frame.f_globals, **site.frame.f_locals}
     filename, line = site.location.file, site.location.line
-    # When the earlier backward is this statement in an earlier iteration, a tensor assigned inside the loop
-    # before it was recomputed since (a fresh graph): only what was made outside the loop can cross.
-    loop = _enclosing_loop(filename, line) if earlier is not None and (earlier.file, earlier.line) == (
-        filename, line) else None
+    # When the earlier backward is this statement in an earlier iteration, a tensor assigned unconditionally in
+    # the loop body was recomputed since (a fresh graph); one assigned under an `if` (`if first is None: first =
+    # out`) or outside the loop may still hold the old graph.
+    every_iteration = _assigned_every_iteration(filename, line) if earlier is not None and (
+        earlier.file, earlier.line) == (filename, line) else frozenset()
     candidates = []
     for name, value, binding in _graph_tensors(scope):
         if name == receiver or value.grad_fn not in freed:
@@ -407,7 +408,7 @@ def _crossing_tensor(site: _Site, earlier: SourceLocation | None) -> _Crossing |
         # The earlier backward can only have freed a graph that existed when it ran.
         if made is None or (earlier is not None and earlier.file == filename and made.line >= earlier.line):
             continue
-        if loop is not None and loop[0] <= made.line <= loop[1] and not made.code.startswith(("for ", "async for ")):
+        if made.line in every_iteration:
             continue  # recomputed in every iteration (a loop target, though, may hand out pieces of an old graph)
         candidates.append((made.line, name, made, value))
     if not candidates:
@@ -431,21 +432,32 @@ def _graph_tensors(scope: dict):
                     yield f"{name}.{attribute}", member, f"self.{attribute}"
 
 
-def _enclosing_loop(filename: str, line: int) -> tuple[int, int] | None:
-    """First and last line of the innermost ``for``/``while`` around ``line``."""
+def _assigned_every_iteration(filename: str, line: int) -> frozenset[int]:
+    """Lines of the statements that run in every iteration of the innermost ``for``/``while`` around ``line``:
+    its body's own statements and those of ``with`` blocks in it, not branches (``if``/``try``) or nested loops."""
     import ast
     import linecache
 
     try:
         tree = ast.parse("".join(linecache.getlines(filename)))
     except SyntaxError:
-        return None
-    best = None
+        return frozenset()
+    loop = None
     for node in ast.walk(tree):
         if isinstance(node, (ast.For, ast.While, ast.AsyncFor)) and node.lineno < line <= (node.end_lineno or 0):
-            if best is None or node.lineno > best[0]:
-                best = (node.lineno, node.end_lineno)
-    return best
+            if loop is None or node.lineno > loop.lineno:
+                loop = node
+    if loop is None:
+        return frozenset()
+    lines: set[int] = set()
+    pending = list(loop.body)
+    while pending:
+        statement = pending.pop()
+        if not isinstance(statement, (ast.For, ast.AsyncFor)):  # a loop target may hand out old graphs' pieces
+            lines.add(statement.lineno)
+        if isinstance(statement, (ast.With, ast.AsyncWith)):
+            pending.extend(statement.body)
+    return frozenset(lines)
 
 
 def _first_call_with(filename: str, start: int, stop: int, name: str):

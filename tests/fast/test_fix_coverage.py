@@ -1,0 +1,35 @@
+"""The gradient-coverage check of `gradguard fix`: an edit that removes the error together with a gradient the
+optimizer uses is not a fix (NOTE [A fix must keep the gradients the optimizer uses])."""
+
+import torch
+
+from gradguard.backends.torch._coverage import _Recorder
+from gradguard.fix._verify import RunResult, lost_gradients
+
+
+def test_a_backward_uses_what_the_steps_before_the_next_backward_update():
+    encoder, head, other = torch.nn.Linear(2, 2), torch.nn.Linear(2, 1), torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD([*encoder.parameters(), *head.parameters()], lr=0.1)
+    unused = torch.optim.SGD(other.parameters(), lr=0.1)
+    recorder = _Recorder("unused.json")
+    loss = head(encoder(torch.randn(3, 2))).sum() + other(torch.randn(3, 2)).sum()
+    recorder.backward([loss])
+    recorder.step(opt)
+    recorder.backward([head(torch.randn(3, 2)).sum()])  # reaches only the head; no step follows
+    # optimizer 0's four parameters (encoder weight, bias, head weight, bias); `other` is reached but never stepped
+    everything = ["0:0", "0:1", "0:2", "0:3"]
+    assert recorder.used_sets() == [{"used": everything, "reached": everything},
+                                    {"used": [], "reached": ["0:2", "0:3"]}]
+
+
+def test_a_cut_gradient_is_named_and_a_kept_one_passes():
+    everything = {"0:0", "0:1", "0:2", "0:3"}
+    before = RunResult(1, [], coverage=[{"used": everything, "reached": everything}, {"used": set(), "reached": set()}])
+    # reached counts, not used: an edit may move the step after a later backward (backward 1 then uses nothing)
+    moved = RunResult(0, [], coverage=[{"used": set(), "reached": everything}, {"used": everything,
+                                                                                 "reached": {"0:2"}}])
+    assert lost_gradients(before, moved) is None
+    assert lost_gradients(before, RunResult(0, [], coverage=[{"used": set(), "reached": {"0:2", "0:3"}}])) == (
+        "backward call 1 no longer reaches 2 of the 4 parameters that the optimizer step after it updates "
+        "(optimizer 1 in the order they first step): the error goes away, but so does their gradient")
+    assert lost_gradients(RunResult(1, [], coverage=None), RunResult(0, [], coverage=[])) is None
