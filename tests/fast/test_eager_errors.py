@@ -122,7 +122,7 @@ def test_backward_twice_through_carried_state_names_the_state():
     assert "freed by" in str(error)
 
 
-def test_backward_twice_without_a_loop_keeps_the_generic_advice():
+def test_backward_twice_of_one_loss_on_two_lines_deletes_the_second():
     x = torch.randn(3, requires_grad=True)
 
     def twice():
@@ -131,8 +131,9 @@ def test_backward_twice_without_a_loop_keeps_the_generic_advice():
         y.backward()
 
     finding = _raised(gradguard.BackwardTwiceError, twice).finding
-    assert finding.rule == "backward_twice"
-    assert "retain_graph=True" in finding.suggestion
+    assert finding.rule == "same_loss_backward_twice"
+    assert "retain_graph=True would only hide it" in finding.suggestion
+    assert [(i.action, i.target) for i in finding.fixes] == [("remove_statement", "y.backward()")]
 
 
 def test_users_own_errors_pass_through_unchanged():
@@ -180,3 +181,55 @@ def test_a_loss_accumulated_across_a_backward_without_a_reset(tmp_path):
                                   "so each backward covers only its own losses.")
     assert [(i.action, i.line, i.detail) for i in finding.fixes] == [("insert_before", 8, {"code": "loss = 0"})]
     assert "saved by    : the forward call at" in str(info.value)
+
+
+SAME_LOSS_TWICE = '''\
+import torch
+
+model = torch.nn.Linear(3, 1)
+
+
+def criterion(x):
+    loss = model(x).tanh().sum()
+    loss.backward()
+    return loss
+
+
+loss = criterion(torch.randn(4, 3))
+loss.backward()
+'''
+
+
+def test_the_same_loss_backpropagated_by_a_helper_and_by_its_caller(tmp_path):
+    # corpus 054 (R-Drop: the criterion and the task both call optimizer.backward(loss)): nothing crosses between
+    # graphs; the repair deletes the second call, where the two call paths part
+    script = tmp_path / "same_loss.py"
+    script.write_text(SAME_LOSS_TWICE)
+    with pytest.raises(gradguard.BackwardTwiceError) as info:
+        with gradguard.guard():
+            exec(compile(SAME_LOSS_TWICE, str(script), "exec"), {})
+    finding = info.value.finding
+    assert finding.rule == "same_loss_backward_twice"
+    assert finding.tensor.name == "loss"
+    assert finding.context["display"][:2] == [
+        ("first", "backpropagated at line 8 (called from line 12): loss.backward()"),
+        ("again", "at line 13: loss.backward()")]
+    assert finding.explanation == (
+        "The same `loss` is backpropagated twice: `loss.backward()` at line 8 (called from line 12) already ran its "
+        "backward, which freed the saved tensors of its graph, and `loss.backward()` at line 13 backpropagates it "
+        "again.")
+    assert finding.suggestion == (
+        "Backpropagate each loss once: delete `loss.backward()` at line 13; the call at line 8 already computed its "
+        "gradients. retain_graph=True would only hide it: the second backward would add the same gradients again.")
+    assert [(i.action, i.line, i.target) for i in finding.fixes] == [("remove_statement", 13, "loss.backward()")]
+
+
+def test_the_same_loss_backpropagated_twice_in_one_line_of_a_loop_is_not_this_case(tmp_path):
+    # the same path both times (a forward made before the loop): no call to delete
+    code = "import torch\nw = torch.ones(2, requires_grad=True)\nloss = (w * w).sum()\nfor _ in range(2):\n    loss.backward()\n"
+    script = tmp_path / "loop.py"
+    script.write_text(code)
+    with pytest.raises(gradguard.BackwardTwiceError) as info:
+        with gradguard.guard():
+            exec(compile(code, str(script), "exec"), {})
+    assert info.value.finding.rule == "forward_outside_loop"

@@ -87,6 +87,14 @@ def test_move_next_to_the_same_statement_runs_it_once():
         "loss_a.backward(retain_graph=True)\nloss_b.backward()\nopt.step()\nlog()\n")
 
 
+def test_rebind_a_refilled_buffer_in_a_tuple_target():
+    source = "self.obs[:], rewards, self.dones, infos = self.env.step(actions)  # refill\n"
+    assert edit(source, "rebind_slice_target", 1, "self.obs") == (
+        "self.obs, rewards, self.dones, infos = self.env.step(actions)  # refill\n")
+    with pytest.raises(EditNotApplicable, match=r"`obs\[:\]` is not assigned"):
+        edit("obs[1:], r = step()\n", "rebind_slice_target", 1, "obs")
+
+
 def test_wrap_no_grad_drops_data():
     source = "for p in ps:\n    p.data.add_(-lr * p.grad)  # sgd\n"
     assert edit(source, "wrap_no_grad", 2, replace=".data") == (

@@ -63,6 +63,251 @@ CUTS_A_GRADIENT = """
         opt.step()
 """
 
+# SAC's update order (toshikwa/soft-actor-critic.pytorch#1): every loss first, then a helper per loss that steps.
+HELPER_STEPS = """
+    import torch
+
+    torch.manual_seed(0)
+    critic, policy = torch.nn.Linear(2, 1), torch.nn.Linear(2, 2)
+    critic_opt = torch.optim.SGD(critic.parameters(), lr=0.1)
+    policy_opt = torch.optim.SGD(policy.parameters(), lr=0.1)
+
+
+    def update(opt, loss):
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+
+    states = torch.randn(4, 2)
+    critic_loss = critic(states).pow(2).mean()
+    policy_loss = -critic(policy(states)).mean()
+    update(critic_opt, critic_loss)
+    update(policy_opt, policy_loss)
+"""
+
+HELPER_STEPS_DIFF = """\
+--- a/script.py
++++ b/script.py
+@@ -14,6 +14,6 @@ line 17 (moved after line 18): compute `policy_loss` from a fresh forward after the steps that run before its backward (after line 18) (also proposed, not verified: backpropagate `policy_loss` and step right after it is made (line 17), before the steps that update the weights its forward saved, line 19)
+ 
+ states = torch.randn(4, 2)
+ critic_loss = critic(states).pow(2).mean()
++update(critic_opt, critic_loss)
+ policy_loss = -critic(policy(states)).mean()
+-update(critic_opt, critic_loss)
+ update(policy_opt, policy_loss)
+"""
+
+# SinGAN's generator loop (tamarott/SinGAN#148): `fake` made once, before the loop that steps the generator.
+MADE_BEFORE_THE_LOOP = """
+    import torch
+
+    torch.manual_seed(0)
+    gen = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Tanh(), torch.nn.Linear(2, 2))
+    disc = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(gen.parameters(), lr=0.1)
+    noise = torch.randn(4, 2)
+    fake = gen(noise)
+    for step in range(2):
+        opt.zero_grad()
+        loss = -disc(fake).mean()
+        loss.backward(retain_graph=True)
+        opt.step()
+"""
+
+MADE_BEFORE_THE_LOOP_DIFF = """\
+--- a/script.py
++++ b/script.py
+@@ -8,6 +8,7 @@ line 11: recompute `fake` in the loop (it was made once, at line 8, and the loop's step updates the weights its forward saved) (also proposed, not verified: each backward then frees its own iteration's graph, line 12)
+ fake = gen(noise)
+ for step in range(2):
+     opt.zero_grad()
++    fake = gen(noise)
+     loss = -disc(fake).mean()
+     loss.backward(retain_graph=True)
+     opt.step()
+"""
+
+
+# karpathy/nn-zero-to-hero#31: the forward computed once, `loss.backward()` and the update repeated in a loop.
+FORWARD_BEFORE_THE_LOOP = """
+    import torch
+
+    torch.manual_seed(0)
+    w = torch.randn(3, 3, requires_grad=True)
+    x = torch.randn(4, 3)
+    hidden = (x @ w).tanh()
+    loss = hidden.pow(2).mean()
+    for step in range(3):
+        w.grad = None
+        loss.backward()
+        with torch.no_grad():
+            w -= 0.1 * w.grad
+"""
+
+FORWARD_BEFORE_THE_LOOP_DIFF = """\
+--- a/script.py
++++ b/script.py
+@@ -7,6 +7,8 @@ line 10: the forward (lines 6-7) runs in every iteration, so each backward has its own graph
+ loss = hidden.pow(2).mean()
+ for step in range(3):
+     w.grad = None
++    hidden = (x @ w).tanh()
++    loss = hidden.pow(2).mean()
+     loss.backward()
+     with torch.no_grad():
+         w -= 0.1 * w.grad
+"""
+
+# sgadgil6/cnslab_fmri#4: a recurrent state kept on the module across batches (`out, self.hidden = ...`).
+STATE_ON_THE_MODULE = """
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+
+
+    class Tagger(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rnn = nn.GRU(3, 4, batch_first=True)
+            self.hidden = torch.zeros(1, 2, 4)
+
+        def forward(self, x):
+            out, self.hidden = self.rnn(x, self.hidden)
+            return out[:, -1]
+
+
+    model = Tagger()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for batch in range(2):
+        opt.zero_grad()
+        loss = model(torch.randn(2, 5, 3)).pow(2).mean()
+        loss.backward()
+        opt.step()
+"""
+
+STATE_ON_THE_MODULE_DIFF = """\
+--- a/script.py
++++ b/script.py
+@@ -12,6 +12,7 @@ line 14: `self.hidden` carries values into the next batch, not its graph
+ 
+     def forward(self, x):
+         out, self.hidden = self.rnn(x, self.hidden)
++        self.hidden = self.hidden.detach()
+         return out[:, -1]
+ 
+ 
+"""
+
+# hill-a/stable-baselines#550: an observation buffer refilled in place (`obs[:], ... = env.step(...)`).
+REFILLED_BUFFER = """
+    import torch
+
+    torch.manual_seed(0)
+    policy = torch.nn.Linear(4, 2)
+    obs = torch.randn(2, 4)
+    log_probs = []
+    for step in range(3):
+        dist = torch.distributions.Categorical(logits=policy(obs))
+        log_probs.append(dist.log_prob(dist.sample()))
+        obs[:], done = torch.randn(2, 4), False
+    loss = -torch.stack(log_probs).mean()
+    loss.backward()
+"""
+
+REFILLED_BUFFER_DIFF = """\
+--- a/script.py
++++ b/script.py
+@@ -7,6 +7,6 @@ line 10: `obs` then names the new tensor; the one backward saved keeps its values
+ for step in range(3):
+     dist = torch.distributions.Categorical(logits=policy(obs))
+     log_probs.append(dist.log_prob(dist.sample()))
+-    obs[:], done = torch.randn(2, 4), False
++    obs, done = torch.randn(2, 4), False
+ loss = -torch.stack(log_probs).mean()
+ loss.backward()
+"""
+
+# gdrl's SAC (mimoralea/gdrl#13): the policy loss is built from critic outputs, then the critics step, then the
+# policy's backward: the policy's zero_grad, backward and step move up to where its loss is made.
+LOSS_INPUTS_MADE_BEFORE_THE_STEPS = """
+    import torch
+
+    torch.manual_seed(0)
+    critic, policy = torch.nn.Linear(4, 1), torch.nn.Linear(2, 2)
+    critic_opt = torch.optim.SGD(critic.parameters(), lr=0.1)
+    policy_opt = torch.optim.SGD(policy.parameters(), lr=0.1)
+    states, actions, targets = torch.randn(4, 2), torch.randn(4, 2), torch.randn(4, 1)
+
+    q_policy = critic(torch.cat([states, policy(states)], 1))
+    policy_loss = -q_policy.mean()
+    q = critic(torch.cat([states, actions], 1))
+    critic_loss = (q - targets).pow(2).mean()
+    critic_opt.zero_grad()
+    critic_loss.backward()
+    critic_opt.step()
+    policy_opt.zero_grad()
+    policy_loss.backward()
+    policy_opt.step()
+"""
+
+LOSS_INPUTS_MADE_BEFORE_THE_STEPS_DIFF = """\
+--- a/script.py
++++ b/script.py
+@@ -8,11 +8,11 @@ lines 16-18 (moved after line 10): backpropagate `policy_loss` and step right after it is made (line 10), before the steps that update the weights its forward saved (also proposed, not verified: recompute `q_policy = critic(torch.cat([states, policy(states)], 1))` from a fresh forward after the step at line 15, line 15)
+ 
+ q_policy = critic(torch.cat([states, policy(states)], 1))
+ policy_loss = -q_policy.mean()
++policy_opt.zero_grad()
++policy_loss.backward()
++policy_opt.step()
+ q = critic(torch.cat([states, actions], 1))
+ critic_loss = (q - targets).pow(2).mean()
+ critic_opt.zero_grad()
+ critic_loss.backward()
+ critic_opt.step()
+-policy_opt.zero_grad()
+-policy_loss.backward()
+-policy_opt.step()
+"""
+
+# R-Drop (dropreg/R-Drop#8): the criterion backpropagates the loss it returns, and its caller does it again.
+SAME_LOSS_TWICE = """
+    import torch
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+    def criterion(x):
+        loss = model(x).tanh().sum()
+        loss.backward()
+        return loss
+
+
+    for step in range(2):
+        loss = criterion(torch.randn(4, 3))
+        with torch.autograd.profiler.record_function("backward"):
+            loss.backward()
+        opt.step()
+"""
+
+SAME_LOSS_TWICE_DIFF = """\
+--- a/script.py
++++ b/script.py
+@@ -13,6 +13,4 @@ line 17: `loss` is already backpropagated at line 10
+ 
+ for step in range(2):
+     loss = criterion(torch.randn(4, 3))
+-    with torch.autograd.profiler.record_function("backward"):
+-        loss.backward()
+     opt.step()
+"""
+
+
 
 def run(args, cwd, **kw):
     env = dict(os.environ, OMP_NUM_THREADS="1")
@@ -138,6 +383,22 @@ def test_an_edit_that_cuts_a_gradient_the_optimizer_uses_is_not_offered(tmp_path
             "error goes away, but so does their gradient") in proc.stderr
 
 
+@pytest.mark.parametrize("script, diff", [(HELPER_STEPS, HELPER_STEPS_DIFF),
+                                          (MADE_BEFORE_THE_LOOP, MADE_BEFORE_THE_LOOP_DIFF),
+                                          (FORWARD_BEFORE_THE_LOOP, FORWARD_BEFORE_THE_LOOP_DIFF),
+                                          (STATE_ON_THE_MODULE, STATE_ON_THE_MODULE_DIFF),
+                                          (REFILLED_BUFFER, REFILLED_BUFFER_DIFF),
+                                          (LOSS_INPUTS_MADE_BEFORE_THE_STEPS, LOSS_INPUTS_MADE_BEFORE_THE_STEPS_DIFF),
+                                          (SAME_LOSS_TWICE, SAME_LOSS_TWICE_DIFF)],
+                         ids=["loss-made-before-a-helper-steps", "value-made-before-the-loop-that-steps",
+                              "forward-made-before-the-loop", "state-kept-on-the-module", "refilled-buffer",
+                              "loss-inputs-made-before-the-steps", "same-loss-twice"])
+def test_repairs_of_public_bug_report_shapes(tmp_path, script, diff):
+    (tmp_path / "script.py").write_text(textwrap.dedent(script).lstrip())
+    proc = run(["script.py"], tmp_path)
+    assert (proc.returncode, proc.stdout) == (0, diff), proc.stderr
+
+
 def test_silent_write_is_reported_not_fixed(tmp_path):
     name = copy(tmp_path, os.path.join(ROOT, "examples", "inplace", "09_data_write_buggy.py"), "script.py")
     proc = run([name], tmp_path)
@@ -183,13 +444,40 @@ def _fix_then_run_plain(path: str, folder) -> tuple[int, int, str]:
 
 
 def test_bundled_examples_run_clean_after_apply(tmp_path):
-    """Every loud bundled example but one runs clean under plain python after `gradguard fix --apply` (two at a
-    time: the runs are subprocesses). The actor-critic order has no verified edit (docs/fix.md) and says so."""
+    """Every loud bundled example runs clean under plain python after `gradguard fix --apply` (two at a time: the
+    runs are subprocesses)."""
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(2) as pool:
         results = dict(zip(LOUD_EXAMPLES, pool.map(
             lambda p: _fix_then_run_plain(p, tmp_path / os.path.basename(p)[:2]), LOUD_EXAMPLES)))
     unfixed = {os.path.basename(p): err[-300:] for p, (fix, plain, err) in results.items() if (fix, plain) != (0, 0)}
-    assert sorted(unfixed) == ["02_actor_critic_buggy.py"], unfixed
-    assert "no proposed edit verified" in unfixed["02_actor_critic_buggy.py"]
+    assert unfixed == {}
+
+
+ACTOR_CRITIC_DIFF = """\
+--- a/script.py
++++ b/script.py
+@@ -15,11 +15,12 @@ line 18 (moved after line 22): compute `actor_loss` from a fresh forward after the steps that run before its backward (after line 22) (also proposed, not verified: recompute `q = critic(torch.cat([state, action], dim=1))` from a fresh forward after the step at line 21, line 21); line 21: recompute `q = critic(torch.cat([state, action], dim=1))` from a fresh forward after the step at line 21
+     action = actor(state)
+     q = critic(torch.cat([state, action], dim=1))
+     critic_loss = ((q - target) ** 2).mean()
+-    actor_loss = -q.mean()
+     critic_opt.zero_grad()
+     critic_loss.backward(retain_graph=True)
+     critic_opt.step()
++    q = critic(torch.cat([state, action], dim=1))
+     actor_opt.zero_grad()
++    actor_loss = -q.mean()
+     actor_loss.backward()
+     actor_opt.step()
+     print(f"step {step}: critic_loss={critic_loss.item():.4f} actor_loss={actor_loss.item():.4f}")
+"""
+
+
+def test_actor_critic_example_gets_a_fresh_critic_forward_after_the_critic_step(tmp_path):
+    # Two rounds: the actor's loss moves after the critic's step (its first stale tensor goes), then `q` is
+    # recomputed there from the stepped critic (DDPG's order); line numbers in the reasons are the original's.
+    name = copy(tmp_path, os.path.join(ROOT, "examples", "inplace", "02_actor_critic_buggy.py"), "script.py")
+    proc = run([name], tmp_path)
+    assert (proc.returncode, proc.stdout) == (0, ACTOR_CRITIC_DIFF), proc.stderr

@@ -267,14 +267,41 @@ def _generic_inplace(f: Finding, first: WriteRecord) -> Verdict:
         fixes.append(FixIntent(action, first.location.file, first.location.line,
                                target=rewritten.split(" = ", 1)[0],
                                reason=f"`{rewritten}` makes a new tensor and leaves the saved one intact"))
+    refilled = _refilled_name(code)
+    if refilled and first.location is not None and not fixes:
+        fixes.append(FixIntent("rebind_slice_target", first.location.file, first.location.line, target=refilled,
+                               reason=f"`{refilled}` then names the new tensor; the one backward saved keeps its "
+                                      f"values"))
+    suggestion = (f"Write it out of place: `{rewritten}` instead of `{code}`." if rewritten else
+                  f"Bind `{refilled}` to the new value instead of refilling it (`{refilled}` for `{refilled}[:]` "
+                  f"in `{code}`): the tensor backward saved keeps its values. (Code that holds the old tensor no "
+                  f"longer sees updates.)" if refilled else
+                  "Clone before the in-place write (`y = x.clone()` and write into y), or use the out-of-place op.")
     return Verdict(
         "generic_inplace",
         _prefix(f) + f"{first.op} at {_where(first)} wrote in place into a tensor that {_saver(f)} saved for "
         f"backward.",
-        (f"Write it out of place: `{rewritten}` instead of `{code}`." if rewritten else
-         "Clone before the in-place write (`y = x.clone()` and write into y), or use the out-of-place op."),
+        suggestion,
         fixes,
     )
+
+
+def _refilled_name(code: str) -> str | None:
+    """``self.obs[:], r = env.step(a)`` -> ``self.obs``: a whole-slice assignment target (a buffer refilled)."""
+    import ast
+
+    try:
+        statement = ast.parse(code.strip()).body[0]
+    except (SyntaxError, IndexError):
+        return None
+    if not isinstance(statement, ast.Assign):
+        return None
+    for node in ast.walk(ast.Tuple(elts=statement.targets, ctx=ast.Store())):
+        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Slice) and not (
+                node.slice.lower or node.slice.upper or node.slice.step):
+            if isinstance(node.value, (ast.Name, ast.Attribute)):
+                return ast.unparse(node.value)
+    return None
 
 
 R = _inplace_rules

@@ -139,8 +139,10 @@ def optimizer_wraps_retained_graph(f: Finding, opt: WriteRecord) -> bool:
     graph was kept alive across iterations."""
     backward = _backward_location(f)
     carried = carried_state(backward)
+    # A loss made statements before the call that backpropagates it, in an outer frame, with steps in between
+    # (NOTE [A loss made before the steps]) is a helper's backward-then-step called per loss, not a loop.
     loop_wrapped = (_same_function(backward, opt.location) and backward is not None and opt.location is not None
-                    and backward.line < opt.location.line)
+                    and backward.line < opt.location.line and not f.context.get("loss_made_early"))
     return loop_wrapped or bool(carried and not _same_function(backward, opt.location))
 
 
@@ -198,6 +200,7 @@ def optimizer_between_backwards_rule(f: Finding, opt: WriteRecord) -> Verdict:
         if hint is not None and save is not None and _same_function(save, opt.location):
             fixes.append(FixIntent("detach_argument", *_loc(save), target=hint[1], detail={"call": hint[0]},
                                    reason="feed the stepped model a detached input", preferred=not fixes))
+        fixes += _loss_site_repairs(f, opt, fixes)
         hint_text = (f"e.g. `{hint[0]}({hint[1]}.detach())`" if hint is not None
                      else "the other model's output `.detach()`ed")
         two_models = _two_models_wording(receivers)
@@ -211,10 +214,15 @@ def optimizer_between_backwards_rule(f: Finding, opt: WriteRecord) -> Verdict:
             fixes,
         )
     fixes = []
-    if opt.location is not None and backward is not None:
+    # NOTE [A loss made before the steps]: when the step already follows this backward (a helper's zero_grad,
+    # backward, step), moving it cannot help: the loss must be made after the earlier steps.
+    step_follows = (_same_function(backward, opt.location) and backward is not None and opt.location is not None
+                    and opt.location.line > backward.line)
+    if opt.location is not None and backward is not None and not step_follows:
         fixes.append(FixIntent("move_statement", *_loc(opt.location), target=opt.location.code,
                                detail={"after_line": backward.line},
                                reason=f"backpropagate every loss before stepping (after line {backward.line})"))
+    fixes += _loss_site_repairs(f, opt, fixes)
     return Verdict(
         "optimizer_step_between_backwards",
         why,
@@ -223,6 +231,63 @@ def optimizer_between_backwards_rule(f: Finding, opt: WriteRecord) -> Verdict:
         f"then step once per batch.",
         fixes,
     )
+
+
+def _loss_made_early(f: Finding, opt: WriteRecord) -> FixIntent | None:
+    """Move the statement that made the loss to after the steps that ran before its backward (the step sits in a
+    helper after that helper's own backward: SAC's ``update_params``)."""
+    early = f.context.get("loss_made_early")
+    if not early:
+        return None
+    step = opt.location
+    if step is not None and (step.file, step.function) == (early["file"], early.get("function")) and not (
+            early["line"] < step.line <= early["after_line"]):
+        return None  # the step is not one of the statements in between: moving the loss changes nothing
+    return FixIntent("move_statement", early["file"], early["line"], target=early["code"],
+                     detail={"after_line": early["after_line"]},
+                     reason=f"compute `{early['name']}` from a fresh forward after the steps that run before its "
+                            f"backward (after line {early['after_line']})", preferred=False)
+
+
+def _backward_moved_up(f: Finding, opt: WriteRecord) -> list[FixIntent]:
+    """Move the statements that backpropagate the loss and step with it to just after the loss is made, before the
+    other steps (gdrl's SAC: the policy loss's inputs were made before the critics stepped, not only the loss)."""
+    early = f.context.get("loss_made_early")
+    lines = (early or {}).get("backward_block")
+    if not lines or _loss_made_early(f, opt) is None:
+        return []
+    return [FixIntent("move_statement", early["file"], line, detail={"after_line": early["line"], "group": 1},
+                      reason=f"backpropagate `{early['name']}` and step right after it is made (line {early['line']}), "
+                             f"before the steps that update the weights its forward saved", preferred=False)
+            for line in lines]
+
+
+def _loss_site_repairs(f: Finding, opt: WriteRecord, earlier: list[FixIntent]) -> list[FixIntent]:
+    """The repairs read from where the loss was made (alternatives; the first one preferred when no other rule
+    proposed an edit)."""
+    repairs: list[list[FixIntent]] = [[i] for i in (_loss_made_early(f, opt), _recompute_in_loop(f)) if i is not None]
+    moved_up = _backward_moved_up(f, opt)
+    if moved_up:
+        repairs.insert(1 if repairs else 0, moved_up)
+    if not earlier and repairs:
+        repairs[0] = [_as_preferred(i) for i in repairs[0]]
+    return [intent for repair in repairs for intent in repair]
+
+
+def _recompute_in_loop(f: Finding) -> FixIntent | None:
+    """Recompute, at the top of the loop that steps, a value made once before it (SinGAN's ``fake``)."""
+    again = f.context.get("recompute_in_loop")
+    if not again:
+        return None
+    return FixIntent("insert_before", again["file"], again["line"], target=again["name"],
+                     detail={"code": again["code"]},
+                     reason=f"recompute `{again['name']}` in the loop (it was made once, at line "
+                            f"{again['made_line']}, and the loop's step updates the weights its forward saved)",
+                     preferred=False)
+
+
+def _as_preferred(intent: FixIntent) -> FixIntent:
+    return FixIntent(intent.action, intent.file, intent.line, intent.target, intent.detail, intent.reason, True)
 
 
 def _two_models_wording(receivers: list[str]) -> str:
@@ -270,6 +335,13 @@ def retained_graph_rule(f: Finding, opt: WriteRecord) -> Verdict:
                    f"output (`{state.assignment.code}`, line {state.assignment.line}, without .detach())")
         detach = f"Detach the carried state where it crosses into the next iteration: {state.detach_fix()}"
         fixes.append(state.detach_intent())
+    elif f.context.get("recompute_in_loop"):  # NOTE [A value made once, before the loop that steps]
+        again = f.context["recompute_in_loop"]
+        carrier = (f"`{again['name']}` was made once, before this loop (line {again['made_line']}), and every "
+                   f"iteration builds its loss from it, so every backward runs into that one forward's graph")
+        detach = (f"Recompute `{again['name']}` inside the loop, before its first use (line {again['line']}): "
+                  f"`{again['code']}`")
+        fixes.append(_as_preferred(_recompute_in_loop(f)))
     else:
         carrier = ("a tensor from that iteration (for example an RNN hidden state) was carried into this one "
                    "without .detach()")
@@ -278,7 +350,8 @@ def retained_graph_rule(f: Finding, opt: WriteRecord) -> Verdict:
         retain_fix = f", and drop retain_graph=True from `{backward.code}` (line {backward.line})"
         fixes.append(FixIntent("drop_keyword", *_loc(backward), target=None,
                                detail={"call": "backward", "keyword": "retain_graph"},
-                               reason="each backward then frees its own iteration's graph"))
+                               reason="each backward then frees its own iteration's graph",
+                               preferred=not f.context.get("recompute_in_loop") or bool(carried)))
     else:
         retain_fix = ", and drop retain_graph=True"
     return Verdict(

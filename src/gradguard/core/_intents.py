@@ -43,6 +43,10 @@ ACTIONS = {
     "clone_expression": "use a clone of an expression inside a statement",
     # wrap the statement at `line` in `with torch.no_grad():` (detail["context"] overrides the manager text)
     "wrap_no_grad": "run a statement under no_grad",
+    # `buf[:], r = env.step(a)` -> `buf, r = env.step(a)`: bind `target` to the new value, not refill it
+    "rebind_slice_target": "assign to a name instead of refilling its whole slice",
+    # delete the statement at `line` (`target`: its code, checked before deleting); a block left empty gets `pass`
+    "remove_statement": "delete a statement",
 }
 
 # NOTE [Preferred and alternative intents]

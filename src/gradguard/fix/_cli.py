@@ -6,6 +6,7 @@ import argparse
 import difflib
 import json
 import os
+import re
 import sys
 
 __all__ = ["add_fix_parser", "fix_script"]
@@ -51,20 +52,37 @@ def _original_line(base: str, original: str, line: int) -> int:
     return line
 
 
+def _span(lines: list[int]) -> str:
+    return f"line {lines[0]}" if len(lines) == 1 else f"lines {lines[0]}-{lines[-1]}"
+
+
 def _reasons(outcome) -> dict[str, list[tuple[int, str]]]:
-    """(line in the original file, reason) for every edit, for the hunk headers."""
+    """(line in the original file, reason) for every edit, for the hunk headers. Statements one repair moves to
+    the same place for the same reason (a zero_grad, backward, step block) share one entry."""
     reasons: dict[str, list[tuple[int, str]]] = {}
     for edit in outcome.accepted:
         alternative = edit.reason[len("; ".join(dict.fromkeys(i.reason for i in edit.intents if i.reason))):]
+        lines: dict[tuple, list[int]] = {}  # (path, reason, destination or None) -> original lines
+        whys: dict[tuple, str] = {}
         for index, intent in enumerate(edit.intents):
             path = os.path.realpath(intent.file)
             base, original = edit.base.get(path, outcome.original[path]), outcome.original[path]
-            line = _original_line(base, original, intent.line)
-            why = (intent.reason or intent.action) + (alternative if index == len(edit.intents) - 1 else "")
-            reasons.setdefault(path, []).append((line, f"line {line}: {why}"))
+            after = None
             if intent.action == "move_statement" and intent.detail.get("after_line"):
                 after = _original_line(base, original, intent.detail["after_line"])
-                reasons[path].append((after, f"line {line} moved here: {why}"))
+            key = (path, intent.reason or intent.action, after)
+            lines.setdefault(key, []).append(_original_line(base, original, intent.line))
+            why = (intent.reason or intent.action) + (alternative if index == len(edit.intents) - 1 else "")
+            # a later round's reasons name lines of the source as the earlier edits left it
+            whys[key] = re.sub(r"\bline (\d+)", lambda m: f"line {_original_line(base, original, int(m.group(1)))}", why)
+        for key, moved in lines.items():
+            path, _reason, after = key
+            moved.sort()
+            why = whys[key]
+            label = f"{_span(moved)} (moved after line {after})" if after is not None else _span(moved)
+            reasons.setdefault(path, []).append((moved[0], f"{label}: {why}"))
+            if after is not None:
+                reasons[path].append((after, f"{_span(moved)} moved here: {why}"))
     for entries in reasons.values():
         entries.sort()
     return reasons

@@ -53,14 +53,15 @@ def _method(expression: cst.BaseExpression, name: str) -> cst.Call:
     return cst.Call(func=cst.Attribute(value=_atom(expression), attr=cst.Name(name)))
 
 
-def _statement(code: str) -> cst.SimpleStatementLine:
+def _statements(code: str) -> list[cst.SimpleStatementLine]:
+    """The simple statements of ``code`` (one per line; a forward re-run inside a loop may be several)."""
     try:
-        parsed = cst.parse_statement(code + "\n")
+        parsed = cst.parse_module(code + "\n").body
     except cst.ParserSyntaxError as error:
         raise EditNotApplicable(f"the statement to insert is not valid Python: {code!r}") from error
-    if not isinstance(parsed, cst.SimpleStatementLine):
-        raise EditNotApplicable(f"expected one simple statement to insert, got {code!r}")
-    return parsed
+    if not parsed or not all(isinstance(s, cst.SimpleStatementLine) for s in parsed):
+        raise EditNotApplicable(f"expected simple statements to insert, got {code!r}")
+    return [s.with_changes(leading_lines=[]) for s in parsed]
 
 
 class _Locate(cst.CSTVisitor):
@@ -91,13 +92,28 @@ class _Locate(cst.CSTVisitor):
         return True
 
 
+# A `with` left empty by a removed statement goes too when entering and leaving it has no effect besides what the
+# block did (a profiler label, a grad mode); any other manager (an open file, a lock) keeps `pass` in its body.
+_EFFECTLESS_MANAGERS = ("record_function", "no_grad", "enable_grad", "set_grad_enabled", "autocast", "nullcontext",
+                        "inference_mode")
+
+
 class _Replace(cst.CSTTransformer):
-    """Replace the statements in ``changes`` (by identity) with a node, several nodes, or nothing."""
+    """Replace the statements in ``changes`` (by identity) with a node, several nodes, or nothing. A block whose
+    statements are all removed gets ``pass`` (or disappears, for an effect-free ``with``)."""
 
     def __init__(self, changes: dict[int, object]):
         self.changes = changes  # id(original statement) -> replacement
+        self.emptied: set[int] = set()  # ids of the blocks that got `pass` because everything in them was removed
 
     def on_leave(self, original, updated):
+        if isinstance(updated, cst.IndentedBlock) and not updated.body and original.body:
+            block = updated.with_changes(body=[cst.SimpleStatementLine([cst.Pass()])])
+            self.emptied.add(id(block))
+            return block
+        if isinstance(updated, cst.With) and id(updated.body) in self.emptied and all(
+                _code(item.item).split("(")[0].rsplit(".", 1)[-1] in _EFFECTLESS_MANAGERS for item in updated.items):
+            return cst.RemoveFromParent()
         if id(original) not in self.changes:
             return updated
         replacement = self.changes[id(original)]
@@ -180,6 +196,25 @@ def _assignment_value(statement, method: str, target: str | None):
     if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value == method:
         raise EditNotApplicable(f"the value is already `.{method}()`ed")
     return statement.with_changes(body=[small.with_changes(value=_method(value, method))])
+
+
+def _rebind_slice_target(statement, target: str | None):
+    """``self.obs[:], r = step()`` -> ``self.obs, r = step()`` (the target ``self.obs``, a full slice)."""
+    small = _single(statement)
+    if not isinstance(small, cst.Assign):
+        raise EditNotApplicable(f"expected an assignment, got `{_code(statement).strip()}`")
+
+    def full_slice_of_target(node) -> bool:
+        if not isinstance(node, cst.Subscript) or not _same(_code(node.value), target) or len(node.slice) != 1:
+            return False
+        index = node.slice[0].slice
+        return isinstance(index, cst.Slice) and index.lower is None and index.upper is None and index.step is None
+
+    edit = _ExpressionEdit(full_slice_of_target, lambda node: node.value)
+    targets = [t.visit(edit) for t in small.targets]
+    if not edit.done:
+        raise EditNotApplicable(f"`{target}[:]` is not assigned in `{_code(statement).strip()}`")
+    return statement.with_changes(body=[small.with_changes(targets=targets)])
 
 
 # Binding strength of binary operators (higher binds tighter), for `x op= y` -> `x = x op y`.
@@ -392,15 +427,22 @@ def _apply_one(statement, intent: FixIntent, locate: _Locate, after: dict):
         return _out_of_place(statement, detail)
     if action == "wrap_no_grad":
         return _wrap_no_grad(statement, detail)
+    if action == "rebind_slice_target":
+        return _rebind_slice_target(statement, intent.target)
+    if action == "remove_statement":
+        written = "; ".join(_code(n) for n in statement.body)
+        if intent.target is not None and not _same(written, intent.target):
+            raise EditNotApplicable(f"line {intent.line} reads {written!r}, not {intent.target!r}")
+        return None
     if action in ("insert_before", "insert_after"):
         code = detail.get("code") or detail.get("statement")
         if not code:
             raise EditNotApplicable(f"{action} needs detail['code']")
-        new = _statement(code).with_changes(leading_lines=[])
+        new = _statements(code)
         if action == "insert_before":
             moved = statement.with_changes(leading_lines=[])
-            return [new.with_changes(leading_lines=statement.leading_lines), moved]
-        return [statement, new]
+            return [new[0].with_changes(leading_lines=statement.leading_lines), *new[1:], moved]
+        return [statement, *new]
     if action == "move_statement":
         destination = locate.found.get(detail.get("after_line"))
         if destination is None:

@@ -9,6 +9,12 @@
 # set counts as a fix only when the last round runs clean). Silent writes have no failure to compare
 # against: proving their edit needs gradients from a reference run without the writer, which the loop
 # cannot produce for an arbitrary script, so it reports them unfixed and says so instead of guessing.
+#
+# NOTE [A repair that runs clean comes first]
+# A repair that removes its hazard but lets the next one surface is kept only when no other repair of the same
+# finding runs clean: moving gdrl SAC's policy loss after the critics' steps removes the first stale tensor, but
+# the critic outputs it is built from are stale too, and no later round can move them; moving the policy's
+# backward and step up to where its loss is made runs clean in one round.
 """
 
 from __future__ import annotations
@@ -54,7 +60,7 @@ class AcceptedEdit:
         text = "; ".join(dict.fromkeys(i.reason for i in self.intents if i.reason)) or self.intents[0].action
         if self.alternatives:
             other = self.alternatives[0]
-            text += f" (alternative: {other.reason or other.action}, line {other.line})"
+            text += f" (also proposed, not verified: {other.reason or other.action}, line {other.line})"
         return text
 
 
@@ -167,8 +173,11 @@ def lost_gradients(before: RunResult, after: RunResult) -> str | None:
         return None
     edited = after.coverage or []
     for index, entry in enumerate(before.coverage):
-        used = entry.get("used", set())
-        reached = edited[index].get("reached", set()) if index < len(edited) else set()
+        after = edited[index] if index < len(edited) else {}
+        # What the original's steps used, and what the edited run's steps use that the original reached (the
+        # failing backward has no step after it in the original run).
+        used = entry.get("used", set()) | (entry.get("reached", set()) & after.get("used", set()))
+        reached = after.get("reached", set())
         missing = used - reached
         if missing:
             optimizers = sorted({int(key.split(":")[0]) + 1 for key in missing})
@@ -215,7 +224,7 @@ def repair(command: list[str], cwd: str, *, timeout: float, max_rounds: int = 6,
         if not repairs:
             unfixed.append(Unfixed(finding, f"no edit is known for this diagnosis ({finding.get('rule')})"))
             break
-        kept = None
+        kept = partial = None
         tried: list[str] = []
         for intents, alternatives in repairs:
             try:
@@ -236,13 +245,15 @@ def repair(command: list[str], cwd: str, *, timeout: float, max_rounds: int = 6,
                 kept = (intents, alternatives, edited, result)
                 break
             elif result.findings and gone:
-                kept = (intents, alternatives, edited, result)  # this hazard is gone; the next one surfaced
-                break
+                # This hazard is gone and the next one surfaced: keep it unless another repair runs clean
+                # (NOTE [A repair that runs clean comes first]).
+                partial = partial or (intents, alternatives, edited, result)
             elif not result.findings:
                 tried.append(f"{intents[0].action} at line {intents[0].line}: the edited script exits "
                              f"{result.exit_code}, not {healthy}{_last_error(result.stderr_tail)}")
             else:
                 tried.append(f"{intents[0].action} at line {intents[0].line}: the same hazard remains")
+        kept = kept or partial
         if kept is None:
             unfixed.append(Unfixed(finding, "no proposed edit verified: " + "; ".join(tried)))
             break

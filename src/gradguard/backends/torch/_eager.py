@@ -402,7 +402,10 @@ def _crossing_tensor(site: _Site, earlier: SourceLocation | None) -> _Crossing |
         earlier.file, earlier.line) == (filename, line) else frozenset()
     candidates = []
     for name, value, binding in _graph_tensors(scope):
-        if name == receiver or value.grad_fn not in freed:
+        # State kept on a module (`self.hidden`) is replaced by every forward: its new value's graph runs back
+        # through the old value into the freed graph.
+        if name == receiver or (value.grad_fn not in freed and not (
+                binding.startswith("self.") and _reaches_any(value.grad_fn, freed))):
             continue
         made = assignment_before(filename, line, binding)
         # The earlier backward can only have freed a graph that existed when it ran.
@@ -420,6 +423,19 @@ def _crossing_tensor(site: _Site, earlier: SourceLocation | None) -> _Crossing |
     return _Crossing(name, value, made, used, callee)
 
 
+def _reaches_any(root, nodes: set, limit: int = 5000) -> bool:
+    stack, seen = [root], set()
+    while stack and len(seen) < limit:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        if node in nodes:
+            return True
+        seen.add(id(node))
+        stack.extend(next_node for next_node, _ in node.next_functions)
+    return False
+
+
 def _graph_tensors(scope: dict):
     """(name, tensor, how its assignment is written) for every tensor in ``scope`` that carries a graph: plain
     variables, and tensor attributes of modules in scope (``model.c``, assigned as ``self.c`` in a method)."""
@@ -428,6 +444,9 @@ def _graph_tensors(scope: dict):
             yield name, value, name
         elif isinstance(value, torch.nn.Module):
             for attribute, member in vars(value).items():
+                if isinstance(member, (tuple, list)):  # an LSTM's (h, c) kept on the module
+                    member = next((m for m in member if isinstance(m, torch.Tensor) and m.grad_fn is not None),
+                                  None)
                 if isinstance(member, torch.Tensor) and member.grad_fn is not None:
                     yield f"{name}.{attribute}", member, f"self.{attribute}"
 
@@ -496,6 +515,17 @@ def _accumulated_without_reset(site: _Site, earlier):
     return receiver, before[0][0], again, loop
 
 
+def _is_expression_statement(code: str) -> bool:
+    """``optimizer.backward(loss)``: a call whose value nothing reads (deleting it breaks no later name)."""
+    import ast
+
+    try:
+        body = ast.parse(code).body
+    except SyntaxError:
+        return False
+    return len(body) == 1 and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Call)
+
+
 def _backward_twice(error, session) -> Finding:
     site = _Site(error)
     location = site.location
@@ -520,12 +550,32 @@ def _backward_twice(error, session) -> Finding:
     saved_at = SaveSite()  # no autograd node saved anything here; only the accumulation rule names a line
     crossing = None
     rule_name = "carried_state_backward_twice" if carried else "backward_twice"
-    if not carried:
+    hoisted = same_loss = None
+    if not carried and site.frame is not None and session is not None:
+        try:  # NOTE [The same loss backpropagated twice]
+            from ._backward_calls import raised_chain, second_call_of_same_loss
+
+            receiver = _backward_receiver(site.code)
+            loss = _lookup(receiver, site.frame) if receiver else None
+            if isinstance(loss, torch.Tensor):
+                same_loss = second_call_of_same_loss(list(getattr(session, "backward_calls", ())), loss,
+                                                     raised_chain(error.__traceback__))
+        except Exception as problem:
+            log_fallback("torch.eager", "comparing the backward calls", problem)
+    if (not carried and same_loss is None and site.frame is not None and location is not None
+            and earlier is not None and (earlier.file, earlier.line) == (location.file, location.line)):
+        try:  # NOTE [A forward made once, before the loop that backpropagates it]
+            from ._loss_site import forward_before_loop
+
+            hoisted = forward_before_loop(site.frame, location.line)
+        except Exception as problem:
+            log_fallback("torch.eager", "looking for a forward made before the loop", problem)
+    if not carried and hoisted is None and same_loss is None:
         try:
             crossing = _crossing_tensor(site, earlier)
         except RuntimeError:  # reading the graph failed: the plain diagnosis below still stands
             crossing = None
-    if earlier is not None:
+    if earlier is not None and same_loss is None:
         display.append(("freed by", f"the earlier backward at {at(earlier)}: {earlier.code}"))
     if carried:
         state = carried[0]
@@ -548,6 +598,42 @@ def _backward_twice(error, session) -> Finding:
                f"it keeps every iteration's graph alive, and the next optimizer step turns it into \"modified by "
                f"an inplace operation\".")
         fixes.append(state.detach_intent(is_tuple))
+    elif same_loss is not None:
+        first, path, again = same_loss
+        receiver = _backward_receiver(site.code)
+        tensor = _describe(_lookup(receiver, site.frame), receiver)
+        called = f" (called from {at(path)})" if (path.file, path.line) != (first.file, first.line) else ""
+        display[:0] = [("first", f"backpropagated at {at(first)}{called}: {first.code}"),
+                       ("again", f"at {at(again)}: {again.code}")]
+        through = f" (through `{site.code}` at {at(location)})" if (again.file, again.line) != (
+            location.file, location.line) else ""
+        why = (f"The same `{receiver}` is backpropagated twice{through}: `{first.code}` at {at(first)}{called} "
+               f"already ran its backward, which freed the saved tensors of its graph, and `{again.code}` at "
+               f"{at(again)} backpropagates it again.")
+        fix = (f"Backpropagate each loss once: delete `{again.code}` at {at(again)}; the call at {at(first)} already "
+               f"computed its gradients. retain_graph=True would only hide it: the second backward would add the "
+               f"same gradients again.")
+        code = statement_code(again)
+        if _is_expression_statement(code):
+            fixes.append(FixIntent("remove_statement", again.file, again.line, target=code,
+                                   reason=f"`{receiver}` is already backpropagated at {at(first)}"))
+        rule_name = "same_loss_backward_twice"
+    elif hoisted is not None:
+        name, lines = hoisted["name"], (f"line {hoisted['first']}" if hoisted["first"] == hoisted["last"]
+                                        else f"lines {hoisted['first']}-{hoisted['last']}")
+        tensor = _describe(_lookup(name, site.frame), name)
+        display.insert(0, ("made", f"`{name}` once, before the loop ({lines})"))
+        why = (f"`{name}` is made once, before the loop ({lines}), and backpropagated in every iteration at "
+               f"{at(location)}: the first backward frees the saved tensors of its graph, and the next iteration "
+               f"backpropagates the same graph again.")
+        fix = (f"Run the forward inside the loop: {lines} again before line {hoisted['line']}, so every iteration "
+               f"backpropagates a graph of its own (and sees the updated weights). retain_graph=True would only "
+               f"hide it: every iteration would reuse the first forward's values.")
+        fixes.append(FixIntent("insert_before", location.file, hoisted["line"], target=name,
+                               detail={"code": hoisted["code"]},
+                               reason=f"the forward ({lines}) runs in every iteration, so each backward has its own "
+                                      f"graph"))
+        rule_name = "forward_outside_loop"
     elif crossing is not None:
         value = crossing.value
         tensor = TensorInfo(shape=tuple(value.shape), dtype=str(value.dtype).replace("torch.", ""),
@@ -578,7 +664,17 @@ def _backward_twice(error, session) -> Finding:
                 target = next((t for t in assigned_names(statement_code(made)) if t in (crossing.name, "self." +
                                crossing.name.rsplit(".", 1)[-1])), None)
                 detached = _clone_assignment(statement_code(made), "detach")
-                if target is not None and detached is not None:
+                several = len(assigned_names(statement_code(made))) > 1  # `out, self.hidden = self.lstm(...)`
+                whole = _lookup(crossing.name, site.frame) if site.frame is not None else None
+                if target is not None and (several or isinstance(whole, (tuple, list))):
+                    detach_code = (f"{target} = tuple(h.detach() for h in {target})"
+                                   if isinstance(whole, (tuple, list)) else f"{target} = {target}.detach()")
+                    fix += (f" If it is state carried from one batch to the next (a recurrent hidden state), detach "
+                            f"it right after it is made: insert `{detach_code}` after {at(made)}.")
+                    fixes.append(FixIntent("insert_after", made.file, made.line, target=target,
+                                           detail={"code": detach_code},
+                                           reason=f"`{target}` carries values into the next batch, not its graph"))
+                elif target is not None and detached is not None:
                     fix += (f" If later losses only need its value (a constant such as a target, a centre or old "
                             f"log-probabilities), detach it where it is made: `{detached}` ({at(made)}).")
                     fixes.append(FixIntent("detach_assignment", made.file, made.line, target=target,

@@ -36,7 +36,7 @@ from ...core._diagnosis import classify_source, diagnose, diagnose_or_fallback
 from ...core._findings import Finding, SaveSite, TensorInfo, WriteRecord
 from ...core._frames import LIBRARY_PATHS, caller_context, user_location
 from ...core._ledger import SavedLedger
-from . import _attribution, _compat, _step_aside, _user_hooks
+from . import _attribution, _backward_calls, _compat, _step_aside, _user_hooks
 from ._fingerprint import fingerprint as _fingerprint
 from ._fingerprint import same as _same_fingerprint
 from ._naming import name_by_variable, name_tensor
@@ -144,6 +144,7 @@ class TorchGuardSession:
         self.ledger = SavedLedger()
         self.findings: list[Finding] = []
         self.backward_sites: list = []  # user lines of the backward passes seen (CPU: engine runs on this thread)
+        self.backward_calls: list = []  # their receivers and call chains: _backward_calls.BackwardCall
         self._lock = threading.Lock()
         self._hooks = None
         self._mode = None
@@ -268,6 +269,13 @@ class TorchGuardSession:
             site = user_location(2)
             if site is not None:
                 self.backward_sites = (self.backward_sites + [site])[-8:]
+                try:
+                    call = _backward_calls.backward_call(2)
+                except Exception as error:  # only a diagnosis detail: the check below must run
+                    log_fallback("torch.backward_calls", "recording the receiver of a backward call", error)
+                    call = None
+                if call is not None:
+                    self.backward_calls = (self.backward_calls + [call])[-8:]
         if record.version is not None and t._version != record.version:
             self._raise(record, "inplace_modification")
         if record.fp is not None:
@@ -509,6 +517,14 @@ class TorchGuardSession:
                 "write_log": self.track_writes,
             },
         )
+        if current and kind == "inplace_modification" and any(w.category == "optimizer" for w in writes):
+            try:  # NOTE [A loss made before the steps]
+                from ._loss_site import loss_made_before_steps, recompute_in_loop
+
+                finding.context["loss_made_early"] = loss_made_before_steps()
+                finding.context["recompute_in_loop"] = recompute_in_loop()  # NOTE [A value made once, ...]
+            except Exception as error:
+                log_fallback("torch.loss_site", "finding where the loss was made", error)
         if not self.track_writes:
             finding.notes.append("write tracking was off: re-run with track_writes=True (or `gradguard run`) "
                                  "to see which line wrote the tensor")
