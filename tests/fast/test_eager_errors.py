@@ -152,6 +152,15 @@ def test_users_own_errors_pass_through_unchanged():
     assert _raised(RuntimeError, fail_runtime) is other
 
 
+def _backward_twice_of_script(script, code: str):
+    """The BackwardTwiceError info of running ``code`` as the file ``script`` under the guard."""
+    script.write_text(code)
+    with pytest.raises(gradguard.BackwardTwiceError) as info:
+        with gradguard.guard():
+            exec(compile(code, str(script), "exec"), {})
+    return info
+
+
 ACCUMULATED = '''\
 import torch
 
@@ -168,11 +177,7 @@ loss.backward()
 
 def test_a_loss_accumulated_across_a_backward_without_a_reset(tmp_path):
     # corpus 061 (SAM's two passes): the fix is resetting the accumulator, not detaching a carried state
-    script = tmp_path / "accumulate.py"
-    script.write_text(ACCUMULATED)
-    with pytest.raises(gradguard.BackwardTwiceError) as info:
-        with gradguard.guard():
-            exec(compile(ACCUMULATED, str(script), "exec"), {})
+    info = _backward_twice_of_script(tmp_path / "accumulate.py", ACCUMULATED)
     finding = info.value.finding
     assert finding.rule == "accumulated_loss_not_reset"
     assert finding.tensor.name == "loss"
@@ -203,12 +208,7 @@ loss.backward()
 def test_the_same_loss_backpropagated_by_a_helper_and_by_its_caller(tmp_path):
     # corpus 054 (R-Drop: the criterion and the task both call optimizer.backward(loss)): nothing crosses between
     # graphs; the repair deletes the second call, where the two call paths part
-    script = tmp_path / "same_loss.py"
-    script.write_text(SAME_LOSS_TWICE)
-    with pytest.raises(gradguard.BackwardTwiceError) as info:
-        with gradguard.guard():
-            exec(compile(SAME_LOSS_TWICE, str(script), "exec"), {})
-    finding = info.value.finding
+    finding = _backward_twice_of_script(tmp_path / "same_loss.py", SAME_LOSS_TWICE).value.finding
     assert finding.rule == "same_loss_backward_twice"
     assert finding.tensor.name == "loss"
     assert finding.context["display"][:2] == [
@@ -227,9 +227,4 @@ def test_the_same_loss_backpropagated_by_a_helper_and_by_its_caller(tmp_path):
 def test_the_same_loss_backpropagated_twice_in_one_line_of_a_loop_is_not_this_case(tmp_path):
     # the same path both times (a forward made before the loop): no call to delete
     code = "import torch\nw = torch.ones(2, requires_grad=True)\nloss = (w * w).sum()\nfor _ in range(2):\n    loss.backward()\n"
-    script = tmp_path / "loop.py"
-    script.write_text(code)
-    with pytest.raises(gradguard.BackwardTwiceError) as info:
-        with gradguard.guard():
-            exec(compile(code, str(script), "exec"), {})
-    assert info.value.finding.rule == "forward_outside_loop"
+    assert _backward_twice_of_script(tmp_path / "loop.py", code).value.finding.rule == "forward_outside_loop"
