@@ -75,6 +75,21 @@ def test_multi_output_view_from_unbind():
     assert "`a = a.mul(2)` instead of `a.mul_(2)`" in finding.suggestion
 
 
+def test_multi_output_view_bound_by_a_loop_is_not_told_to_rebind():
+    # corpus 006 (Score-CAM's denormalize): `channel = channel.mul(std)` would drop the write the loop makes
+    image = torch.randn(1, 3, 2, 2, requires_grad=True).clone()
+
+    def denormalize():
+        for channel, std in zip(image[0], [0.2, 0.3, 0.4]):
+            channel.mul_(std)
+
+    finding = _raised(gradguard.InplaceModificationError, denormalize).finding
+    assert finding.rule == "multi_output_view_inplace"
+    assert finding.suggestion.startswith("`channel` is the variable of a `for` loop over a tensor")
+    assert "channel = channel.mul(std)" not in finding.suggestion
+    assert finding.fixes == []
+
+
 def test_multi_output_view_from_chunk():
     q, k = (torch.randn(2, 4, requires_grad=True) * 1.0).chunk(2, dim=-1)
 
@@ -212,7 +227,7 @@ def test_the_same_loss_backpropagated_by_a_helper_and_by_its_caller(tmp_path):
     assert finding.rule == "same_loss_backward_twice"
     assert finding.tensor.name == "loss"
     assert finding.context["display"][:2] == [
-        ("first", "backpropagated at line 8 (called from line 12): loss.backward()"),
+        ("freed by", "the backward of the same `loss` at line 8 (called from line 12): loss.backward()"),
         ("again", "at line 13: loss.backward()")]
     assert finding.explanation == (
         "The same `loss` is backpropagated twice: `loss.backward()` at line 8 (called from line 12) already ran its "

@@ -13,8 +13,11 @@ backpropagated twice" from a graph that crosses into another one.
 
 from __future__ import annotations
 
+import functools
 import linecache
+import os
 import sys
+import sysconfig
 import weakref
 from dataclasses import dataclass
 
@@ -35,6 +38,23 @@ class BackwardCall:
     chain: tuple[SourceLocation, ...]  # user frames, innermost first
 
 
+def _installed_prefixes() -> tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    return tuple(os.path.realpath(paths[key]) + os.sep for key in ("stdlib", "purelib", "platlib") if key in paths)
+
+
+_INSTALLED = _installed_prefixes()
+
+
+@functools.lru_cache(maxsize=4096)
+def _is_user(filename: str) -> bool:
+    """Frames of the user's own files: not a registered library, not the standard library or an installed package
+    (pytest's and pluggy's frames around a test move on before the error is diagnosed)."""
+    if LIBRARY_PATHS.is_library(filename) or filename.startswith("<"):
+        return filename.startswith("<") and not filename.startswith("<frozen ")  # exec'd or notebook cells count
+    return not os.path.realpath(filename).startswith(_INSTALLED)
+
+
 def _location(frame, line: int) -> SourceLocation:
     filename = frame.f_code.co_filename
     return SourceLocation(filename, line, frame.f_code.co_name, linecache.getline(filename, line).strip())
@@ -44,7 +64,7 @@ def user_chain(frame) -> tuple[SourceLocation, ...]:
     """The user (non-library) frames from ``frame`` outwards, as locations with their source line."""
     chain = []
     while frame is not None and len(chain) < _CHAIN:
-        if not LIBRARY_PATHS.is_library(frame.f_code.co_filename):
+        if _is_user(frame.f_code.co_filename):
             chain.append(_location(frame, frame.f_lineno))
         frame = frame.f_back
     return tuple(chain)
@@ -59,12 +79,12 @@ def raised_chain(traceback) -> tuple[SourceLocation, ...]:
         traceback = traceback.tb_next
     if not entries:
         return ()
-    inner = [_location(f, line) for f, line in reversed(entries) if not LIBRARY_PATHS.is_library(f.f_code.co_filename)]
+    inner = [_location(f, line) for f, line in reversed(entries) if _is_user(f.f_code.co_filename)]
     return (*inner, *user_chain(entries[0][0].f_back))[:_CHAIN]
 
 
 def _innermost_user_frame(frame):
-    while frame is not None and LIBRARY_PATHS.is_library(frame.f_code.co_filename):
+    while frame is not None and not _is_user(frame.f_code.co_filename):
         frame = frame.f_back
     return frame
 

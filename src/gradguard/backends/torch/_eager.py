@@ -257,8 +257,18 @@ def _multi_view(site: _Site, match) -> Finding:
     name = site.name
     rewritten = out_of_place(site.code) if site.code else None
     made = f" (line {site.made.line}: `{site.made.code}`)" if site.made is not None else ""
-    fix = f"Write it out of place: `{rewritten}` instead of `{site.code}`." if rewritten else "Write it out of place."
-    fix += f" Or clone the piece before writing it (`{name} = {name}.clone()`)."
+    if _is_loop_target(site):
+        # Rebinding the loop variable (out of place, or to a clone) would silently drop the write the loop makes.
+        fix = (f"`{name}` is the variable of a `for` loop over a tensor: iterating unbinds the tensor into views "
+               f"that cannot be written in place one at a time, and rebinding `{name}` (out of place, or to a clone) "
+               f"would leave the tensor unchanged. Index the tensor instead (`x[i]` is a view that can be written "
+               f"in place: `for i in range(len(x)): x[i].mul_(s)`), or write the whole tensor at once. If no "
+               f"gradient is needed through the result (an image to display), write into a detached copy "
+               f"(`.detach().clone()`).")
+    else:
+        fix = (f"Write it out of place: `{rewritten}` instead of `{site.code}`." if rewritten
+               else "Write it out of place.")
+        fix += f" Or clone the piece before writing it (`{name} = {name}.clone()`)."
     return _finding(
         "view_inplace", site, "multi_output_view_inplace",
         f"`{name}` is one of several views returned together by {function}{made}. They share one backward node, "
@@ -603,7 +613,7 @@ def _backward_twice(error, session) -> Finding:
         receiver = _backward_receiver(site.code)
         tensor = _describe(_lookup(receiver, site.frame), receiver)
         called = f" (called from {at(path)})" if (path.file, path.line) != (first.file, first.line) else ""
-        display[:0] = [("first", f"backpropagated at {at(first)}{called}: {first.code}"),
+        display[:0] = [("freed by", f"the backward of the same `{receiver}` at {at(first)}{called}: {first.code}"),
                        ("again", f"at {at(again)}: {again.code}")]
         through = f" (through `{site.code}` at {at(location)})" if (again.file, again.line) != (
             location.file, location.line) else ""
