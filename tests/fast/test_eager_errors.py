@@ -85,7 +85,7 @@ def test_multi_output_view_bound_by_a_loop_is_not_told_to_rebind():
 
     finding = _raised(gradguard.InplaceModificationError, denormalize).finding
     assert finding.rule == "multi_output_view_inplace"
-    assert finding.suggestion.startswith("`channel` is the variable of a `for` loop over a tensor")
+    assert finding.suggestion.startswith("`channel` is the variable of a for loop over a tensor")
     assert "channel = channel.mul(std)" not in finding.suggestion
     assert finding.fixes == []
 

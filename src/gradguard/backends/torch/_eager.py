@@ -259,7 +259,7 @@ def _multi_view(site: _Site, match) -> Finding:
     made = f" (line {site.made.line}: `{site.made.code}`)" if site.made is not None else ""
     if _is_loop_target(site):
         # Rebinding the loop variable (out of place, or to a clone) would silently drop the write the loop makes.
-        fix = (f"`{name}` is the variable of a `for` loop over a tensor: iterating unbinds the tensor into views "
+        fix = (f"`{name}` is the variable of a for loop over a tensor: iterating unbinds the tensor into views "
                f"that cannot be written in place one at a time, and rebinding `{name}` (out of place, or to a clone) "
                f"would leave the tensor unchanged. Index the tensor instead (`x[i]` is a view that can be written "
                f"in place: `for i in range(len(x)): x[i].mul_(s)`), or write the whole tensor at once. If no "
