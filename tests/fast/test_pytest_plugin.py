@@ -252,3 +252,11 @@ def test_a_rerun_that_does_not_reproduce_keeps_the_sentinels_finding(pytester):
     assert "saved by    : SigmoidBackward0.result" in out
     assert "1. aten.mul_" not in out  # the sentinel saw no write; the re-run did not fail: nothing invented
     assert "running this test again" not in out
+
+
+def test_the_plugin_and_gradguard_fix_name_the_same_report_variable():
+    # the plugin spells the name out (it loads without the library); gradguard fix sets it for verification runs
+    from gradguard.fix._for_pytest import FIX_PYTEST_REPORT_ENV
+    from gradguard.integrations import pytest_plugin
+
+    assert pytest_plugin._FIX_REPORT_ENV == FIX_PYTEST_REPORT_ENV == "GRADGUARD_FIX_PYTEST_REPORT"

@@ -30,7 +30,8 @@ _all_key = pytest.StashKey[list]()  # config -> [(nodeid, finding), ...]
 _aside_key = pytest.StashKey[list]()  # config -> [(nodeid, reason), ...]: tests the guard stepped aside for
 _fix_key = pytest.StashKey[dict]()  # config -> {nodeid: the "gradguard fix" section's text}
 # Set when this pytest verifies an edit for `gradguard fix` (NOTE [Verifying an edit by re-running one test]):
-# the report path for its findings.
+# the report path for its findings. The same name as gradguard.fix._for_pytest.FIX_PYTEST_REPORT_ENV, written
+# out because this module loads without the library (a test holds the two equal).
 _FIX_REPORT_ENV = "GRADGUARD_FIX_PYTEST_REPORT"
 
 

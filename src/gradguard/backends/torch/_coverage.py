@@ -19,6 +19,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import threading
 
 from ..._overlay import COVERAGE_ENV
 
@@ -30,18 +31,11 @@ def _reached_leaves(roots) -> set[int]:
     """ids of the leaves (AccumulateGrad variables) reachable from the grad_fns of ``roots``."""
     import torch
 
-    stack = [t.grad_fn for t in roots if isinstance(t, torch.Tensor) and t.grad_fn is not None]
-    seen, leaves = set(), set()
-    while stack:
-        node = stack.pop()
-        if node is None or id(node) in seen:
-            continue
-        seen.add(id(node))
-        variable = getattr(node, "variable", None)
-        if isinstance(variable, torch.Tensor):
-            leaves.add(id(variable))
-        stack.extend(next_node for next_node, _ in node.next_functions)
-    return leaves
+    from ._graph import walk_nodes
+
+    grad_fns = [t.grad_fn for t in roots if isinstance(t, torch.Tensor) and t.grad_fn is not None]
+    variables = (getattr(node, "variable", None) for node in walk_nodes(grad_fns))
+    return {id(variable) for variable in variables if isinstance(variable, torch.Tensor)}
 
 
 class _Recorder:
@@ -96,32 +90,24 @@ def install_coverage_probe() -> None:
     recorder = _Recorder(path)
     tensor_backward, autograd_backward = torch.Tensor.backward, torch.autograd.backward
 
+    # Tensor.backward calls torch.autograd.backward: record once, at the outermost call.
+    inside = threading.local()
+
     def backward_method(self, *args, **kwargs):
         recorder.backward([self])
-        return tensor_backward(self, *args, **kwargs)
+        inside.tensor_backward = True
+        try:
+            return tensor_backward(self, *args, **kwargs)
+        finally:
+            inside.tensor_backward = False
 
     def backward_function(tensors, *args, **kwargs):
-        recorder.backward([tensors] if isinstance(tensors, torch.Tensor) else list(tensors or ()))
+        if not getattr(inside, "tensor_backward", False):
+            recorder.backward([tensors] if isinstance(tensors, torch.Tensor) else list(tensors or ()))
         return autograd_backward(tensors, *args, **kwargs)
 
-    # Tensor.backward calls torch.autograd.backward: record once, at the outermost call.
-    def backward_function_outer(tensors, *args, **kwargs):
-        if getattr(_depth, "inside", False):
-            return autograd_backward(tensors, *args, **kwargs)
-        return backward_function(tensors, *args, **kwargs)
-
-    def backward_method_outer(self, *args, **kwargs):
-        _depth.inside = True
-        try:
-            return backward_method(self, *args, **kwargs)
-        finally:
-            _depth.inside = False
-
-    import threading
-
-    _depth = threading.local()
-    torch.Tensor.backward = backward_method_outer
-    torch.autograd.backward = backward_function_outer
+    torch.Tensor.backward = backward_method
+    torch.autograd.backward = backward_function
     from torch.optim.optimizer import register_optimizer_step_pre_hook
 
     register_optimizer_step_pre_hook(lambda optimizer, args, kwargs: recorder.step(optimizer))

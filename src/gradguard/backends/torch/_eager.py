@@ -15,9 +15,10 @@ from ...core._diagnosis import diagnose
 from ...core._findings import Finding, SaveSite, SourceLocation, TensorInfo, WriteRecord
 from ...core._intents import FixIntent
 from ...core._frames import innermost_user_entry
-from ...core._fixes import assigned_names, carried_state, out_of_place, statement_code
+from ...core._fixes import _tree, assigned_names, carried_state, out_of_place, statement_code
 from ...core._source_ast import (accumulations, assignment_before, evaluate_reference, resets_between,
                                  written_expression)
+from ._graph import walk_nodes
 from ._naming import name_tensor
 from ...core._internal import log_fallback
 
@@ -353,16 +354,7 @@ def _freed(node) -> bool:
 def _freed_nodes(root, limit: int = 5000) -> set:
     """Nodes of ``root``'s graph whose saved tensors are gone (freed by an earlier backward, or by the
     failing backward on its way to the freed part)."""
-    freed, seen, queue = set(), set(), [root]
-    while queue and len(seen) < limit:
-        node = queue.pop()
-        if node is None or node in seen:
-            continue
-        seen.add(node)
-        if _freed(node):
-            freed.add(node)
-        queue.extend(next_node for next_node, _ in node.next_functions)
-    return freed
+    return {node for node in walk_nodes([root], limit) if _freed(node)}
 
 
 def _backward_receiver(code: str) -> str | None:
@@ -434,16 +426,7 @@ def _crossing_tensor(site: _Site, earlier: SourceLocation | None) -> _Crossing |
 
 
 def _reaches_any(root, nodes: set, limit: int = 5000) -> bool:
-    stack, seen = [root], set()
-    while stack and len(seen) < limit:
-        node = stack.pop()
-        if node is None or id(node) in seen:
-            continue
-        if node in nodes:
-            return True
-        seen.add(id(node))
-        stack.extend(next_node for next_node, _ in node.next_functions)
-    return False
+    return any(node in nodes for node in walk_nodes([root], limit))
 
 
 def _graph_tensors(scope: dict):
@@ -465,11 +448,9 @@ def _assigned_every_iteration(filename: str, line: int) -> frozenset[int]:
     """Lines of the statements that run in every iteration of the innermost ``for``/``while`` around ``line``:
     its body's own statements and those of ``with`` blocks in it, not branches (``if``/``try``) or nested loops."""
     import ast
-    import linecache
 
-    try:
-        tree = ast.parse("".join(linecache.getlines(filename)))
-    except SyntaxError:
+    tree = _tree(filename)
+    if tree is None:
         return frozenset()
     loop = None
     for node in ast.walk(tree):
@@ -610,8 +591,7 @@ def _backward_twice(error, session) -> Finding:
         fixes.append(state.detach_intent(is_tuple))
     elif same_loss is not None:
         first, path, again = same_loss
-        receiver = _backward_receiver(site.code)
-        tensor = _describe(_lookup(receiver, site.frame), receiver)
+        tensor = _describe(loss, receiver)  # both read above, where same_loss was found
         called = f" (called from {at(path)})" if (path.file, path.line) != (first.file, first.line) else ""
         display[:0] = [("freed by", f"the backward of the same `{receiver}` at {at(first)}{called}: {first.code}"),
                        ("again", f"at {at(again)}: {again.code}")]

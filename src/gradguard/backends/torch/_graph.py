@@ -28,11 +28,24 @@ import torch
 from ...core._internal import log_fallback
 from ._compat import SAVED_TENSOR_DATA, probe_saved
 
-__all__ = ["capture_graph", "GRAPH_FORMAT_VERSION"]
+__all__ = ["capture_graph", "GRAPH_FORMAT_VERSION", "walk_nodes"]
 
 GRAPH_FORMAT_VERSION = 1
 _MAX_DEPTH = 3
 _MAX_NODES = 24
+
+
+def walk_nodes(roots, limit: int | None = None) -> Iterator:
+    """Every node of the graphs below ``roots`` (grad_fns; None entries skipped) once, depth first, at most
+    ``limit`` of them. The nodes seen are held until the walk ends, so no node's identity is reused meanwhile."""
+    stack, seen = list(roots), set()
+    while stack and (limit is None or len(seen) < limit):
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        yield node
+        stack.extend(next_node for next_node, _ in node.next_functions)
 
 
 def _tensor_text(t: torch.Tensor) -> str:

@@ -22,6 +22,7 @@ import sys
 
 import torch
 
+from ...core._fixes import _tree
 from ...core._frames import LIBRARY_PATHS
 from ...core._source_ast import assignment_before
 from ._eager import _backward_receiver, _lookup, _reaches_any
@@ -37,16 +38,9 @@ def _user_frames():
         frame = frame.f_back
 
 
-def _parse(filename: str) -> ast.Module | None:
-    try:
-        return ast.parse("".join(linecache.getlines(filename)))
-    except SyntaxError:
-        return None
-
-
 def _block_siblings(filename: str, line: int) -> tuple[list[ast.stmt], int] | None:
     """The statements of the innermost block holding a statement that spans ``line``, and that one's index."""
-    tree = _parse(filename)
+    tree = _tree(filename)
     if tree is None:
         return None
     best = None
@@ -92,7 +86,6 @@ def loss_made_before_steps() -> dict | None:
             return None  # made in another block, or right before: nothing ran in between
         return {"file": filename, "line": made.line, "code": made.code, "name": name,
                 "function": frame.f_code.co_name, "after_line": block[index - 1].end_lineno or block[index - 1].lineno,
-                "made_end": block[made_index].end_lineno or made.line,
                 "backward_block": _backward_block(block, made_index, index)}
     return None
 
@@ -121,14 +114,12 @@ def _backward_block(block: list[ast.stmt], made_index: int, index: int) -> list[
     while start - 1 > made_index and _called_method(block[start - 1]) == "zero_grad":
         start -= 1
     end = index
-    trailing = []
-    for statement in block[index + 1:]:
+    for offset, statement in enumerate(block[index + 1:], start=1):
         method = _called_method(statement)
-        if method is None or method == "backward" or "backward" in ast.dump(statement):
+        if method is None or "backward" in ast.dump(statement):  # another loss's backward: not this block
             break
-        trailing.append(statement)
         if method == "step":
-            end = index + len(trailing)
+            end = index + offset
             break
     if start - 1 <= made_index:
         return None  # nothing runs between the loss and its block
@@ -147,7 +138,7 @@ def _backward_block(block: list[ast.stmt], made_index: int, index: int) -> list[
 
 
 def _innermost_loop(filename: str, line: int):
-    tree = _parse(filename)
+    tree = _tree(filename)
     if tree is None:
         return None
     loop = None
