@@ -123,3 +123,9 @@ clean:
 .PHONY: corpus
 corpus: install
 	$(PY) benchmarks/realworld/score.py
+
+# Kernel-bug corpus (issue 15): check_op on published kernel bugs, buggy and fixed versions;
+# writes benchmarks/kernelbugs/results.md and results.json.
+.PHONY: kernelbugs
+kernelbugs: install
+	$(PY) benchmarks/kernelbugs/score.py --jobs 2

@@ -109,3 +109,75 @@ def test_ignore_index_passed_positionally_is_probed():
     assert report.failed_checks() == {"regime.sentinel_indices"}, str(report)
     assert gradguard.check_op(K.cross_entropy, logits, target, -100, reference=K.cross_entropy_ref,
                               regimes=["sentinel_indices"]).passed
+
+
+class _SparsemaxSqueezeAll(torch.autograd.Function):
+    """entmax's sparsemax before deep-spin/entmax#18: the backward squeezes every size-1 dimension."""
+
+    @staticmethod
+    def forward(ctx, x, fixed):
+        ctx.fixed = fixed
+        z = x - x.max(-1, keepdim=True).values
+        srt = z.sort(-1, descending=True).values
+        rho = torch.arange(1, z.shape[-1] + 1, dtype=z.dtype)
+        cum = srt.cumsum(-1) - 1
+        support = (rho * srt > cum).sum(-1, keepdim=True)
+        tau = cum.gather(-1, support - 1) / support.to(z.dtype)
+        out = torch.clamp(z - tau, min=0)
+        ctx.save_for_backward(support, out)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        support, out = ctx.saved_tensors
+        gi = g.clone()
+        gi[out == 0] = 0
+        size = support.to(out.dtype).squeeze(-1) if ctx.fixed else support.to(out.dtype).squeeze()
+        v_hat = (gi.sum(-1) / size).unsqueeze(-1)
+        return torch.where(out != 0, gi - v_hat, gi), None
+
+
+def test_a_size_1_dimension_is_probed():
+    x = torch.randn(4, 6, dtype=torch.float64, generator=_g(5))
+    report = gradguard.check_op(lambda x: _SparsemaxSqueezeAll.apply(x, False), x, regimes=["singleton_dim"])
+    assert report.failed_checks() == {"regime.singleton_dim"}, str(report)
+    assert report.root_cause.message == ("gradient of x changes when the inputs get a size-1 dimension (same values; the "
+                                         "forward agrees) (a size-1 dimension inserted before the last on every input "
+                                         "with 2+ dimensions)")
+    assert "squeeze(dim)" in report.root_cause.fix
+    assert gradguard.check_op(lambda x: _SparsemaxSqueezeAll.apply(x, True), x, regimes=["singleton_dim"]).passed
+
+
+def test_a_size_1_dimension_does_not_apply_to_rank_specific_ops():
+    x = torch.randn(4, 5, dtype=torch.float64, generator=_g(6))
+    row0 = lambda x: -torch.log_softmax(x, dim=-1)[:, 0].mean()  # noqa: E731  # [:, 0] means another thing in 3-D
+    two_d = lambda x: x.view(x.shape[0], x.shape[1]).sin()  # noqa: E731  # rejects 3-D
+    for fn in (row0, two_d):
+        report = gradguard.check_op(fn, x, regimes=["singleton_dim"])
+        assert report.passed, str(report)
+        skip = next(c for c in report.checks if c.check == "regime.singleton_dim")
+        assert skip.status == "skip" and "regime not applicable" in skip.detail, skip
+
+
+class _PartlyFloat32(torch.autograd.Function):
+    """Loads float64, computes the normaliser in float32 (Liger's cross entropy does this): correct gradient."""
+
+    @staticmethod
+    def forward(ctx, x):
+        lse = torch.logsumexp(x.float(), -1, keepdim=True).to(x.dtype)
+        ctx.save_for_backward(x, lse)
+        return x - lse
+
+    @staticmethod
+    def backward(ctx, g):
+        x, lse = ctx.saved_tensors
+        return g - (x - lse).exp() * g.sum(-1, keepdim=True)
+
+
+def test_float64_inputs_with_part_of_the_math_in_float32_are_measured_not_failed():
+    x = torch.randn(6, 7, dtype=torch.float64, generator=_g(7))
+    report = gradguard.check_op(_PartlyFloat32.apply, x, checks=("gradient",))
+    assert report.passed, str(report)
+    assert any(n.startswith("fn computes partly in float32 on float64 inputs") for n in report.notes), report.notes
+    exact = gradguard.check_op(lambda x: torch.log_softmax(x, -1), x, checks=("gradient",))
+    assert exact.passed and not any("float32" in n for n in exact.notes)

@@ -180,3 +180,56 @@ def test_no_progress_output_when_stderr_is_not_a_terminal(capsys):
     gradguard.check_op(torch.sin, torch.randn(5, generator=_g(12)))
     out = capsys.readouterr()
     assert out.err == "" and out.out == ""
+
+
+class _NoGradBranchCrashes(torch.autograd.Function):
+    """Liger-Kernel#930's shape: a buffer only assigned when the input requires grad."""
+
+    @staticmethod
+    def forward(ctx, x, w):
+        if x.requires_grad:
+            grad_w = torch.zeros_like(w)
+        out = x @ w.t()
+        if grad_w is not None:  # noqa: F821  # UnboundLocalError when x does not require grad
+            ctx.save_for_backward(x, w)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        return g @ w, g.t() @ x
+
+
+def test_a_forward_that_crashes_under_no_grad_is_a_finding_not_a_crash():
+    x, w = torch.randn(3, 4, dtype=torch.float64, generator=_g(8)), torch.randn(2, 4, dtype=torch.float64, generator=_g(9))
+    report = gradguard.check_op(_NoGradBranchCrashes.apply, x, w, checks=("gradient",))
+    assert report.failed_checks() == {"op.raised"}, str(report)
+    root = report.root_cause
+    assert root.message.startswith("fn's forward under torch.no_grad() raised UnboundLocalError")
+    assert root.why.startswith("the op runs with autograd on but crashes with it off")
+
+
+class _CrashesOnWeightOnly(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x, w)
+        return x @ w.t()
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        if not ctx.needs_input_grad[0]:
+            raise RuntimeError("grad_input buffer missing")
+        return g @ w, g.t() @ x
+
+
+def test_a_regime_the_reference_handles_and_the_op_crashes_on_is_a_failure():
+    x, w = torch.randn(3, 4, dtype=torch.float64, generator=_g(10)), torch.randn(2, 4, dtype=torch.float64, generator=_g(11))
+    ref = lambda x, w: x @ w.t()  # noqa: E731
+    report = gradguard.check_op(_CrashesOnWeightOnly.apply, x, w, reference=ref, regimes=["grad_subset"])
+    assert report.failed_checks() == {"regime.grad_subset"}, str(report)
+    assert report.root_cause.message == ("fn's backward raised RuntimeError on inputs the reference handles (only "
+                                         "inputs[1] requires grad): grad_input buffer missing")
+    # without a reference the op may simply not support it: a warning, not a failure
+    loose = gradguard.check_op(_CrashesOnWeightOnly.apply, x, w, regimes=["grad_subset"])
+    assert loose.passed and [f.check for f in loose.warnings] == ["regime.grad_subset"], str(loose)

@@ -41,7 +41,7 @@ from .._errors import InvalidArgument
 from . import _numerical as num
 from ._composition import audit_composition
 from ._mutation import audit_mutation
-from ._op_raised import OpRaised
+from ._op_raised import NO_GRAD_FORWARD, OpRaised
 from ._regimes import REGIME_NAMES, Regime, Spec, build_regimes, shrink_candidates
 from ._report import CheckResult, Failure, OpReport, verdict_order
 from ..core._internal import log_fallback
@@ -251,7 +251,43 @@ class _Audit:
                     f"fn computes in {dt} on float64 inputs (every output and gradient of a float64 run is exactly a "
                     f"{dt} value, as with a Triton kernel that upcasts to float32 only): float64 checks use {dt} tolerances")
                 break
+        if self._eff == "float64" and self._blind_to_float64_steps(args, jittered, lin, U):
+            self._eff = "float32"
+            self.notes.append(
+                "fn computes partly in float32 on float64 inputs (its float64 outputs do not follow a 2^-40 step of the "
+                "inputs the way its own backward says they should, as with a kernel that loads float64 and does part "
+                "of its math in float32): float64 checks use float32 tolerances")
         return self._eff
+
+    def _blind_to_float64_steps(self, args, jittered, lin_jittered, U) -> bool:
+        """Whether the float64 outputs miss part of a step no float32 can hold (NOTE [Effective precision]).
+
+        The step from the given float64 inputs to the jittered ones is ~2^-40 relative: a float64 op answers it
+        with <u, f(x_j) - f(x)> = <J^T u, x_j - x> up to rounding (~1e-4 relative at this size); an op that
+        rounds its inputs to float32 for part of its math does not see that part move at all.
+        """
+        base = self._to64(args)
+        try:
+            lin = self.B.linearize(self.fn, base, self.kwargs, self.wrt)
+        except OpRaised:
+            return False
+        moved = [np.asarray(o1, dtype=np.float64) - np.asarray(o0, dtype=np.float64) for o0, o1 in zip(lin.outputs, lin_jittered.outputs)]
+        step = [self.B.to_numpy(jittered[i]) - self.B.to_numpy(base[i]) for i in self.wrt]
+        worst = 0.0
+        for u in U:
+            try:
+                grads = lin.pullback([np.asarray(x) for x in u])
+            except OpRaised:
+                return False
+            seen = num.dot(u, moved)
+            predicted = num.dot([np.asarray(g, dtype=np.float64) for g in grads], step)
+            scale = num.absdot([np.asarray(g, dtype=np.float64) for g in grads], step)
+            if not (np.isfinite(seen) and np.isfinite(predicted)) or scale < 1e-200:
+                return False
+            rounding = 64 * num.EPS64 * (num.absdot(u, [np.asarray(o, dtype=np.float64) for o in lin.outputs])
+                                         + num.absdot(u, [np.asarray(o, dtype=np.float64) for o in lin_jittered.outputs]))
+            worst = max(worst, (abs(seen - predicted) - rounding) / scale)
+        return worst > 1e-2
 
     def _floor(self, i, run, dt) -> float:
         """Absolute tolerance floor in gradient units (see NOTE [Tolerance floor])."""
@@ -627,11 +663,27 @@ class _Audit:
     # ---- layout regimes ----------------------------------------------------------------------------
     def layout_check(self, regime: Regime, base: _Run) -> tuple[list[Failure], list[CheckResult]]:
         B = self.B
-        lin = B.linearize(self.fn, regime.args, self.kwargs, self.wrt)
+        reshaped = regime.spec.reshaped
+        try:
+            lin = B.linearize(self.fn, regime.args, self.kwargs, self.wrt)
+        except OpRaised:
+            if reshaped:  # an op written for one rank may reject another: not a finding
+                raise _NotApplicable("fn does not accept the inputs in that shape")
+            raise
         found = []
         check = f"regime.{regime.name}"
         outs = {n: o for n, o in zip(lin.out_names, lin.outputs)}
-        g = lin.pullback([base.U[0][j] for j in range(len(base.lin_d.out_names))]) if set(outs) == set(base.lin_d.out_names) else None
+        if reshaped:
+            # NOTE [Same values, another shape]: the regime is only a test of the backward when fn's forward treats
+            # the inserted dimension as a batch dimension (outputs equal once reshaped); otherwise fn gives that
+            # shape another meaning (a rank-specific op) and the regime does not apply.
+            outs = self._reshaped_like(outs, base)
+            if outs is None:
+                raise _NotApplicable("fn gives the reshaped inputs another meaning (its outputs change, not only their shape)")
+        g = lin.pullback([self._shaped(base.U[0][j], lin.outputs[j]) for j in range(len(base.lin_d.out_names))]) \
+            if set(outs) == set(base.lin_d.out_names) else None
+        if g is not None and reshaped:
+            g = [np.asarray(gi).reshape(np.shape(base.g_d[0][i])) for i, gi in enumerate(g)]
         pairs = [(n, outs.get(n), o, dt, 0.0) for n, o, dt in zip(base.lin_d.out_names, base.lin_d.outputs, base.lin_d.out_dtypes)]
         if g is not None:
             pairs += [(f"gradient of {self.names[self.wrt[i]]}", g[i], base.g_d[0][i], self._dtype(i),
@@ -643,14 +695,39 @@ class _Audit:
             m = num.compare(got, expected, (16 * eps if eps > 1e-15 else 1e-12) * _scale(expected) + floor)
             if not m.ok:
                 idx = ", ".join(map(str, m.index or ()))
+                if reshaped:
+                    change = "the inputs get a size-1 dimension (same values; the forward agrees)"
+                    why = ("the backward treats a size-1 dimension differently from the forward: a squeeze() or sum() "
+                           "without a dim drops it, or a broadcast lines up the wrong axes.")
+                    fix = "squeeze and unsqueeze only the dimension the op works on (squeeze(dim), keepdim=True)."
+                else:
+                    change = "the inputs are laid out differently"
+                    why = "the kernel assumes a memory layout (contiguous rows, unit stride) instead of reading the strides."
+                    fix = "call .contiguous() on inputs before launching the kernel, or pass strides to it."
                 found.append(Failure(check=check, regime=regime.name, input=what.split()[-1] if what.startswith("gradient") else None,
-                                     message=f"{what} changes when the inputs are laid out differently ({regime.description})",
+                                     message=f"{what} changes when {change} ({regime.description})",
                                      max_abs_err=m.max_abs, max_rel_err=m.max_rel, tolerance=f"16 ulp x max|value|",
                                      where=f"[{idx}]: {regime.name} {m.got:.6g}, as given {m.expected:.6g}",
-                                     why="the kernel assumes a memory layout (contiguous rows, unit stride) instead of "
-                                     "reading the strides.",
-                                     fix="call .contiguous() on inputs before launching the kernel, or pass strides to it."))
+                                     why=why, fix=fix))
         return found, [CheckResult(check, regime.name, "fail" if found else "pass")]
+
+    @staticmethod
+    def _shaped(u, like):
+        return np.asarray(u).reshape(np.shape(like)) if np.size(u) == np.size(like) else u
+
+    def _reshaped_like(self, outs: dict, base: _Run) -> dict | None:
+        """The regime's outputs reshaped to the given run's, or None when their values differ."""
+        shaped = {}
+        for n, o, dt in zip(base.lin_d.out_names, base.lin_d.outputs, base.lin_d.out_dtypes):
+            got = outs.get(n)
+            if got is None or np.size(got) != np.size(o):
+                return None
+            got = np.asarray(got).reshape(np.shape(o))
+            eps = self.B.eps(self._precision_of(dt, base))
+            if not num.compare(got, o, (16 * eps if eps > 1e-15 else 1e-12) * _scale(o)).ok:
+                return None
+            shaped[n] = got
+        return shaped
 
     # ---- minimal reproducer ------------------------------------------------------------------------
     def repro(self, args, regime: Regime | None) -> str:
@@ -769,8 +846,10 @@ class _Audit:
                        message=f"fn's {exc.phase} raised {type(err).__name__}: {str(err)[:300]}"
                                + (f" (inputs: {exc.dtype})" if exc.dtype else ""),
                        where=where or None,
-                       why=f"the op fails on the inputs as given, so no gradient can be checked; every other check "
-                       f"depends on a {exc.phase} that runs.",
+                       why=(f"the op runs with autograd on but crashes with it off (evaluation loops, finite differences): "
+                            f"a branch for inputs that do not require grad." if exc.phase == NO_GRAD_FORWARD else
+                            f"the op fails on the inputs as given, so no gradient can be checked; every other check "
+                            f"depends on a {exc.phase} that runs."),
                        fix=f"fix the {exc.phase} (the line above is where it raised), then re-run check_op.",
                        repro=self.repro(self.args, None))
 
@@ -818,6 +897,18 @@ class _Audit:
             err = exc.error
             if self.reference is not None and self._reference_raises(regime.args):
                 self.checks.append(CheckResult(check, regime.name, "skip", "regime not applicable: the reference raises on these inputs too"))
+                return
+            if self.reference is not None:
+                # NOTE [The reference runs, the op raises]: inputs the trusted implementation handles are inputs the op
+                # is meant to handle (only a subset requiring grad, a size-1 feature dimension): a failure, with the
+                # line it raised at. Without a reference the op may legitimately not support them: a warning.
+                found = self._raised_finding(exc, regime.name)
+                found.check = check
+                found.message = f"fn's {exc.phase} raised {type(err).__name__} on inputs the reference handles ({regime.description}): {str(err)[:200]}"
+                found.why = f"the reference computes these inputs, the op's {exc.phase} crashes on them."
+                found.repro = self.repro(regime.args, regime)
+                self.findings.append(found)
+                self.checks.append(CheckResult(check, regime.name, "fail", type(err).__name__))
                 return
             self.findings.append(Failure(check=check, regime=regime.name, severity="warning",
                                          message=f"fn's {exc.phase} raised {type(err).__name__} on these inputs ({regime.description}): {str(err)[:200]}",

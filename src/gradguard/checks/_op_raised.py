@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-__all__ = ["OpRaised"]
+__all__ = ["OpRaised", "NO_GRAD_FORWARD"]
+
+# the phase of a forward run with autograd off (finite differences run so, as evaluation loops do)
+NO_GRAD_FORWARD = "forward under torch.no_grad()"
 
 
 class OpRaised(Exception):

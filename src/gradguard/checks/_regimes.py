@@ -32,6 +32,7 @@ REGIME_NAMES = (
     "near_constant_rows",
     "batch_size",
     "feature_dim",
+    "singleton_dim",
     "reduction_dim",
     "grad_subset",
 )
@@ -47,6 +48,7 @@ class Spec:
     numerical: bool = True  # float64 finite differences are valid here
     precision: bool = True  # compare the op's dtype run with its float64 run when there is no reference
     convention: bool = False  # non-differentiable points: judge by the reference only
+    reshaped: bool = False  # same values in another shape: compare after reshaping back, if fn agrees on the forward
 
 
 @dataclass
@@ -97,8 +99,9 @@ def build_regimes(B, args, wrt, kwargs, defaults, selected, names=None) -> tuple
     # NOTE [Regimes real bugs needed]
     # Published kernel bugs hid in: feature/hidden sizes that are not a power of two or are 1 (Triton block
     # masks), a ``dim`` other than the last, only some inputs requiring grad (``ctx.needs_input_grad``
-    # paths), and ignore/padding values passed positionally. ``feature_dim``, ``reduction_dim``,
-    # ``grad_subset`` and positional sentinels cover them.
+    # paths), ignore/padding values passed positionally, and a size-1 dimension among the others (a
+    # ``squeeze()`` that drops it: entmax's sparsemax on attention scores shaped (B, 1, L)). ``feature_dim``,
+    # ``singleton_dim``, ``reduction_dim``, ``grad_subset`` and positional sentinels cover them.
     """
     regimes: list[Regime] = []
     skipped: dict[str, str] = {}
@@ -232,6 +235,19 @@ def build_regimes(B, args, wrt, kwargs, defaults, selected, names=None) -> tuple
                 regimes.append(Regime("feature_dim", f"last dimension {d} -> {size} ({kind}) on every float input that has it", new, Spec()))
         else:
             skipped["feature_dim"] = "no differentiated input with a last dimension"
+
+    if want("singleton_dim"):
+        # (B, L) -> (B, 1, L): a size-1 dimension before the last on every tensor that has 2+ dimensions
+        cand = [i for i in tensors if B.ndim(args[i]) >= 2]
+        if any(i in floats for i in cand) and not any(1 in B.shape(args[i])[:-1] for i in cand):
+            new = list(args)
+            for i in cand:
+                v = B.to_numpy(args[i])
+                new[i] = B.from_numpy(np.expand_dims(v, axis=v.ndim - 1), args[i])
+            regimes.append(Regime("singleton_dim", "a size-1 dimension inserted before the last on every input with 2+ dimensions",
+                                  new, Spec(layout=True, reshaped=True)))
+        else:
+            skipped["singleton_dim"] = "no differentiated input with 2+ dimensions, or one already has a size-1 dimension"
 
     if want("reduction_dim"):
         merged = {**defaults, **kwargs}

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 import xxhash
 
-from ._op_raised import OpRaised
+from ._op_raised import NO_GRAD_FORWARD, OpRaised
 
 __all__ = ["TorchBackend", "Linearization", "TORCH", "SMALL_INPUT_NUMEL"]
 
@@ -213,8 +213,12 @@ class TorchBackend:
     def forward64(self, fn: Callable, args: Sequence[Any], kwargs: dict, out_names: Sequence[str]) -> list[np.ndarray]:
         """Outputs named ``out_names`` of ``fn(*args)`` without autograd, as float64 numpy."""
         fed = [self.clone(a) if isinstance(a, torch.Tensor) else a for a in args]
-        with torch.no_grad():
-            outs = dict(self.outputs(fn(*fed, **kwargs)))
+        try:
+            with torch.no_grad():
+                outs = dict(self.outputs(fn(*fed, **kwargs)))
+        except Exception as exc:  # an op that only runs with autograd on is a finding (Liger-Kernel#930), not a crash
+            dtypes = [self.dtype_name(a) for a in fed if isinstance(a, torch.Tensor) and a.dtype.is_floating_point]
+            raise OpRaised(NO_GRAD_FORWARD, exc, ", ".join(dict.fromkeys(dtypes)) or None) from exc
         return [self.to_numpy(outs[n]) for n in out_names]
 
     def with_values(self, t: torch.Tensor, values: np.ndarray, dtype_name: str | None = None) -> torch.Tensor:
