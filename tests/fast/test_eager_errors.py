@@ -87,7 +87,10 @@ def test_multi_output_view_bound_by_a_loop_is_not_told_to_rebind():
     assert finding.rule == "multi_output_view_inplace"
     assert finding.suggestion.startswith("`channel` is the variable of a for loop over a tensor")
     assert "channel = channel.mul(std)" not in finding.suggestion
-    assert finding.fixes == []
+    # the edit gradguard fix applies: the loop hands out indexed views, which can be written in place
+    (intent,) = finding.fixes
+    # (`i` is a name already used in this file, so the index gets the next free name)
+    assert (intent.action, intent.target, intent.detail, intent.preferred) == ("index_loop_variable", "channel", {"index": "index"}, True)
 
 
 def test_multi_output_view_from_chunk():

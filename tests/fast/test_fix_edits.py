@@ -122,3 +122,18 @@ def test_set_keyword_on_the_second_call_of_a_line():
     source = "net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(inplace=True), nn.ReLU(inplace=True))\n"
     assert edit(source, "set_keyword", 1, call="ReLU", keyword="inplace", value=False, occurrence=1) == (
         "net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(inplace=True), nn.ReLU(inplace=False))\n")
+
+
+def test_index_loop_variable_over_a_tensor_and_inside_zip():
+    source = "for channel, mean in zip(t[0], means):\n    channel.sub_(mean)  # centre\n"
+    assert edit(source, "index_loop_variable", 1, "channel", index="i") == (
+        "for i, (channel, mean) in enumerate(zip(t[0], means)):\n    channel = t[0][i]\n    channel.sub_(mean)  # centre\n")
+    assert edit("for row in x:\n    row.mul_(2)\n", "index_loop_variable", 1, "row", index="k") == (
+        "for k, row in enumerate(x):\n    row = x[k]\n    row.mul_(2)\n")
+
+
+def test_index_loop_variable_refuses_an_iterable_it_would_evaluate_again():
+    with pytest.raises(EditNotApplicable, match="plain tensor expression"):
+        edit("for row in make():\n    row.mul_(2)\n", "index_loop_variable", 1, "row", index="i")
+    with pytest.raises(EditNotApplicable, match="plain tensor expression"):
+        edit("for a, b in pairs:\n    a.mul_(2)\n", "index_loop_variable", 1, "a", index="i")

@@ -308,6 +308,32 @@ SAME_LOSS_TWICE_DIFF = """\
 """
 
 
+LOOP_OVER_UNBOUND_VIEWS = """
+    import torch
+
+    image = torch.randn(1, 3, 2, 2, requires_grad=True)
+    out = image.clone()
+    for channel, mean, std in zip(out[0], [0.5, 0.4, 0.3], [0.2, 0.3, 0.4]):
+        channel.mul_(std).add_(mean)
+    out.sum().backward()
+    print(image.grad[0, :, 0, 0].tolist())
+"""
+
+LOOP_OVER_UNBOUND_VIEWS_DIFF = """\
+--- a/script.py
++++ b/script.py
+@@ -2,7 +2,8 @@ line 5: `channel` becomes an indexed view of the tensor (`[i]`), which can be written in place; the write still reaches the tensor
+ 
+ image = torch.randn(1, 3, 2, 2, requires_grad=True)
+ out = image.clone()
+-for channel, mean, std in zip(out[0], [0.5, 0.4, 0.3], [0.2, 0.3, 0.4]):
++for i, (channel, mean, std) in enumerate(zip(out[0], [0.5, 0.4, 0.3], [0.2, 0.3, 0.4])):
++    channel = out[0][i]
+     channel.mul_(std).add_(mean)
+ out.sum().backward()
+ print(image.grad[0, :, 0, 0].tolist())
+"""
+
 
 def run(args, cwd, **kw):
     env = dict(os.environ, OMP_NUM_THREADS="1")
@@ -389,10 +415,11 @@ def test_an_edit_that_cuts_a_gradient_the_optimizer_uses_is_not_offered(tmp_path
                                           (STATE_ON_THE_MODULE, STATE_ON_THE_MODULE_DIFF),
                                           (REFILLED_BUFFER, REFILLED_BUFFER_DIFF),
                                           (LOSS_INPUTS_MADE_BEFORE_THE_STEPS, LOSS_INPUTS_MADE_BEFORE_THE_STEPS_DIFF),
-                                          (SAME_LOSS_TWICE, SAME_LOSS_TWICE_DIFF)],
+                                          (SAME_LOSS_TWICE, SAME_LOSS_TWICE_DIFF),
+                                          (LOOP_OVER_UNBOUND_VIEWS, LOOP_OVER_UNBOUND_VIEWS_DIFF)],
                          ids=["loss-made-before-a-helper-steps", "value-made-before-the-loop-that-steps",
                               "forward-made-before-the-loop", "state-kept-on-the-module", "refilled-buffer",
-                              "loss-inputs-made-before-the-steps", "same-loss-twice"])
+                              "loss-inputs-made-before-the-steps", "same-loss-twice", "loop-over-unbound-views"])
 def test_repairs_of_public_bug_report_shapes(tmp_path, script, diff):
     (tmp_path / "script.py").write_text(textwrap.dedent(script).lstrip())
     proc = run(["script.py"], tmp_path)

@@ -47,6 +47,9 @@ ACTIONS = {
     "rebind_slice_target": "assign to a name instead of refilling its whole slice",
     # delete the statement at `line` (`target`: its code, checked before deleting); a block left empty gets `pass`
     "remove_statement": "delete a statement",
+    # `for x in t:` -> `for i, x in enumerate(t):` + `x = t[i]` first in the body (also `x` inside a `zip(...)`
+    # tuple); detail["index"]: the new index name. An indexed view can be written in place; an unbound one cannot.
+    "index_loop_variable": "bind a for loop's variable to an indexed view of the tensor it iterates",
 }
 
 # NOTE [Preferred and alternative intents]

@@ -362,6 +362,41 @@ def _wrap_no_grad(statement, detail: dict):
                     leading_lines=statement.leading_lines)
 
 
+def _is_plain_reference(expression: cst.BaseExpression) -> bool:
+    """A name, attribute or subscript with constant/name indices: evaluating it again has no effect."""
+    import ast
+
+    try:
+        tree = ast.parse(_code(expression), mode="eval")
+    except SyntaxError:
+        return False
+    allowed = (ast.Expression, ast.Name, ast.Attribute, ast.Subscript, ast.Constant, ast.Load, ast.Tuple, ast.Slice,
+               ast.UnaryOp, ast.USub)
+    return all(isinstance(node, allowed) for node in ast.walk(tree))
+
+
+def _index_loop_variable(statement, target: str | None, index: str):
+    """``for x in t:`` -> ``for i, x in enumerate(t):`` with ``x = t[i]`` first in the body (see ACTIONS)."""
+    if not isinstance(statement, cst.For) or target is None:
+        raise EditNotApplicable(f"index_loop_variable edits a for loop over `{target}`")
+    loop_target, iterated = statement.target, None
+    if isinstance(loop_target, cst.Name) and loop_target.value == target:
+        iterated = statement.iter
+    elif isinstance(loop_target, cst.Tuple) and isinstance(statement.iter, cst.Call) and _code(statement.iter.func) == "zip":
+        names = [e.value.value if isinstance(e.value, cst.Name) else None for e in loop_target.elements]
+        args = statement.iter.args
+        if target in names and len(args) == len(names) and not any(a.star or a.keyword for a in args):
+            iterated = args[names.index(target)].value
+    if iterated is None or not _is_plain_reference(iterated):
+        raise EditNotApplicable(f"the loop does not bind `{target}` to the pieces of a plain tensor expression")
+    inner = loop_target.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()]) if isinstance(loop_target, cst.Tuple) else loop_target
+    new_target = cst.Tuple([cst.Element(cst.Name(index)), cst.Element(inner)], lpar=[], rpar=[])
+    new_iter = cst.Call(cst.Name("enumerate"), [cst.Arg(statement.iter)])
+    rebind = _statements(f"{target} = {_code(_atom(iterated))}[{index}]")[0]
+    body = statement.body
+    return statement.with_changes(target=new_target, iter=new_iter, body=body.with_changes(body=[rebind, *body.body]))
+
+
 def apply_intent(source: str, intent: FixIntent) -> str:
     """``source`` with ``intent`` applied; EditNotApplicable when it does not fit the source."""
     return apply_intents(source, [intent])
@@ -402,7 +437,7 @@ def apply_intents(source: str, intents: list[FixIntent]) -> str:
     return module.visit(_Replace(changes)).code
 
 
-_STATEMENT_ACTIONS = ("insert_before", "insert_after", "move_statement")
+_STATEMENT_ACTIONS = ("insert_before", "insert_after", "move_statement", "index_loop_variable")
 
 
 def _apply_one(statement, intent: FixIntent, locate: _Locate, after: dict):
@@ -443,6 +478,8 @@ def _apply_one(statement, intent: FixIntent, locate: _Locate, after: dict):
             moved = statement.with_changes(leading_lines=[])
             return [new[0].with_changes(leading_lines=statement.leading_lines), *new[1:], moved]
         return [statement, *new]
+    if action == "index_loop_variable":
+        return _index_loop_variable(statement, intent.target, detail.get("index") or "i")
     if action == "move_statement":
         destination = locate.found.get(detail.get("after_line"))
         if destination is None:

@@ -183,6 +183,31 @@ def _is_loop_target(site: _Site) -> bool:
     return False
 
 
+def _index_loop_intent(site: _Site) -> list[FixIntent]:
+    """The ``for`` that binds the written name, rewritten to hand out indexed views (``x = t[i]``)."""
+    import ast
+    import linecache
+
+    if site.location is None or not site.expression:
+        return []
+    name = site.expression.split("[", 1)[0].split(".", 1)[0]
+    try:
+        tree = ast.parse("".join(linecache.getlines(site.location.file)))
+    except SyntaxError:
+        return []
+    line = site.location.line
+    loops = [node for node in ast.walk(tree) if isinstance(node, ast.For) and node.lineno < line <= (node.end_lineno or node.lineno)
+             and name in {n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)}]
+    if not loops:
+        return []
+    loop = max(loops, key=lambda node: node.lineno)  # the innermost
+    used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | {a.arg for a in ast.walk(tree) if isinstance(a, ast.arg)}
+    index = next(c for c in ("i", "index", "_i", "_index") + tuple(f"_i{k}" for k in range(100)) if c not in used)
+    return [FixIntent("index_loop_variable", site.location.file, loop.lineno, target=name, detail={"index": index},
+                      reason=f"`{name}` becomes an indexed view of the tensor (`[{index}]`), which can be written in place; "
+                             f"the write still reaches the tensor", preferred=True)]
+
+
 def _preferred_first(fixes: list[FixIntent]) -> list[FixIntent]:
     """When no edit is preferred, the first alternative becomes the preferred one."""
     if fixes and not any(x.preferred for x in fixes):
@@ -276,7 +301,8 @@ def _multi_view(site: _Site, match) -> Finding:
         f"so autograd cannot record an in-place write into just one of them.",
         fix,
         display=[("view of", f"{op} (several views returned by {function})")],
-        fixes=_preferred_first(_rewrite_intents(site, "a new tensor instead of a write into one of several views")
+        fixes=_preferred_first(_index_loop_intent(site) if _is_loop_target(site) else
+                               _rewrite_intents(site, "a new tensor instead of a write into one of several views")
                                + _clone_before_intent(site, preferred=False)),
     )
 
