@@ -333,3 +333,34 @@ def test_the_guard_keeps_no_tensor_alive():
         del h, y
     gc.collect()
     assert ref() is None
+
+
+# -- BatchNorm running stats (issue 14, class 4) -------------------------------------------------------
+
+def test_running_stats_saved_in_eval_mode_and_updated_before_backward():
+    bn = torch.nn.BatchNorm1d(3)
+    x = torch.randn(4, 3, requires_grad=True)
+
+    def eval_then_train():
+        bn.eval()
+        y = bn(x)  # eval-save
+        bn.train()
+        bn(torch.randn(4, 3))  # train-update
+        y.sum().backward()
+
+    finding = silent(eval_then_train)
+    assert finding.saved_at.location.line == line_of("eval-save")
+    assert finding.saved_at.argument in ("running_mean", "running_var"), finding.saved_at
+    assert finding.rule == "eval_running_stats_updated"
+    assert "comes from a forward in eval mode" in finding.explanation
+    assert "usual writer is a forward of bn in training mode" in finding.explanation
+
+
+def test_running_stats_saved_in_training_mode_stay_exempt():
+    bn = torch.nn.BatchNorm1d(3)
+    x = torch.randn(4, 3, requires_grad=True)
+    with gradguard.guard():
+        y = bn(x)
+        bn(torch.randn(4, 3))  # another training forward updates the running stats: harmless for y's backward
+        y.sum().backward()
+    assert x.grad is not None

@@ -196,6 +196,27 @@ def _outside_write(f: Finding, outside) -> Verdict:
     )
 
 
+def _eval_running_stats_when(f: Finding):
+    # NOTE [Running stats saved in eval mode] (backends/torch/_session.py): only nodes saved in eval mode get here
+    saver = f.saved_at
+    if f.kind == "silent_write" and saver.node and "BatchNorm" in saver.node and saver.argument in ("running_mean", "running_var"):
+        return True
+    return None
+
+
+def _eval_running_stats(f: Finding, _) -> Verdict:
+    module = f.tensor.name.rsplit(".", 1)[0] if f.tensor.name and "." in f.tensor.name else "the BatchNorm module"
+    return Verdict(
+        "eval_running_stats_updated",
+        _prefix(f) + f"{_saver(f)} comes from a forward in eval mode, which normalises with the running statistics "
+        f"and needs them again in backward. They changed before that backward; with no other write seen, the usual "
+        f"writer is a forward of {module} in training mode, which updates the running statistics in place without "
+        f"moving their version counter. The backward would use the new statistics.",
+        "Run the backward of the eval-mode forward before the next training-mode forward; or, if that output needs no "
+        "gradient (an evaluation or a target network), compute it under `with torch.no_grad():`.",
+    )
+
+
 def _numpy_write(f: Finding, numpy_write: WriteRecord) -> Verdict:
     return Verdict(
         "numpy_write",
@@ -317,6 +338,7 @@ RULES: tuple[Rule, ...] = (
     Rule("inplace_activation", _write("activation"), R.activation_rule),
     Rule("data_write", _write("data_write"), _data_write),
     Rule("silent_kernel_write", _write("kernel"), _kernel_write),
+    Rule("eval_running_stats_updated", _eval_running_stats_when, _eval_running_stats),
     Rule("silent_outside_write", _outside_when, _outside_write),
     Rule("numpy_write", _write("numpy"), _numpy_write),
     Rule("augmented_assignment", _write("augmented_assign"), R.augmented_rule),

@@ -417,9 +417,19 @@ class TorchGuardSession:
     # -- findings ------------------------------------------------------------------------------
     def _allowed_silent_change(self, record: _SavedRecord) -> bool:
         """BatchNorm updates running stats in place without declaring it; its training-mode backward
-        does not read them, so the change is harmless."""
+        does not read them, so the change is harmless.
+
+        # NOTE [Running stats saved in eval mode]
+        # An eval-mode forward normalises with the running stats and its backward reads them
+        # (dx = dy * w / sqrt(running_var + eps)); a train-mode forward in between updates them in place
+        # without moving their version, and the eval backward silently uses the new ones. Only a node saved
+        # in training mode (``_saved_training``) is exempt; where the node does not say, it stays exempt.
+        """
         node, argument = _saver(record)
-        return argument in ("running_mean", "running_var") and node is not None and "BatchNorm" in node
+        if not (argument in ("running_mean", "running_var") and node is not None and "BatchNorm" in node):
+            return False
+        current = torch._C._current_autograd_node()
+        return getattr(current, "_saved_training", True) is not False
 
     def _raise(self, record: _SavedRecord, kind: str, note: str | None = None):
         t = record.tensor
