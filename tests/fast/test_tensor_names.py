@@ -52,3 +52,25 @@ def test_a_variable_holding_a_different_view_of_the_memory_does_not_name_it():
     row = buffer[1]
     assert name_by_variable(buffer[1:2].detach()) is None  # same storage, another layout: not `buffer`
     assert name_by_variable(buffer[1].detach()) == "row"
+
+
+class _PreActBlock(torch.nn.Module):
+    """Corpus 005 (pytorch#15428): the residual's first layer is an in-place ReLU on the block's input."""
+
+    def __init__(self):
+        super().__init__()
+        self.residual = torch.nn.Sequential(torch.nn.ReLU(inplace=True), torch.nn.Conv2d(2, 2, 1))
+        self.shortcut = torch.nn.Conv2d(2, 2, 1)
+
+    def forward(self, x):
+        sc = self.shortcut(x)
+        return self.residual(x) + sc
+
+
+def test_a_tensor_only_named_inside_the_frame_that_wrote_it_keeps_that_name():
+    net = torch.nn.Sequential(torch.nn.Conv2d(1, 2, 1), _PreActBlock())
+    with pytest.raises(gradguard.InplaceModificationError) as info:
+        with gradguard.guard():
+            net(torch.randn(1, 1, 3, 3)).sum().backward()
+    # when backward fails, Block.forward's frame is gone; while the ReLU wrote into it, `x` held it
+    assert info.value.finding.tensor.label == "x (float32[1, 2, 3, 3], output of ConvolutionBackward0)"

@@ -17,7 +17,7 @@ import torch
 from ...core._frames import LIBRARY_PATHS, user_variable_names
 from ...core._internal import log_fallback
 
-__all__ = ["name_tensor", "name_by_variable", "storage_key"]
+__all__ = ["name_tensor", "name_by_variable", "name_in_writing_frame", "storage_key"]
 
 
 def storage_key(t: torch.Tensor) -> int:
@@ -98,6 +98,33 @@ def _holds(value: torch.Tensor, key, t: torch.Tensor) -> bool:
     except Exception as error:  # a tensor subclass without storage
         log_fallback("backends.torch", "reading a user variable's layout", error)
         return False
+
+
+def name_in_writing_frame(t: torch.Tensor) -> str | None:
+    """The local of the innermost user frame holding exactly ``t``'s memory, read while a write into ``t`` runs.
+
+    # NOTE [Naming a tensor where it is written]
+    # By the time backward fails, the frame that held a module's input (``x`` in ``Block.forward``) is gone and
+    # the saved tensor has no name left. While the in-place write runs, that frame is still on the stack. Only
+    # its locals are read (no globals, no attributes of user objects: this runs inside the user's program,
+    # not on an error path), once per saved tensor that is written.
+    """
+    try:
+        key = _layout_key(t)
+    except Exception as error:  # no storage (sparse, fake)
+        log_fallback("backends.torch", "reading a written tensor's layout to name it", error)
+        return None
+    if key is None or key[0] == 0:
+        return None
+    frame = sys._getframe(1)
+    while frame is not None and LIBRARY_PATHS.is_library(frame.f_code.co_filename):
+        frame = frame.f_back
+    if frame is None:
+        return None
+    for var, value in list(frame.f_locals.items()):
+        if not var.startswith("_") and var.isidentifier() and issubclass(type(value), torch.Tensor) and _holds(value, key, t):
+            return var
+    return None
 
 
 def _attribute_holding(obj, key, t: torch.Tensor) -> str | None:

@@ -39,7 +39,7 @@ from ...core._ledger import SavedLedger
 from . import _attribution, _backward_calls, _compat, _step_aside, _user_hooks
 from ._fingerprint import fingerprint as _fingerprint
 from ._fingerprint import same as _same_fingerprint
-from ._naming import name_by_variable, name_tensor
+from ._naming import name_by_variable, name_in_writing_frame, name_tensor
 from ._overlap import share_elements
 from ._writes import WriteTrackingMode, dynamo_safe
 
@@ -76,7 +76,7 @@ def _is_owner(obj: object) -> bool:
 class _SavedRecord:
     """What the pack hook returns; autograd keeps it exactly as long as the graph needs the tensor."""
 
-    __slots__ = ("tensor", "version", "fp", "site", "producer", "passes_at_save", "writes", "__weakref__")
+    __slots__ = ("tensor", "version", "fp", "site", "producer", "passes_at_save", "writes", "name_at_write", "__weakref__")
 
     def __init__(self, tensor, version, fp, site, producer, passes_at_save):
         self.tensor = tensor
@@ -86,6 +86,7 @@ class _SavedRecord:
         self.producer = producer
         self.passes_at_save = passes_at_save
         self.writes: list[tuple[WriteRecord, int]] | None = None  # (write, saved tensor's version before it)
+        self.name_at_write: str | None = None  # NOTE [Naming a tensor where it is written]
 
 
 class _UserHookRecord:
@@ -381,6 +382,7 @@ class TorchGuardSession:
             for record in records:
                 if record.writes is None:
                     record.writes = []
+                    record.name_at_write = name_in_writing_frame(record.tensor)
                 record.writes.append((write, record.tensor._version))
 
     def _describe_write(self, func, target) -> WriteRecord:
@@ -487,7 +489,8 @@ class TorchGuardSession:
         name, role = name_tensor(t)
         if role is None:
             role = "leaf" if record.producer == "leaf" else "activation"
-            name = name_by_variable(t)  # the user variable holding it, if one does (`out`, `labels`)
+            # the user variable holding it, if one does (`out`, `labels`), else the one that held it where it was written
+            name = name_by_variable(t) or record.name_at_write
         tensor = TensorInfo(
             shape=tuple(t.shape),
             dtype=str(t.dtype).replace("torch.", ""),
