@@ -55,7 +55,8 @@ def test_trainer_callback_turns_the_bug_into_a_diagnosis(tmp_path):
     finding = info.value.finding
     assert [f is finding for f in callback.findings] == [True]
     assert finding.saved_at.op == "TanhBackward0.result"
-    assert finding.tensor.label == "float32[4, 16], output of TanhBackward0"
+    # named by the hook's parameter that held it where it was written (no variable holds it when backward fails)
+    assert finding.tensor.label == "output (float32[4, 16], output of TanhBackward0)"
     assert [w.op for w in finding.modified_at] == ["aten.clamp_"]
     assert [w.location.code for w in finding.modified_at] == [
         "output.clamp_(-0.9, 0.9)  # the bug: Tanh saved its output for backward"]
