@@ -18,7 +18,10 @@
 # float64 inputs do not mean float64 math: a Triton kernel loads float64, computes in float32 and stores
 # float64. The float64 run is repeated once on inputs jittered by 2^-40 (values no float32 can hold); if
 # every output and gradient is still exactly a float32 (or float16/bfloat16) value, the op computes in that
-# precision and every float64 check uses its tolerances (finite differences with a larger step).
+# precision and every float64 check uses its tolerances (finite differences with a larger step). An op that does
+# only part of its math in float32 (Liger-Kernel's and TransformerEngine's cross entropies: float64 in, the
+# normaliser in float32) passes that test; its float64 outputs then miss part of the 2^-40 step that its own
+# backward predicts, which is the second test (``_blind_to_float64_steps``).
 # When the op cannot run in float64 at all (forward or backward rejects it), the checks run in the op's
 # own dtype; with a reference, tolerances come from the reference's own error against its float64 run.
 #
