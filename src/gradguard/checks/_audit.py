@@ -228,7 +228,7 @@ class _Audit:
                              f"checks run in the op's own dtype with tolerances from a float64 reference where one is given")
             return None, None
 
-    def _effective_dtype(self, args, U) -> str:
+    def _effective_dtype(self, args, run: _Run) -> str:
         """The precision fn really computes in when fed float64 (see NOTE [Effective precision])."""
         if self._eff is not None:
             return self._eff
@@ -240,7 +240,7 @@ class _Audit:
             jittered[i] = self.B.with_values(jittered[i], v * (1.0 + 2.0**-40 * rng.standard_normal(v.shape)) + 2.0**-60)
         try:
             lin = self.B.linearize(self.fn, jittered, self.kwargs, self.wrt)
-            values = list(lin.outputs) + list(lin.pullback([np.asarray(u) for u in U[0]]))
+            values = list(lin.outputs) + list(lin.pullback([np.asarray(u) for u in run.U[0]]))
         except OpRaised:
             return self._eff
         flat = np.concatenate([np.asarray(v, dtype=np.float64).reshape(-1) for v in values]) if values else np.zeros(0)
@@ -254,7 +254,7 @@ class _Audit:
                     f"fn computes in {dt} on float64 inputs (every output and gradient of a float64 run is exactly a "
                     f"{dt} value, as with a Triton kernel that upcasts to float32 only): float64 checks use {dt} tolerances")
                 break
-        if self._eff == "float64" and self._blind_to_float64_steps(args, jittered, lin, U):
+        if self._eff == "float64" and self._blind_to_float64_steps(run, args, jittered, lin):
             self._eff = "float32"
             self.notes.append(
                 "fn computes partly in float32 on float64 inputs (its float64 outputs do not follow a 2^-40 step of the "
@@ -262,33 +262,26 @@ class _Audit:
                 "of its math in float32): float64 checks use float32 tolerances")
         return self._eff
 
-    def _blind_to_float64_steps(self, args, jittered, lin_jittered, U) -> bool:
+    def _blind_to_float64_steps(self, run: _Run, args, jittered, lin_jittered) -> bool:
         """Whether the float64 outputs miss part of a step no float32 can hold (NOTE [Effective precision]).
 
         The step from the given float64 inputs to the jittered ones is ~2^-40 relative: a float64 op answers it
         with <u, f(x_j) - f(x)> = <J^T u, x_j - x> up to rounding (~1e-4 relative at this size); an op that
-        rounds its inputs to float32 for part of its math does not see that part move at all.
+        rounds its inputs to float32 for part of its math does not see that part move at all. The given run's
+        float64 outputs and VJPs are the base: nothing is run again.
         """
         base = self._to64(args)
-        try:
-            lin = self.B.linearize(self.fn, base, self.kwargs, self.wrt)
-        except OpRaised:
-            return False
-        moved = [np.asarray(o1, dtype=np.float64) - np.asarray(o0, dtype=np.float64) for o0, o1 in zip(lin.outputs, lin_jittered.outputs)]
+        outputs = [np.asarray(o, dtype=np.float64) for o in run.lin_64.outputs]
+        jittered_outputs = [np.asarray(o, dtype=np.float64) for o in lin_jittered.outputs]
+        moved = [o1 - o0 for o0, o1 in zip(outputs, jittered_outputs)]
         step = [self.B.to_numpy(jittered[i]) - self.B.to_numpy(base[i]) for i in self.wrt]
         worst = 0.0
-        for u in U:
-            try:
-                grads = lin.pullback([np.asarray(x) for x in u])
-            except OpRaised:
-                return False
-            seen = num.dot(u, moved)
-            predicted = num.dot([np.asarray(g, dtype=np.float64) for g in grads], step)
-            scale = num.absdot([np.asarray(g, dtype=np.float64) for g in grads], step)
+        for u, grads in zip(run.U, run.g_64):
+            grads = [np.asarray(g, dtype=np.float64) for g in grads]
+            seen, predicted, scale = num.dot(u, moved), num.dot(grads, step), num.absdot(grads, step)
             if not (np.isfinite(seen) and np.isfinite(predicted)) or scale < 1e-200:
                 return False
-            rounding = 64 * num.EPS64 * (num.absdot(u, [np.asarray(o, dtype=np.float64) for o in lin.outputs])
-                                         + num.absdot(u, [np.asarray(o, dtype=np.float64) for o in lin_jittered.outputs]))
+            rounding = 64 * num.EPS64 * (num.absdot(u, outputs) + num.absdot(u, jittered_outputs))
             worst = max(worst, (abs(seen - predicted) - rounding) / scale)
         return worst > 1e-2
 
@@ -323,7 +316,7 @@ class _Audit:
             run.lin_64, run.g_64 = lin_d, g_d
         else:
             run.lin_64, run.g_64 = self._run64(fn, args, U, "fn", run.notes)
-        run.eff = self._effective_dtype(args, U) if run.lin_64 is not None else None
+        run.eff = self._effective_dtype(args, run) if run.lin_64 is not None else None
 
         lin_rd = lin_r64 = g_rd = g_r64 = None
         if ref is not None:
@@ -694,8 +687,7 @@ class _Audit:
         for what, got, expected, dt, floor in pairs:
             if got is None:
                 continue
-            eps = B.eps(self._precision_of(dt, base))
-            m = num.compare(got, expected, (16 * eps if eps > 1e-15 else 1e-12) * _scale(expected) + floor)
+            m = num.compare(got, expected, self._same_values_allowed(dt, base, expected) + floor)
             if not m.ok:
                 idx = ", ".join(map(str, m.index or ()))
                 if reshaped:
@@ -714,6 +706,11 @@ class _Audit:
                                      why=why, fix=fix))
         return found, [CheckResult(check, regime.name, "fail" if found else "pass")]
 
+    def _same_values_allowed(self, dt: str, base: _Run, expected) -> float:
+        """What the same computation on the same values may differ by in another layout: 16 ulp x max|value|."""
+        eps = self.B.eps(self._precision_of(dt, base))
+        return (16 * eps if eps > 1e-15 else 1e-12) * _scale(expected)
+
     @staticmethod
     def _shaped(u, like):
         return np.asarray(u).reshape(np.shape(like)) if np.size(u) == np.size(like) else u
@@ -726,8 +723,7 @@ class _Audit:
             if got is None or np.size(got) != np.size(o):
                 return None
             got = np.asarray(got).reshape(np.shape(o))
-            eps = self.B.eps(self._precision_of(dt, base))
-            if not num.compare(got, o, (16 * eps if eps > 1e-15 else 1e-12) * _scale(o)).ok:
+            if not num.compare(got, o, self._same_values_allowed(dt, base, o)).ok:
                 return None
             shaped[n] = got
         return shaped

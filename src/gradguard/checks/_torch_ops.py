@@ -196,8 +196,7 @@ class TorchBackend:
             with torch.enable_grad():
                 result = fn(*fed, **kwargs)
         except Exception as exc:
-            dtypes = sorted({self.dtype_name(a) for a in fed if isinstance(a, torch.Tensor) and a.is_floating_point()})
-            raise OpRaised("forward", exc, ", ".join(dtypes) or None) from exc
+            raise OpRaised("forward", exc, self._float_dtypes(fed)) from exc
         all_outs = self.outputs(result)
         diff = [(n, o) for n, o in all_outs if o.requires_grad and (o.dtype.is_floating_point or o.dtype.is_complex)]
         return Linearization(
@@ -217,9 +216,12 @@ class TorchBackend:
             with torch.no_grad():
                 outs = dict(self.outputs(fn(*fed, **kwargs)))
         except Exception as exc:  # an op that only runs with autograd on is a finding (Liger-Kernel#930), not a crash
-            dtypes = [self.dtype_name(a) for a in fed if isinstance(a, torch.Tensor) and a.dtype.is_floating_point]
-            raise OpRaised(NO_GRAD_FORWARD, exc, ", ".join(dict.fromkeys(dtypes)) or None) from exc
+            raise OpRaised(NO_GRAD_FORWARD, exc, self._float_dtypes(fed)) from exc
         return [self.to_numpy(outs[n]) for n in out_names]
+
+    def _float_dtypes(self, fed) -> str | None:
+        """The floating dtypes fn was fed, for an OpRaised message ("float32, float64")."""
+        return ", ".join(sorted({self.dtype_name(a) for a in fed if isinstance(a, torch.Tensor) and a.is_floating_point()})) or None
 
     def with_values(self, t: torch.Tensor, values: np.ndarray, dtype_name: str | None = None) -> torch.Tensor:
         """A tensor like ``t`` (dtype, device) holding ``values``."""

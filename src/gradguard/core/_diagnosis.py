@@ -21,7 +21,7 @@ from . import _inplace_rules
 from ._findings import Finding, TensorInfo, WriteRecord
 from ._intents import FixIntent, Verdict
 
-__all__ = ["diagnose", "diagnose_or_fallback", "classify_source", "HEADLINES", "Rule", "RULES"]
+__all__ = ["diagnose", "diagnose_or_fallback", "classify_source", "saves_running_stat", "HEADLINES", "Rule", "RULES"]
 
 HEADLINES = {
     "inplace_modification": "a tensor saved for backward was modified in place before backward used it",
@@ -196,12 +196,14 @@ def _outside_write(f: Finding, outside) -> Verdict:
     )
 
 
+def saves_running_stat(node: str | None, argument: str | None) -> bool:
+    """Whether a BatchNorm node saved one of its running statistics (NOTE [Running stats saved in eval mode])."""
+    return node is not None and "BatchNorm" in node and argument in ("running_mean", "running_var")
+
+
 def _eval_running_stats_when(f: Finding):
     # NOTE [Running stats saved in eval mode] (backends/torch/_session.py): only nodes saved in eval mode get here
-    saver = f.saved_at
-    if f.kind == "silent_write" and saver.node and "BatchNorm" in saver.node and saver.argument in ("running_mean", "running_var"):
-        return True
-    return None
+    return True if f.kind == "silent_write" and saves_running_stat(f.saved_at.node, f.saved_at.argument) else None
 
 
 def _eval_running_stats(f: Finding, _) -> Verdict:

@@ -17,7 +17,7 @@ from typing import Callable
 
 from ._findings import SourceLocation
 
-__all__ = ["LibraryPaths", "user_location", "caller_context", "CallerContext", "LIBRARY_PATHS", "user_variable_names", "innermost_user_entry"]
+__all__ = ["LibraryPaths", "user_location", "caller_context", "CallerContext", "LIBRARY_PATHS", "user_variable_names", "user_frames", "innermost_user_entry"]
 
 _GRADGUARD_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -140,15 +140,20 @@ def user_variable_names(ids: set[int], paths: LibraryPaths = LIBRARY_PATHS) -> d
     """Variable names bound to the objects with these ids in the user's frames, innermost frame first
     (``rnn`` for ``rnn = nn.RNN(...)``). Error paths only: it reads every user frame's locals and globals."""
     names: dict[int, str] = {}
-    frame = sys._getframe(1)
+    for frame in user_frames(sys._getframe(1), paths):
+        for scope in (frame.f_locals, frame.f_globals):
+            for var, value in list(scope.items()):
+                if id(value) in ids and id(value) not in names and not var.startswith("_"):
+                    names[id(value)] = var
+    return names
+
+
+def user_frames(frame, paths: LibraryPaths = LIBRARY_PATHS):
+    """The frames of the user's code from ``frame`` outwards (library frames skipped)."""
     while frame is not None:
         if not paths.is_library(frame.f_code.co_filename):
-            for scope in (frame.f_locals, frame.f_globals):
-                for var, value in list(scope.items()):
-                    if id(value) in ids and id(value) not in names and not var.startswith("_"):
-                        names[id(value)] = var
+            yield frame
         frame = frame.f_back
-    return names
 
 
 def innermost_user_entry(tb, paths: LibraryPaths = LIBRARY_PATHS):

@@ -163,47 +163,42 @@ def _clone_before_intent(site: _Site, preferred: bool) -> list[FixIntent]:
                       reason=f"the write then changes a copy of `{name}`", preferred=preferred)]
 
 
-def _is_loop_target(site: _Site) -> bool:
-    """Whether the written name is bound by an enclosing ``for`` (a view the loop hands out piece by piece)."""
+def _binding_loops(site: _Site):
+    """(tree, loops): the ``for`` loops around the write whose target binds the written name, innermost last;
+    tree None when the file does not parse (then nobody can tell)."""
     import ast
     import linecache
 
-    if site.location is None or not site.expression:
-        return False
+    if site.location is None or not site.expression or not linecache.getlines(site.location.file):
+        return ast.Module(body=[], type_ignores=[]), []  # no source: no loop
+    tree = _tree(site.location.file)
+    if tree is None:
+        return None, []
     base = site.expression.split("[", 1)[0].split(".", 1)[0]
-    try:
-        tree = ast.parse("".join(linecache.getlines(site.location.file)))
-    except SyntaxError:
-        return True  # cannot tell: do not propose a rebinding
     line = site.location.line
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.For, ast.AsyncFor)) and node.lineno < line <= (node.end_lineno or node.lineno):
-            if base in {n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)}:
-                return True
-    return False
+    loops = [node for node in ast.walk(tree) if isinstance(node, (ast.For, ast.AsyncFor))
+             and node.lineno < line <= (node.end_lineno or node.lineno)
+             and base in {n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)}]
+    return tree, sorted(loops, key=lambda node: node.lineno)
+
+
+def _is_loop_target(site: _Site) -> bool:
+    """Whether the written name is bound by an enclosing ``for`` (a view the loop hands out piece by piece)."""
+    tree, loops = _binding_loops(site)
+    return tree is None or bool(loops)  # a file that does not parse: cannot tell, so do not propose a rebinding
 
 
 def _index_loop_intent(site: _Site) -> list[FixIntent]:
     """The ``for`` that binds the written name, rewritten to hand out indexed views (``x = t[i]``)."""
     import ast
-    import linecache
 
-    if site.location is None or not site.expression:
+    tree, loops = _binding_loops(site)
+    if tree is None or not loops or not isinstance(loops[-1], ast.For):  # an `async for` has no enumerate()
         return []
     name = site.expression.split("[", 1)[0].split(".", 1)[0]
-    try:
-        tree = ast.parse("".join(linecache.getlines(site.location.file)))
-    except SyntaxError:
-        return []
-    line = site.location.line
-    loops = [node for node in ast.walk(tree) if isinstance(node, ast.For) and node.lineno < line <= (node.end_lineno or node.lineno)
-             and name in {n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)}]
-    if not loops:
-        return []
-    loop = max(loops, key=lambda node: node.lineno)  # the innermost
     used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | {a.arg for a in ast.walk(tree) if isinstance(a, ast.arg)}
     index = next(c for c in ("i", "index", "_i", "_index") + tuple(f"_i{k}" for k in range(100)) if c not in used)
-    return [FixIntent("index_loop_variable", site.location.file, loop.lineno, target=name, detail={"index": index},
+    return [FixIntent("index_loop_variable", site.location.file, loops[-1].lineno, target=name, detail={"index": index},
                       reason=f"`{name}` becomes an indexed view of the tensor (`[{index}]`), which can be written in place; "
                              f"the write still reaches the tensor", preferred=True)]
 
@@ -283,7 +278,8 @@ def _multi_view(site: _Site, match) -> Finding:
     name = site.name
     rewritten = out_of_place(site.code) if site.code else None
     made = f" (line {site.made.line}: `{site.made.code}`)" if site.made is not None else ""
-    if _is_loop_target(site):
+    loop_bound = _is_loop_target(site)
+    if loop_bound:
         # Rebinding the loop variable (out of place, or to a clone) would silently drop the write the loop makes.
         fix = (f"`{name}` is the variable of a for loop over a tensor: iterating unbinds the tensor into views "
                f"that cannot be written in place one at a time, and rebinding `{name}` (out of place, or to a clone) "
@@ -301,7 +297,7 @@ def _multi_view(site: _Site, match) -> Finding:
         f"so autograd cannot record an in-place write into just one of them.",
         fix,
         display=[("view of", f"{op} (several views returned by {function})")],
-        fixes=_preferred_first(_index_loop_intent(site) if _is_loop_target(site) else
+        fixes=_preferred_first(_index_loop_intent(site) if loop_bound else
                                _rewrite_intents(site, "a new tensor instead of a write into one of several views")
                                + _clone_before_intent(site, preferred=False)),
     )

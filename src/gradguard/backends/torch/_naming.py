@@ -14,7 +14,7 @@ import sys
 
 import torch
 
-from ...core._frames import LIBRARY_PATHS, user_variable_names
+from ...core._frames import user_frames, user_variable_names
 from ...core._internal import log_fallback
 
 __all__ = ["name_tensor", "name_by_variable", "name_in_writing_frame", "storage_key"]
@@ -60,24 +60,19 @@ def name_by_variable(t: torch.Tensor) -> str | None:
         return None
     if key is None or key[0] == 0:
         return None
-    frame = sys._getframe(1)
-    while frame is not None:
-        if not LIBRARY_PATHS.is_library(frame.f_code.co_filename):
-            for scope in (frame.f_locals, frame.f_globals):
-                for var, value in list(scope.items()):
-                    if var.startswith("_") or not var.isidentifier():  # not pytest's `@py_assert1` temporaries
-                        continue
-                    if type(value).__name__ == "ndarray" and type(value).__module__ == "numpy":
-                        if t.device.type == "cpu" and _same_numpy_memory(value, t):
-                            return var  # `torch.as_tensor(obs)` saved: the NumPy buffer the user holds
-                    elif issubclass(type(value), torch.Tensor):
-                        if _holds(value, key, t):
-                            return var
-                    else:
-                        attribute = _attribute_holding(value, key, t)  # `runner.obs`: one level into user objects
-                        if attribute is not None:
-                            return f"{var}.{attribute}"
-        frame = frame.f_back
+    for frame in user_frames(sys._getframe(1)):
+        for scope in (frame.f_locals, frame.f_globals):
+            for var, value in _user_names(scope):
+                if type(value).__name__ == "ndarray" and type(value).__module__ == "numpy":
+                    if t.device.type == "cpu" and _same_numpy_memory(value, t):
+                        return var  # `torch.as_tensor(obs)` saved: the NumPy buffer the user holds
+                elif issubclass(type(value), torch.Tensor):
+                    if _holds(value, key, t):
+                        return var
+                else:
+                    attribute = _attribute_holding(value, key, t)  # `runner.obs`: one level into user objects
+                    if attribute is not None:
+                        return f"{var}.{attribute}"
     return None
 
 
@@ -116,15 +111,16 @@ def name_in_writing_frame(t: torch.Tensor) -> str | None:
         return None
     if key is None or key[0] == 0:
         return None
-    frame = sys._getframe(1)
-    while frame is not None and LIBRARY_PATHS.is_library(frame.f_code.co_filename):
-        frame = frame.f_back
+    frame = next(user_frames(sys._getframe(1)), None)
     if frame is None:
         return None
-    for var, value in list(frame.f_locals.items()):
-        if not var.startswith("_") and var.isidentifier() and issubclass(type(value), torch.Tensor) and _holds(value, key, t):
-            return var
-    return None
+    return next((var for var, value in _user_names(frame.f_locals)
+                 if issubclass(type(value), torch.Tensor) and _holds(value, key, t)), None)
+
+
+def _user_names(scope: dict):
+    """(name, value) of a frame scope, without private names and pytest's `@py_assert1` temporaries."""
+    return [(var, value) for var, value in list(scope.items()) if not var.startswith("_") and var.isidentifier()]
 
 
 def _attribute_holding(obj, key, t: torch.Tensor) -> str | None:

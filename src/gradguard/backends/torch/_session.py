@@ -32,7 +32,7 @@ from ...core._internal import log_fallback
 from torch.autograd.graph import saved_tensors_hooks
 
 from ..._errors import error_for
-from ...core._diagnosis import classify_source, diagnose, diagnose_or_fallback
+from ...core._diagnosis import classify_source, diagnose, diagnose_or_fallback, saves_running_stat
 from ...core._findings import Finding, SaveSite, TensorInfo, WriteRecord
 from ...core._frames import LIBRARY_PATHS, caller_context, user_location
 from ...core._ledger import SavedLedger
@@ -427,11 +427,10 @@ class TorchGuardSession:
         # without moving their version, and the eval backward silently uses the new ones. Only a node saved
         # in training mode (``_saved_training``) is exempt; where the node does not say, it stays exempt.
         """
-        node, argument = _saver(record)
-        if not (argument in ("running_mean", "running_var") and node is not None and "BatchNorm" in node):
+        node = torch._C._current_autograd_node()
+        if node is None or not saves_running_stat(node.name(), _unpacking_argument(node, record)):
             return False
-        current = torch._C._current_autograd_node()
-        return getattr(current, "_saved_training", True) is not False
+        return getattr(node, "_saved_training", True) is not False
 
     def _raise(self, record: _SavedRecord, kind: str, note: str | None = None):
         t = record.tensor
