@@ -24,9 +24,10 @@ REPO_ROOT = EXAMPLES_DIR.parent
 
 
 def example_scripts() -> list[Path]:
-    """Seed 000 first, then the in-place patterns in numbered order (buggy before fixed)."""
+    """Seed 000 first, then the in-place patterns in numbered order (buggy before fixed), then the custom
+    Function and tensor-hook writes PyTorch never checks (examples/hygiene)."""
     seed = sorted((EXAMPLES_DIR / "seed000").glob("*.py"), key=lambda p: (not p.stem.endswith("blog"), p.name))
-    return seed + sorted((EXAMPLES_DIR / "inplace").glob("*.py"))
+    return seed + sorted((EXAMPLES_DIR / "inplace").glob("*.py")) + sorted((EXAMPLES_DIR / "hygiene").glob("*.py"))
 
 
 def expects_finding(script: Path) -> bool:

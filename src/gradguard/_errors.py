@@ -72,7 +72,9 @@ class BackwardTwiceError(GradientHazardError):
 
 def error_for(kind: str) -> type[GradientHazardError]:
     """The exception class raised for a saved-tensor finding of this kind."""
-    return SilentModificationError if kind == "silent_write" else InplaceModificationError
+    from .core._findings import SILENT_KINDS
+
+    return SilentModificationError if kind in SILENT_KINDS else InplaceModificationError
 
 
 # NOTE [The framework's own words come first]

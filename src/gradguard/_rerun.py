@@ -46,7 +46,7 @@ class RerunInterrupted(Exception):
 
 
 def _modes_for(finding: Finding) -> list[str]:
-    return ["forensic", "bisect"] if finding.kind == "silent_write" else ["forensic"]
+    return ["forensic", "bisect"] if finding.kind in ("silent_write", "unchecked_write") else ["forensic"]
 
 
 def _run_child(command: list[str], cwd: str, timeout: float) -> bool:

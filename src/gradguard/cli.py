@@ -264,11 +264,12 @@ def run_script(options) -> int:
         from .report._rich import print_findings
 
         sys.stdout.flush()
+        from .core._findings import SAVED_TENSOR_KINDS
         from .integrations.distributed import rank_info, tag_findings
 
         info = rank_info()
         finding = error.finding
-        if mode == "auto" and info is None and finding.kind in ("inplace_modification", "silent_write") and (
+        if mode == "auto" and info is None and finding.kind in SAVED_TENSOR_KINDS and (
             not finding.modified_at
         ) and not options.no_rerun:
             from ._rerun import RerunInterrupted, diagnose_by_rerun

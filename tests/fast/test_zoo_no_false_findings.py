@@ -131,16 +131,160 @@ def custom_function_retained():
     return _snapshot(w)
 
 
-ZOO = [mlp, cnn, transformer, lstm, gan, checkpointed, bf16_autocast, custom_function_retained]
+class OffloadToCopy(torch.autograd.graph.saved_tensors_hooks):
+    """Activation offloading as users write it (a copy out at pack, back at unpack; CPU stands in for host)."""
+
+    def __init__(self):
+        super().__init__(lambda t: (t.device, t.detach().clone()), lambda packed: packed[1].to(packed[0]))
+
+
+def offloading_hooks():
+    model = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(2):
+        opt.zero_grad()
+        with OffloadToCopy():
+            loss = model(torch.randn(4, 8)).pow(2).mean()
+        loss.backward()
+        opt.step()
+    return _snapshot(model)
+
+
+def ema():
+    model = nn.Sequential(nn.Linear(6, 6), nn.Tanh(), nn.Linear(6, 2))
+    shadow = nn.Sequential(nn.Linear(6, 6), nn.Tanh(), nn.Linear(6, 2))
+    shadow.load_state_dict(model.state_dict())
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for _ in range(3):
+        opt.zero_grad()
+        model(torch.randn(4, 6)).pow(2).mean().backward()
+        opt.step()
+        with torch.no_grad():  # the EMA update after the step: nothing saved needs the old values
+            for s, p in zip(shadow.parameters(), model.parameters()):
+                s.mul_(0.9).add_(p, alpha=0.1)
+    return _snapshot(model, shadow)
+
+
+def weight_norm_done_right():
+    from torch.nn.utils.parametrizations import weight_norm
+
+    model = nn.Sequential(weight_norm(nn.Linear(6, 6)), nn.ReLU(), nn.Linear(6, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(3):
+        opt.zero_grad()
+        model(torch.randn(5, 6)).pow(2).mean().backward()
+        opt.step()
+    return _snapshot(model)
+
+
+def maml_done_right():
+    model = nn.Linear(4, 1)
+    meta = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(2):
+        meta.zero_grad()
+        x, y = torch.randn(6, 4), torch.randn(6, 1)
+        params = list(model.parameters())
+        inner = F.mse_loss(F.linear(x, *params), y)
+        grads = torch.autograd.grad(inner, params, create_graph=True)
+        fast = [p - 0.1 * g for p, g in zip(params, grads)]  # functional inner step: the meta-gradient sees it
+        F.mse_loss(F.linear(x, *fast), y).backward()
+        meta.step()
+    return _snapshot(model)
+
+
+def eval_batchnorm_used_correctly():
+    model = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for training in (True, False, True):  # each forward's backward runs before the next forward
+        model.train(training)
+        opt.zero_grad()
+        model(torch.randn(6, 4)).pow(2).mean().backward()
+        opt.step()
+    return _snapshot(model)
+
+
+class SwishSaved(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        ctx.scale = 1.0  # non-tensor attributes are fine
+        return x * torch.sigmoid(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        s = torch.sigmoid(x)
+        return g * (s * (1 + x * (1 - s))) * ctx.scale
+
+
+class ScaleDirty(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, scale):
+        ctx.scale = scale
+        ctx.mark_dirty(x)
+        return x.mul_(scale)
+
+    @staticmethod
+    def backward(ctx, g):
+        g.mul_(ctx.scale)  # its own, unshared gradient: allowed
+        return g, None
+
+
+class MaskOnCtx(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.mask = x > 0  # a tensor kept on ctx and never written: no finding
+        return x * ctx.mask
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * ctx.mask
+
+
+def custom_functions_done_right():
+    model = nn.Linear(6, 6)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(2):
+        opt.zero_grad()
+        h = model(torch.randn(3, 6))
+        h = h + SwishSaved.apply(h)
+        h = ScaleDirty.apply(h * 1, 0.5)
+        h = MaskOnCtx.apply(h) + h
+        h.pow(2).sum().backward()
+        opt.step()
+    return _snapshot(model)
+
+
+def hooks_returning_new_gradients():
+    stem, branch = nn.Linear(6, 6), nn.Linear(6, 6)
+    params = list(stem.parameters()) + list(branch.parameters())
+    for p in params:
+        p.register_hook(lambda g: g.clamp(-1, 1))
+    opt = torch.optim.SGD(params, lr=0.1)
+    for _ in range(2):
+        opt.zero_grad()
+        h = stem(torch.randn(4, 6))
+        update = branch(h)
+        update.register_hook(lambda g: g * 0.5)
+        ((h + update) * 3).sum().backward()
+        opt.step()
+    return _snapshot(stem, branch)
+
+
+ZOO = [mlp, cnn, transformer, lstm, gan, checkpointed, bf16_autocast, custom_function_retained, offloading_hooks, ema,
+       weight_norm_done_right, maml_done_right, eval_batchnorm_used_correctly, custom_functions_done_right,
+       hooks_returning_new_gradients]
+MODES = [dict(fingerprint="full"), dict(fingerprint="sample"), dict(fingerprint="off"),
+         dict(fingerprint="sample", track_writes=False)]  # the last: the sentinel of `gradguard run`
 
 
 @pytest.mark.parametrize("program", ZOO, ids=[p.__name__ for p in ZOO])
 def test_correct_program_no_findings_and_bit_identical_gradients(program):
     torch.manual_seed(1234)
     plain = program()
-    for mode in ("full", "sample", "off"):
+    for mode in MODES:
         torch.manual_seed(1234)
-        with gradguard.guard(fingerprint=mode) as g:
+        with gradguard.guard(**mode) as g:
             guarded = program()
         assert g.findings == [], (mode, [str(f) for f in g.findings])
         assert len(plain) == len(guarded)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from . import _inplace_rules
-from ._findings import Finding, TensorInfo, WriteRecord
+from ._findings import SAVED_TENSOR_KINDS, Finding, TensorInfo, WriteRecord
 from ._intents import FixIntent, Verdict
 
 __all__ = ["diagnose", "diagnose_or_fallback", "classify_source", "saves_running_stat", "HEADLINES", "Rule", "RULES"]
@@ -30,6 +30,12 @@ HEADLINES = {
     "leaf_inplace": "an in-place operation was applied to a leaf tensor that requires grad",
     "view_inplace": "an in-place operation was applied to a view that autograd cannot track",
     "backward_twice": "backward ran through a part of the graph that an earlier backward already freed",
+    "unchecked_write": "a tensor a custom autograd.Function kept on ctx (not saved with save_for_backward) was "
+    "modified in place before backward used it: PyTorch does not check it, gradients would be silently wrong",
+    "undeclared_input_write": "a custom autograd.Function's forward wrote into its input in place without "
+    "ctx.mark_dirty: autograd still sees the input unchanged, gradients would be silently wrong",
+    "shared_grad_write": "a gradient that another part of the graph still needs was modified in place during "
+    "backward: that part would get the modified gradient, silently",
 }
 
 _AUGMENTED = re.compile(r"[\w\)\]]\s*(\+|-|\*|/|//|%|\*\*|@|&|\||\^|>>|<<)=(?!=)")
@@ -58,14 +64,24 @@ def _where(write: WriteRecord) -> str:
 def diagnose(finding: Finding) -> Finding:
     """Fill ``headline``, ``explanation``, ``suggestion``, ``rule`` and ``fixes`` in place; returns the finding."""
     finding.headline = finding.headline or HEADLINES.get(finding.kind, finding.kind)
-    if finding.kind in ("inplace_modification", "silent_write"):
+    if finding.kind in SAVED_TENSOR_KINDS or finding.kind in _HYGIENE_KINDS:
         _name_from_write(finding)
         verdict = _apply_rules(finding)
         finding.rule = verdict.rule
-        finding.explanation = finding.explanation or verdict.explanation
+        explanation = verdict.explanation
+        if finding.saved_at.argument and finding.saved_at.argument.startswith("ctx."):
+            explanation = (f"Backward reads it from `{finding.saved_at.argument}`, an attribute of ctx, not through "
+                           f"save_for_backward, so PyTorch never compares its version. ") + explanation
+        finding.explanation = finding.explanation or explanation
         finding.suggestion = finding.suggestion or verdict.suggestion
         if not finding.fixes:
             finding.fixes = list(verdict.fixes)
+        if finding.saved_at.argument and finding.saved_at.argument.startswith("ctx."):
+            attribute = finding.saved_at.argument[len("ctx."):].split("[", 1)[0]
+            finding.notes.append(
+                f"In the Function, keep the tensor with `ctx.save_for_backward({attribute})` instead of "
+                f"`ctx.{attribute} = ...` and read it back from `ctx.saved_tensors` in backward: PyTorch then checks "
+                f"its version and raises at such a write (PyTorch's documentation asks for this).")
     return finding
 
 
@@ -327,8 +343,68 @@ def _refilled_name(code: str) -> str | None:
     return None
 
 
+# -- custom Function and tensor-hook hygiene (backends/torch/_function_hygiene.py) ------------------------
+
+def _kind(kind: str):
+    return lambda f: True if f.kind == kind else None
+
+
+def _forward_writes_input(f: Finding, _) -> Verdict:
+    function, argument = f.context.get("function", "the Function"), f.context.get("argument") or "its input"
+    write = f.modified_at[0] if f.modified_at else None
+    line = f" at {_where(write)} (`{write.location.code}`)" if write is not None and write.location else ""
+    return Verdict(
+        "forward_writes_input",
+        f"{function}.forward wrote into its input `{argument}`{line} without `ctx.mark_dirty({argument})`. "
+        f"Autograd still records `{argument}` with its old history: every other use of it after this call, and "
+        f"the gradient that flows back through it, are computed as if it had not changed.",
+        f"Write the result into a new tensor (`{argument} = {argument} * ...` instead of `{argument}.mul_(...)`); "
+        f"or, to keep the in-place write, declare it: call `ctx.mark_dirty({argument})` in forward and return "
+        f"`{argument}`, so autograd records the write (and raises if the old value is still needed).",
+    )
+
+
+def _grad_write_text(f: Finding, writer: str) -> tuple[str, str]:
+    write = f.modified_at[0] if f.modified_at else None
+    argument = f.tensor.name or "grad"
+    who = f"{writer} received `{argument}` and"
+    line = f" at {_where(write)} (`{write.location.code}`)" if write is not None and write.location else ""
+    how = "wrote into it in place" if write is None or write.bumps_version else \
+        "wrote into its memory without moving its version (a kernel or `.data`)"
+    why = (f"{who}{line} {how}, but the engine had handed the same gradient tensor to another node that had "
+           f"not run yet (the other input of an add, or a tensor used twice): that node computes with the "
+           f"modified gradient, silently.")
+    return why, argument
+
+
+def _backward_writes_shared_grad(f: Finding, _) -> Verdict:
+    why, argument = _grad_write_text(f, f.context.get("writer", "A custom backward"))
+    return Verdict(
+        "backward_writes_shared_grad", why,
+        f"Never modify `{argument}` in backward: compute a new tensor (`{argument}.neg()`, `{argument} * s`, "
+        f"`{argument}.clone()` before an in-place kernel). Kernel authors: allocate the gradient's output buffer "
+        f"(`torch.empty_like({argument})`).",
+    )
+
+
+def _hook_writes_shared_grad(f: Finding, _) -> Verdict:
+    why, argument = _grad_write_text(f, f"The {f.context.get('writer', 'tensor hook')}")
+    return Verdict(
+        "hook_writes_shared_grad", why,
+        f"A hook must not modify its argument (PyTorch's register_hook documentation): return a new tensor "
+        f"instead (`lambda {argument}: {argument} * s` for `{argument}.mul_(s)`, `{argument}.clamp(...)` for "
+        f"`{argument}.clamp_(...)`); the returned tensor replaces the gradient for this tensor only.",
+    )
+
+
+_HYGIENE_KINDS = ("undeclared_input_write", "shared_grad_write")
+
 R = _inplace_rules
 RULES: tuple[Rule, ...] = (
+    Rule("forward_writes_input", _kind("undeclared_input_write"), _forward_writes_input),
+    Rule("hook_writes_shared_grad", lambda f: True if f.kind == "shared_grad_write" and f.context.get("hook") else None,
+         _hook_writes_shared_grad),
+    Rule("backward_writes_shared_grad", _kind("shared_grad_write"), _backward_writes_shared_grad),
     Rule("fused_optimizer", _write("optimizer", silent=True), _fused_optimizer),
     Rule("optimizer_step_before_backward",
          _write("optimizer", silent=False, extra=lambda f, w: R.optimizer_is_stepped_before_backward(f)),

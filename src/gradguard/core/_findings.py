@@ -11,9 +11,16 @@ from ._intents import FixIntent
 from ._internal import log_fallback
 from ._views import html_view, text_view
 
-__all__ = ["SourceLocation", "TensorInfo", "SaveSite", "WriteRecord", "Finding", "JSON_FORMAT_VERSION"]
+__all__ = ["SourceLocation", "TensorInfo", "SaveSite", "WriteRecord", "Finding", "JSON_FORMAT_VERSION", "SAVED_TENSOR_KINDS",
+           "SILENT_KINDS"]
 
 JSON_FORMAT_VERSION = 1
+
+
+# Findings about a tensor saved for backward (or kept for it on a Function's ctx): they list the writes.
+SAVED_TENSOR_KINDS = ("inplace_modification", "silent_write", "unchecked_write")
+# Findings where the framework itself raises nothing: the gradient would be wrong without a word.
+SILENT_KINDS = ("silent_write", "unchecked_write", "undeclared_input_write", "shared_grad_write")
 
 
 class SourceLocation:
@@ -147,7 +154,7 @@ class WriteRecord:
 class Finding:
     """One diagnosed gradient hazard."""
 
-    kind: str  # inplace_modification | silent_write | leaf_inplace | view_inplace | backward_twice
+    kind: str  # SAVED_TENSOR_KINDS | leaf_inplace | view_inplace | backward_twice | undeclared_input_write | shared_grad_write
     tensor: TensorInfo
     saved_at: SaveSite = field(default_factory=SaveSite)
     modified_at: list[WriteRecord] = field(default_factory=list)

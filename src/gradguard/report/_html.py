@@ -16,7 +16,7 @@ import re
 from html import escape
 from typing import Any, Iterable
 
-from ..core._findings import Finding, WriteRecord
+from ..core._findings import SAVED_TENSOR_KINDS, Finding, WriteRecord
 from ._text import _no_write
 
 __all__ = ["render_html", "finding_html", "notebook_html", "graph_svg", "OP_REPORT_CSS"]
@@ -317,9 +317,9 @@ def finding_html(finding: Finding, *, graph: bool = True, raw: bool = False) -> 
     if f.versions:
         row("versions", f"saved at {_h(f.versions.get('saved'))}, now {_h(f.versions.get('now'))}")
     if f.modified_at:
-        label = "modified by" if f.kind in ("inplace_modification", "silent_write") else "at"
+        label = "modified by" if f.kind in SAVED_TENSOR_KINDS else "at"
         row(label, '<ol class="writes">' + "".join(_write_item(w) for w in f.modified_at) + "</ol>")
-    elif f.kind in ("inplace_modification", "silent_write"):
+    elif f.kind in SAVED_TENSOR_KINDS:
         row("modified by", _no_write(f))
     if f.context.get("rank") is not None:
         row("rank", _h(f.context["rank"]))

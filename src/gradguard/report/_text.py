@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import textwrap
 
-from ..core._findings import Finding, WriteRecord
+from ..core._findings import SAVED_TENSOR_KINDS, Finding, WriteRecord
 
 __all__ = ["render_finding", "printable"]
 
@@ -78,7 +78,7 @@ def render_finding(f: Finding, width: int = _WIDTH) -> str:
     if f.versions:
         saved, now = f.versions.get("saved"), f.versions.get("now")
         lines += _field("versions", f"saved at {saved}, now {now}", width)
-    if f.kind in ("inplace_modification", "silent_write"):
+    if f.kind in SAVED_TENSOR_KINDS:
         if f.modified_at:
             lines.append(f"  {'modified by':<{_LABEL}}:")
             for i, w in enumerate(f.modified_at, 1):

@@ -13,6 +13,10 @@ writes can be caught without any cooperation from the writer:
   compiled or under ``TRITON_INTERPRET=1``) are wrapped the same way, keyed on the launch's tensor
   arguments.
 
+The same Function wrappers, and ``Tensor.register_hook``, also run the hygiene checks of
+``_function_hygiene.py`` (ctx attributes, undeclared input writes, writes into shared gradients). Those run
+in every mode, the sentinel included; the hashing of saved memory above only with the write log on.
+
 # NOTE [Only saved memory is hashed]
 # A boundary hashes nothing unless one of the call's tensors shares storage with a tensor currently saved
 # for backward (one dict lookup per tensor argument otherwise). It then hashes every saved tensor on that
@@ -39,9 +43,11 @@ import weakref
 
 import torch
 
+from ..._errors import GradientHazardError
 from ...core._findings import WriteRecord
 from ...core._internal import log_fallback
 from ...core._frames import LIBRARY_PATHS, caller_context
+from . import _function_hygiene
 from ._fingerprint import fingerprint as _fingerprint
 from ._fingerprint import same as _same
 
@@ -214,21 +220,28 @@ def _function_apply(original):
 
     def apply(cls, *args, **kwargs):
         session = _active()
-        if session is None or session.boundary_mode is None:
+        if session is None:
             return call(cls, args, kwargs)
-        _register_library(cls)
-        snap = snapshot(session, _tensors(args) + _tensors(kwargs.values()))
-        name = cls.__name__
-        stack = _stack()
-        stack.append(f"{name}.forward")
-        try:
-            return call(cls, args, kwargs)
-        finally:
-            stack.pop()
-            if snap:
-                changed = snap.changed()
-                if changed:
-                    _report(session, changed, op=f"{name}.forward", via=None, skip=2)
+        inputs = _hygiene("reading a Function's inputs", _function_hygiene.inputs_before_forward, args, kwargs)
+        if session.boundary_mode is None:
+            result = call(cls, args, kwargs)
+        else:
+            _register_library(cls)
+            snap = snapshot(session, _tensors(args) + _tensors(kwargs.values()))
+            name = cls.__name__
+            stack = _stack()
+            stack.append(f"{name}.forward")
+            try:
+                result = call(cls, args, kwargs)
+            finally:
+                stack.pop()
+                if snap:
+                    changed = snap.changed()
+                    if changed:
+                        _report(session, changed, op=f"{name}.forward", via=None, skip=2)
+        if inputs is not None:
+            _hygiene("checking a Function's forward", _function_hygiene.after_forward, session, cls, inputs, result)
+        return result
 
     apply.__wrapped__ = original
     return classmethod(apply)
@@ -237,32 +250,63 @@ def _function_apply(original):
 def _backward_apply(original):
     def apply(self, *args):
         session = _active()
-        if session is None or session.boundary_mode is None:
+        if session is None:
             return original(self, *args)
-        saved = []
-        try:
-            for s in self._raw_saved_tensors or ():
-                record = s.data
-                if getattr(record, "tensor", None) is not None:
-                    saved.append(record.tensor)
-        except Exception as error:  # saved tensors already freed: snapshot only the arguments
-            log_fallback("torch.attribution", "reading a Function's saved tensors", error)
-            saved = []
-        snap = snapshot(session, saved + _tensors(args))
-        name = getattr(self._forward_cls, "__name__", type(self).__name__)
-        stack = _stack()
-        stack.append(f"{name}.backward")
-        try:
-            return original(self, *args)
-        finally:
-            stack.pop()
-            if snap:
-                changed = snap.changed()
-                if changed:
-                    _report(session, changed, op=f"{name}.backward", via=None, skip=2)
+        shared = _hygiene("checking a Function's backward", _function_hygiene.before_backward, session, self, args)
+        if session.boundary_mode is None:
+            result = original(self, *args)
+        else:
+            result = _attributed_backward(original, session, self, args)
+        _hygiene("checking a Function's backward", _function_hygiene.after_backward, session, self, shared)
+        return result
 
     apply.__wrapped__ = original
     return apply
+
+
+def _hygiene(what: str, check, *args):
+    """Run a hygiene check: its findings raise; its own failures are logged and never reach the user."""
+    try:
+        return check(*args)
+    except GradientHazardError:
+        raise
+    except Exception as error:  # noqa: BLE001 - gradguard's own failure: the program goes on as without it
+        log_fallback("torch.function_hygiene", what, error)
+        return None
+
+
+def _attributed_backward(original, session, self, args):
+    saved = []
+    try:
+        for s in self._raw_saved_tensors or ():
+            record = s.data
+            if getattr(record, "tensor", None) is not None:
+                saved.append(record.tensor)
+    except Exception as error:  # saved tensors already freed: snapshot only the arguments
+        log_fallback("torch.attribution", "reading a Function's saved tensors", error)
+        saved = []
+    snap = snapshot(session, saved + _tensors(args))
+    name = getattr(self._forward_cls, "__name__", type(self).__name__)
+    stack = _stack()
+    stack.append(f"{name}.backward")
+    try:
+        return original(self, *args)
+    finally:
+        stack.pop()
+        if snap:
+            changed = snap.changed()
+            if changed:
+                _report(session, changed, op=f"{name}.backward", via=None, skip=3)
+
+
+def _register_hook(original):
+    def register_hook(self, hook):
+        if _active() is None or not callable(hook):
+            return original(self, hook)
+        return original(self, _function_hygiene.checked_hook(hook, _active))
+
+    register_hook.__wrapped__ = original
+    return register_hook
 
 
 # -- Triton --------------------------------------------------------------------------------------------
@@ -341,8 +385,10 @@ def install(session) -> None:
 
             _patch(torch.autograd.Function, "apply", _function_apply)
             _patch(BackwardCFunction, "apply", _backward_apply)
+            _patch(torch.Tensor, "register_hook", _register_hook)
         _sessions.append(weakref.ref(session))
-    maybe_wrap_triton()
+    if session.boundary_mode is not None:
+        maybe_wrap_triton()
 
 
 def uninstall(session) -> None:

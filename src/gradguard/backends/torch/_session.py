@@ -36,7 +36,7 @@ from ...core._diagnosis import classify_source, diagnose, diagnose_or_fallback, 
 from ...core._findings import Finding, SaveSite, TensorInfo, WriteRecord
 from ...core._frames import LIBRARY_PATHS, caller_context, user_location
 from ...core._ledger import SavedLedger
-from . import _attribution, _backward_calls, _compat, _step_aside, _user_hooks
+from . import _attribution, _backward_calls, _compat, _function_hygiene, _step_aside, _user_hooks
 from ._fingerprint import fingerprint as _fingerprint
 from ._fingerprint import same as _same_fingerprint
 from ._naming import name_by_variable, name_in_writing_frame, name_tensor
@@ -76,7 +76,8 @@ def _is_owner(obj: object) -> bool:
 class _SavedRecord:
     """What the pack hook returns; autograd keeps it exactly as long as the graph needs the tensor."""
 
-    __slots__ = ("tensor", "version", "fp", "site", "producer", "passes_at_save", "writes", "name_at_write", "__weakref__")
+    __slots__ = ("tensor", "version", "fp", "site", "producer", "passes_at_save", "writes", "name_at_write", "unchecked",
+                 "__weakref__")
 
     def __init__(self, tensor, version, fp, site, producer, passes_at_save):
         self.tensor = tensor
@@ -87,6 +88,7 @@ class _SavedRecord:
         self.passes_at_save = passes_at_save
         self.writes: list[tuple[WriteRecord, int]] | None = None  # (write, saved tensor's version before it)
         self.name_at_write: str | None = None  # NOTE [Naming a tensor where it is written]
+        self.unchecked: tuple[str, str] | None = None  # (node, "ctx.x"): kept on a Function's ctx, not saved
 
 
 class _UserHookRecord:
@@ -164,6 +166,7 @@ class TorchGuardSession:
         # (activation offloading, compression) are therefore called from the guard's own hooks; hooks the
         # user enters inside the guard are wrapped the same way (_user_hooks.py). What goes through user
         # hooks is checked on the way back: unpack must return what pack was given (shape, dtype, values).
+        _function_hygiene.baselines()  # measured before any hook of ours is installed
         outer = _user_hooks.top_hooks()
         if (outer is None and _compat.TOP_HOOKS is None and _compat.saved_tensors_hooks_active()
                 and not _user_hooks.guard_hooks_on_top()):
@@ -180,14 +183,18 @@ class TorchGuardSession:
             _user_hooks.install(self)
             _step_aside.install(self)
             self._user_hooks = True
+        try:  # Function and tensor-hook boundaries: hygiene in every mode, writer attribution with the write log
+            _attribution.install(self)
+            self._attribution = True
+        except BaseException:
+            self.exit()
+            raise
         if self.track_writes:
             mode = dynamo_safe(WriteTrackingMode)(self._on_write)
             try:
                 mode.__enter__()
                 self._mode = mode  # only once entered: exit() must not exit a mode that never entered
                 if self.boundary_mode is not None:
-                    _attribution.install(self)
-                    self._attribution = True
                     self._triton_pending = not _attribution.triton_wrapped()
                 if self.bisect:
                     from ._bisect import BisectMode
@@ -241,6 +248,69 @@ class TorchGuardSession:
         if self._triton_pending and "triton" in sys.modules:  # imported after the guard was entered
             self._triton_pending = not _attribution.maybe_wrap_triton()
         return record
+
+    def watch_ctx_tensor(self, t: torch.Tensor, saver: tuple[str, str]) -> _SavedRecord | None:
+        """Record a tensor a custom Function kept on ctx (``ctx.x = x``) like a saved tensor; checked by
+        ``check_ctx_tensor`` when the Function's backward starts (see _function_hygiene.py)."""
+        if not _plain(t) or t.numel() == 0 or t.layout != torch.strided:
+            return None
+        detached = t.detach()
+        try:
+            version = t._version
+        except RuntimeError:  # inference tensors have no version counter
+            return None
+        fp = _fingerprint(detached, self.fingerprint_mode) if self.fingerprint_mode != "off" else None
+        site = user_location(1) if self.record_sites else None
+        record = _SavedRecord(detached, version, fp, site, self._producer(t), self.ledger.backward_passes)
+        record.unchecked = saver
+        if self.track_writes:
+            self.ledger.add(record, *_byte_range(detached))
+        return record
+
+    def check_ctx_tensor(self, record: _SavedRecord) -> None:
+        """Raise if a ctx tensor changed since forward returned. A version bump that left the bytes as they
+        were (a write into another slot of the same buffer) cannot change the gradient: not a finding."""
+        t = record.tensor
+        moved = record.version is not None and t._version != record.version
+        if record.fp is not None:
+            if _same_fingerprint(_fingerprint(t, self.fingerprint_mode), record.fp):
+                if moved:
+                    record.version = t._version
+                return
+            self._raise(record, "unchecked_write" if moved else "silent_write")
+        elif moved:
+            self._raise(record, "unchecked_write")
+
+    def saved_before(self, t: torch.Tensor, version: int) -> bool:
+        """Whether memory of ``t`` was saved for backward at ``version`` or earlier: backward's own version
+        check then raises at a later write (loud), so a boundary check must not call that write silent."""
+        if not _plain(t) or t.numel() == 0:
+            return False
+        if self.track_writes:
+            key, start, end = _byte_range(t)
+            return any(r.version is not None and r.version <= version for r in self.ledger.overlapping(key, start, end))
+        node = t.grad_fn  # the sentinel keeps no ledger: the producer's own saved result (exp, sigmoid, tanh)
+        if node is None:
+            return False
+        from ._graph import iter_saved
+
+        pointer = t.untyped_storage().data_ptr()
+        for _argument, data in iter_saved(node):
+            saved = getattr(data, "tensor", None)
+            if (saved is not None and data.version is not None and data.version <= version
+                    and saved.untyped_storage().data_ptr() == pointer):
+                return True
+        return False
+
+    def raise_finding(self, finding: Finding):
+        """Diagnose and raise a finding built by a boundary check (_function_hygiene.py)."""
+        finding = diagnose_or_fallback(lambda: diagnose(finding), kind=finding.kind, shape=finding.tensor.shape,
+                                       dtype=finding.tensor.dtype, backend="torch")
+        with self._lock:
+            self.findings.append(finding)
+        error = error_for(finding.kind)(finding)
+        error.findings = [finding]
+        raise error
 
     def _producer(self, t: torch.Tensor) -> str | None:
         if t.is_leaf:
@@ -461,7 +531,7 @@ class TorchGuardSession:
             seen = {tuple((w.location.file, w.location.line) for w in first.modified_at if w.location)}
             out: list[Finding] = []
             for record in self.ledger.live_records():
-                if record is failing or record.version is None or not record.writes:
+                if record is failing or record.version is None or not record.writes or record.unchecked:
                     continue
                 if record.tensor._version == record.version:
                     continue
@@ -484,7 +554,7 @@ class TorchGuardSession:
 
     def _build_finding(self, record: _SavedRecord, kind: str, current: bool = True) -> Finding:
         t = record.tensor
-        node, argument = _saver(record) if current else (None, None)
+        node, argument = record.unchecked or (_saver(record) if current else (None, None))
         name, role = name_tensor(t)
         if role is None:
             role = "leaf" if record.producer == "leaf" else "activation"

@@ -1,0 +1,24 @@
+"""The fix for 04: the hook returns a new tensor (``grad.clamp(...)``), which replaces the branch's gradient only."""
+
+import torch
+
+torch.manual_seed(0)
+stem = torch.nn.Linear(6, 6)
+branch = torch.nn.Sequential(torch.nn.Linear(6, 6), torch.nn.Tanh())
+x = torch.randn(5, 6)
+
+h = stem(x)
+update = branch(h)
+update.register_hook(lambda grad: grad.clamp(-0.01, 0.01))
+(h + update).mul(10).sum().backward()
+
+# the same step with a hook that returns a new tensor: what the gradient should be
+stem_ref = torch.nn.Linear(6, 6)
+branch_ref = torch.nn.Sequential(torch.nn.Linear(6, 6), torch.nn.Tanh())
+stem_ref.load_state_dict(stem.state_dict())
+branch_ref.load_state_dict(branch.state_dict())
+h_ref = stem_ref(x)
+update_ref = branch_ref(h_ref)
+update_ref.register_hook(lambda grad: grad.clamp(-0.01, 0.01))
+(h_ref + update_ref).mul(10).sum().backward()
+print("stem grad matches a hook returning a new tensor:", torch.allclose(stem.weight.grad, stem_ref.weight.grad))

@@ -1,0 +1,57 @@
+"""examples/hygiene/: custom Function and tensor-hook writes PyTorch never checks, run as a user would.
+
+Each buggy script prints (under plain python) that its gradient differs from a correct computation, with no
+error: the bug is real and silent. Under ``gradguard run`` (the sentinel, with its forensic re-run) it stops at
+the hazard with the expected finding; each fixed script is clean and prints exactly what plain python prints.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples" / "hygiene"
+EXPECTED = {
+    "01_swish_ctx_attribute": ("unchecked_write", "augmented_assignment"),
+    "02_inplace_swish_forward": ("undeclared_input_write", "forward_writes_input"),
+    "03_clip_grad_backward": ("shared_grad_write", "backward_writes_shared_grad"),
+    "04_hook_clamp_residual": ("shared_grad_write", "hook_writes_shared_grad"),
+}
+
+
+def run(args, tmp_path):
+    env = {**os.environ, "COLUMNS": "110"}
+    return subprocess.run([sys.executable, *args], cwd=REPO, capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_every_example_pair_is_listed():
+    stems = {p.stem.rsplit("_", 1)[0] for p in EXAMPLES.glob("*.py")}
+    assert stems == set(EXPECTED)
+
+
+@pytest.mark.parametrize("stem", sorted(EXPECTED))
+def test_buggy_is_silent_in_plain_python_and_caught_by_gradguard_run(stem, tmp_path):
+    script = str(EXAMPLES / f"{stem}_buggy.py")
+    plain = run([script], tmp_path)
+    assert plain.returncode == 0 and plain.stdout.strip().endswith("False"), plain.stdout + plain.stderr
+    report = tmp_path / "findings.json"
+    guarded = run(["-m", "gradguard", "run", "--json", str(report), script], tmp_path)
+    assert guarded.returncode == 1, guarded.stderr
+    (finding,) = json.loads(report.read_text())["findings"]
+    assert (finding["kind"], finding["rule"]) == EXPECTED[stem]
+    assert finding["modified_at"][0]["line"] is not None
+
+
+@pytest.mark.parametrize("stem", sorted(EXPECTED))
+def test_fixed_is_clean_and_prints_what_plain_python_prints(stem, tmp_path):
+    script = str(EXAMPLES / f"{stem}_fixed.py")
+    plain = run([script], tmp_path)
+    assert plain.returncode == 0 and plain.stdout.strip().endswith("True"), plain.stdout + plain.stderr
+    report = tmp_path / "findings.json"
+    guarded = run(["-m", "gradguard", "run", "--json", str(report), script], tmp_path)
+    assert (guarded.returncode, guarded.stdout) == (0, plain.stdout), guarded.stderr
+    assert json.loads(report.read_text())["findings"] == []
