@@ -80,9 +80,10 @@ def _run_child(command: list[str], cwd: str, timeout: float) -> bool:
 
 
 def diagnose_by_rerun(finding: Finding, program: list[str], args: list[str], fingerprint: str, *, cwd: str,
-                      timeout: float = DEFAULT_RERUN_TIMEOUT) -> Finding | None:
+                      timeout: float = DEFAULT_RERUN_TIMEOUT) -> list[Finding] | None:
     """The same finding with its writers named, from a re-run of ``program`` (``[script]`` or ``["-m", mod]``)
-    started in ``cwd``; None if not reproduced (then a note on ``finding`` says why)."""
+    started in ``cwd``, followed by the other stale tensors that re-run found already overwritten (PyTorch stops
+    at the first; NOTE [All hazards in one error]); None if not reproduced (then a note on ``finding`` says why)."""
     if os.environ.get(RERUN_ENV):
         return None
     shown = " ".join(program)
@@ -113,7 +114,8 @@ def diagnose_by_rerun(finding: Finding, program: list[str], args: list[str], fin
                         f"the write was found by re-running the script with `gradguard run --mode {mode}` "
                         "(healthy runs pay only for the cheap sentinel)"
                     )
-                    return better
+                    others = [Finding.from_dict(d) for d in found if d is not data and d.get("modified_at")]
+                    return [better, *others]
     finding.notes.append("the re-run did not reproduce this finding (is the script seeded and deterministic? "
                          "the re-run reads an empty stdin); run `gradguard run --mode forensic` to name the writer")
     return None

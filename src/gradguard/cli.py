@@ -279,9 +279,10 @@ def run_script(options) -> int:
                                            timeout=options.rerun_timeout)
             except RerunInterrupted as stop:  # Ctrl-C / SIGTERM during the re-run: the first run's finding
                 better, exit_code = None, 128 + stop.signum
-            if better is not None:
-                guard_block.findings = [better if f is finding else f for f in guard_block.findings]
-                finding = better
+            if better:
+                first, others = better[0], better[1:]
+                guard_block.findings = [first if f is finding else f for f in guard_block.findings] + others
+                finding = first
         tag_findings([finding], info)
         sys.stderr.write(_traceback_head(error))
         print_findings([finding], sys.stderr, type(error).__name__ + (f" on rank {info.rank}" if info else ""))

@@ -150,3 +150,24 @@ def test_report_paths_are_checked_before_the_script_runs(tmp_path, arguments, me
     assert f"gradguard run: error: {message}" in result.stderr
     assert not (tmp_path / "marker").exists()  # the script never ran
     assert (tmp_path / "script.py").read_text() == source and (tmp_path / "data.txt").read_text() == "data"
+
+
+TWO_STALE = """
+import torch
+x = torch.randn(3, requires_grad=True)
+a = x.exp()
+b = x.sigmoid()
+a += 1
+b += 1
+(a + b).sum().backward()
+"""
+
+
+def test_the_rerun_keeps_every_stale_tensor_it_found(tmp_path):
+    # corpus 024, 025, 043: two tensors overwritten before one backward; PyTorch names one, the re-run finds both
+    (tmp_path / "script.py").write_text(TWO_STALE)
+    result = _run(tmp_path, "--json", "out.json", "script.py")
+    assert result.returncode == 1
+    findings = read_findings(json.loads((tmp_path / "out.json").read_text()))
+    assert sorted((f["tensor"]["name"], [w["line"] for w in f["modified_at"]]) for f in findings) == [
+        ("a", [6]), ("b", [7])]

@@ -246,3 +246,32 @@ def test_the_same_loss_backpropagated_twice_in_one_line_of_a_loop_is_not_this_ca
     # the same path both times (a forward made before the loop): no call to delete
     code = "import torch\nw = torch.ones(2, requires_grad=True)\nloss = (w * w).sum()\nfor _ in range(2):\n    loss.backward()\n"
     assert _backward_twice_of_script(tmp_path / "loop.py", code).value.finding.rule == "forward_outside_loop"
+
+
+FREED_PART = '''\
+import torch
+
+w = torch.ones(3, requires_grad=True)
+features = (w * 2).exp()
+features.sum().backward()
+total = (features * 3).sum()
+total.backward()
+'''
+
+
+def test_backward_twice_names_the_forward_line_of_the_freed_part(tmp_path):
+    # corpus 016 and 056: the node whose saved tensors the earlier backward freed, and the line that made it
+    finding = _backward_twice_of_script(tmp_path / "freed.py", FREED_PART).value.finding
+    assert (finding.saved_at.node, finding.saved_at.location.line) == ("ExpBackward0", 4)
+    assert finding.saved_at.location.code == "features = (w * 2).exp()"
+
+
+def test_backward_twice_before_the_guard_names_no_forward_line(tmp_path):
+    script = tmp_path / "outside.py"
+    script.write_text(FREED_PART)
+    namespace = {}
+    code = FREED_PART.replace("total = ", "with guard:\n    total = ").replace("\ntotal.backward()", "\n    total.backward()")
+    namespace["guard"] = gradguard.guard()
+    with pytest.raises(gradguard.BackwardTwiceError) as info:
+        exec(compile(code, str(script), "exec"), namespace)
+    assert info.value.finding.saved_at.location is None  # the earlier backward ran before the guard: not known

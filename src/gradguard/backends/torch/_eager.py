@@ -373,6 +373,33 @@ def _freed(node) -> bool:
     return False
 
 
+def _freed_saver(site, session, current: int, latest) -> tuple[str, SourceLocation] | None:
+    """(node, forward line) of the node of the failing graph that an earlier backward pass freed, nearest to
+    where the graphs meet (the latest made); None when no earlier pass under this guard unpacked it.
+    NOTE [Where a freed graph was made] (_session.py)."""
+    sites = session.node_sites
+    if not sites or site.frame is None:
+        return None
+    receiver = _backward_receiver(site.code)
+    loss = _lookup(receiver, site.frame) if receiver else None
+    if not isinstance(loss, torch.Tensor) or loss.grad_fn is None:
+        return None
+    # ``current``, ``latest``: the pass count and the latest backward line when the error arrived. Nodes the
+    # failing backward itself ran (and freed) carry the latest pass. When that backward unpacked
+    # nothing (its first saved tensor was already freed) the latest pass is the earlier backward's: the latest
+    # backward line recorded is then not the failing one. In a loop both are one line: only older passes count.
+    failing_unpacked = latest is None or site.location is None or (latest.file, latest.line) == (
+        site.location.file, site.location.line)
+    best = None
+    for node in walk_nodes([loss.grad_fn], 5000):
+        entry = sites.get((node.name(), node._sequence_nr()))
+        if entry is None or entry[1] > current or (entry[1] == current and failing_unpacked) or not _freed(node):
+            continue
+        if best is None or node._sequence_nr() > best[0]:
+            best = (node._sequence_nr(), node.name(), entry[0])
+    return (best[1], best[2]) if best is not None else None
+
+
 def _freed_nodes(root, limit: int = 5000) -> set:
     """Nodes of ``root``'s graph whose saved tensors are gone (freed by an earlier backward, or by the
     failing backward on its way to the freed part)."""
@@ -541,6 +568,9 @@ def _is_expression_statement(code: str) -> bool:
 
 def _backward_twice(error, session) -> Finding:
     site = _Site(error)
+    # read before anything below walks the graph: reading a live node's saved tensor runs the unpack hook
+    passes = (session.ledger.backward_passes, session.backward_sites[-1] if session.backward_sites else None) if (
+        session is not None) else None
     location = site.location
     sites = list(session.backward_sites) if session is not None else []
     home = location.file if location is not None else None
@@ -646,6 +676,7 @@ def _backward_twice(error, session) -> Finding:
                                reason=f"the forward ({lines}) runs in every iteration, so each backward has its own "
                                       f"graph"))
         rule_name = "forward_outside_loop"
+        saved_at = SaveSite(location=SourceLocation(location.file, hoisted["first"], location.function))
     elif crossing is not None:
         value = crossing.value
         tensor = TensorInfo(shape=tuple(value.shape), dtype=str(value.dtype).replace("torch.", ""),
@@ -724,6 +755,14 @@ def _backward_twice(error, session) -> Finding:
         fix = ("Detach what you carry across iterations (`h = h.detach()`), so each backward only covers its own "
                "iteration. Pass retain_graph=True to the earlier backward only if you really need to backpropagate "
                "through the same graph twice (and then do not step the optimizer in between).")
+    if saved_at.location is None and session is not None:
+        try:
+            freed = _freed_saver(site, session, *passes)
+        except Exception as problem:  # only a detail of the diagnosis
+            log_fallback("torch.eager", "naming the forward of the freed graph", problem)
+            freed = None
+        if freed is not None:  # shown as "saved by", above the "freed by" row
+            saved_at = SaveSite(node=freed[0], location=freed[1])
     finding = Finding(
         kind="backward_twice",
         tensor=tensor,
