@@ -51,12 +51,14 @@ def data_write():
 def test_data_write_message_is_exact():
     with pytest.raises(SilentModificationError) as info:
         with gradguard.guard():
-            data_write()
+            data_write()  # data-call
     expected = f"""\
 a tensor saved for backward changed without its version counter moving: gradients would be silently wrong
   tensor      : h (float32[4], output of ExpBackward0)
   saved by    : ExpBackward0.result, saved in the forward call at {where("data-save")}
                  | {code("data-save")}
+  called from : {where("data-call")}
+                 | {code("data-call")}
   versions    : saved at 0, now 0
   modified by :
     1. aten.mul_.Tensor at {where("data-write")}  (version 0 -> 0)  [no version bump:

@@ -111,6 +111,7 @@ class SaveSite:
     node: str | None = None  # "AddmmBackward0"
     argument: str | None = None  # "mat2"
     location: SourceLocation | None = None
+    chain: list[SourceLocation] = field(default_factory=list)  # the user's calls around it (the call of the model)
 
     @property
     def op(self) -> str | None:
@@ -120,7 +121,8 @@ class SaveSite:
 
     def to_dict(self) -> dict[str, Any]:
         loc = self.location.to_dict() if self.location else {"file": None, "line": None, "function": None, "code": ""}
-        return {"op": self.op, "node": self.node, "argument": self.argument, **loc}
+        return {"op": self.op, "node": self.node, "argument": self.argument, **loc,
+                "chain": [c.to_dict() for c in self.chain]}
 
 
 @dataclass
@@ -199,7 +201,8 @@ class Finding:
         tensor = TensorInfo(tuple(t["shape"]), t["dtype"], t.get("device", "cpu"), t.get("name"), t.get("role", "tensor"),
                             t.get("producer"))
         s = data.get("saved_at") or {}
-        saved = SaveSite(s.get("node"), s.get("argument"), location(s))
+        saved = SaveSite(s.get("node"), s.get("argument"), location(s),
+                         [c for c in (location(entry) for entry in s.get("chain") or []) if c is not None])
         writes = [
             WriteRecord(w["op"], location(w), w.get("via"), w.get("library_frame"), w.get("version_before"),
                         w.get("version_after"), w.get("bumps_version", True), w.get("category", "other"))

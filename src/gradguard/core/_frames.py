@@ -17,7 +17,7 @@ from typing import Callable
 
 from ._findings import SourceLocation
 
-__all__ = ["LibraryPaths", "user_location", "caller_context", "CallerContext", "LIBRARY_PATHS", "user_variable_names", "user_frames", "innermost_user_entry"]
+__all__ = ["LibraryPaths", "user_location", "user_location_and_caller", "caller_context", "CallerContext", "LIBRARY_PATHS", "user_variable_names", "user_frames", "innermost_user_entry"]
 
 _GRADGUARD_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -78,6 +78,31 @@ def user_location(skip: int = 1, paths: LibraryPaths = LIBRARY_PATHS) -> SourceL
             return _location(frame)
         frame = frame.f_back
     return None
+
+
+def user_location_and_caller(skip: int = 1, paths: LibraryPaths = LIBRARY_PATHS):
+    """``(user_location, caller)``: the innermost user frame and, when that frame is inside a function (a
+    module's ``forward``, a helper), the next user frame outward: the user's call of the model. Runs per saved
+    tensor: the same inlined lookups as :func:`user_location`, and only frames up to the caller are walked."""
+    try:
+        frame = sys._getframe(skip)
+    except ValueError:
+        return None, None
+    cache = paths._cache
+    inner = None
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        library = cache.get(filename)
+        if library is None:
+            library = paths.is_library(filename)
+        if not library:
+            if inner is not None:
+                return inner, _location(frame)
+            inner = _location(frame)
+            if frame.f_code.co_name == "<module>":
+                return inner, None
+        frame = frame.f_back
+    return inner, None
 
 
 @dataclass

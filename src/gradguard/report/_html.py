@@ -314,6 +314,8 @@ def finding_html(finding: Finding, *, graph: bool = True, raw: bool = False) -> 
         if f.saved_at.location:
             saver += _src(f.saved_at.location.code)
         row("saved by", saver)
+        for call in f.saved_at.chain:
+            row("called from", f"<code>{_h(call.short)}</code>" + _src(call.code))
     if f.versions:
         row("versions", f"saved at {_h(f.versions.get('saved'))}, now {_h(f.versions.get('now'))}")
     if f.modified_at:

@@ -75,6 +75,9 @@ def render_finding(f: Finding, width: int = _WIDTH) -> str:
         lines += _field("saved by", saver, width)
         if f.saved_at.location:
             lines += _code(f.saved_at.location.code, 17)
+        for call in f.saved_at.chain:  # the user's call of the model whose forward saved it
+            lines += _field("called from", call.short, width)
+            lines += _code(call.code, 17)
     if f.versions:
         saved, now = f.versions.get("saved"), f.versions.get("now")
         lines += _field("versions", f"saved at {saved}, now {now}", width)

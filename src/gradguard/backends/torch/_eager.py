@@ -373,8 +373,8 @@ def _freed(node) -> bool:
     return False
 
 
-def _freed_saver(site, session, current: int, latest) -> tuple[str, SourceLocation] | None:
-    """(node, forward line) of the node of the failing graph that an earlier backward pass freed, nearest to
+def _freed_saver(site, session, current: int, latest) -> tuple[str, SourceLocation, SourceLocation | None] | None:
+    """(node, forward line, the user's call around it) of the node of the failing graph that an earlier backward pass freed, nearest to
     where the graphs meet (the latest made); None when no earlier pass under this guard unpacked it.
     NOTE [Where a freed graph was made] (_session.py)."""
     sites = session.node_sites
@@ -396,8 +396,8 @@ def _freed_saver(site, session, current: int, latest) -> tuple[str, SourceLocati
         if entry is None or entry[1] > current or (entry[1] == current and failing_unpacked) or not _freed(node):
             continue
         if best is None or node._sequence_nr() > best[0]:
-            best = (node._sequence_nr(), node.name(), entry[0])
-    return (best[1], best[2]) if best is not None else None
+            best = (node._sequence_nr(), node.name(), entry[0], entry[2])
+    return best[1:] if best is not None else None
 
 
 def _freed_nodes(root, limit: int = 5000) -> set:
@@ -762,7 +762,7 @@ def _backward_twice(error, session) -> Finding:
             log_fallback("torch.eager", "naming the forward of the freed graph", problem)
             freed = None
         if freed is not None:  # shown as "saved by", above the "freed by" row
-            saved_at = SaveSite(node=freed[0], location=freed[1])
+            saved_at = SaveSite(node=freed[0], location=freed[1], chain=[freed[2]] if freed[2] is not None else [])
     finding = Finding(
         kind="backward_twice",
         tensor=tensor,

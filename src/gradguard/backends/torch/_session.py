@@ -33,8 +33,8 @@ from torch.autograd.graph import saved_tensors_hooks
 
 from ..._errors import error_for
 from ...core._diagnosis import classify_source, diagnose, diagnose_or_fallback, saves_running_stat
-from ...core._findings import Finding, SaveSite, TensorInfo, WriteRecord
-from ...core._frames import LIBRARY_PATHS, caller_context, user_location
+from ...core._findings import Finding, SaveSite, SourceLocation, TensorInfo, WriteRecord
+from ...core._frames import LIBRARY_PATHS, caller_context, user_location, user_location_and_caller
 from ...core._ledger import SavedLedger
 from . import _attribution, _backward_calls, _compat, _function_hygiene, _step_aside, _user_hooks
 from ._fingerprint import fingerprint as _fingerprint
@@ -80,7 +80,7 @@ class _SavedRecord:
     """What the pack hook returns; autograd keeps it exactly as long as the graph needs the tensor."""
 
     __slots__ = ("tensor", "version", "fp", "site", "producer", "passes_at_save", "writes", "name_at_write", "unchecked",
-                 "__weakref__")
+                 "caller", "__weakref__")
 
     def __init__(self, tensor, version, fp, site, producer, passes_at_save):
         self.tensor = tensor
@@ -92,6 +92,7 @@ class _SavedRecord:
         self.writes: list[tuple[WriteRecord, int]] | None = None  # (write, saved tensor's version before it)
         self.name_at_write: str | None = None  # NOTE [Naming a tensor where it is written]
         self.unchecked: tuple[str, str] | None = None  # (node, "ctx.x"): kept on a Function's ctx, not saved
+        self.caller: SourceLocation | None = None  # the user's call around ``site`` (the call of the model)
 
 
 class _UserHookRecord:
@@ -246,9 +247,10 @@ class TorchGuardSession:
         fp = None
         if plain and self.fingerprint_mode != "off":
             fp = _fingerprint(detached, self.fingerprint_mode)
-        site = user_location(2) if self.record_sites else None
+        site, caller = user_location_and_caller(2) if self.record_sites else (None, None)
         producer = self._producer(t)
         record = _SavedRecord(detached, version, fp, site, producer, self.ledger.backward_passes)
+        record.caller = caller
         if plain and self.track_writes and t.numel() > 0:
             self.ledger.add(record, *_byte_range(detached))
         if self._triton_pending and "triton" in sys.modules:  # imported after the guard was entered
@@ -354,7 +356,7 @@ class TorchGuardSession:
                 if call is not None:
                     self.backward_calls = (self.backward_calls + [call])[-8:]
         if self.record_sites and record.site is not None:
-            self._note_node_site(record.site)
+            self._note_node_site(record)
         if record.version is not None and t._version != record.version:
             self._raise(record, "inplace_modification")
         if record.fp is not None:
@@ -369,7 +371,7 @@ class TorchGuardSession:
             self._raise(record, "silent_write")
         return t
 
-    def _note_node_site(self, site) -> None:
+    def _note_node_site(self, record) -> None:
         # NOTE [Where a freed graph was made]
         # "Trying to backward through the graph a second time" names no node and no line, and a freed node keeps
         # neither its saved tensors nor gradguard's records of them. While a backward unpacks, the node running is
@@ -383,7 +385,7 @@ class TorchGuardSession:
         if key not in sites:
             if len(sites) >= _NODE_SITES:
                 sites.clear()
-            sites[key] = (site, self.ledger.backward_passes)
+            sites[key] = (record.site, self.ledger.backward_passes, record.caller)
 
     def composed(self, user_pack, user_unpack):
         """(pack, unpack) that run the user's hooks and check the round trip (see NOTE above)."""
@@ -612,7 +614,8 @@ class TorchGuardSession:
         finding = Finding(
             kind=kind,
             tensor=tensor,
-            saved_at=SaveSite(node=node, argument=argument, location=record.site),
+            saved_at=SaveSite(node=node, argument=argument, location=record.site,
+                              chain=[record.caller] if record.caller is not None else []),
             modified_at=writes,
             versions={"saved": record.version, "now": t._version},
             backend="torch",
