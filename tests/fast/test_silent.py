@@ -95,7 +95,7 @@ def numpy_view_write():
     h = x.sigmoid()  # np-save
     y = (h * 3).sum()  # np-before
     a = h.detach().numpy()
-    a *= 2
+    a *= 2  # np-write
     z = y * 1  # np-after
     z.backward()
 
@@ -107,8 +107,29 @@ def test_numpy_view_write_is_flagged_and_the_writer_is_honestly_unknown():
     assert "Re-run in bisect mode" in f.explanation
 
 
-def test_bisect_names_the_interval_of_user_lines_around_a_numpy_write():
+def test_bisect_pins_a_numpy_write_to_the_line_that_made_it():
     (f,) = bisect(numpy_view_write)
+    (w,) = f.modified_at
+    assert (w.category, w.op, w.location.line) == ("outside", "write outside torch", line_of("np-write"))
+    assert f"the bytes changed at {where('np-write')}" in f.explanation
+
+
+def test_bisect_under_another_tracer_leaves_it_and_names_the_interval_of_user_lines():
+    import sys
+
+    calls = []
+
+    def other_tracer(frame, event, arg):  # a debugger or coverage: gradguard must not replace it
+        calls.append(event)
+        return None
+
+    sys.settrace(other_tracer)
+    try:
+        (f,) = bisect(numpy_view_write)
+        assert sys.gettrace() is other_tracer
+    finally:
+        sys.settrace(None)
+    assert calls
     (w,) = f.modified_at
     assert w.category == "outside"
     # the last op before the write is `h.detach()` on the `a = ...` line; the first one after is `y * 1`

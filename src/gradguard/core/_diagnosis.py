@@ -195,7 +195,7 @@ def _outside_when(f: Finding):
 
 def _outside_write(f: Finding, outside) -> Verdict:
     if isinstance(outside, WriteRecord):
-        where = outside.op.replace("write outside torch ", "", 1)
+        where = outside.op.replace("write outside torch", "", 1).strip() or f"at {_where(outside)}"
         why = (f"No torch op wrote it: the bytes changed {where}, in code that writes memory directly "
                f"(a NumPy view from `.numpy()`, ctypes, DLPack, or a C++/CUDA extension using `data_ptr()`).")
     else:

@@ -7,18 +7,21 @@ dispatched op it re-checks the fingerprint of every tensor currently saved for b
   declaring it (an extension op whose schema lacks ``Tensor(a!)``, a fused kernel): the write is pinned to
   that op and its user line;
 * bytes changed *between* two ops: no torch op did it (NumPy view, ctypes, DLPack consumer, a C++/CUDA
-  extension called directly). gradguard cannot see Python code that does not call torch, so it names the
-  interval: after the op at line A and before the op at line B (or before the backward at line B).
+  extension called directly). A line tracer on the user's own code re-checks at every line it runs, so the
+  write is pinned to the line that made it, also inside the user's functions (``self.buf_obs[:] = ...`` in
+  ``env.step``, not the next statement after ``env.step(...)``). Where another tracer (a debugger, coverage)
+  owns ``sys.settrace``, gradguard leaves it alone and names the interval between two ops instead.
 
 This costs one full hash of every live saved tensor per op: a diagnosis re-run, not a training mode.
 """
 
 from __future__ import annotations
 
+import sys
 import weakref
 
-from ...core._findings import WriteRecord
-from ...core._frames import user_location
+from ...core._findings import SourceLocation, WriteRecord
+from ...core._frames import LIBRARY_PATHS, user_location
 from ._fingerprint import fingerprint as _fingerprint
 from ._fingerprint import same as _same
 from ._writes import ObserverMode
@@ -34,6 +37,45 @@ class BisectMode(ObserverMode):
         self._session = weakref.ref(session)
         self._baseline: dict[int, tuple[weakref.ref, object, int, int]] = {}  # id -> (ref, fp, version, n writes)
         self._last = None  # user line of the previous op
+        self._line = None  # the user line running now (line tracer)
+        self._tracing = False
+
+    def __enter__(self):
+        out = super().__enter__()
+        # NOTE [Lines as bisect points]
+        # A check at every line event of user code: when bytes changed since the previous check, the line that
+        # ran in between wrote them. Library frames are not traced (their writes surface at the user's line that
+        # called them). The tracer is only installed when none is (a debugger or coverage keeps theirs).
+        if sys.gettrace() is None:
+            sys.settrace(self._trace_call)
+            self._tracing = True
+        return out
+
+    def __exit__(self, *exc):
+        if self._tracing:
+            self._tracing = False
+            if sys.gettrace() == self._trace_call:
+                sys.settrace(None)
+        return super().__exit__(*exc)
+
+    def _trace_call(self, frame, event, arg):
+        if event != "call" or LIBRARY_PATHS.is_library(frame.f_code.co_filename):
+            return None
+        return self._trace_line
+
+    def _trace_line(self, frame, event, arg):
+        if event in ("line", "return"):
+            if self._line is not None:
+                self.check(None, self._line, pinned=True)
+            if event == "line":
+                code = frame.f_code
+                self._line = SourceLocation(code.co_filename, frame.f_lineno, code.co_name)
+            else:  # back in the caller, still on the line that called
+                caller = frame.f_back
+                self._line = (SourceLocation(caller.f_code.co_filename, caller.f_lineno, caller.f_code.co_name)
+                              if caller is not None and not LIBRARY_PATHS.is_library(caller.f_code.co_filename)
+                              else None)
+        return self._trace_line
 
     def _state(self, record):
         entry = self._baseline.get(id(record))
@@ -41,7 +83,7 @@ class BisectMode(ObserverMode):
             return entry[1], entry[2], entry[3]
         return record.fp, record.version, len(record.writes or ())
 
-    def check(self, op=None, location=None) -> None:
+    def check(self, op=None, location=None, pinned: bool = False) -> None:
         """Compare every live saved tensor with its baseline; attribute the changes; move the baselines."""
         session = self._session()
         if session is None:
@@ -59,6 +101,9 @@ class BisectMode(ObserverMode):
                 if op is not None:
                     write = WriteRecord(op=op, location=location, via="an op that does not declare the write",
                                         category="kernel", bumps_version=False)
+                elif pinned:
+                    write = WriteRecord(op="write outside torch", location=location,
+                                        category="outside", bumps_version=False)
                 else:
                     here = location.short if location is not None else "an unknown line"
                     if self._last is None:
