@@ -79,21 +79,20 @@ def bare_call(ext):
     x = torch.linspace(-1, 1, 6, requires_grad=True)
     h = x.sigmoid()
     y = h.sum()  # bare-before
-    ext.scale_inplace(h.detach(), 2.0)
+    ext.scale_inplace(h.detach(), 2.0)  # bare-call
     z = y * 1.0  # bare-after
     z.backward()
 
 
-def test_extension_called_bare_is_flagged_and_bisect_names_the_interval(ext):
+def test_extension_called_bare_is_flagged_and_bisect_pins_its_line(ext):
     with pytest.raises(SilentModificationError) as info:
         with gradguard.guard():
             bare_call(ext)
     assert info.value.finding.modified_at == []
     (f,) = bisect(bare_call, ext)
     (w,) = f.modified_at
-    # the last torch op before the write is h.detach() on the extension's line; the next is y * 1.0
-    assert w.op == f"write outside torch between {SHORT}:{line_of('bare-before') + 1} and " \
-                   f"{SHORT}:{line_of('bare-after')}"
+    # no torch op wrote: the line tracer pins the write to the extension's line
+    assert (w.op, w.location.line, w.category) == ("write outside torch", line_of("bare-call"), "outside")
 
 
 def op_call(ext):

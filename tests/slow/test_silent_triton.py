@@ -53,7 +53,7 @@ def liger_after_softmax():
 def test_liger_cross_entropy_after_softmax_message_is_exact():
     with pytest.raises(SilentModificationError) as info:
         with gradguard.guard():
-            liger_after_softmax()
+            liger_after_softmax()  # liger-helper
     where = f"{SHORT}:{line_of('liger-call')}"  # run from the repository root, as CI does (wrapping)
     expected = f"""\
 a tensor saved for backward changed without its version counter moving: gradients would be silently wrong
@@ -61,6 +61,8 @@ a tensor saved for backward changed without its version counter moving: gradient
   saved by    : SoftmaxBackward0.result, saved in the forward call at
                 {SHORT}:{line_of('liger-save')}
                  | {SOURCE[line_of('liger-save') - 1].strip()}
+  called from : {SHORT}:{line_of('liger-helper')}
+                 | {SOURCE[line_of('liger-helper') - 1].strip()}
   versions    : saved at 0, now 0
   modified by :
     1. triton:liger_cross_entropy_kernel via LigerCrossEntropyFunction.forward at

@@ -18,6 +18,7 @@ This costs one full hash of every live saved tensor per op: a diagnosis re-run, 
 from __future__ import annotations
 
 import sys
+import sysconfig
 import weakref
 
 from ...core._findings import SourceLocation, WriteRecord
@@ -27,6 +28,10 @@ from ._fingerprint import same as _same
 from ._writes import ObserverMode
 
 __all__ = ["BisectMode", "bisect"]
+
+# Python's own modules run inside library calls (textwrap while gradguard renders, linecache): not user lines.
+_NOT_USER = tuple({p for p in (sysconfig.get_paths().get("stdlib"), sysconfig.get_paths().get("platstdlib")) if p}
+                  ) + ("<frozen ",)
 
 
 class BisectMode(ObserverMode):
@@ -39,6 +44,7 @@ class BisectMode(ObserverMode):
         self._last = None  # user line of the previous op
         self._line = None  # the user line running now (line tracer)
         self._tracing = False
+        self._in_op = 0  # inside a dispatched op (a Python kernel's lines): the op's own check attributes the write
 
     def __enter__(self):
         out = super().__enter__()
@@ -59,11 +65,14 @@ class BisectMode(ObserverMode):
         return super().__exit__(*exc)
 
     def _trace_call(self, frame, event, arg):
-        if event != "call" or LIBRARY_PATHS.is_library(frame.f_code.co_filename):
+        filename = frame.f_code.co_filename
+        if event != "call" or self._in_op or filename.startswith(_NOT_USER) or LIBRARY_PATHS.is_library(filename):
             return None
         return self._trace_line
 
     def _trace_line(self, frame, event, arg):
+        if self._in_op:  # inside an op or a check: gradguard's own work, or a Python kernel the op check covers
+            return self._trace_line
         if event in ("line", "return"):
             if self._line is not None:
                 self.check(None, self._line, pinned=True)
@@ -85,6 +94,13 @@ class BisectMode(ObserverMode):
 
     def check(self, op=None, location=None, pinned: bool = False) -> None:
         """Compare every live saved tensor with its baseline; attribute the changes; move the baselines."""
+        self._in_op += 1
+        try:
+            self._check(op, location, pinned)
+        finally:
+            self._in_op -= 1
+
+    def _check(self, op, location, pinned: bool) -> None:
         session = self._session()
         if session is None:
             return
@@ -124,7 +140,11 @@ class BisectMode(ObserverMode):
         kwargs = kwargs or {}
         location = user_location(2)
         self.check(None, location)
-        out = func(*args, **kwargs)
+        self._in_op += 1
+        try:
+            out = func(*args, **kwargs)
+        finally:
+            self._in_op -= 1
         self.check(func.name().replace("::", "."), location)
         self._last = location
         return out
