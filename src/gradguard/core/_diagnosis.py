@@ -69,14 +69,15 @@ def diagnose(finding: Finding) -> Finding:
         verdict = _apply_rules(finding)
         finding.rule = verdict.rule
         explanation = verdict.explanation
-        if finding.saved_at.argument and finding.saved_at.argument.startswith("ctx."):
+        on_ctx = bool(finding.saved_at.argument and finding.saved_at.argument.startswith("ctx."))
+        if on_ctx:
             explanation = (f"Backward reads it from `{finding.saved_at.argument}`, an attribute of ctx, not through "
                            f"save_for_backward, so PyTorch never compares its version. ") + explanation
         finding.explanation = finding.explanation or explanation
         finding.suggestion = finding.suggestion or verdict.suggestion
         if not finding.fixes:
             finding.fixes = list(verdict.fixes)
-        if finding.saved_at.argument and finding.saved_at.argument.startswith("ctx."):
+        if on_ctx:
             attribute = finding.saved_at.argument[len("ctx."):].split("[", 1)[0]
             finding.notes.append(
                 f"In the Function, keep the tensor with `ctx.save_for_backward({attribute})` instead of "

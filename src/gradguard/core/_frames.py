@@ -17,7 +17,7 @@ from typing import Callable
 
 from ._findings import SourceLocation
 
-__all__ = ["LibraryPaths", "user_location", "user_location_and_caller", "caller_context", "CallerContext", "LIBRARY_PATHS", "user_variable_names", "user_frames", "innermost_user_entry"]
+__all__ = ["LibraryPaths", "user_location", "user_location_and_caller", "location_of", "caller_context", "CallerContext", "LIBRARY_PATHS", "user_variable_names", "user_frames", "innermost_user_entry"]
 
 _GRADGUARD_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -62,12 +62,8 @@ def _location(frame) -> SourceLocation:
     return SourceLocation(code.co_filename, frame.f_lineno, code.co_name)  # source text read lazily
 
 
-def user_location(skip: int = 1, paths: LibraryPaths = LIBRARY_PATHS) -> SourceLocation | None:
-    """The innermost frame outside every library directory, or None (e.g. on an autograd worker thread)."""
-    try:
-        frame = sys._getframe(skip)
-    except ValueError:
-        return None
+def _first_user_frame(frame, paths: LibraryPaths):
+    """``frame`` or the first frame outward from it that is outside every library directory, or None."""
     cache = paths._cache  # inlined lookups: this loop runs for every saved tensor
     while frame is not None:
         filename = frame.f_code.co_filename
@@ -75,9 +71,23 @@ def user_location(skip: int = 1, paths: LibraryPaths = LIBRARY_PATHS) -> SourceL
         if library is None:
             library = paths.is_library(filename)
         if not library:
-            return _location(frame)
+            return frame
         frame = frame.f_back
     return None
+
+
+def location_of(frame) -> SourceLocation:
+    """The line ``frame`` is running, as a :class:`SourceLocation` (source text read on first use)."""
+    return _location(frame)
+
+
+def user_location(skip: int = 1, paths: LibraryPaths = LIBRARY_PATHS) -> SourceLocation | None:
+    """The innermost frame outside every library directory, or None (e.g. on an autograd worker thread)."""
+    try:
+        frame = _first_user_frame(sys._getframe(skip), paths)
+    except ValueError:
+        return None
+    return _location(frame) if frame is not None else None
 
 
 def user_location_and_caller(skip: int = 1, paths: LibraryPaths = LIBRARY_PATHS):
@@ -85,24 +95,13 @@ def user_location_and_caller(skip: int = 1, paths: LibraryPaths = LIBRARY_PATHS)
     module's ``forward``, a helper), the next user frame outward: the user's call of the model. Runs per saved
     tensor: the same inlined lookups as :func:`user_location`, and only frames up to the caller are walked."""
     try:
-        frame = sys._getframe(skip)
+        inner = _first_user_frame(sys._getframe(skip), paths)
     except ValueError:
         return None, None
-    cache = paths._cache
-    inner = None
-    while frame is not None:
-        filename = frame.f_code.co_filename
-        library = cache.get(filename)
-        if library is None:
-            library = paths.is_library(filename)
-        if not library:
-            if inner is not None:
-                return inner, _location(frame)
-            inner = _location(frame)
-            if frame.f_code.co_name == "<module>":
-                return inner, None
-        frame = frame.f_back
-    return inner, None
+    if inner is None:
+        return None, None
+    caller = _first_user_frame(inner.f_back, paths) if inner.f_code.co_name != "<module>" else None
+    return _location(inner), (_location(caller) if caller is not None else None)
 
 
 @dataclass

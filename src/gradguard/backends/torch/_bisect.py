@@ -21,8 +21,8 @@ import sys
 import sysconfig
 import weakref
 
-from ...core._findings import SourceLocation, WriteRecord
-from ...core._frames import LIBRARY_PATHS, user_location
+from ...core._findings import WriteRecord
+from ...core._frames import LIBRARY_PATHS, location_of, user_location
 from ._fingerprint import fingerprint as _fingerprint
 from ._fingerprint import same as _same
 from ._writes import ObserverMode
@@ -32,6 +32,10 @@ __all__ = ["BisectMode", "bisect"]
 # Python's own modules run inside library calls (textwrap while gradguard renders, linecache): not user lines.
 _NOT_USER = tuple({p for p in (sysconfig.get_paths().get("stdlib"), sysconfig.get_paths().get("platstdlib")) if p}
                   ) + ("<frozen ",)
+
+
+def _user_file(filename: str) -> bool:
+    return not filename.startswith(_NOT_USER) and not LIBRARY_PATHS.is_library(filename)
 
 
 class BisectMode(ObserverMode):
@@ -65,8 +69,7 @@ class BisectMode(ObserverMode):
         return super().__exit__(*exc)
 
     def _trace_call(self, frame, event, arg):
-        filename = frame.f_code.co_filename
-        if event != "call" or self._in_op or filename.startswith(_NOT_USER) or LIBRARY_PATHS.is_library(filename):
+        if event != "call" or self._in_op or not _user_file(frame.f_code.co_filename):
             return None
         return self._trace_line
 
@@ -77,13 +80,10 @@ class BisectMode(ObserverMode):
             if self._line is not None:
                 self.check(None, self._line, pinned=True)
             if event == "line":
-                code = frame.f_code
-                self._line = SourceLocation(code.co_filename, frame.f_lineno, code.co_name)
+                self._line = location_of(frame)
             else:  # back in the caller, still on the line that called
                 caller = frame.f_back
-                self._line = (SourceLocation(caller.f_code.co_filename, caller.f_lineno, caller.f_code.co_name)
-                              if caller is not None and not LIBRARY_PATHS.is_library(caller.f_code.co_filename)
-                              else None)
+                self._line = location_of(caller) if caller is not None and _user_file(caller.f_code.co_filename) else None
         return self._trace_line
 
     def _state(self, record):

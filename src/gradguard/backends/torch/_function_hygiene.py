@@ -19,7 +19,7 @@ Four writes corrupt gradients with no error from PyTorch (issue 14, class 1 and 
 # twice), or a gradient the caller passed to ``backward()``. Only then can an in-place write reach someone
 # else, so only then is the gradient checked (its version, and its bytes when the guard fingerprints:
 # kernels write without a version bump). The baseline is measured once per process on a two-node graph
-# (``_baselines``) instead of being hard-coded per torch version.
+# (``baselines()``) instead of being hard-coded per torch version.
 #
 # NOTE [Hygiene costs one dict read per call]
 # For a Function call: the versions of the inputs that require grad, one ``vars(ctx)`` scan, and a
@@ -44,7 +44,7 @@ from ._fingerprint import same as _same
 
 __all__ = ["inputs_before_forward", "after_forward", "before_backward", "after_backward", "checked_hook"]
 
-# ctx -> [(attribute label, weak reference to the tensor ctx held, record)]: the ctx is the key, so the
+# ctx -> [(attribute name, weak reference to the tensor ctx held, record)]: the ctx is the key, so the
 # entries go when the graph is freed; records of attributes the backward replaced go after it ran.
 _ctx_records: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _ctx_lock = threading.Lock()
@@ -164,13 +164,13 @@ def _watch_ctx_attributes(session, cls, ctx) -> None:
                 break
             record = session.watch_ctx_tensor(t, saver=(f"{cls.__name__}Backward", label))
             if record is not None:
-                entries.append((name, label, weakref.ref(t), record))
+                entries.append((name, weakref.ref(t), record))
     if entries:
         with _ctx_lock:
             _ctx_records[ctx] = entries
 
 
-def _still_held(ctx, name: str, label: str, ref) -> bool:
+def _still_held(ctx, name: str, ref) -> bool:
     value = getattr(ctx, name, None)
     original = ref()
     if original is None:
@@ -186,8 +186,8 @@ def before_backward(session, ctx, grads) -> list | None:
     """Check ctx's tensor attributes; returns what ``after_backward`` needs to check the shared gradients."""
     entries = _ctx_records.get(ctx)
     if entries:
-        for name, label, ref, record in entries:
-            if _still_held(ctx, name, label, ref):
+        for name, ref, record in entries:
+            if _still_held(ctx, name, ref):
                 session.check_ctx_tensor(record)
     limit = baselines()["backward"]
     shared = []
@@ -200,7 +200,7 @@ def before_backward(session, ctx, grads) -> list | None:
 def after_backward(session, ctx, shared: list | None) -> None:
     entries = _ctx_records.get(ctx)
     if entries:  # attributes the backward dropped (``ctx.x = None``) must not be kept alive by gradguard
-        kept = [e for e in entries if _still_held(ctx, e[0], e[1], e[2])]
+        kept = [e for e in entries if _still_held(ctx, e[0], e[1])]
         if len(kept) != len(entries):
             with _ctx_lock:
                 _ctx_records[ctx] = kept
@@ -210,9 +210,10 @@ def after_backward(session, ctx, shared: list | None) -> None:
     name = getattr(cls, "__name__", type(ctx).__name__)
     for i, g, version, fp in shared:
         if _changed(session, g, version, fp):
-            writer = _source_write(getattr(cls, "backward", None), _parameter_name(cls, "backward", i))
+            argument = _parameter_name(cls, "backward", i)
+            writer = _source_write(getattr(cls, "backward", None), argument)
             session.raise_finding(_grad_write_finding(g, version, f"{name}.backward", writer,
-                                                      _parameter_name(cls, "backward", i) or f"gradient {i}"))
+                                                      argument or f"gradient {i}"))
 
 
 def _gradient_fingerprint(session, g):
@@ -244,9 +245,9 @@ def checked_hook(hook, active):
         out = hook(grad)
         if _changed(session, grad, version, fp):
             name = getattr(hook, "__name__", type(hook).__name__)
-            writer = _source_write(hook, _first_parameter(hook))
-            session.raise_finding(_grad_write_finding(grad, version, f"tensor hook {name}", writer,
-                                                      _first_parameter(hook) or "grad", hook=True))
+            argument = _first_parameter(hook)
+            session.raise_finding(_grad_write_finding(grad, version, f"tensor hook {name}",
+                                                      _source_write(hook, argument), argument or "grad", hook=True))
         return out
 
     gradguard_checked_hook.__wrapped__ = hook

@@ -238,6 +238,15 @@ class TorchGuardSession:
             return self._unwatched(t)
         if _compat.DYNAMO_TRACES_HOOKS and torch.compiler.is_compiling():  # NOTE in _compat.py (torch 2.4)
             return t
+        site, caller = user_location_and_caller(2) if self.record_sites else (None, None)
+        record = self._record(t, site, caller)
+        if self._triton_pending and "triton" in sys.modules:  # imported after the guard was entered
+            self._triton_pending = not _attribution.maybe_wrap_triton()
+        return record
+
+    def _record(self, t: torch.Tensor, site, caller=None) -> _SavedRecord:
+        """The record of a tensor kept for backward: version, fingerprint, where it was saved; in the ledger
+        when the write log is on (what the pack hook returns, and what ``watch_ctx_tensor`` keeps)."""
         detached = t.detach()
         try:
             version = t._version
@@ -247,32 +256,20 @@ class TorchGuardSession:
         fp = None
         if plain and self.fingerprint_mode != "off":
             fp = _fingerprint(detached, self.fingerprint_mode)
-        site, caller = user_location_and_caller(2) if self.record_sites else (None, None)
-        producer = self._producer(t)
-        record = _SavedRecord(detached, version, fp, site, producer, self.ledger.backward_passes)
+        record = _SavedRecord(detached, version, fp, site, self._producer(t), self.ledger.backward_passes)
         record.caller = caller
         if plain and self.track_writes and t.numel() > 0:
             self.ledger.add(record, *_byte_range(detached))
-        if self._triton_pending and "triton" in sys.modules:  # imported after the guard was entered
-            self._triton_pending = not _attribution.maybe_wrap_triton()
         return record
 
     def watch_ctx_tensor(self, t: torch.Tensor, saver: tuple[str, str]) -> _SavedRecord | None:
         """Record a tensor a custom Function kept on ctx (``ctx.x = x``) like a saved tensor; checked by
-        ``check_ctx_tensor`` when the Function's backward starts (see _function_hygiene.py)."""
-        if not _plain(t) or t.numel() == 0 or t.layout != torch.strided:
+        ``check_ctx_tensor`` when the Function's backward starts (see _function_hygiene.py). Inference tensors
+        (no version counter) are not watched."""
+        if not _plain(t) or t.numel() == 0 or t.layout != torch.strided or t.is_inference():
             return None
-        detached = t.detach()
-        try:
-            version = t._version
-        except RuntimeError:  # inference tensors have no version counter
-            return None
-        fp = _fingerprint(detached, self.fingerprint_mode) if self.fingerprint_mode != "off" else None
-        site = user_location(1) if self.record_sites else None
-        record = _SavedRecord(detached, version, fp, site, self._producer(t), self.ledger.backward_passes)
+        record = self._record(t, user_location(1) if self.record_sites else None)
         record.unchecked = saver
-        if self.track_writes:
-            self.ledger.add(record, *_byte_range(detached))
         return record
 
     def check_ctx_tensor(self, record: _SavedRecord) -> None:
