@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from . import _inplace_rules
-from ._findings import SAVED_TENSOR_KINDS, Finding, TensorInfo, WriteRecord
+from ._findings import SAVED_TENSOR_KINDS, Finding, SourceLocation, TensorInfo, WriteRecord
 from ._intents import FixIntent, Verdict
 
 __all__ = ["diagnose", "diagnose_or_fallback", "classify_source", "saves_running_stat", "HEADLINES", "Rule", "RULES"]
@@ -36,6 +36,8 @@ HEADLINES = {
     "ctx.mark_dirty: autograd still sees the input unchanged, gradients would be silently wrong",
     "shared_grad_write": "a gradient that another part of the graph still needs was modified in place during "
     "backward: that part would get the modified gradient, silently",
+    "module_input_write": "a module wrote into its input in place and the caller read that tensor again: the "
+    "forward silently computes with the modified values",
 }
 
 _AUGMENTED = re.compile(r"[\w\)\]]\s*(\+|-|\*|/|//|%|\*\*|@|&|\||\^|>>|<<)=(?!=)")
@@ -398,7 +400,70 @@ def _hook_writes_shared_grad(f: Finding, _) -> Verdict:
     )
 
 
-_HYGIENE_KINDS = ("undeclared_input_write", "shared_grad_write")
+def _module_writes_caller_input(f: Finding, _) -> Verdict:
+    from ._fixes import keyword_calls
+
+    name, module = f.tensor.name or "the input", f.context.get("module") or "a module"
+    write = f.modified_at[0] if f.modified_at else None
+    call, read = _location_from(f.context.get("call")), _location_from(f.context.get("read"))
+    inplace = _inplace_rules._INPLACE_MODULE.search(module)
+    sites = []
+    if inplace is not None:
+        for file in dict.fromkeys(loc.file for loc in (call, read) if loc is not None):
+            sites.extend(s for s in keyword_calls(file, inplace.group(1), "inplace", True) if s not in sites)
+    rank = f.context.get("module_rank")
+    if rank and len(sites) == rank[1] > 1:  # the k-th such module under the call is the k-th such line
+        sites = [sites[rank[0]]]
+    why = (f"{module} wrote into `{name}` in place (called at {_where(write) if write else 'an unknown line'}), "
+           f"and `{name}` is read again at {read.short if read else 'a later line'}"
+           f"{' (`' + read.code + '`)' if read is not None and read.code else ''}: that read gets the modified "
+           f"values, not the ones `{name}` held before the call. No tensor saved for backward is involved, so "
+           f"PyTorch raises nothing; the forward (and its gradient) silently compute something else.")
+    fixes = []
+    if sites:
+        owner = module[: inplace.start()].strip().rstrip("(").strip()
+        at = f" at {sites[0].short} (`{sites[0].code.rstrip(',')}`)" if len(sites) == 1 else ""
+        suggestion = (f"Construct {owner or 'it'} with inplace=False{at}. An in-place module is safe only where "
+                      f"nothing reads its input again (`out = self.relu(out)` rebinds the name).")
+        for site in sites:
+            fixes.append(FixIntent("set_keyword", site.file, site.line, target=None,
+                                   detail={"call": inplace.group(1), "keyword": "inplace", "value": False},
+                                   reason=f"construct {inplace.group(1)} with inplace=False: `{name}` keeps its "
+                                          f"value for the read at line {read.line if read else '?'}",
+                                   preferred=len(sites) == 1))
+    else:
+        called = module.split(" (", 1)[0]
+        suggestion = (f"Pass a copy (`{called}({name}.clone())`) or make the module compute out of place, so "
+                      f"`{name}` keeps its value for the read.")
+    if call is not None:
+        fixes.append(FixIntent("clone_argument", call.file, call.line, target=name,
+                               detail={"call": _callee(call.code, name)},
+                               reason=f"pass a copy of `{name}`: the module writes into the copy",
+                               preferred=not sites))
+    return Verdict("module_writes_caller_input", why, suggestion, fixes)
+
+
+def _callee(code: str, argument: str) -> str | None:
+    """The callee text of the call on ``code`` that passes ``argument`` (``self.conv`` in ``self.conv(input)``)."""
+    import ast
+
+    try:
+        tree = ast.parse(code.strip())
+    except SyntaxError:
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and any(isinstance(a, ast.Name) and a.id == argument for a in node.args):
+            return ast.unparse(node.func)
+    return None
+
+
+def _location_from(data) -> SourceLocation | None:
+    if not data or not data.get("file"):
+        return None
+    return SourceLocation(data["file"], data["line"], data.get("function") or "", data.get("code") or "")
+
+
+_HYGIENE_KINDS = ("undeclared_input_write", "shared_grad_write", "module_input_write")
 
 R = _inplace_rules
 RULES: tuple[Rule, ...] = (
@@ -406,6 +471,7 @@ RULES: tuple[Rule, ...] = (
     Rule("hook_writes_shared_grad", lambda f: True if f.kind == "shared_grad_write" and f.context.get("hook") else None,
          _hook_writes_shared_grad),
     Rule("backward_writes_shared_grad", _kind("shared_grad_write"), _backward_writes_shared_grad),
+    Rule("module_writes_caller_input", _kind("module_input_write"), _module_writes_caller_input),
     Rule("fused_optimizer", _write("optimizer", silent=True), _fused_optimizer),
     Rule("optimizer_step_before_backward",
          _write("optimizer", silent=False, extra=lambda f, w: R.optimizer_is_stepped_before_backward(f)),

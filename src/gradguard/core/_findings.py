@@ -20,7 +20,8 @@ JSON_FORMAT_VERSION = 1
 # Findings about a tensor saved for backward (or kept for it on a Function's ctx): they list the writes.
 SAVED_TENSOR_KINDS = ("inplace_modification", "silent_write", "unchecked_write")
 # Findings where the framework itself raises nothing: the gradient would be wrong without a word.
-SILENT_KINDS = ("silent_write", "unchecked_write", "undeclared_input_write", "shared_grad_write")
+SILENT_KINDS = ("silent_write", "unchecked_write", "undeclared_input_write", "shared_grad_write", "module_input_write",
+                "dropped_inner_update", "data_write_in_forward")
 
 
 class SourceLocation:

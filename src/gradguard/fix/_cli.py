@@ -31,6 +31,9 @@ def add_fix_parser(sub) -> None:
                      help="at most N hazards repaired one after another (default: 6)")
     fix.add_argument("--timeout", type=_seconds, default=DEFAULT_RUN_TIMEOUT, metavar="SECONDS",
                      help=f"stop one run of the script after SECONDS (default: {DEFAULT_RUN_TIMEOUT:g})")
+    fix.add_argument("--mode", choices=("auto", "sentinel", "forensic"), default="auto",
+                     help="the guard mode of each run (as in gradguard run); forensic also sees a module writing "
+                          "into its caller's input")
     fix.add_argument("-m", dest="module", nargs=argparse.REMAINDER, metavar="MODULE [ARGS]",
                      help="fix a module run as a script, like `python -m MODULE ARGS`")
     fix.add_argument("script", nargs="?", help="the Python script to run")
@@ -176,7 +179,8 @@ def fix_script(options) -> int:
 
     say(f"running {' '.join(command)} under the guard; each candidate edit is verified by running it again "
         f"(its side effects, such as files it writes, happen again on every run)")
-    first, outcome = repair(command, cwd, timeout=options.timeout, max_rounds=options.max_rounds, say=say)
+    first, outcome = repair(command, cwd, timeout=options.timeout, max_rounds=options.max_rounds,
+                            mode=options.mode, say=say)
     if not first.findings and not outcome.unfixed:
         if first.exit_code == 0:
             say("no gradient hazard found: nothing to fix")

@@ -80,9 +80,12 @@ class FixOutcome:
     runs: int
 
 
-def run_guarded(command: list[str], cwd: str, sources: dict[str, str], timeout: float) -> RunResult:
+def run_guarded(command: list[str], cwd: str, sources: dict[str, str], timeout: float,
+                mode: str = "auto") -> RunResult:
     """One ``gradguard run --json`` of the program with ``sources`` overlaid; its exit code and findings.
-    ``-m pytest`` runs pytest with the plugin instead (NOTE [Verifying an edit by re-running one test])."""
+    ``-m pytest`` runs pytest with the plugin instead (NOTE [Verifying an edit by re-running one test]).
+    ``mode``: ``gradguard run --mode`` (forensic sees what only the write log sees: a module writing its
+    caller's input)."""
     with tempfile.TemporaryDirectory(prefix="gradguard-fix-") as folder:
         report = os.path.join(folder, "report.json")
         env = dict(os.environ)
@@ -94,7 +97,8 @@ def run_guarded(command: list[str], cwd: str, sources: dict[str, str], timeout: 
             with open(overlay, "w", encoding="utf-8") as handle:
                 json.dump(sources, handle)
             env[OVERLAY_ENV] = overlay
-        argv = [sys.executable, "-m", "gradguard", "run", "--json", report, *command]
+        argv = [sys.executable, "-m", "gradguard", "run", "--json", report,
+                *(["--mode", mode] if mode != "auto" else []), *command]
         if is_pytest(command):
             argv, env[FIX_PYTEST_REPORT_ENV] = pytest_argv(command), report
         try:
@@ -192,12 +196,12 @@ def _healthy_exit(first: RunResult) -> int:
     return 0 if first.findings else first.exit_code
 
 
-def repair(command: list[str], cwd: str, *, timeout: float, max_rounds: int = 6,
+def repair(command: list[str], cwd: str, *, timeout: float, max_rounds: int = 6, mode: str = "auto",
            say: Callable[[str], None] = lambda text: None) -> tuple[RunResult, FixOutcome]:
     """Run ``command`` (``gradguard run``'s program words) and repair its findings round by round."""
     original: dict[str, str] = {}
     sources: dict[str, str] = {}
-    first = run_guarded(command, cwd, sources, timeout)
+    first = run_guarded(command, cwd, sources, timeout, mode)
     runs = 1
     healthy = _healthy_exit(first)
     accepted: list[AcceptedEdit] = []
@@ -233,7 +237,7 @@ def repair(command: list[str], cwd: str, *, timeout: float, max_rounds: int = 6,
                 tried.append(f"{intents[0].action} at line {intents[0].line}: {problem}")
                 continue
             say(f"trying {', '.join(f'{i.action} at line {i.line}' for i in intents)}")
-            result = run_guarded(command, cwd, edited, timeout)
+            result = run_guarded(command, cwd, edited, timeout, mode)
             runs += 1
             gone = not any(signature(f) == key for f in result.findings)
             cut = None if result.timed_out else lost_gradients(first, result)

@@ -36,7 +36,7 @@ from ...core._diagnosis import classify_source, diagnose, diagnose_or_fallback, 
 from ...core._findings import Finding, SaveSite, SourceLocation, TensorInfo, WriteRecord
 from ...core._frames import LIBRARY_PATHS, caller_context, user_location, user_location_and_caller
 from ...core._ledger import SavedLedger
-from . import _attribution, _backward_calls, _compat, _function_hygiene, _step_aside, _user_hooks
+from . import _attribution, _backward_calls, _compat, _function_hygiene, _module_inputs, _step_aside, _user_hooks
 from ._fingerprint import fingerprint as _fingerprint
 from ._fingerprint import same as _same_fingerprint
 from ._naming import name_by_variable, name_in_writing_frame, name_tensor
@@ -165,6 +165,8 @@ class TorchGuardSession:
         # (node name, sequence number) -> (forward line of its first saved tensor, backward pass that unpacked it):
         # names the forward of a graph part an earlier backward freed (NOTE [Where a freed graph was made]).
         self.node_sites: dict = {}
+        # id(tensor) -> reads of it a module's caller has still to make (_module_inputs.py); write log only
+        self._pending_reads: dict[int, _module_inputs.PendingRead] = {}
 
     # -- lifecycle -----------------------------------------------------------------------------
     def enter(self) -> None:
@@ -433,6 +435,8 @@ class TorchGuardSession:
     def _on_write(self, func, targets):
         if _attribution.in_kernel():  # the Triton launch boundary reports the kernel's writes itself
             return None
+        if self.record_sites and torch.is_grad_enabled():
+            self._watch_module_inputs(func, targets)
         ledger = self.ledger
         for target in targets:
             if not _plain(target) or target.numel() == 0:
@@ -457,6 +461,48 @@ class TorchGuardSession:
                     else:
                         self.record_write([record], write)
         return None
+
+    def _watch_module_inputs(self, func, targets) -> None:
+        """A write by a module into its caller's variable that the caller reads again: wait for that read."""
+        try:
+            for target in targets:
+                pending = _module_inputs.written_input(func, target, skip=3)
+                if pending is not None:
+                    reads = self._pending_reads
+                    if len(reads) >= _module_inputs.MAX_PENDING:
+                        reads.pop(next(iter(reads)))
+                    reads[id(target)] = pending
+                    self._mode.on_read = self._on_read
+        except Exception as error:  # a diagnosis aid: the write itself goes on
+            log_fallback("torch.module_inputs", "looking for the caller of a module's in-place write", error)
+
+    def _on_read(self, func, args) -> None:
+        reads = self._pending_reads
+        for value in args:
+            if isinstance(value, (list, tuple)):
+                for item in value:
+                    if id(item) in reads:
+                        self._check_read(reads, item)
+            elif id(value) in reads:
+                self._check_read(reads, value)
+
+    def _check_read(self, reads: dict, t) -> None:
+        pending = reads[id(t)]
+        if pending.tensor() is t:
+            try:
+                read = _module_inputs.read_of(pending, skip=4)
+            except Exception as error:
+                log_fallback("torch.module_inputs", "matching an op to the caller's read", error)
+                read = None
+            if read is None:
+                return  # the module's own ops, or another use of the tensor: not the read
+        else:  # another tensor at a freed one's address
+            read = None
+        del reads[id(t)]
+        if not reads and self._mode is not None:
+            self._mode.on_read = None
+        if read is not None:
+            self.raise_finding(_module_inputs.finding(pending, t, read))
 
     def _note_shared_counter(self, func, target, key) -> None:
         """A write into another part of a storage that holds saved tensors (slot t of a preallocated buffer

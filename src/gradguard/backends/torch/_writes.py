@@ -99,14 +99,18 @@ def dynamo_safe(mode_class: type) -> type:
 
 
 class WriteTrackingMode(ObserverMode):
-    """Calls ``on_write(func, targets)`` before every op that writes tensors in place; passes all ops through."""
+    """Calls ``on_write(func, targets)`` before every op that writes tensors in place; passes all ops through.
+    While ``on_read`` is set, it is called with every op's arguments first (reads a check waits for)."""
 
     def __init__(self, on_write):
         super().__init__()
         self._on_write = on_write
+        self.on_read = None
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if self.on_read is not None:
+            self.on_read(func, args)
         spec = written_arguments(func)
         if not spec:
             return func(*args, **kwargs)

@@ -1,0 +1,177 @@
+"""A module writing into its caller's tensor, which the caller then reads again (issue 14, class 5).
+
+``nn.ReLU(inplace=True)`` as the first layer of a residual branch rectifies the caller's ``x`` itself:
+``x + self.branch(x)`` then adds the rectified ``x``. No saved tensor is involved (an add saves nothing), so
+PyTorch raises nothing and the forward silently computes something else (rosinality/vq-vae-2-pytorch#60,
+iduta/iresnet#2).
+
+Two halves, both in the write log's dispatch mode (forensic mode):
+
+* at an in-place write, the frames outward from it: once a module call (``Module._call_impl``) has been passed,
+  a user frame holding the written tensor in a local variable is a caller whose tensor a module wrote. Its
+  source says where it reads that variable again (core/_later_reads.py); those reads are kept, with weak
+  references only.
+* at every later op while such reads are pending: an op consuming the tensor while the caller's frame runs one
+  of those reads is the read. It raises there, before the wrong value spreads.
+
+# NOTE [Cost of the module-input check]
+# Only in-place writes with grad mode on walk the frames (a ReLU(inplace=True) per block, not the optimizer's
+# writes, which run under no_grad), reading the locals of user frames above a module call. Pending reads cost
+# every op one truthiness test; they exist only where the source reads a written input again, which a correct
+# program rarely does (``out = self.relu(out)`` rebinds the name and leaves nothing pending).
+"""
+
+from __future__ import annotations
+
+import sys
+import weakref
+from dataclasses import dataclass
+
+import torch
+
+from ...core._findings import Finding, SourceLocation, TensorInfo, WriteRecord
+from ...core._frames import location_of
+from ...core._later_reads import Span, later_reads, position_of
+from ._backward_calls import _is_user
+
+__all__ = ["PendingRead", "MAX_PENDING", "written_input", "read_of", "finding"]
+
+_MAX_FRAMES = 64
+MAX_PENDING = 64
+
+
+def _call_codes() -> frozenset:
+    codes = set()
+    for name in ("_call_impl", "_wrapped_call_impl"):
+        function = getattr(torch.nn.Module, name, None)
+        code = getattr(function, "__code__", None)
+        if code is not None:
+            codes.add(code)
+    return frozenset(codes)
+
+
+_CALL_CODES = _call_codes()
+
+
+@dataclass
+class PendingRead:
+    """A caller's variable a module wrote into, and where the caller's source reads it again."""
+
+    tensor: "weakref.ref[torch.Tensor]"
+    frame_id: int  # never the frame itself: a frame keeps every local (and tensor) of the caller alive
+    code: object
+    names: tuple[str, ...]
+    reads: tuple[tuple[str, Span], ...]
+    version: int  # the tensor's version once the write is done
+    write: WriteRecord
+    call: SourceLocation
+    module: str  # "self.conv" (as called) + " (ReLU(inplace=True))" for the module that wrote
+    producer: str | None  # the tensor's grad_fn before the write
+    rank: tuple[int, int] | None  # the writer is the k-th of n modules of its class with inplace=True in the call
+
+
+def _module_text(outer, inner, called: str | None) -> str:
+    """``self.conv.0 (ReLU(inplace=True))``: the module the caller called, the path to the one that wrote."""
+    path = ""
+    if outer is not None and inner is not None and outer is not inner:
+        path = next((name for name, m in outer.named_modules() if m is inner), "")
+    head = called or (type(outer).__name__ if outer is not None else "a module")
+    head = f"{head}.{path}" if path else head
+    if inner is None:
+        return head
+    kind = type(inner).__name__
+    return f"{head} ({kind}(inplace=True))" if getattr(inner, "inplace", False) is True else f"{head} ({kind})"
+
+
+def _rank(outer, inner) -> tuple[int, int] | None:
+    """(k, n): ``inner`` is the k-th of the n modules of its class constructed with inplace=True under ``outer``
+    (module order is construction order, which names the line to edit when the file has n such calls)."""
+    if outer is None or getattr(inner, "inplace", None) is not True:
+        return None
+    same = [m for m in outer.modules() if type(m) is type(inner) and getattr(m, "inplace", None) is True]
+    return next(((k, len(same)) for k, m in enumerate(same) if m is inner), None)
+
+
+def _called_text(frame, span: Span) -> str | None:
+    """The callee as written at the caller's call (``self.conv`` in ``out = self.conv(input)``)."""
+    import linecache
+
+    if span[0] != span[1]:
+        return None
+    line = linecache.getline(frame.f_code.co_filename, span[0])
+    text = line[span[2]:span[3]]
+    return text.split("(", 1)[0].strip() or None
+
+
+def written_input(func, target: torch.Tensor, skip: int = 2) -> PendingRead | None:
+    """The caller reads a module wrote into (see the module docstring), or None. ``skip``: frames of gradguard's
+    own between this call and the op."""
+    if not torch.is_grad_enabled():
+        return None
+    try:
+        frame = sys._getframe(skip)
+    except ValueError:
+        return None
+    inner = outer = None
+    for _ in range(_MAX_FRAMES):
+        if frame is None:
+            return None
+        code = frame.f_code
+        if code in _CALL_CODES:
+            module = frame.f_locals.get("self")
+            if isinstance(module, torch.nn.Module):
+                inner = inner if inner is not None else module
+                outer = module
+        elif outer is not None and _is_user(code.co_filename):
+            names = tuple(n for n, v in frame.f_locals.items() if v is target)
+            span = position_of(frame) if names else None
+            if span is not None:
+                reads = later_reads(code, span, frozenset(names))
+                if reads:
+                    call = location_of(frame)
+                    via = _module_text(outer, inner, _called_text(frame, span))
+                    write = WriteRecord(op=func.name().replace("::", "."), location=call, via=via,
+                                        category="module_input")
+                    version = target._version + 1  # the write's own bump comes after the dispatch mode returns
+                    producer = target.grad_fn.name() if target.grad_fn is not None else None
+                    return PendingRead(weakref.ref(target), id(frame), code, names, reads, version, write, call, via,
+                                       producer, _rank(outer, inner))
+        frame = frame.f_back
+    return None
+
+
+def read_of(pending: PendingRead, skip: int = 2) -> SourceLocation | None:
+    """Where the caller reads ``pending``'s tensor now, if the op being dispatched is that read; else None."""
+    try:
+        frame = sys._getframe(skip)
+    except ValueError:
+        return None
+    for _ in range(_MAX_FRAMES):
+        if frame is None:
+            return None
+        if id(frame) == pending.frame_id and frame.f_code is pending.code:
+            span = position_of(frame)
+            if span is None:
+                return None
+            from ...core._later_reads import _contains
+
+            if any(_contains(span, read) for _name, read in pending.reads):
+                return location_of(frame)
+            return None
+        frame = frame.f_back
+    return None
+
+
+def finding(pending: PendingRead, t: torch.Tensor, read: SourceLocation) -> Finding:
+    name = pending.names[0]
+    info = TensorInfo(shape=tuple(t.shape), dtype=str(t.dtype).replace("torch.", ""), device=str(t.device),
+                      name=name, role="activation" if pending.producer else "leaf", producer=pending.producer)
+    display = [("write", f"{pending.module} wrote into `{name}` in place, called at {pending.call.short}"),
+               ("read", f"`{name}` read again at {read.short}")]
+    return Finding(
+        kind="module_input_write",
+        tensor=info,
+        modified_at=[pending.write],
+        context={"name": name, "module": pending.module, "call": pending.call.to_dict(), "read": read.to_dict(),
+                 "module_rank": list(pending.rank) if pending.rank else None, "display": display},
+    )

@@ -1,0 +1,215 @@
+"""A module writing into its caller's tensor that the caller reads again (issue 14, class 5).
+
+PyTorch alone is silent and the forward is wrong (asserted); the write log (forensic mode) raises at the read
+with the module, the write's call line and the read's line named; correct uses of in-place modules (the name
+rebound, a read in a branch not taken, metadata reads) stay quiet with bit-identical gradients.
+"""
+
+import pathlib
+
+import pytest
+import torch
+from torch import nn
+
+import gradguard
+from gradguard import SilentModificationError
+from gradguard.core._later_reads import later_reads
+
+HERE = pathlib.Path(__file__)
+SOURCE = HERE.read_text().splitlines()
+
+
+def line_of(marker: str) -> int:
+    hits = [i + 1 for i, text in enumerate(SOURCE) if text.rstrip().endswith("# " + marker)]
+    assert len(hits) == 1, marker
+    return hits[0]
+
+
+class VQResBlock(nn.Module):
+    """rosinality/vq-vae-2-pytorch#60: the branch's first ReLU rectifies the block's input."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Sequential(
+            nn.ReLU(inplace=True),  # first relu
+            nn.Conv2d(3, 4, 3, padding=1),
+            nn.ReLU(inplace=True),  # second relu
+            nn.Conv2d(4, 3, 1),
+        )
+
+    def forward(self, input):
+        out = self.conv(input)  # vq call
+        out += input  # vq read
+        return out
+
+
+class LeftOperand(nn.Module):
+    """``x + self.branch(x)``: Python loads x before the call; the add reads the rectified x after it."""
+
+    def __init__(self):
+        super().__init__()
+        self.branch = nn.Sequential(nn.ReLU(inplace=True), nn.Linear(5, 5))
+
+    def forward(self, x):
+        return x + self.branch(x)  # left operand
+
+
+class IResBlock(nn.Module):
+    """iduta/iresnet#2: ``out = self.relu(x)`` keeps ``x`` bound to the same, rectified, tensor."""
+
+    def __init__(self):
+        super().__init__()
+        self.relu = nn.ReLU(inplace=True)
+        self.fc = nn.Linear(5, 5)
+
+    def forward(self, x):
+        identity = x
+        out = self.relu(x)
+        out = self.fc(out)
+        return out + identity  # identity read
+
+
+def _run(model, shape):
+    torch.manual_seed(0)
+    x = torch.randn(*shape, requires_grad=True)
+    h = x * 1.0
+    out = model(h)
+    out.square().sum().backward()
+    return out.detach(), x.grad
+
+
+def test_vq_resblock_is_silently_wrong_without_the_guard():
+    torch.manual_seed(0)
+    block = VQResBlock()
+    h = torch.randn(1, 3, 6, 6)
+    expected = block.conv[3](torch.relu(block.conv[1](torch.relu(h)))) + h
+    assert not torch.allclose(block(h.clone()), expected)
+
+
+def test_vq_resblock_names_module_write_and_read():
+    torch.manual_seed(0)
+    block = VQResBlock()
+    with pytest.raises(SilentModificationError) as info:
+        with gradguard.guard():
+            _run(block, (1, 3, 6, 6))
+    f = info.value.finding
+    assert f.kind == "module_input_write"
+    assert f.rule == "module_writes_caller_input"
+    assert f.tensor.name == "input"
+    assert f.tensor.producer == "MulBackward0"  # before the ReLU wrote
+    assert f.context["module"] == "self.conv.0 (ReLU(inplace=True))"
+    assert f.modified_at[0].location.line == line_of("vq call")
+    assert f.context["read"]["line"] == line_of("vq read")
+    # this file constructs several ReLU(inplace=True): each is a candidate (the example file has one preferred)
+    assert ("set_keyword", line_of("first relu")) in [(x.action, x.line) for x in f.fixes]
+    assert ("clone_argument", line_of("vq call"), "input") in [(x.action, x.line, x.target) for x in f.fixes]
+
+
+def test_left_operand_loaded_before_the_call_is_a_read():
+    with pytest.raises(SilentModificationError) as info:
+        with gradguard.guard():
+            _run(LeftOperand(), (4, 5))
+    f = info.value.finding
+    assert f.tensor.name == "x"
+    assert f.context["module"] == "self.branch.0 (ReLU(inplace=True))"
+    assert f.context["read"]["line"] == line_of("left operand")
+
+
+def test_alias_bound_before_the_call_is_a_read():
+    with pytest.raises(SilentModificationError) as info:
+        with gradguard.guard():
+            _run(IResBlock(), (4, 5))
+    f = info.value.finding
+    assert f.tensor.name in ("x", "identity")
+    assert f.context["module"] == "self.relu (ReLU(inplace=True))"
+    assert f.context["read"]["line"] == line_of("identity read")
+
+
+class Rebinds(nn.Module):
+    """torchvision's BasicBlock shape: every in-place ReLU rebinds the name it is given."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(5, 5), nn.Linear(5, 5)
+        self.relu = nn.ReLU(inplace=True)
+        self.seq = nn.Sequential(nn.Linear(5, 5), nn.ReLU(inplace=True), nn.Linear(5, 5))
+
+    def forward(self, x, branch=False):
+        identity = x
+        out = self.fc1(x)
+        out = self.relu(out)
+        out = self.fc2(out)
+        out += identity
+        out = self.relu(out)
+        h = self.seq(out)
+        if branch:  # never taken in the test: a read that does not happen is not reported
+            return h + out
+        print_shape = out.shape  # metadata only
+        assert print_shape[-1] == 5
+        return h
+
+
+class ReadInDeadBranch(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.relu = nn.ReLU(inplace=True)
+
+    def forward(self, x, mix=False):
+        out = self.relu(x)
+        if mix:
+            return out + x
+        return out * 2
+
+
+@pytest.mark.parametrize("model", [Rebinds, ReadInDeadBranch], ids=["rebinds", "dead_branch"])
+def test_correct_inplace_modules_stay_quiet_and_bit_identical(model):
+    torch.manual_seed(0)
+    m = model()
+    plain = _run(m, (4, 5))
+    with gradguard.guard() as g:
+        guarded = _run(m, (4, 5))
+    assert g.findings == []
+    assert all(torch.equal(a, b) for a, b in zip(plain, guarded))
+
+
+def test_the_callers_caller_reading_its_input_again():
+    """The written tensor is the whole model's input: the training loop reads it again (an autoencoder target)."""
+    model = nn.Sequential(nn.ReLU(inplace=True), nn.Linear(5, 5))
+    torch.manual_seed(0)
+    with pytest.raises(SilentModificationError) as info:
+        with gradguard.guard():
+            target = torch.randn(4, 5)
+            recon = model(target)
+            loss = (recon - target).square().mean()  # autoencoder read
+            loss.backward()
+    f = info.value.finding
+    assert f.tensor.name == "target" and f.tensor.role == "leaf"
+    assert f.context["read"]["line"] == line_of("autoencoder read")
+
+
+def test_sentinel_does_not_watch_module_inputs():
+    """The check lives in the write log: the sentinel (no dispatch mode) runs the program unchanged."""
+    with gradguard.guard(fingerprint="sample", track_writes=False) as g:
+        out, grad = _run(VQResBlock(), (1, 3, 6, 6))
+    assert g.findings == [] and grad is not None
+
+
+def _code_of(fn):
+    return fn.__code__
+
+
+def _sample(x, f):
+    y = f(x)
+    z = y + x
+    x = z * 2
+    return x + y
+
+
+def test_later_reads_stop_at_a_rebinding():
+    code = _code_of(_sample)
+    first = code.co_firstlineno
+    line = first + 1  # y = f(x)
+    text = SOURCE[line - 1]
+    col = text.index("f(x)")
+    reads = later_reads(code, (line, line, col, col + 4), frozenset({"x"}))
+    assert [(name, span[0]) for name, span in reads] == [("x", first + 2)]  # not the x of `return x + y`
