@@ -36,6 +36,8 @@ HEADLINES = {
     "ctx.mark_dirty: autograd still sees the input unchanged, gradients would be silently wrong",
     "shared_grad_write": "a gradient that another part of the graph still needs was modified in place during "
     "backward: that part would get the modified gradient, silently",
+    "dropped_inner_update": "a parameter was updated in place after a create_graph gradient was taken for it, and "
+    "backward never went through that gradient: the meta-gradient silently ignores the update",
     "module_input_write": "a module wrote into its input in place and the caller read that tensor again: the "
     "forward silently computes with the modified values",
 }
@@ -463,7 +465,28 @@ def _location_from(data) -> SourceLocation | None:
     return SourceLocation(data["file"], data["line"], data.get("function") or "", data.get("code") or "")
 
 
-_HYGIENE_KINDS = ("undeclared_input_write", "shared_grad_write", "module_input_write")
+def _inner_update_dropped(f: Finding, _) -> Verdict:
+    name = f.tensor.name or "the parameter"
+    grad_at, backward_at = _location_from(f.context.get("gradient_at")), _location_from(f.context.get("backward_at"))
+    write = f.modified_at[0] if f.modified_at else None
+    at = f" at {write.location.short} (`{write.location.code}`)" if write is not None and write.location else ""
+    return Verdict(
+        "inner_update_dropped",
+        f"`torch.autograd.grad(..., create_graph=True)`{' at ' + grad_at.short if grad_at else ''} built a graph "
+        f"for the gradient of `{name}`, so that a later loss could differentiate through the update made with it. "
+        f"The update was then written into `{name}` in place{at} (under torch.no_grad(), through `.data`, or by "
+        f"an optimizer), outside autograd: the backward{' at ' + backward_at.short if backward_at else ''} "
+        f"reached `{name}` as a plain leaf and never went through that gradient. The meta-gradient misses the "
+        f"inner step (its second-order term and its dependence on the inner loss): MAML silently degrades to "
+        f"training on the outer loss alone.",
+        "Keep the update in the graph: compute fast weights functionally (`fast = [p - lr * g for p, g in "
+        "zip(params, grads)]`), run the outer forward with them (`torch.func.functional_call(model, "
+        "dict(zip(names, fast)), x)`) and backward that loss. If a first-order update is what you want, drop "
+        "create_graph=True: the same gradients, without the unused graph.",
+    )
+
+
+_HYGIENE_KINDS = ("undeclared_input_write", "shared_grad_write", "module_input_write", "dropped_inner_update")
 
 R = _inplace_rules
 RULES: tuple[Rule, ...] = (
@@ -472,6 +495,7 @@ RULES: tuple[Rule, ...] = (
          _hook_writes_shared_grad),
     Rule("backward_writes_shared_grad", _kind("shared_grad_write"), _backward_writes_shared_grad),
     Rule("module_writes_caller_input", _kind("module_input_write"), _module_writes_caller_input),
+    Rule("inner_update_dropped", _kind("dropped_inner_update"), _inner_update_dropped),
     Rule("fused_optimizer", _write("optimizer", silent=True), _fused_optimizer),
     Rule("optimizer_step_before_backward",
          _write("optimizer", silent=False, extra=lambda f, w: R.optimizer_is_stepped_before_backward(f)),

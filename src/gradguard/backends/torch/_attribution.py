@@ -47,7 +47,7 @@ from ..._errors import GradientHazardError
 from ...core._findings import WriteRecord
 from ...core._internal import log_fallback
 from ...core._frames import LIBRARY_PATHS, caller_context
-from . import _function_hygiene
+from . import _function_hygiene, _second_order
 from ._fingerprint import fingerprint as _fingerprint
 from ._fingerprint import same as _same
 
@@ -386,6 +386,7 @@ def install(session) -> None:
             _patch(torch.autograd.Function, "apply", _function_apply)
             _patch(BackwardCFunction, "apply", _backward_apply)
             _patch(torch.Tensor, "register_hook", _register_hook)
+            _patch(torch.autograd, "grad", lambda original: _second_order.wrap_grad(original, _active))
         _sessions.append(weakref.ref(session))
     if session.boundary_mode is not None:
         maybe_wrap_triton()

@@ -36,7 +36,8 @@ from ...core._diagnosis import classify_source, diagnose, diagnose_or_fallback, 
 from ...core._findings import Finding, SaveSite, SourceLocation, TensorInfo, WriteRecord
 from ...core._frames import LIBRARY_PATHS, caller_context, user_location, user_location_and_caller
 from ...core._ledger import SavedLedger
-from . import _attribution, _backward_calls, _compat, _function_hygiene, _module_inputs, _step_aside, _user_hooks
+from . import (_attribution, _backward_calls, _compat, _function_hygiene, _module_inputs, _second_order, _step_aside,
+               _user_hooks)
 from ._fingerprint import fingerprint as _fingerprint
 from ._fingerprint import same as _same_fingerprint
 from ._naming import name_by_variable, name_in_writing_frame, name_tensor
@@ -343,7 +344,13 @@ class TorchGuardSession:
         if not _compat.SAVED_TENSOR_DATA and _compat.probing_unpack(record):  # torch 2.4 naming a saved argument
             return record.tensor
         t = record.tensor
-        if self.ledger.note_backward_pass(torch._C._current_graph_task_id()) and self.record_sites:
+        first_unpack = self.ledger.note_backward_pass(torch._C._current_graph_task_id())
+        if first_unpack and _second_order.entries:  # NOTE [Seeing a dropped inner update]
+            try:
+                _second_order.watch_backward(self.raise_finding, user_location(2))
+            except Exception as error:
+                log_fallback("torch.second_order", "watching a backward for a dropped inner update", error)
+        if first_unpack and self.record_sites:
             site = user_location(2)
             if site is not None:
                 self.backward_sites = (self.backward_sites + [site])[-8:]
@@ -437,6 +444,10 @@ class TorchGuardSession:
             return None
         if self.record_sites and torch.is_grad_enabled():
             self._watch_module_inputs(func, targets)
+        if _second_order.entries:  # the line of a parameter update that drops a create_graph gradient
+            for target in targets:
+                if _plain(target):
+                    _second_order.note_write(target)
         ledger = self.ledger
         for target in targets:
             if not _plain(target) or target.numel() == 0:
