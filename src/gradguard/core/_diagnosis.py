@@ -38,6 +38,8 @@ HEADLINES = {
     "backward: that part would get the modified gradient, silently",
     "dropped_inner_update": "a parameter was updated in place after a create_graph gradient was taken for it, and "
     "backward never went through that gradient: the meta-gradient silently ignores the update",
+    "data_write_in_forward": "a forward changed its parameter through .data before using it: autograd never sees "
+    "the change, the gradient ignores it",
     "module_input_write": "a module wrote into its input in place and the caller read that tensor again: the "
     "forward silently computes with the modified values",
 }
@@ -486,7 +488,29 @@ def _inner_update_dropped(f: Finding, _) -> Verdict:
     )
 
 
-_HYGIENE_KINDS = ("undeclared_input_write", "shared_grad_write", "module_input_write", "dropped_inner_update")
+def _data_in_forward(f: Finding, _) -> Verdict:
+    target = f.context.get("target") or f.tensor.name or "the parameter"
+    module = f.context.get("module") or "the module"
+    write = f.modified_at[0] if f.modified_at else None
+    used = _location_from(f.context.get("used_at"))
+    where = f"`{write.location.code}` at {write.location.short}" if write is not None and write.location else \
+        "A `.data` write"
+    return Verdict(
+        "data_in_forward",
+        f"{where} changes `{target}` through `.data` inside {module}.forward, and the forward then uses it"
+        f"{' at ' + used.short if used else ''}. Autograd never sees that change: the gradient is computed as if "
+        f"`{target}` had been used as stored, so it is not the gradient of your loss (the normalisation's "
+        f"Jacobian is missing), and the optimizer applies it to the changed weight. No error: `.data` writes "
+        f"are not version-checked either.",
+        f"Compute the normalised weight as a new tensor and use that: `w = F.normalize({target}, dim=...)`, then "
+        f"`x @ w` (or register a parametrization, e.g. `torch.nn.utils.parametrizations.weight_norm`). To "
+        f"constrain the stored weight instead (a projection), do it after `optimizer.step()` under "
+        f"`torch.no_grad()`, outside forward.",
+    )
+
+
+_HYGIENE_KINDS = ("undeclared_input_write", "shared_grad_write", "module_input_write", "dropped_inner_update",
+                  "data_write_in_forward")
 
 R = _inplace_rules
 RULES: tuple[Rule, ...] = (
@@ -496,6 +520,7 @@ RULES: tuple[Rule, ...] = (
     Rule("backward_writes_shared_grad", _kind("shared_grad_write"), _backward_writes_shared_grad),
     Rule("module_writes_caller_input", _kind("module_input_write"), _module_writes_caller_input),
     Rule("inner_update_dropped", _kind("dropped_inner_update"), _inner_update_dropped),
+    Rule("data_in_forward", _kind("data_write_in_forward"), _data_in_forward),
     Rule("fused_optimizer", _write("optimizer", silent=True), _fused_optimizer),
     Rule("optimizer_step_before_backward",
          _write("optimizer", silent=False, extra=lambda f, w: R.optimizer_is_stepped_before_backward(f)),

@@ -36,8 +36,8 @@ from ...core._diagnosis import classify_source, diagnose, diagnose_or_fallback, 
 from ...core._findings import Finding, SaveSite, SourceLocation, TensorInfo, WriteRecord
 from ...core._frames import LIBRARY_PATHS, caller_context, user_location, user_location_and_caller
 from ...core._ledger import SavedLedger
-from . import (_attribution, _backward_calls, _compat, _function_hygiene, _module_inputs, _second_order, _step_aside,
-               _user_hooks)
+from . import (_attribution, _backward_calls, _compat, _data_in_forward, _function_hygiene, _module_inputs,
+               _second_order, _step_aside, _user_hooks)
 from ._fingerprint import fingerprint as _fingerprint
 from ._fingerprint import same as _same_fingerprint
 from ._naming import name_by_variable, name_in_writing_frame, name_tensor
@@ -243,6 +243,10 @@ class TorchGuardSession:
             return t
         site, caller = user_location_and_caller(2) if self.record_sites else (None, None)
         record = self._record(t, site, caller)
+        if self.track_writes and t.requires_grad:
+            parameter = _data_in_forward.parameter_of(t)
+            if parameter is not None:
+                self._check_data_in_forward(parameter)
         if self._triton_pending and "triton" in sys.modules:  # imported after the guard was entered
             self._triton_pending = not _attribution.maybe_wrap_triton()
         return record
@@ -264,6 +268,16 @@ class TorchGuardSession:
         if plain and self.track_writes and t.numel() > 0:
             self.ledger.add(record, *_byte_range(detached))
         return record
+
+    def _check_data_in_forward(self, parameter: torch.Tensor) -> None:
+        """A forward saving its parameter after changing it through ``.data`` (_data_in_forward.py)."""
+        try:
+            finding = _data_in_forward.data_write_before_save(parameter, skip=3)
+        except Exception as error:
+            log_fallback("torch.data_in_forward", "reading the forward that saves a parameter", error)
+            return
+        if finding is not None:
+            self.raise_finding(finding)
 
     def watch_ctx_tensor(self, t: torch.Tensor, saver: tuple[str, str]) -> _SavedRecord | None:
         """Record a tensor a custom Function kept on ctx (``ctx.x = x``) like a saved tensor; checked by

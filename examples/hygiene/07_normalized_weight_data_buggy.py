@@ -1,0 +1,40 @@
+"""A cosine-softmax head normalising its weight through ``.data`` inside forward: the gradient ignores it.
+
+From ydwen/opensphere#7 ("weights normalization"): the losses run
+``with torch.no_grad(): self.w.data = F.normalize(self.w.data, dim=0)`` in forward, and the user asks why the
+normalisation skips gradient computation; cvqluu/Angular-Penalty-Softmax-Losses-Pytorch#3 proposes the same
+``.data`` write as a fix, and Stack Overflow 74020337 asks whether backprop "takes into account the
+normalization" (it does not). Autograd differentiates ``x @ self.w`` as if ``w`` were free: the gradient lacks
+the normalisation's Jacobian (this script prints the comparison with the weight normalised in the graph).
+
+    gradguard run --mode forensic examples/hygiene/07_normalized_weight_data_buggy.py
+"""
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class CosineHead(nn.Module):
+    def __init__(self, feat_dim, num_class, scale=16.0):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(feat_dim, num_class))
+        self.scale = scale
+
+    def forward(self, x, y):
+        with torch.no_grad():
+            self.w.data = F.normalize(self.w.data, dim=0)
+        logits = self.scale * F.normalize(x, dim=1) @ self.w
+        return F.cross_entropy(logits, y)
+
+
+torch.manual_seed(0)
+backbone = nn.Linear(8, 6)
+head = CosineHead(6, 4)
+x, y = torch.randn(5, 8), torch.randint(0, 4, (5,))
+w0 = head.w.detach().clone()
+head(backbone(x), y).backward()
+
+w = w0.clone().requires_grad_()
+F.cross_entropy(16.0 * F.normalize(backbone(x), dim=1) @ F.normalize(w, dim=0), y).backward()
+print("gradient of w matches the normalised loss:", torch.allclose(head.w.grad, w.grad))

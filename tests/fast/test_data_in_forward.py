@@ -1,0 +1,137 @@
+"""A forward changing its own parameter through ``.data`` before using it (issue 14, class 7).
+
+PyTorch alone is silent and the gradient misses the normalisation (asserted); the write log (forensic mode)
+raises when the forward saves the parameter, naming the ``.data`` statement and the use. Data-dependent
+initialisation (ActNorm), resets and normalisation done in the graph stay quiet with bit-identical gradients.
+"""
+
+import pathlib
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import gradguard
+from gradguard import SilentModificationError
+from gradguard.core._data_statements import data_statements
+
+HERE = pathlib.Path(__file__)
+SOURCE = HERE.read_text().splitlines()
+
+
+def line_of(marker: str) -> int:
+    hits = [i + 1 for i, text in enumerate(SOURCE) if text.rstrip().endswith("# " + marker)]
+    assert len(hits) == 1, marker
+    return hits[0]
+
+
+class AssignNormalised(nn.Module):
+    """ydwen/opensphere#7: ``self.w.data = F.normalize(self.w.data, dim=0)`` before ``x @ self.w``."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(6, 4))
+
+    def forward(self, x):
+        with torch.no_grad():
+            self.w.data = F.normalize(self.w.data, dim=0)  # assign data
+        return x @ self.w  # use w
+
+
+class DivideInPlace(nn.Module):
+    """Weight standardisation written as an in-place ``.data`` op."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(6, 4)
+
+    def forward(self, x):
+        self.fc.weight.data.div_(self.fc.weight.data.norm(dim=1, keepdim=True))  # divide data
+        return self.fc(x)  # use fc
+
+
+class ActNorm(nn.Module):
+    """Glow's data-dependent initialisation: the first batch sets the parameters through ``.data``."""
+
+    def __init__(self):
+        super().__init__()
+        self.loc = nn.Parameter(torch.zeros(1, 6))
+        self.scale = nn.Parameter(torch.ones(1, 6))
+        self.initialized = False
+
+    def forward(self, x):
+        if not self.initialized:
+            with torch.no_grad():
+                self.loc.data.copy_(-x.mean(0, keepdim=True))
+                self.scale.data.copy_(1 / (x.std(0, keepdim=True) + 1e-6))
+            self.initialized = True
+        return self.scale * (x + self.loc)
+
+
+class NormalisedInGraph(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(6, 4))
+
+    def forward(self, x):
+        return x @ F.normalize(self.w, dim=0)
+
+
+def _step(module):
+    torch.manual_seed(1)
+    x = torch.randn(5, 6, requires_grad=True)
+    module(x * 1.0).square().sum().backward()
+    return [p.grad for p in module.parameters()] + [x.grad]
+
+
+def test_assigning_data_is_silently_wrong_without_the_guard():
+    torch.manual_seed(0)
+    m = AssignNormalised()
+    w0 = m.w.detach().clone().requires_grad_()
+    _step(m)
+    torch.manual_seed(1)
+    x = torch.randn(5, 6)
+    (x @ F.normalize(w0, dim=0)).square().sum().backward()  # the loss the forward means
+    assert not torch.allclose(m.w.grad, w0.grad)
+
+
+@pytest.mark.parametrize("module, write, use", [(AssignNormalised, "assign data", "use w"),
+                                                (DivideInPlace, "divide data", "use fc")], ids=["assign", "div_"])
+def test_data_write_before_use_is_caught(module, write, use):
+    torch.manual_seed(0)
+    with pytest.raises(SilentModificationError) as info:
+        with gradguard.guard():
+            _step(module())
+    f = info.value.finding
+    assert f.kind == "data_write_in_forward" and f.rule == "data_in_forward"
+    assert f.modified_at[0].location.line == line_of(write)
+    assert f.context["used_at"]["line"] == line_of(use)
+    assert f.tensor.role == "leaf"
+    assert "F.normalize" in f.suggestion and "outside forward" in f.suggestion
+
+
+@pytest.mark.parametrize("module", [ActNorm, NormalisedInGraph], ids=["actnorm_init", "in_graph"])
+def test_initialisation_and_graph_normalisation_stay_quiet(module):
+    torch.manual_seed(0)
+    plain = _step(module())
+    torch.manual_seed(0)
+    with gradguard.guard() as g:
+        guarded = _step(module())
+    assert g.findings == []
+    assert all(torch.equal(a, b) for a, b in zip(plain, guarded))
+
+
+def test_sentinel_does_not_read_forward_sources():
+    torch.manual_seed(0)
+    with gradguard.guard(fingerprint="sample", track_writes=False) as g:
+        _step(AssignNormalised())
+    assert g.findings == []
+
+
+def test_data_statements_keep_only_writes_that_read_the_old_value():
+    code = ActNorm.forward.__code__
+    assert data_statements(code.co_filename, code.co_firstlineno, "forward") == ()  # copy_ of another value
+    code = DivideInPlace.forward.__code__
+    (statement,) = data_statements(code.co_filename, code.co_firstlineno, "forward")
+    assert statement[:2] == ("self.fc.weight", line_of("divide data"))
