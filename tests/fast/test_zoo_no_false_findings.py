@@ -271,9 +271,79 @@ def hooks_returning_new_gradients():
     return _snapshot(stem, branch)
 
 
+class _BasicBlock(nn.Module):
+    """torchvision's BasicBlock: every ReLU(inplace=True) rebinds the name it is given."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.conv1, self.bn1 = nn.Conv2d(c, c, 3, padding=1, bias=False), nn.BatchNorm2d(c)
+        self.conv2, self.bn2 = nn.Conv2d(c, c, 3, padding=1, bias=False), nn.BatchNorm2d(c)
+        self.relu = nn.ReLU(inplace=True)
+
+    def forward(self, x):
+        identity = x
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        out += identity
+        out = self.relu(out)
+        return out
+
+
+def resnet_inplace_relu_blocks():
+    model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(inplace=True), _BasicBlock(4), _BasicBlock(4),
+                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(2):
+        opt.zero_grad()
+        F.cross_entropy(model(torch.randn(2, 3, 8, 8)), torch.tensor([0, 1])).backward()
+        opt.step()
+    return _snapshot(model)
+
+
+class _ActNorm(nn.Module):
+    """Glow's data-dependent initialisation through .data on the first batch."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.loc, self.logs = nn.Parameter(torch.zeros(1, c)), nn.Parameter(torch.zeros(1, c))
+        self.initialized = False
+
+    def forward(self, x):
+        if not self.initialized:
+            with torch.no_grad():
+                self.loc.data.copy_(-x.mean(0, keepdim=True))
+                self.logs.data.copy_(-torch.log(x.std(0, keepdim=True) + 1e-6))
+            self.initialized = True
+        return (x + self.loc) * self.logs.exp()
+
+
+def actnorm_data_init():
+    model = nn.Sequential(nn.Linear(4, 6), _ActNorm(6), nn.Tanh(), nn.Linear(6, 1))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for _ in range(2):
+        opt.zero_grad()
+        model(torch.randn(8, 4)).square().mean().backward()
+        opt.step()
+    return _snapshot(model)
+
+
+def hessian_vector_then_step():
+    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    params = list(model.parameters())
+    for _ in range(2):  # a create_graph gradient used (Hessian-vector product), then an in-place step
+        loss = model(torch.randn(6, 4)).square().mean()
+        grads = torch.autograd.grad(loss, params, create_graph=True)
+        hv = torch.autograd.grad(grads, params, [torch.ones_like(p) for p in params])
+        for p, g, h in zip(params, grads, hv):
+            p.grad = g.detach() + 0.01 * h
+        opt.step()
+    return _snapshot(model)
+
+
 ZOO = [mlp, cnn, transformer, lstm, gan, checkpointed, bf16_autocast, custom_function_retained, offloading_hooks, ema,
        weight_norm_done_right, maml_done_right, eval_batchnorm_used_correctly, custom_functions_done_right,
-       hooks_returning_new_gradients]
+       hooks_returning_new_gradients, resnet_inplace_relu_blocks, actnorm_data_init, hessian_vector_then_step]
 MODES = [dict(fingerprint="full"), dict(fingerprint="sample"), dict(fingerprint="off"),
          dict(fingerprint="sample", track_writes=False)]  # the last: the sentinel of `gradguard run`
 
