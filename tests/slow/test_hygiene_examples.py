@@ -8,14 +8,22 @@ script is clean and prints exactly what plain python prints.
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples" / "hygiene"
+EXPECTED_DIR = REPO / "tests" / "expected"
+UPDATE = os.environ.get("GRADGUARD_UPDATE_EXPECTED") == "1"
+PINNED_TORCH = torch.__version__.split("+")[0] == "2.13.0"
+if str(REPO / "tests" / "fast") not in sys.path:
+    sys.path.insert(0, str(REPO / "tests" / "fast"))
+from _example_runs import panel_message  # noqa: E402  (the expected-output tests' reader of the panel)
 EXPECTED = {
     "01_swish_ctx_attribute": ("unchecked_write", "augmented_assignment"),
     "02_inplace_swish_forward": ("undeclared_input_write", "forward_writes_input"),
@@ -33,8 +41,17 @@ def mode(stem):
     return ["--mode", "forensic"] if stem in FORENSIC else []
 
 
+def _comparable(message: str) -> str:
+    """As in tests/fast/test_examples_expected.py: exact on the pinned torch, torch's own details masked elsewhere."""
+    if PINNED_TORCH:
+        return message
+    message = re.sub(r"(torch/\S+\.py):\d+", r"\1:N", message)
+    message = re.sub(r"aten\.[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)?", "aten.<op>", message)
+    return " ".join(message.split())
+
+
 def run(args, tmp_path):
-    env = {**os.environ, "COLUMNS": "110"}
+    env = {**os.environ, "COLUMNS": "110", "PYTHONHASHSEED": "0"}
     return subprocess.run([sys.executable, *args], cwd=REPO, capture_output=True, text=True, env=env, timeout=300)
 
 
@@ -45,7 +62,7 @@ def test_every_example_pair_is_listed():
 
 @pytest.mark.parametrize("stem", sorted(EXPECTED))
 def test_buggy_is_silent_in_plain_python_and_caught_by_gradguard_run(stem, tmp_path):
-    script = str(EXAMPLES / f"{stem}_buggy.py")
+    script = f"examples/hygiene/{stem}_buggy.py"
     plain = run([script], tmp_path)
     assert plain.returncode == 0 and plain.stdout.strip().endswith("False"), plain.stdout + plain.stderr
     report = tmp_path / "findings.json"
@@ -57,6 +74,16 @@ def test_buggy_is_silent_in_plain_python_and_caught_by_gradguard_run(stem, tmp_p
         assert finding["context"]["gradient_at"]["line"] is not None
     else:
         assert finding["modified_at"][0]["line"] is not None
+    # the message is the product: word for word (regenerate with GRADGUARD_UPDATE_EXPECTED=1, review the diff)
+    message = panel_message(guarded.stderr)
+    expected = EXPECTED_DIR / f"hygiene__{stem}_buggy.txt"
+    if UPDATE:
+        expected.write_text(message)
+    assert expected.exists(), f"{expected} is missing: run with GRADGUARD_UPDATE_EXPECTED=1 and review it"
+    assert _comparable(message) == _comparable(expected.read_text())
+    flat = " ".join(message.split())
+    for key in ("headline", "explanation", "suggestion"):  # one finding, two views
+        assert " ".join(finding[key].split()) in flat
 
 
 @pytest.mark.parametrize("stem", sorted(EXPECTED))
