@@ -21,7 +21,7 @@ import ast
 import functools
 import linecache
 
-__all__ = ["DataStatement", "data_statements"]
+__all__ = ["DataStatement", "data_statements", "may_write_data"]
 
 _RESETS = frozenset({"zero_", "fill_", "normal_", "uniform_", "random_", "bernoulli_", "exponential_",
                      "geometric_", "log_normal_", "cauchy_"})
@@ -68,6 +68,26 @@ def _walk(body, found: list, filename: str) -> None:
         target = _statement_writes(statement)
         if target is not None:
             found.append((target, statement.lineno, linecache.getline(filename, statement.lineno).strip()))
+
+
+@functools.lru_cache(maxsize=4096)
+def may_write_data(filename: str, name: str) -> bool:
+    """Whether some function ``name`` of ``filename`` has a ``.data`` write of the kind above: one dict lookup per
+    saved parameter once known, so the frames are walked only in forwards that have one."""
+    source = "".join(linecache.getlines(filename))
+    if ".data" not in source:
+        return False
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return False
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+            found: list[DataStatement] = []
+            _walk(node.body, found, filename)
+            if found:
+                return True
+    return False
 
 
 @functools.lru_cache(maxsize=512)

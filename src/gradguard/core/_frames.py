@@ -17,7 +17,8 @@ from typing import Callable
 
 from ._findings import SourceLocation
 
-__all__ = ["LibraryPaths", "user_location", "user_location_and_caller", "location_of", "caller_context", "CallerContext", "LIBRARY_PATHS", "user_variable_names", "user_frames", "innermost_user_entry"]
+__all__ = ["LibraryPaths", "user_location", "user_location_and_caller", "location_of", "caller_context", "CallerContext", "LIBRARY_PATHS", "user_variable_names", "user_frames", "innermost_user_entry",
+           "is_plumbing"]
 
 _GRADGUARD_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -118,9 +119,13 @@ _PLUMBING = ("/_dynamo/", "/utils/_python_dispatch.py", "/_ops.py", "/overrides.
              "/utils/_contextlib.py", "/optim/optimizer.py", "/nn/modules/module.py")
 
 
-def _is_plumbing(filename: str) -> bool:
+def is_plumbing(filename: str) -> bool:
+    """A dispatch or compile wrapper's file (never the frame that matters to the user)."""
     filename = filename.replace(os.sep, "/")
     return any(p in filename for p in _PLUMBING)
+
+
+_is_plumbing = is_plumbing
 
 
 def _short_library_path(filename: str) -> str:

@@ -23,6 +23,7 @@ Two halves, both in the write log's dispatch mode (forensic mode):
 
 from __future__ import annotations
 
+import os
 import sys
 import weakref
 from dataclasses import dataclass
@@ -30,9 +31,11 @@ from dataclasses import dataclass
 import torch
 
 from ...core._findings import Finding, SourceLocation, TensorInfo, WriteRecord
-from ...core._frames import location_of
+from ...core._frames import is_plumbing, location_of
 from ...core._later_reads import Span, later_reads, position_of
 from ._backward_calls import _is_user
+
+_GRADGUARD_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 __all__ = ["PendingRead", "MAX_PENDING", "written_input", "read_of", "finding"]
 
@@ -103,14 +106,30 @@ def _called_text(frame, span: Span) -> str | None:
     return text.split("(", 1)[0].strip() or None
 
 
+def _binds(frame, target) -> tuple[str, ...]:
+    return tuple(n for n, v in frame.f_locals.items() if v is target)
+
+
 def written_input(func, target: torch.Tensor, skip: int = 2) -> PendingRead | None:
     """The caller reads a module wrote into (see the module docstring), or None. ``skip``: frames of gradguard's
-    own between this call and the op."""
-    if not torch.is_grad_enabled():
+    own between this call and the op.
+
+    # NOTE [Where the walk for a module's caller stops]
+    # The op's direct Python caller must hold the written tensor (``F.relu`` holds ``input``; the temporaries an
+    # op like lstm_cell writes inside C++ are held by no frame: nothing more to look at). Outward, a tensor a
+    # frame holds came into each inner frame as an argument, so the first user frame past a module call that
+    # does not hold it means no frame further out does either (it was made there, as a temporary).
+    """
+    if not torch.is_grad_enabled() or torch._C._current_graph_task_id() != -1:
         return None
     try:
         frame = sys._getframe(skip)
     except ValueError:
+        return None
+    while frame is not None and (frame.f_code.co_filename.startswith(_GRADGUARD_DIR)
+                                 or is_plumbing(frame.f_code.co_filename)):
+        frame = frame.f_back  # gradguard's mode, and torch's Dynamo-disable wrapper around it
+    if frame is None or not _binds(frame, target):
         return None
     inner = outer = None
     for _ in range(_MAX_FRAMES):
@@ -123,8 +142,10 @@ def written_input(func, target: torch.Tensor, skip: int = 2) -> PendingRead | No
                 inner = inner if inner is not None else module
                 outer = module
         elif outer is not None and _is_user(code.co_filename):
-            names = tuple(n for n, v in frame.f_locals.items() if v is target)
-            span = position_of(frame) if names else None
+            names = _binds(frame, target)
+            if not names:
+                return None
+            span = position_of(frame)
             if span is not None:
                 reads = later_reads(code, span, frozenset(names))
                 if reads:

@@ -43,6 +43,7 @@ from ._fingerprint import same as _same_fingerprint
 from ._naming import name_by_variable, name_in_writing_frame, name_tensor
 from ._overlap import share_elements
 from ._writes import WriteTrackingMode, dynamo_safe
+from ...core._data_statements import may_write_data
 
 __all__ = ["TorchGuardSession", "FINGERPRINT_MODES"]
 
@@ -243,7 +244,8 @@ class TorchGuardSession:
             return t
         site, caller = user_location_and_caller(2) if self.record_sites else (None, None)
         record = self._record(t, site, caller)
-        if self.track_writes and t.requires_grad:
+        if (self.track_writes and site is not None and site.function == "forward" and t.requires_grad
+                and may_write_data(site.file, "forward")):
             parameter = _data_in_forward.parameter_of(t)
             if parameter is not None:
                 self._check_data_in_forward(parameter)
