@@ -34,6 +34,16 @@ def expects_finding(script: Path) -> bool:
     return script.stem.endswith("_buggy") or script.stem.endswith("_blog")
 
 
+def mode_arguments(script: Path) -> list[str]:
+    """``["--mode", "forensic"]`` when the example's docstring says to run it so (a hazard only the write log
+    sees), else nothing."""
+    for line in script.read_text(encoding="utf-8").splitlines()[:40]:
+        words = line.split()
+        if words[:3] == ["gradguard", "run", "--mode"] and len(words) > 3:
+            return ["--mode", words[3]]
+    return []
+
+
 def gradguard_command() -> list[str]:
     """`gradguard` from the interpreter running this file (works whether or not the venv is activated)."""
     return [sys.executable, "-m", "gradguard", "run"]
@@ -45,7 +55,7 @@ def run_example(script: Path) -> dict:
         json_path = os.path.join(tmp, "findings.json")
         env = {**os.environ, "COLUMNS": "110", "PYTHONHASHSEED": "0"}
         completed = subprocess.run(
-            [*gradguard_command(), "--json", json_path, str(script.relative_to(REPO_ROOT))],
+            [*gradguard_command(), "--json", json_path, *mode_arguments(script), str(script.relative_to(REPO_ROOT))],
             cwd=REPO_ROOT, capture_output=True, text=True, env=env, timeout=120,
         )
         findings = []
@@ -61,19 +71,20 @@ import contextlib, gc, io, json, os, sys, tempfile
 from gradguard.cli import main
 
 results = {}
-for script in sys.argv[1:]:
+for entry in sys.argv[1:]:
+    script, _, mode = entry.partition("::")
     out, err = io.StringIO(), io.StringIO()
     path_before, argv_before = list(sys.path), list(sys.argv)
     with tempfile.TemporaryDirectory() as tmp:
         json_path = os.path.join(tmp, "findings.json")
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
-                code = main(["run", "--json", json_path, script])
+                code = main(["run", "--json", json_path, *(["--mode", mode] if mode else []), script])
             except SystemExit as stop:
                 code = stop.code
         findings = json.load(open(json_path))["findings"] if os.path.exists(json_path) else []
     sys.path[:], sys.argv = path_before, argv_before
-    results[script] = {"returncode": code, "findings": findings, "stdout": out.getvalue(), "stderr": err.getvalue()}
+    results[entry] = {"returncode": code, "findings": findings, "stdout": out.getvalue(), "stderr": err.getvalue()}
     gc.collect()
 print(json.dumps(results))
 """
@@ -82,12 +93,13 @@ print(json.dumps(results))
 def run_clean_batch(scripts: list[Path]) -> dict[Path, dict]:
     """Run each script through ``gradguard.cli.main(["run", "--json", ...])`` in one shared subprocess."""
     relative = [str(s.relative_to(REPO_ROOT)) for s in scripts]
-    done = subprocess.run([sys.executable, "-c", _BATCH, *relative], cwd=REPO_ROOT, capture_output=True,
+    entries = [f"{r}::{(mode_arguments(s) or [None, ''])[1]}" for s, r in zip(scripts, relative)]
+    done = subprocess.run([sys.executable, "-c", _BATCH, *entries], cwd=REPO_ROOT, capture_output=True,
                           text=True, timeout=600)
     if done.returncode != 0:
         raise SystemExit(f"the batch runner failed:\n{done.stderr}")
     raw = json.loads(done.stdout.strip().splitlines()[-1])
-    return {s: {"script": s, **raw[r]} for s, r in zip(scripts, relative)}
+    return {s: {"script": s, **raw[e]} for s, e in zip(scripts, entries)}
 
 
 def diagnosis_text(stderr: str) -> str:

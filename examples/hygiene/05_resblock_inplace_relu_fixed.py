@@ -1,4 +1,7 @@
-"""The fix for 05: the branch's first ReLU out of place (the upstream fix); the second one stays in place."""
+"""The fix for 05: the branch's first ReLU out of place (the upstream fix); the second one stays in place.
+
+    gradguard run --mode forensic examples/hygiene/05_resblock_inplace_relu_fixed.py
+"""
 
 import torch
 from torch import nn

@@ -1,4 +1,7 @@
-"""The fix for 07: the weight normalised in the graph (`w = F.normalize(self.w, dim=0)`), used as a new tensor."""
+"""The fix for 07: the weight normalised in the graph (`w = F.normalize(self.w, dim=0)`), used as a new tensor.
+
+    gradguard run --mode forensic examples/hygiene/07_normalized_weight_data_fixed.py
+"""
 
 import torch
 import torch.nn.functional as F

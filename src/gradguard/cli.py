@@ -271,7 +271,7 @@ def run_script(options) -> int:
         finding = error.finding
         if mode == "auto" and info is None and finding.kind in SAVED_TENSOR_KINDS and (
             not finding.modified_at
-        ) and not options.no_rerun:
+        ) and not options.no_rerun and not finding.context.get("writer_unknowable"):
             from ._rerun import RerunInterrupted, diagnose_by_rerun
 
             try:

@@ -125,3 +125,35 @@ def test_checkpointing_composes_with_the_guard():
     with gradguard.guard():
         got = program()
     assert all(torch.equal(a, b) for a, b in zip(got, expected))
+
+
+class DedupByStorage:
+    """Offloading that deduplicates by storage alone (modelscope/ms-swift#10157): a tensor and its transpose
+    share one copy, so the transpose comes back untransposed."""
+
+    def __init__(self):
+        self.copies = {}
+
+    def pack(self, t):
+        key = (t.untyped_storage().data_ptr(), t.dtype)
+        self.copies.setdefault(key, t.detach().clone())
+        return key, t.shape
+
+    def unpack(self, packed):
+        key, shape = packed
+        return self.copies[key].reshape(shape)
+
+
+@pytest.mark.parametrize("mode", [dict(), dict(fingerprint="sample", track_writes=False)], ids=["forensic", "sentinel"])
+def test_an_unpack_returning_another_view_is_named_as_such(mode):
+    hooks = DedupByStorage()
+    with pytest.raises(gradguard.SilentModificationError) as info:
+        with gradguard.guard(**mode), saved_tensors_hooks(hooks.pack, hooks.unpack):
+            h = torch.randn(4, 4, requires_grad=True) * 2
+            (h @ h.t()).sum().backward()
+    finding = info.value.finding
+    assert finding.rule == "user_hooks_round_trip"
+    assert finding.context["user_hooks"] == "layout" and finding.context["writer_unknowable"] is True
+    assert sorted([finding.context["packed"]["strides"], finding.context["unpacked"]["strides"]]) == [[1, 4], [4, 1]]
+    assert "storage offset, shape, strides" in finding.suggestion
+    assert not any("write tracking was off" in note for note in finding.notes)

@@ -32,6 +32,8 @@ EXPECTED = {
     "05_resblock_inplace_relu": ("module_input_write", "module_writes_caller_input"),
     "06_maml_inplace_inner_step": ("dropped_inner_update", "inner_update_dropped"),
     "07_normalized_weight_data": ("data_write_in_forward", "data_in_forward"),
+    "08_eval_batchnorm_then_train_forward": ("silent_write", "eval_running_stats_updated"),
+    "09_offload_dedup_transposed_view": ("silent_write", "user_hooks_round_trip"),
 }
 # the write log (forensic mode) is what sees these hazards; the others are seen by the sentinel
 FORENSIC = {"05_resblock_inplace_relu", "07_normalized_weight_data"}
@@ -72,6 +74,9 @@ def test_buggy_is_silent_in_plain_python_and_caught_by_gradguard_run(stem, tmp_p
     assert (finding["kind"], finding["rule"]) == EXPECTED[stem]
     if finding["kind"] == "dropped_inner_update":  # the sentinel sees no write: the gradient's line instead
         assert finding["context"]["gradient_at"]["line"] is not None
+    elif finding["rule"] == "user_hooks_round_trip":  # no write: unpack returned another view
+        assert finding["context"]["user_hooks"] == "layout" and finding["modified_at"] == []
+        assert finding["context"]["writer_unknowable"] is True
     else:
         assert finding["modified_at"][0]["line"] is not None
     # the message is the product: word for word (regenerate with GRADGUARD_UPDATE_EXPECTED=1, review the diff)

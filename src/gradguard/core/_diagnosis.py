@@ -231,14 +231,50 @@ def _eval_running_stats_when(f: Finding):
 
 def _eval_running_stats(f: Finding, _) -> Verdict:
     module = f.tensor.name.rsplit(".", 1)[0] if f.tensor.name and "." in f.tensor.name else "the BatchNorm module"
+    write = f.modified_at[0] if f.modified_at else None
+    writer = (f"the training-mode forward at {_where(write)} (`{write.location.code}`) updated them in place, "
+              f"without moving their version counter" if write is not None and write.location else
+              f"with no other write seen, the usual writer is a forward of {module} in training mode, which updates "
+              f"the running statistics in place without moving their version counter")
     return Verdict(
         "eval_running_stats_updated",
         _prefix(f) + f"{_saver(f)} comes from a forward in eval mode, which normalises with the running statistics "
-        f"and needs them again in backward. They changed before that backward; with no other write seen, the usual "
-        f"writer is a forward of {module} in training mode, which updates the running statistics in place without "
-        f"moving their version counter. The backward would use the new statistics.",
+        f"and needs them again in backward. They changed before that backward: {writer}. The backward would use "
+        f"the new statistics (pytorch/pytorch#13402).",
         "Run the backward of the eval-mode forward before the next training-mode forward; or, if that output needs no "
         "gradient (an evaluation or a target network), compute it under `with torch.no_grad():`.",
+    )
+
+
+def _user_hooks_when(f: Finding):
+    reason = f.context.get("user_hooks")
+    if reason in ("shape", "layout") or (reason == "values" and not f.modified_at):
+        return True
+    return None
+
+
+def _user_hooks_round_trip(f: Finding, _) -> Verdict:
+    reason = f.context["user_hooks"]
+    packed, unpacked = f.context.get("packed") or {}, f.context.get("unpacked") or {}
+    saver = _saver(f)
+    if reason == "values":
+        what = ("the same shape and strides, other values: either your hooks keep the tensor itself and it was "
+                "written in place afterwards (PyTorch checks no version for tensors packed by hooks), or unpack "
+                "returns a copy of another tensor")
+    else:
+        what = (f"a {'shape' if reason == 'shape' else 'layout'} other than the one pack was given (packed: shape "
+                f"{tuple(packed.get('shape', ()))}, strides {tuple(packed.get('strides', ()))}; unpacked: shape "
+                f"{tuple(unpacked.get('shape', ()))}, strides {tuple(unpacked.get('strides', ()))}), with other "
+                f"values: unpack handed back another tensor or view. A cache keyed by storage returns one copy for "
+                f"a tensor and its transpose (modelscope/ms-swift#10157)")
+    return Verdict(
+        "user_hooks_round_trip",
+        _prefix(f) + f"{saver} saved this tensor through your saved_tensors_hooks, and unpack returned {what}. "
+        f"PyTorch does not compare what unpack returns with what pack was given, so the gradient would be "
+        f"silently wrong.",
+        "Make unpack return exactly what pack was given: key a cache on storage, storage offset, shape, strides "
+        "and dtype (not on the storage alone), or keep each view's own copy (`t.detach().to('cpu', copy=True)`); "
+        "never modify a tensor your hooks keep.",
     )
 
 
@@ -521,6 +557,8 @@ RULES: tuple[Rule, ...] = (
     Rule("module_writes_caller_input", _kind("module_input_write"), _module_writes_caller_input),
     Rule("inner_update_dropped", _kind("dropped_inner_update"), _inner_update_dropped),
     Rule("data_in_forward", _kind("data_write_in_forward"), _data_in_forward),
+    Rule("user_hooks_round_trip", _user_hooks_when, _user_hooks_round_trip),
+    Rule("eval_running_stats_updated", _eval_running_stats_when, _eval_running_stats),
     Rule("fused_optimizer", _write("optimizer", silent=True), _fused_optimizer),
     Rule("optimizer_step_before_backward",
          _write("optimizer", silent=False, extra=lambda f, w: R.optimizer_is_stepped_before_backward(f)),
@@ -532,7 +570,6 @@ RULES: tuple[Rule, ...] = (
     Rule("inplace_activation", _write("activation"), R.activation_rule),
     Rule("data_write", _write("data_write"), _data_write),
     Rule("silent_kernel_write", _write("kernel"), _kernel_write),
-    Rule("eval_running_stats_updated", _eval_running_stats_when, _eval_running_stats),
     Rule("silent_outside_write", _outside_when, _outside_write),
     Rule("numpy_write", _write("numpy"), _numpy_write),
     Rule("augmented_assignment", _write("augmented_assign"), R.augmented_rule),

@@ -433,11 +433,21 @@ class TorchGuardSession:
                 return user_unpack(record.packed)
             out = user_unpack(record.packed)
             if isinstance(out, torch.Tensor) and not self._round_trip_ok(record, out):
+                # NOTE [What a failed round trip through the user's hooks says]
+                # Another shape, or other strides with other values: unpack handed back another tensor (a dedup
+                # keyed by storage returns one copy for a tensor and its transpose): no write to look for, and
+                # the re-run is skipped. Same layout, other values: a write into a tensor the hooks kept, or a
+                # copy of another tensor; the write log can tell.
+                reason = ("shape" if tuple(out.shape) != record.shape
+                          else "layout" if out.stride() != record.strides else "values")
+                context = {"user_hooks": reason, "packed": {"shape": list(record.shape), "strides": list(record.strides)},
+                           "unpacked": {"shape": list(out.shape), "strides": list(out.stride())},
+                           "writer_unknowable": reason != "values"}
+                note = None if reason != "values" else (
+                    "the tensor came back from your saved_tensors_hooks unpack different from what pack was given "
+                    "(an in-place write to a tensor the hooks kept, or an unpack that returns another tensor)")
                 self._raise(_SavedRecord(out.detach(), record.version, record.fp, record.site, record.producer,
-                                         self.ledger.backward_passes), "silent_write",
-                            note="the tensor came back from your saved_tensors_hooks unpack different from "
-                                 "what pack was given (an in-place write to a tensor the hooks kept, or an "
-                                 "unpack that returns another tensor or view)")
+                                         self.ledger.backward_passes), "silent_write", note=note, context=context)
             return out
 
         return _user_hooks.mark(pack), _user_hooks.mark(unpack)
@@ -598,11 +608,11 @@ class TorchGuardSession:
             return False
         return getattr(node, "_saved_training", True) is not False
 
-    def _raise(self, record: _SavedRecord, kind: str, note: str | None = None):
+    def _raise(self, record: _SavedRecord, kind: str, note: str | None = None, context: dict | None = None):
         t = record.tensor
 
         def build():
-            finding = self._build_finding(record, kind)
+            finding = self._build_finding(record, kind, context=context)
             if note:
                 finding.notes.append(note)
             return finding
@@ -648,7 +658,8 @@ class TorchGuardSession:
                                f"{lines}. Fix them too; each is a finding of its own (error.findings).")
         return out
 
-    def _build_finding(self, record: _SavedRecord, kind: str, current: bool = True) -> Finding:
+    def _build_finding(self, record: _SavedRecord, kind: str, current: bool = True,
+                       context: dict | None = None) -> Finding:
         t = record.tensor
         node, argument = record.unchecked or (_saver(record) if current else (None, None))
         name, role = name_tensor(t)
@@ -694,6 +705,7 @@ class TorchGuardSession:
                 "retain_graph": bool(backward and "retain_graph=True" in backward.code) or None,
                 "backward_at": backward.to_dict() if backward else None,
                 "write_log": self.track_writes,
+                **(context or {}),
             },
         )
         if current and kind == "inplace_modification" and any(w.category == "optimizer" for w in writes):
@@ -704,7 +716,7 @@ class TorchGuardSession:
                 finding.context["recompute_in_loop"] = recompute_in_loop()  # NOTE [A value made once, ...]
             except Exception as error:
                 log_fallback("torch.loss_site", "finding where the loss was made", error)
-        if not self.track_writes:
+        if not self.track_writes and not finding.context.get("writer_unknowable"):
             finding.notes.append("write tracking was off: re-run with track_writes=True (or `gradguard run`) "
                                  "to see which line wrote the tensor")
         if not current:  # another stale tensor: no graph node is unpacking it now
