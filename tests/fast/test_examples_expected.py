@@ -205,4 +205,5 @@ def test_every_buggy_example_has_a_fixed_variant():
 
 def test_no_stale_expected_files():
     expected = {p.name for p in EXPECTED_DIR.glob("*.txt")}
-    assert expected == {_expected_path(s).name for s in BUGGY}
+    hygiene = {f"hygiene__{s.stem}.txt" for s in (REPO_ROOT / "examples" / "hygiene").glob("*_buggy.py")}
+    assert expected == {_expected_path(s).name for s in BUGGY} | hygiene  # hygiene: tests/slow/test_hygiene_examples.py
