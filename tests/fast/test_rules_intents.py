@@ -227,3 +227,26 @@ def test_inplace_module_names_the_line_where_inplace_true_was_written(tmp_path):
     assert "`nn.Dropout(p=0.5, inplace=False)`" in f.suggestion  # the user's own arguments, no trailing comma
     assert (f.fixes[0].action, f.fixes[0].line) == ("set_keyword", written)
     _assert_clean_text(f)
+
+
+def test_crossing_recompute_detaches_the_stepped_models_output(tmp_path):
+    """FactorVAE (1Konny/FactorVAE#15): `D_z = D(z)` made before the VAE's step and read by D's loss after it."""
+    from gradguard.core._findings import SourceLocation
+    from gradguard.core._fixes import crossing_recompute
+
+    path = tmp_path / "train.py"
+    path.write_text("x_recon, mu, logvar, z = VAE_model(x)\n"    # 1: the call of the stepped model
+                    "recon = F.mse_loss(x_recon, x)\n"           # 2: its output, not read after the step
+                    "D_z = D(z)\n"                               # 3: the value that crosses
+                    "vae_loss = recon + D_z.mean()\n"
+                    "vae_loss.backward(retain_graph=True)\n"
+                    "optim_VAE.step()\n"                         # 6: the step
+                    "D_tc_loss = F.cross_entropy(D_z, zeros)\n"
+                    "D_tc_loss.backward()\n")                    # 8: the failing backward
+
+    def at(line):
+        return SourceLocation(str(path), line, "<module>")
+
+    assert crossing_recompute(at(1), at(6), at(8)) == ("D_z", "z", "D_z = D(z.detach())")
+    assert crossing_recompute(at(1), at(6), at(6)) is None  # nothing reads it between the step and backward
+    assert crossing_recompute(None, at(6), at(8)) is None

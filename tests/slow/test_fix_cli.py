@@ -335,6 +335,43 @@ LOOP_OVER_UNBOUND_VIEWS_DIFF = """\
 """
 
 
+VALUE_MADE_FROM_THE_STEPPED_MODEL = """
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    vae = nn.Sequential(nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 2))
+    disc = nn.Sequential(nn.Linear(2, 4), nn.Tanh(), nn.Linear(4, 1))
+    opt_vae = torch.optim.Adam(vae.parameters())
+    opt_disc = torch.optim.Adam(disc.parameters())
+    z = vae(torch.randn(3, 4))
+    d_z = disc(z)
+    vae_loss = z.square().mean() + d_z.mean()
+    opt_vae.zero_grad()
+    vae_loss.backward(retain_graph=True)
+    opt_vae.step()
+    disc_loss = (d_z - 1).square().mean()
+    opt_disc.zero_grad()
+    disc_loss.backward()
+    opt_disc.step()
+    print("done")
+"""
+
+# 1Konny/FactorVAE#15's shape: the discriminator's loss reuses D(z) made before the VAE's step
+VALUE_MADE_FROM_THE_STEPPED_MODEL_DIFF = """\
+--- a/script.py
++++ b/script.py
+@@ -12,6 +12,7 @@ line 14: recompute `d_z` from `z.detach()` after the step: the second loss then stays out of the stepped model's graph (also proposed, not verified: recompute `z = vae(torch.randn(3, 4))` from a fresh forward after the step at line 14, line 14)
+ opt_vae.zero_grad()
+ vae_loss.backward(retain_graph=True)
+ opt_vae.step()
++d_z = disc(z.detach())
+ disc_loss = (d_z - 1).square().mean()
+ opt_disc.zero_grad()
+ disc_loss.backward()
+"""
+
+
 def run(args, cwd, **kw):
     env = dict(os.environ, OMP_NUM_THREADS="1")
     return subprocess.run([*FIX, *args], cwd=cwd, capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL,
@@ -416,14 +453,38 @@ def test_an_edit_that_cuts_a_gradient_the_optimizer_uses_is_not_offered(tmp_path
                                           (REFILLED_BUFFER, REFILLED_BUFFER_DIFF),
                                           (LOSS_INPUTS_MADE_BEFORE_THE_STEPS, LOSS_INPUTS_MADE_BEFORE_THE_STEPS_DIFF),
                                           (SAME_LOSS_TWICE, SAME_LOSS_TWICE_DIFF),
-                                          (LOOP_OVER_UNBOUND_VIEWS, LOOP_OVER_UNBOUND_VIEWS_DIFF)],
+                                          (LOOP_OVER_UNBOUND_VIEWS, LOOP_OVER_UNBOUND_VIEWS_DIFF),
+                                          (VALUE_MADE_FROM_THE_STEPPED_MODEL, VALUE_MADE_FROM_THE_STEPPED_MODEL_DIFF)],
                          ids=["loss-made-before-a-helper-steps", "value-made-before-the-loop-that-steps",
                               "forward-made-before-the-loop", "state-kept-on-the-module", "refilled-buffer",
-                              "loss-inputs-made-before-the-steps", "same-loss-twice", "loop-over-unbound-views"])
+                              "loss-inputs-made-before-the-steps", "same-loss-twice", "loop-over-unbound-views",
+                              "value-made-from-the-stepped-model"])
 def test_repairs_of_public_bug_report_shapes(tmp_path, script, diff):
     (tmp_path / "script.py").write_text(textwrap.dedent(script).lstrip())
     proc = run(["script.py"], tmp_path)
     assert (proc.returncode, proc.stdout) == (0, diff), proc.stderr
+
+
+RESBLOCK_DIFF = """\
+--- a/script.py
++++ b/script.py
+@@ -17,7 +17,7 @@ line 20: construct ReLU with inplace=False: `input` keeps its value for the read at line 28 (also proposed, not verified: pass a copy of `input`: the module writes into the copy, line 27)
+     def __init__(self, in_channel, channel):
+         super().__init__()
+         self.conv = nn.Sequential(
+-            nn.ReLU(inplace=True),
++            nn.ReLU(inplace=False),
+             nn.Conv2d(in_channel, channel, 3, padding=1),
+             nn.ReLU(inplace=True),
+             nn.Conv2d(channel, in_channel, 1),
+"""
+
+
+def test_a_module_writing_its_callers_input_is_fixed_in_forensic_mode(tmp_path):
+    """Only the write log sees this hazard: `--mode forensic` for every run, the edit at the constructing line."""
+    name = copy(tmp_path, os.path.join(ROOT, "examples", "hygiene", "05_resblock_inplace_relu_buggy.py"), "script.py")
+    proc = run(["--mode", "forensic", name], tmp_path)
+    assert (proc.returncode, proc.stdout) == (0, RESBLOCK_DIFF), proc.stderr
 
 
 def test_silent_write_is_reported_not_fixed(tmp_path):

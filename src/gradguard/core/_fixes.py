@@ -256,6 +256,49 @@ def carried_state(location: SourceLocation | None) -> list[CarriedState]:
     return carried
 
 
+def crossing_recompute(call: SourceLocation | None, step: SourceLocation | None,
+                       backward: SourceLocation | None) -> tuple[str, str, str] | None:
+    """``(name, argument, code)``: a value the failing loss reads that another model made from an output of the
+    stepped model before the step (FactorVAE's ``D_z = D(z)`` with ``z`` from ``VAE_model(x)``), recomputed
+    from that output detached (``D_z = D(z.detach())``) to insert after the step. ``call``: the user's call of
+    the stepped model (the saver's chain); all three lines in one function, in the order call < step < backward.
+
+    # NOTE [Recomputing the value that crosses into the stepped model's graph]
+    # The second loss reaches the stepped model's graph only through values made from its outputs. When such a
+    # value is one call of another model on one of those outputs, recomputing it after the step from the output
+    # detached keeps the second loss inside the other model (its own gradient is unchanged: the other model's
+    # weights have not been stepped yet) and cuts the path whose saved weights the step overwrote.
+    """
+    if call is None or step is None or backward is None or not call.line < step.line <= backward.line:
+        return None
+    if len({call.file, step.file, backward.file}) != 1:
+        return None
+    tree = _tree(call.file)
+    if tree is None:
+        return None
+    scope = _innermost(tree, step.line, (ast.FunctionDef, ast.AsyncFunctionDef)) or tree
+    if not (scope is tree or scope.lineno <= call.line and backward.line <= (scope.end_lineno or scope.lineno)):
+        return None
+    statements = _simple_statements(scope.body)
+    made = next((st for st in statements if st.lineno <= call.line <= (st.end_lineno or st.lineno)), None)
+    if made is None:
+        return None
+    outputs = set(_loads_and_stores(made)[1])
+    between = [st for st in statements if made.lineno < st.lineno < step.line]
+    later = [st for st in statements if step.line < st.lineno <= backward.line]
+    for st in between:
+        if not (isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name)
+                and isinstance(st.value, ast.Call) and len(st.value.args) == 1 and not st.value.keywords
+                and isinstance(st.value.args[0], ast.Name) and st.value.args[0].id in outputs):
+            continue
+        name, argument = st.targets[0].id, st.value.args[0].id
+        if any(name in _loads_and_stores(x)[0] for x in later) and not any(
+                name in _loads_and_stores(x)[1] for x in later):
+            code = f"{name} = {ast.unparse(st.value.func)}({argument}.detach())"
+            return name, argument, code
+    return None
+
+
 def step_receivers(location: SourceLocation | None) -> list[str]:
     """Distinct receivers of ``X.step()`` calls in the function (or module) around ``location``:
     ``["opt_d", "opt_g"]`` tells a two-model setup (GAN, actor-critic) from one optimizer."""

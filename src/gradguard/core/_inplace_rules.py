@@ -12,7 +12,8 @@ from __future__ import annotations
 import re
 
 from ._findings import Finding, SourceLocation, WriteRecord
-from ._fixes import carried_state, is_valid_python, keyword_calls, mask_assignment, out_of_place, statement_code, step_receivers
+from ._fixes import (carried_state, crossing_recompute, is_valid_python, keyword_calls, mask_assignment, out_of_place,
+                     statement_code, step_receivers)
 from ._intents import FixIntent, Verdict
 
 __all__ = [
@@ -187,6 +188,13 @@ def optimizer_between_backwards_rule(f: Finding, opt: WriteRecord) -> Verdict:
     )
     if len(receivers) > 1:
         fixes = []
+        chain = f.saved_at.chain[0] if getattr(f.saved_at, "chain", None) else save
+        crossing = crossing_recompute(chain, opt.location, backward)
+        if crossing is not None:
+            name, argument, code = crossing
+            fixes.append(FixIntent("insert_after", *_loc(opt.location), target=name, detail={"code": code},
+                                   reason=f"recompute `{name}` from `{argument}.detach()` after the step: the "
+                                          f"second loss then stays out of the stepped model's graph"))
         if (save is not None and opt.location is not None and save.line < opt.location.line
                 and _same_function(save, opt.location) and is_valid_python(save.code)):
             # a copy, not a move: the statements between the save and the step still use the first value
@@ -201,6 +209,9 @@ def optimizer_between_backwards_rule(f: Finding, opt: WriteRecord) -> Verdict:
             fixes.append(FixIntent("detach_argument", *_loc(save), target=hint[1], detail={"call": hint[0]},
                                    reason="feed the stepped model a detached input", preferred=not fixes))
         fixes += _loss_site_repairs(f, opt, fixes)
+        if crossing is not None:  # the most precise repair: the others become alternatives, tried one at a time
+            fixes = fixes[:1] + [FixIntent(x.action, x.file, x.line, x.target, x.detail, x.reason, False)
+                                 for x in fixes[1:]]
         hint_text = (f"e.g. `{hint[0]}({hint[1]}.detach())`" if hint is not None
                      else "the other model's output `.detach()`ed")
         two_models = _two_models_wording(receivers)
