@@ -79,6 +79,12 @@ def _run_child(command: list[str], cwd: str, timeout: float) -> bool:
             signal.signal(signum, handler)
 
 
+# NOTE [The re-run looks for one finding]
+# The re-run exists to name the writer of the first run's finding. A check that only the write log has (a module
+# writing its caller's input) may fire earlier in it: the child records such a finding and goes on, so the
+# finding sought is still reached, and the parent reports the extra one after it.
+
+
 def diagnose_by_rerun(finding: Finding, program: list[str], args: list[str], fingerprint: str, *, cwd: str,
                       timeout: float = DEFAULT_RERUN_TIMEOUT) -> list[Finding] | None:
     """The same finding with its writers named, from a re-run of ``program`` (``[script]`` or ``["-m", mod]``)

@@ -213,3 +213,14 @@ def test_later_reads_stop_at_a_rebinding():
     col = text.index("f(x)")
     reads = later_reads(code, (line, line, col, col + 4), frozenset({"x"}))
     assert [(name, span[0]) for name, span in reads] == [("x", first + 2)]  # not the x of `return x + y`
+
+
+def test_the_diagnosing_rerun_records_it_and_goes_on(monkeypatch):
+    """In `gradguard run`'s re-run (which looks for the first run's finding) the finding is kept, not raised."""
+    from gradguard._rerun import RERUN_ENV
+
+    monkeypatch.setenv(RERUN_ENV, "1")
+    with gradguard.guard() as g:
+        _run(VQResBlock(), (1, 3, 6, 6))
+    assert [f.kind for f in g.findings] == ["module_input_write"]
+    assert g.findings[0].rule == "module_writes_caller_input"

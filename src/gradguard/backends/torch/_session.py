@@ -23,6 +23,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 import threading
 
@@ -43,6 +44,7 @@ from ._fingerprint import same as _same_fingerprint
 from ._naming import name_by_variable, name_in_writing_frame, name_tensor
 from ._overlap import share_elements
 from ._writes import WriteTrackingMode, dynamo_safe
+from ..._rerun import RERUN_ENV
 from ...core._data_statements import may_write_data
 
 __all__ = ["TorchGuardSession", "FINGERPRINT_MODES"]
@@ -279,7 +281,7 @@ class TorchGuardSession:
             log_fallback("torch.data_in_forward", "reading the forward that saves a parameter", error)
             return
         if finding is not None:
-            self.raise_finding(finding)
+            self.report_extra(finding)
 
     def watch_ctx_tensor(self, t: torch.Tensor, saver: tuple[str, str]) -> _SavedRecord | None:
         """Record a tensor a custom Function kept on ctx (``ctx.x = x``) like a saved tensor; checked by
@@ -326,6 +328,19 @@ class TorchGuardSession:
                 return True
         return False
 
+    def report_extra(self, finding: Finding) -> None:
+        """A hazard outside saved tensors (a module writing its caller's input, a dropped inner update, a .data
+        write in forward): raised, except in ``gradguard run``'s diagnosing re-run, which looks for the first
+        run's finding; there it is recorded and the program goes on to reach that finding (NOTE [The re-run
+        looks for one finding])."""
+        if os.environ.get(RERUN_ENV):
+            finding = diagnose_or_fallback(lambda: diagnose(finding), kind=finding.kind, shape=finding.tensor.shape,
+                                           dtype=finding.tensor.dtype, backend="torch")
+            with self._lock:
+                self.findings.append(finding)
+            return
+        self.raise_finding(finding)
+
     def raise_finding(self, finding: Finding):
         """Diagnose and raise a finding built by a boundary check (_function_hygiene.py)."""
         finding = diagnose_or_fallback(lambda: diagnose(finding), kind=finding.kind, shape=finding.tensor.shape,
@@ -363,7 +378,7 @@ class TorchGuardSession:
         first_unpack = self.ledger.note_backward_pass(torch._C._current_graph_task_id())
         if first_unpack and _second_order.entries:  # NOTE [Seeing a dropped inner update]
             try:
-                _second_order.watch_backward(self.raise_finding, user_location(2))
+                _second_order.watch_backward(self.report_extra, user_location(2))
             except Exception as error:
                 log_fallback("torch.second_order", "watching a backward for a dropped inner update", error)
         if first_unpack and self.record_sites:
@@ -539,7 +554,7 @@ class TorchGuardSession:
         if not reads and self._mode is not None:
             self._mode.on_read = None
         if read is not None:
-            self.raise_finding(_module_inputs.finding(pending, t, read))
+            self.report_extra(_module_inputs.finding(pending, t, read))
 
     def _note_shared_counter(self, func, target, key) -> None:
         """A write into another part of a storage that holds saved tensors (slot t of a preallocated buffer
