@@ -161,7 +161,21 @@ class ReadInDeadBranch(nn.Module):
         return out * 2
 
 
-@pytest.mark.parametrize("model", [Rebinds, ReadInDeadBranch], ids=["rebinds", "dead_branch"])
+class CalledForItsEffect(nn.Module):
+    """``self.relu(h)`` as a statement of its own: the in-place effect is the point, reading ``h`` after is not a bug."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc, self.relu = nn.Linear(5, 5), nn.ReLU(inplace=True)
+
+    def forward(self, x):
+        h = self.fc(x)
+        self.relu(h)
+        return h * 2
+
+
+@pytest.mark.parametrize("model", [Rebinds, ReadInDeadBranch, CalledForItsEffect],
+                         ids=["rebinds", "dead_branch", "called_for_its_effect"])
 def test_correct_inplace_modules_stay_quiet_and_bit_identical(model):
     torch.manual_seed(0)
     m = model()

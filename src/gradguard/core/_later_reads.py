@@ -11,7 +11,8 @@ ranges), so a read in a branch that is not taken is never reported.
 # of the name in the calling statement is a read, before or after the call. After the statement, loads count
 # until a statement stores the name (``out = self.relu(out)`` rebinds ``out`` in the calling statement itself:
 # nothing after it reads the old value). Metadata (``x.shape``, ``x.dtype``, ``x.device``, ``x.size()``) does
-# not change with the values and is no read. Loops are read in source order only (a later iteration reading a
+# not change with the values and is no read. A call made as a statement of its own (`self.relu(x)`, result
+# unused) is made for its in-place effect: reading `x` afterwards is the point, not a mistake. Loops are read in source order only (a later iteration reading a
 # name bound before the loop is not followed).
 """
 
@@ -139,6 +140,8 @@ def later_reads(code: CodeType, call: Span, names: frozenset) -> tuple[tuple[str
             calling = statement
     if calling is None:
         return ()
+    if isinstance(calling, ast.Expr) and _span(calling.value) == call:
+        return ()  # `self.relu(x)` as a statement: called for its in-place effect on purpose
     parents = {child: parent for parent in ast.walk(function) for child in ast.iter_child_nodes(parent)}
     the_call = next((n for n in ast.walk(calling) if isinstance(n, ast.Call) and _span(n) == call), None)
     skip = _span(the_call) if the_call is not None else call
