@@ -69,6 +69,18 @@ class ActNorm(nn.Module):
         return self.scale * (x + self.loc)
 
 
+class ClippedInForward(nn.Module):
+    """WGAN-style weight clipping done in forward: projected gradient descent, on purpose."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(6, 4)
+
+    def forward(self, x):
+        self.fc.weight.data.clamp_(-0.01, 0.01)
+        return self.fc(x)
+
+
 class NormalisedInGraph(nn.Module):
     def __init__(self):
         super().__init__()
@@ -111,7 +123,8 @@ def test_data_write_before_use_is_caught(module, write, use):
     assert "F.normalize" in f.suggestion and "outside forward" in f.suggestion
 
 
-@pytest.mark.parametrize("module", [ActNorm, NormalisedInGraph], ids=["actnorm_init", "in_graph"])
+@pytest.mark.parametrize("module", [ActNorm, NormalisedInGraph, ClippedInForward],
+                         ids=["actnorm_init", "in_graph", "clipping"])
 def test_initialisation_and_graph_normalisation_stay_quiet(module):
     torch.manual_seed(0)
     plain = _step(module())

@@ -11,7 +11,8 @@ it with the parameter being saved.
 # Only a write whose new value depends on the old one (an in-place op on ``X.data``, or ``X.data = f(X)``):
 # data-dependent initialisation (ActNorm's ``self.loc.data.copy_(-mean)`` on the first batch) and resets
 # (``.zero_()``, ``.fill_()``, ``.normal_()``) give the parameter a new starting value, which is what they
-# mean. Only statements of the function body itself, or inside ``with`` and ``for`` blocks of it (a branch
+# mean. Box and max-norm constraints (``.clamp_``, ``.clip_``, ``.renorm_``) are projected gradient descent,
+# the gradient at the projected point on purpose. Only statements of the function body itself, or inside ``with`` and ``for`` blocks of it (a branch
 # may not have run), and before the line that saves the parameter.
 """
 
@@ -25,6 +26,8 @@ __all__ = ["DataStatement", "data_statements", "may_write_data"]
 
 _RESETS = frozenset({"zero_", "fill_", "normal_", "uniform_", "random_", "bernoulli_", "exponential_",
                      "geometric_", "log_normal_", "cauchy_"})
+# Box constraints (weight clipping, non-negativity, max-norm): projected gradient descent on purpose.
+_PROJECTIONS = frozenset({"clamp_", "clip_", "clamp_min_", "clamp_max_", "renorm_"})
 
 DataStatement = tuple[str, int, str]  # (target expression as written, line, the statement's code)
 
@@ -54,7 +57,7 @@ def _statement_writes(statement: ast.stmt) -> str | None:
         func = statement.value.func
         if isinstance(func, ast.Attribute) and func.attr.endswith("_") and not func.attr.startswith("_"):
             name = _data_target(func.value)
-            if name is not None and func.attr not in _RESETS:
+            if name is not None and func.attr not in _RESETS and func.attr not in _PROJECTIONS:
                 if func.attr != "copy_" or any(_mentions(a, name) for a in statement.value.args):
                     return name
     return None
