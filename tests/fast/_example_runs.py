@@ -115,6 +115,21 @@ def panel_message(stderr: str) -> str:
     return "\n".join(lines[top:bottom]) + "\n"
 
 
+# The expected files are written with the pinned torch (requirements-dev.txt). On the other torch releases the
+# CI tests (oldest and newest declared), torch's own details differ: line numbers inside torch's sources, and the
+# aten overload a Python statement dispatches to (`p[p < 0.1] = 0` is index_put_ on 2.13, masked_fill_ on 2.15).
+# There the messages are compared with those details masked and line wrapping ignored; everything gradguard
+# writes itself must still match word for word.
+def comparable(message: str) -> str:
+    import torch
+
+    if torch.__version__.split("+")[0] == "2.13.0":
+        return message
+    message = re.sub(r"(torch/\S+\.py):\d+", r"\1:N", message)
+    message = re.sub(r"aten\.[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)?", "aten.<op>", message)
+    return " ".join(message.split())
+
+
 def line_of(script: Path, code: str) -> int:
     """1-based number of the first line of ``script`` whose stripped text starts with ``code``."""
     for number, text in enumerate(script.read_text().splitlines(), 1):

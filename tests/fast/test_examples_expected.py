@@ -7,28 +7,13 @@ test_examples_expected.py`` and review the diff of tests/expected/ by eye before
 from __future__ import annotations
 
 import os
-import re
 
 import pytest
-import torch
 
-from _example_runs import BUGGY, EXPECTED_DIR, FIXED, REPO_ROOT, line_of, panel_message, run_all
+from _example_runs import BUGGY, EXPECTED_DIR, FIXED, REPO_ROOT, comparable, line_of, panel_message, run_all
 
 UPDATE = os.environ.get("GRADGUARD_UPDATE_EXPECTED") == "1"
-# The expected files are written with the pinned torch (requirements-dev.txt). On the other torch releases the
-# CI tests (oldest and newest declared), torch's own details differ: line numbers inside torch's sources, and the
-# aten overload a Python statement dispatches to (`p[p < 0.1] = 0` is index_put_ on 2.13, masked_fill_ on 2.15).
-# There the messages are compared with those details masked and line wrapping ignored; everything gradguard
-# writes itself must still match word for word.
-PINNED_TORCH = torch.__version__.split("+")[0] == "2.13.0"
-
-
-def _comparable(message: str) -> str:
-    if PINNED_TORCH:
-        return message
-    message = re.sub(r"(torch/\S+\.py):\d+", r"\1:N", message)
-    message = re.sub(r"aten\.[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)?", "aten.<op>", message)
-    return " ".join(message.split())
+_comparable = comparable
 
 
 @pytest.fixture(scope="module")

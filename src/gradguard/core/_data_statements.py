@@ -22,6 +22,8 @@ import ast
 import functools
 import linecache
 
+from ._source_ast import function_node
+
 __all__ = ["DataStatement", "data_statements", "may_write_data"]
 
 _RESETS = frozenset({"zero_", "fill_", "normal_", "uniform_", "random_", "bernoulli_", "exponential_",
@@ -96,17 +98,9 @@ def may_write_data(filename: str, name: str) -> bool:
 @functools.lru_cache(maxsize=512)
 def data_statements(filename: str, first_line: int, name: str) -> tuple[DataStatement, ...]:
     """The ``.data`` writes (see the NOTE) of the function ``name`` defined at ``first_line`` of ``filename``."""
-    source = "".join(linecache.getlines(filename))
-    if not source:
+    node = function_node(filename, first_line, name)
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return ()
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return ()
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
-            if first_line in [node.lineno] + [d.lineno for d in node.decorator_list]:
-                found: list[DataStatement] = []
-                _walk(node.body, found, filename)
-                return tuple(found)
-    return ()
+    found: list[DataStatement] = []
+    _walk(node.body, found, filename)
+    return tuple(found)

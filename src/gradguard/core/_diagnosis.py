@@ -20,6 +20,8 @@ from typing import Any, Callable
 from . import _inplace_rules
 from ._findings import SAVED_TENSOR_KINDS, Finding, SourceLocation, TensorInfo, WriteRecord
 from ._intents import FixIntent, Verdict
+from ._fixes import keyword_calls
+from ._source_ast import callee_of
 
 __all__ = ["diagnose", "diagnose_or_fallback", "classify_source", "saves_running_stat", "HEADLINES", "Rule", "RULES"]
 
@@ -441,8 +443,6 @@ def _hook_writes_shared_grad(f: Finding, _) -> Verdict:
 
 
 def _module_writes_caller_input(f: Finding, _) -> Verdict:
-    from ._fixes import keyword_calls
-
     name, module = f.tensor.name or "the input", f.context.get("module") or "a module"
     write = f.modified_at[0] if f.modified_at else None
     call, read = _location_from(f.context.get("call")), _location_from(f.context.get("read"))
@@ -477,24 +477,10 @@ def _module_writes_caller_input(f: Finding, _) -> Verdict:
                       f"`{name}` keeps its value for the read.")
     if call is not None:
         fixes.append(FixIntent("clone_argument", call.file, call.line, target=name,
-                               detail={"call": _callee(call.code, name)},
+                               detail={"call": callee_of(call.code, argument=name)},
                                reason=f"pass a copy of `{name}`: the module writes into the copy",
                                preferred=not sites))
     return Verdict("module_writes_caller_input", why, suggestion, fixes)
-
-
-def _callee(code: str, argument: str) -> str | None:
-    """The callee text of the call on ``code`` that passes ``argument`` (``self.conv`` in ``self.conv(input)``)."""
-    import ast
-
-    try:
-        tree = ast.parse(code.strip())
-    except SyntaxError:
-        return None
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and any(isinstance(a, ast.Name) and a.id == argument for a in node.args):
-            return ast.unparse(node.func)
-    return None
 
 
 def _location_from(data) -> SourceLocation | None:

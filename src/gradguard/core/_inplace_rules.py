@@ -15,6 +15,7 @@ from ._findings import Finding, SourceLocation, WriteRecord
 from ._fixes import (carried_state, crossing_recompute, is_valid_python, keyword_calls, mask_assignment, out_of_place,
                      statement_code, step_receivers)
 from ._intents import FixIntent, Verdict
+from ._source_ast import callee_of
 
 __all__ = [
     "optimizer_before_backward_rule",
@@ -450,7 +451,7 @@ def activation_rule(f: Finding, act: WriteRecord) -> Verdict:
         code = statement_code(act.location)
         if act.location is not None and "inplace" in code:
             fixes.append(FixIntent("set_keyword", *_loc(act.location), target=None,
-                                   detail={"call": _called(code, "inplace"), "keyword": "inplace", "value": False},
+                                   detail={"call": callee_of(code, keyword="inplace"), "keyword": "inplace", "value": False},
                                    reason="call it out of place"))
         elif act.location is not None and out_of_place(code):
             fixes.append(FixIntent("inplace_to_out_of_place", *_loc(act.location), target=written_op,
@@ -462,20 +463,6 @@ def activation_rule(f: Finding, act: WriteRecord) -> Verdict:
         fix,
         fixes,
     )
-
-
-def _called(code: str, keyword: str) -> str | None:
-    """The callee text of the call on ``code`` that passes ``keyword`` (``F.relu`` in ``F.relu(x, inplace=True)``)."""
-    import ast
-
-    try:
-        tree = ast.parse(code.strip())
-    except SyntaxError:
-        return None
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and any(k.arg == keyword for k in node.keywords):
-            return ast.unparse(node.func)
-    return None
 
 
 # -- Python spellings of in-place writes ------------------------------------------------------------------

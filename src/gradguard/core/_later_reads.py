@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import ast
 import functools
-import linecache
 from types import CodeType
 
-__all__ = ["Span", "later_reads", "position_of"]
+from ._source_ast import function_node
+
+__all__ = ["Span", "later_reads", "position_of", "span_contains"]
 
 Span = tuple[int, int, int, int]  # (line, end line, column, end column), as ``co_positions`` gives them
 
@@ -55,27 +56,9 @@ def _span(node: ast.AST) -> Span:
     return (node.lineno, node.end_lineno, node.col_offset, node.end_col_offset)
 
 
-def _contains(outer: Span, inner: Span) -> bool:
+def span_contains(outer: Span, inner: Span) -> bool:
+    """Whether source range ``inner`` lies inside ``outer``."""
     return (outer[0], outer[2]) <= (inner[0], inner[2]) and (inner[1], inner[3]) <= (outer[1], outer[3])
-
-
-@functools.lru_cache(maxsize=256)
-def _function_node(filename: str, first_line: int, name: str):
-    source = "".join(linecache.getlines(filename))
-    if not source:
-        return None
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return None
-    if name == "<module>":
-        return tree
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
-            lines = [node.lineno] + [d.lineno for d in node.decorator_list]
-            if first_line in lines:
-                return node
-    return None
 
 
 def _own_nodes(statement: ast.stmt):
@@ -120,7 +103,7 @@ def _reads_and_stores(nodes, names: frozenset, parents: dict, skip: Span | None)
             if isinstance(node.ctx, ast.Store):
                 stores.add(node.id)
             elif isinstance(node.ctx, ast.Load) and not _is_metadata(node, parents):
-                if skip is None or not _contains(skip, _span(node)):
+                if skip is None or not span_contains(skip, _span(node)):
                     reads.append((node.id, _span(node)))
     return reads, stores
 
@@ -130,13 +113,13 @@ def later_reads(code: CodeType, call: Span, names: frozenset) -> tuple[tuple[str
     """The loads of ``names`` that read the value they held while the call at ``call`` ran: other loads in the
     calling statement, then loads in the statements after it until the name is stored again. Empty when the
     source cannot be read."""
-    function = _function_node(code.co_filename, code.co_firstlineno, code.co_name)
+    function = function_node(code.co_filename, code.co_firstlineno, code.co_name)
     if function is None:
         return ()
     statements = _statements(function)
     calling = None
     for statement in statements:
-        if not isinstance(statement, _COMPOUND) and _contains(_span(statement), call):
+        if not isinstance(statement, _COMPOUND) and span_contains(_span(statement), call):
             calling = statement
     if calling is None:
         return ()

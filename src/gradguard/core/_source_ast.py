@@ -6,11 +6,12 @@ Used only on error paths (eager in-place errors raised by the framework at the w
 from __future__ import annotations
 
 import ast
+import functools
 import linecache
 
 from ._findings import SourceLocation
 
-__all__ = ["written_expression", "assignment_before", "call_name"]
+__all__ = ["written_expression", "assignment_before", "call_name", "callee_of", "function_node"]
 
 
 def _statement_at(filename: str, line: int) -> ast.stmt | None:
@@ -28,6 +29,42 @@ def _statement_at(filename: str, line: int) -> ast.stmt | None:
                                      ast.While, ast.If, ast.Try, ast.AsyncWith, ast.AsyncFor)):
                 best = node
     return best
+
+
+@functools.lru_cache(maxsize=512)
+def function_node(filename: str, first_line: int, name: str) -> ast.AST | None:
+    """The ``def`` of function ``name`` whose first line (``co_firstlineno``: the def or a decorator) is
+    ``first_line`` in ``filename``; the module itself for ``<module>``; None when the source cannot be read."""
+    source = "".join(linecache.getlines(filename))
+    if not source:
+        return None
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    if name == "<module>":
+        return tree
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+            if first_line in [node.lineno] + [d.lineno for d in node.decorator_list]:
+                return node
+    return None
+
+
+def callee_of(code: str, *, keyword: str | None = None, argument: str | None = None) -> str | None:
+    """The callee as written (``F.relu``, ``self.conv``) of the first call on ``code`` that passes ``keyword``,
+    or the name ``argument`` as a positional argument."""
+    try:
+        tree = ast.parse(code.strip())
+    except SyntaxError:
+        return None
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        if (keyword is not None and any(k.arg == keyword for k in node.keywords)) or (
+                argument is not None and any(isinstance(a, ast.Name) and a.id == argument for a in node.args)):
+            return ast.unparse(node.func)
+    return None
 
 
 def _is_plain_reference(node: ast.AST) -> bool:

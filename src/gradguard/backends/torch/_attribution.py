@@ -401,6 +401,8 @@ def uninstall(session) -> None:
             for (cls, attr), original in list(_patched.items()):
                 setattr(cls, attr, original)
             _patched.clear()
+            with _second_order._lock:
+                _second_order.entries.clear()  # a later guard starts from its own create_graph calls
 
 
 def triton_wrapped() -> bool:

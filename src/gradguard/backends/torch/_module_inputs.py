@@ -32,7 +32,7 @@ import torch
 
 from ...core._findings import Finding, SourceLocation, TensorInfo, WriteRecord
 from ...core._frames import is_plumbing, location_of
-from ...core._later_reads import Span, later_reads, position_of
+from ...core._later_reads import Span, later_reads, position_of, span_contains
 from ._backward_calls import _is_user
 
 _GRADGUARD_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -174,9 +174,7 @@ def read_of(pending: PendingRead, skip: int = 2) -> SourceLocation | None:
             span = position_of(frame)
             if span is None:
                 return None
-            from ...core._later_reads import _contains
-
-            if any(_contains(span, read) for _name, read in pending.reads):
+            if any(span_contains(span, read) for _name, read in pending.reads):
                 return location_of(frame)
             return None
         frame = frame.f_back
