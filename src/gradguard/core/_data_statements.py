@@ -22,7 +22,7 @@ import ast
 import functools
 import linecache
 
-from ._source_ast import function_node
+from ._source_ast import function_node, parse_file
 
 __all__ = ["DataStatement", "data_statements", "may_write_data"]
 
@@ -79,12 +79,10 @@ def _walk(body, found: list, filename: str) -> None:
 def may_write_data(filename: str, name: str) -> bool:
     """Whether some function ``name`` of ``filename`` has a ``.data`` write of the kind above: one dict lookup per
     saved parameter once known, so the frames are walked only in forwards that have one."""
-    source = "".join(linecache.getlines(filename))
-    if ".data" not in source:
+    if ".data" not in "".join(linecache.getlines(filename)):
         return False
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
+    tree = parse_file(filename)
+    if tree is None:
         return False
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:

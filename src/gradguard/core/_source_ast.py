@@ -11,16 +11,23 @@ import linecache
 
 from ._findings import SourceLocation
 
-__all__ = ["written_expression", "assignment_before", "call_name", "callee_of", "function_node"]
+__all__ = ["written_expression", "assignment_before", "call_name", "callee_of", "function_node", "parse_file"]
 
 
-def _statement_at(filename: str, line: int) -> ast.stmt | None:
+def parse_file(filename: str) -> ast.Module | None:
+    """The syntax tree of ``filename`` as linecache holds it, or None (no source, or not Python)."""
     source = "".join(linecache.getlines(filename))
     if not source:
         return None
     try:
-        tree = ast.parse(source)
+        return ast.parse(source)
     except SyntaxError:
+        return None
+
+
+def _statement_at(filename: str, line: int) -> ast.stmt | None:
+    tree = parse_file(filename)
+    if tree is None:
         return None
     best = None
     for node in ast.walk(tree):
@@ -35,14 +42,8 @@ def _statement_at(filename: str, line: int) -> ast.stmt | None:
 def function_node(filename: str, first_line: int, name: str) -> ast.AST | None:
     """The ``def`` of function ``name`` whose first line (``co_firstlineno``: the def or a decorator) is
     ``first_line`` in ``filename``; the module itself for ``<module>``; None when the source cannot be read."""
-    source = "".join(linecache.getlines(filename))
-    if not source:
-        return None
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return None
-    if name == "<module>":
+    tree = parse_file(filename)
+    if tree is None or name == "<module>":
         return tree
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
