@@ -1,4 +1,4 @@
-"""The benchmark model zoo: six training steps that span gradguard's cost regimes.
+"""The benchmark model zoo: seven training steps that span gradguard's cost regimes.
 
 Every workload is one full training step (zero_grad, forward, backward, ``Adam.step()``) on fixed data, so
 the hooks, the fingerprint and the write log all see the optimizer's in-place writes, exactly as in real
@@ -12,6 +12,7 @@ name               plain step   regime
 ``lstm``           ~50-150 ms   fused ``nn.LSTM`` kernel: few, large saved tensors
 ``cnn``            ~50-100 ms   conv + BatchNorm (running stats are written in place, undeclared)
 ``transformer``    ~100-300 ms  ``nn.TransformerEncoder``: many medium tensors
+``transformer_mid`` ~10 ms      2 layers, d=128, batch 8x64: ~115 saved tensors, Python dispatch is a large share
 ``gan``            ~10-20 ms    two models, two optimizers, D step then G step (the correct order)
 =================  ===========  ===========================================================================
 
@@ -226,6 +227,37 @@ def _transformer(device: str, wrap: Callable) -> Workload:
                     {"x": x, "y": target})
 
 
+class _MidEncoder(nn.Module):
+    """Issue 17's mid-size transformer: a step whose CPU time is mostly per-op work, as on a GPU."""
+
+    def __init__(self):
+        super().__init__()
+        layer = nn.TransformerEncoderLayer(d_model=128, nhead=4, dim_feedforward=512, dropout=0.1, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False)
+        self.head = nn.Linear(128, 16)
+
+    def forward(self, x):
+        return self.head(self.encoder(x))
+
+
+def _transformer_mid(device: str, wrap: Callable) -> Workload:
+    model = _MidEncoder().to(device)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    fwd = wrap(model)
+    x = torch.randn(8, 64, 128, device=device)
+    target = torch.randn(8, 64, 16, device=device)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = F.mse_loss(fwd(x), target)
+        loss.backward()
+        opt.step()
+        return loss
+
+    return Workload("transformer_mid", DESCRIPTIONS["transformer_mid"], {"model": model}, [opt], step, device,
+                    {"x": x, "y": target})
+
+
 def _gan(device: str, wrap: Callable) -> Workload:
     z_dim, data_dim = 64, 784
     G = nn.Sequential(nn.Linear(z_dim, 256), nn.ReLU(), nn.Linear(256, 512), nn.ReLU(),
@@ -266,6 +298,7 @@ DESCRIPTIONS = {
     "cnn": "4x (conv3x3 + BatchNorm + ReLU), 32-128 channels, 32x32 images, batch 32",
     "transformer": "nn.TransformerEncoder d=256, 8 heads, ff 1024, 4 layers, seq 128, batch 4, dropout 0.1",
     "gan": "MLP GAN (G 64-256-512-784, D 784-512-256-1), batch 128; D step then G step",
+    "transformer_mid": "nn.TransformerEncoder d=128, 4 heads, ff 512, 2 layers, seq 64, batch 8, dropout 0.1",
 }
 
 MODELS: dict[str, Callable[[str, Callable], Workload]] = {
@@ -275,6 +308,7 @@ MODELS: dict[str, Callable[[str, Callable], Workload]] = {
     "cnn": _cnn,
     "transformer": _transformer,
     "gan": _gan,
+    "transformer_mid": _transformer_mid,
 }
 
 
