@@ -55,6 +55,7 @@ def test_setitem_is_a_silent_write():
     assert (w.op, w.location.line, w.bumps_version, w.category) == (
         "mindspore.Tensor.__setitem__", _line("# WRITE-SETITEM"), False, "index_assign")
     assert f.rule == "index_assignment"
+    assert (f.tensor.name, f.tensor.role) == ("y", "activation")  # the variable that holds its memory
 
 
 def test_ops_assign_is_a_silent_write():

@@ -48,6 +48,7 @@ def test_builtin_version_check_is_redone_with_names_and_lines():
     assert [(w.op, w.location.line, w.bumps_version) for w in f.modified_at] == [
         ("paddle.Tensor.add_", _line("# WRITE-ADD"), True)]
     assert f.rule == "generic_inplace"
+    assert f.tensor.name == "y"  # the variable that holds its memory, as the torch backend names it
     assert paddle.is_grad_enabled()
 
 

@@ -235,6 +235,27 @@ class ProbeBase:
         self._patches = []
 
 
+def name_by_variable_memory(is_tensor: Callable, same_memory: Callable) -> str | None:
+    """The user variable (innermost user frame first, locals then globals) holding a framework tensor for which
+    ``same_memory(value)`` holds: ``y`` for a Paddle or MindSpore activation that no layer owns, as the torch
+    backend names ``out``. Error paths only: reads every user frame's variables."""
+    import sys
+
+    from ..core._frames import user_frames
+
+    for frame in user_frames(sys._getframe(1)):
+        for scope in (frame.f_locals, frame.f_globals):
+            for var, value in list(scope.items()):
+                if var.startswith("_") or not is_tensor(value):
+                    continue
+                try:
+                    if same_memory(value):
+                        return var
+                except Exception as error:  # a tensor without memory (lazy, freed): not this one
+                    log_fallback("backends", "comparing a variable's memory", error)
+    return None
+
+
 def name_by_memory(layer_type: type, children: Callable, named_tensors: Callable, same_memory: Callable):
     """(``"net.fc.weight"``, ``"parameter"`` | ``"buffer"``) of the layer tensor for which ``same_memory(value)``
     holds, or (None, None). Error paths only: scans the heap for ``layer_type`` objects (``paddle.nn.Layer``,

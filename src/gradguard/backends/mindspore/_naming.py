@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from mindspore import nn
 
-from .._adapter import name_by_memory
+from .._adapter import name_by_memory, name_by_variable_memory
 from ._adapter import memory_range
 
-__all__ = ["name_tensor"]
+__all__ = ["name_tensor", "name_by_variable"]
 
 
 def name_tensor(t) -> tuple[str | None, str | None]:
@@ -22,3 +22,15 @@ def name_tensor(t) -> tuple[str | None, str | None]:
     return name_by_memory(nn.Cell, lambda cell: cell.cells(),
                           lambda cell: (("parameter", name, p) for name, p in cell.parameters_and_names()),
                           lambda value: memory_range(value) == target)
+
+
+def name_by_variable(t) -> str | None:
+    """The user variable holding a tensor with exactly ``t``'s memory and shape (``y`` for ``y = x * 2``)."""
+    import mindspore as ms
+
+    target = memory_range(t)
+    if target is None:
+        return None
+    shape = tuple(int(s) for s in t.shape)
+    return name_by_variable_memory(lambda v: isinstance(v, ms.Tensor),
+                                   lambda v: memory_range(v) == target and tuple(int(s) for s in v.shape) == shape)

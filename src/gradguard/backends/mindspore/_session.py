@@ -37,7 +37,7 @@ from ...core._frames import LIBRARY_PATHS, user_location
 from ...core._source_ast import call_name
 from .._adapter import ProbeBase
 from ._adapter import current_mode, memory_range
-from ._naming import name_tensor
+from ._naming import name_by_variable, name_tensor
 
 __all__ = ["MindSporeGuardSession", "enrich_mindspore_error", "GraphModeNotWatched"]
 
@@ -184,6 +184,8 @@ class MindSporeGuardSession(ProbeBase):
 
     def describe(self, t) -> TensorInfo:
         name, role = name_tensor(t)
+        if name is None:
+            name = name_by_variable(t)
         return TensorInfo(shape=tuple(int(s) for s in t.shape), dtype=str(t.dtype).lower(), name=name,
                           role=role or "activation")
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import paddle
 
-from .._adapter import name_by_memory
+from .._adapter import name_by_memory, name_by_variable_memory
 from ...core._internal import log_fallback
 
-__all__ = ["name_tensor", "memory_range"]
+__all__ = ["name_tensor", "name_by_variable", "memory_range"]
 
 
 def memory_range(t) -> tuple[int, int, int] | None:
@@ -36,6 +36,16 @@ def name_tensor(t) -> tuple[str | None, str | None]:
     ptr = rng[1]
     return name_by_memory(paddle.nn.Layer, lambda layer: layer.children(), _named_tensors,
                           lambda value: value.data_ptr() == ptr)
+
+
+def name_by_variable(t) -> str | None:
+    """The user variable holding a tensor with exactly ``t``'s memory and shape (``y`` for ``y = x * 2``)."""
+    rng = memory_range(t)
+    if rng is None:
+        return None
+    shape = tuple(int(s) for s in t.shape)
+    return name_by_variable_memory(lambda v: isinstance(v, paddle.Tensor),
+                                   lambda v: memory_range(v) == rng and tuple(int(s) for s in v.shape) == shape)
 
 
 def _named_tensors(layer):

@@ -40,7 +40,7 @@ from ...core._findings import Finding, TensorInfo
 from ...core._frames import LIBRARY_PATHS, user_location
 from ...core._source_ast import call_name
 from .._adapter import ProbeBase
-from ._naming import memory_range, name_tensor
+from ._naming import memory_range, name_by_variable, name_tensor
 from ...core._internal import log_fallback
 
 __all__ = ["PaddleGuardSession", "fingerprint", "paddle_fix"]
@@ -151,6 +151,8 @@ class PaddleGuardSession(ProbeBase):
 
     def describe(self, t) -> TensorInfo:
         name, role = name_tensor(t)
+        if name is None:
+            name = name_by_variable(t)
         return TensorInfo(shape=tuple(int(s) for s in t.shape), dtype=str(t.dtype).replace("paddle.", ""),
                           device=_device(t), name=name, role=role or "tensor")
 
