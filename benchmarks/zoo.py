@@ -198,64 +198,43 @@ def _cnn(device: str, wrap: Callable) -> Workload:
 
 
 class _Encoder(nn.Module):
-    def __init__(self):
+    def __init__(self, d_model: int, nhead: int, ff: int, layers: int):
         super().__init__()
-        layer = nn.TransformerEncoderLayer(d_model=256, nhead=8, dim_feedforward=1024, dropout=0.1,
+        layer = nn.TransformerEncoderLayer(d_model=d_model, nhead=nhead, dim_feedforward=ff, dropout=0.1,
                                            batch_first=True)
-        self.encoder = nn.TransformerEncoder(layer, num_layers=4, enable_nested_tensor=False)
-        self.head = nn.Linear(256, 16)
+        self.encoder = nn.TransformerEncoder(layer, num_layers=layers, enable_nested_tensor=False)
+        self.head = nn.Linear(d_model, 16)
 
     def forward(self, x):
         return self.head(self.encoder(x))
+
+
+def _encoder_workload(name: str, device: str, wrap: Callable, *, d_model: int, nhead: int, ff: int, layers: int,
+                      batch: int, seq: int) -> Workload:
+    model = _Encoder(d_model, nhead, ff, layers).to(device)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    fwd = wrap(model)
+    x = torch.randn(batch, seq, d_model, device=device)
+    target = torch.randn(batch, seq, 16, device=device)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = F.mse_loss(fwd(x), target)
+        loss.backward()
+        opt.step()
+        return loss
+
+    return Workload(name, DESCRIPTIONS[name], {"model": model}, [opt], step, device, {"x": x, "y": target})
 
 
 def _transformer(device: str, wrap: Callable) -> Workload:
-    model = _Encoder().to(device)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
-    fwd = wrap(model)
-    x = torch.randn(4, 128, 256, device=device)
-    target = torch.randn(4, 128, 16, device=device)
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        loss = F.mse_loss(fwd(x), target)
-        loss.backward()
-        opt.step()
-        return loss
-
-    return Workload("transformer", DESCRIPTIONS["transformer"], {"model": model}, [opt], step, device,
-                    {"x": x, "y": target})
-
-
-class _MidEncoder(nn.Module):
-    """Issue 17's mid-size transformer: a step whose CPU time is mostly per-op work, as on a GPU."""
-
-    def __init__(self):
-        super().__init__()
-        layer = nn.TransformerEncoderLayer(d_model=128, nhead=4, dim_feedforward=512, dropout=0.1, batch_first=True)
-        self.encoder = nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False)
-        self.head = nn.Linear(128, 16)
-
-    def forward(self, x):
-        return self.head(self.encoder(x))
+    return _encoder_workload("transformer", device, wrap, d_model=256, nhead=8, ff=1024, layers=4, batch=4, seq=128)
 
 
 def _transformer_mid(device: str, wrap: Callable) -> Workload:
-    model = _MidEncoder().to(device)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
-    fwd = wrap(model)
-    x = torch.randn(8, 64, 128, device=device)
-    target = torch.randn(8, 64, 16, device=device)
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        loss = F.mse_loss(fwd(x), target)
-        loss.backward()
-        opt.step()
-        return loss
-
-    return Workload("transformer_mid", DESCRIPTIONS["transformer_mid"], {"model": model}, [opt], step, device,
-                    {"x": x, "y": target})
+    """Issue 17's mid-size transformer: a step whose CPU time is mostly per-op work, as on a GPU."""
+    return _encoder_workload("transformer_mid", device, wrap, d_model=128, nhead=4, ff=512, layers=2, batch=8,
+                             seq=64)
 
 
 def _gan(device: str, wrap: Callable) -> Workload:

@@ -235,21 +235,25 @@ class ProbeBase:
         self._patches = []
 
 
-def name_by_variable_memory(is_tensor: Callable, same_memory: Callable) -> str | None:
-    """The user variable (innermost user frame first, locals then globals) holding a framework tensor for which
-    ``same_memory(value)`` holds: ``y`` for a Paddle or MindSpore activation that no layer owns, as the torch
-    backend names ``out``. Error paths only: reads every user frame's variables."""
+def name_by_variable_memory(t, tensor_type: type, memory_range: Callable) -> str | None:
+    """The user variable (innermost user frame first, locals then globals) holding a ``tensor_type`` with exactly
+    ``t``'s memory (``memory_range``) and shape: ``y`` for a Paddle or MindSpore activation that no layer owns, as
+    the torch backend names ``out``. Error paths only: reads every user frame's variables."""
     import sys
 
     from ..core._frames import user_frames
 
+    target = memory_range(t)
+    if target is None:
+        return None
+    shape = tuple(int(s) for s in t.shape)
     for frame in user_frames(sys._getframe(1)):
         for scope in (frame.f_locals, frame.f_globals):
             for var, value in list(scope.items()):
-                if var.startswith("_") or not is_tensor(value):
+                if var.startswith("_") or not isinstance(value, tensor_type):
                     continue
                 try:
-                    if same_memory(value):
+                    if memory_range(value) == target and tuple(int(s) for s in value.shape) == shape:
                         return var
                 except Exception as error:  # a tensor without memory (lazy, freed): not this one
                     log_fallback("backends", "comparing a variable's memory", error)

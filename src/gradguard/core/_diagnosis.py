@@ -445,7 +445,7 @@ def _hook_writes_shared_grad(f: Finding, _) -> Verdict:
 def _module_writes_caller_input(f: Finding, _) -> Verdict:
     name, module = f.tensor.name or "the input", f.context.get("module") or "a module"
     write = f.modified_at[0] if f.modified_at else None
-    call, read = _location_from(f.context.get("call")), _location_from(f.context.get("read"))
+    call, read = SourceLocation.from_dict(f.context.get("call")), SourceLocation.from_dict(f.context.get("read"))
     inplace = _inplace_rules._INPLACE_MODULE.search(module)
     sites = []
     if inplace is not None:
@@ -483,15 +483,10 @@ def _module_writes_caller_input(f: Finding, _) -> Verdict:
     return Verdict("module_writes_caller_input", why, suggestion, fixes)
 
 
-def _location_from(data) -> SourceLocation | None:
-    if not data or not data.get("file"):
-        return None
-    return SourceLocation(data["file"], data["line"], data.get("function") or "", data.get("code") or "")
-
-
 def _inner_update_dropped(f: Finding, _) -> Verdict:
     name = f.tensor.name or "the parameter"
-    grad_at, backward_at = _location_from(f.context.get("gradient_at")), _location_from(f.context.get("backward_at"))
+    grad_at = SourceLocation.from_dict(f.context.get("gradient_at"))
+    backward_at = SourceLocation.from_dict(f.context.get("backward_at"))
     write = f.modified_at[0] if f.modified_at else None
     at = f" at {write.location.short} (`{write.location.code}`)" if write is not None and write.location else ""
     return Verdict(
@@ -514,7 +509,7 @@ def _data_in_forward(f: Finding, _) -> Verdict:
     target = f.context.get("target") or f.tensor.name or "the parameter"
     module = f.context.get("module") or "the module"
     write = f.modified_at[0] if f.modified_at else None
-    used = _location_from(f.context.get("used_at"))
+    used = SourceLocation.from_dict(f.context.get("used_at"))
     where = f"`{write.location.code}` at {write.location.short}" if write is not None and write.location else \
         "A `.data` write"
     return Verdict(

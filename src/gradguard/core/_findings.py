@@ -63,6 +63,13 @@ class SourceLocation:
     def to_dict(self) -> dict[str, Any]:
         return {"file": self.file, "line": self.line, "function": self.function, "code": self.code}
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> "SourceLocation | None":
+        """Inverse of :meth:`to_dict`; None for no location (a missing dict or file)."""
+        if not data or not data.get("file"):
+            return None
+        return cls(data["file"], data["line"], data.get("function") or "", data.get("code") or "")
+
 
 def display_path(path: str) -> str:
     """Paths relative to the working directory when below it, so messages stay short and stable."""
@@ -193,10 +200,7 @@ class Finding:
     def from_dict(cls, data: dict[str, Any]) -> "Finding":
         """Inverse of :meth:`to_dict` (used to bring a finding back from a re-run in another process)."""
 
-        def location(d):
-            return SourceLocation(d["file"], d["line"], d.get("function") or "", d.get("code") or "") if d.get(
-                "file"
-            ) else None
+        location = SourceLocation.from_dict
 
         t = data["tensor"]
         tensor = TensorInfo(tuple(t["shape"]), t["dtype"], t.get("device", "cpu"), t.get("name"), t.get("role", "tensor"),

@@ -18,7 +18,7 @@ from typing import Callable
 from ._findings import SourceLocation
 
 __all__ = ["LibraryPaths", "user_location", "user_location_and_caller", "location_of", "caller_context", "CallerContext", "LIBRARY_PATHS", "user_variable_names", "user_frames", "innermost_user_entry",
-           "is_plumbing"]
+           "is_plumbing", "is_gradguard_file"]
 
 _GRADGUARD_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -119,6 +119,11 @@ _PLUMBING = ("/_dynamo/", "/utils/_python_dispatch.py", "/_ops.py", "/overrides.
              "/utils/_contextlib.py", "/optim/optimizer.py", "/nn/modules/module.py")
 
 
+def is_gradguard_file(filename: str) -> bool:
+    """A file of gradguard itself (its frames are never the user's, nor the library call the user made)."""
+    return filename.startswith(_GRADGUARD_DIR)
+
+
 def is_plumbing(filename: str) -> bool:
     """A dispatch or compile wrapper's file (never the frame that matters to the user)."""
     filename = filename.replace(os.sep, "/")
@@ -154,7 +159,7 @@ def caller_context(
         filename = frame.f_code.co_filename
         if not is_library(filename):
             return CallerContext(_location(frame), innermost_lib, owner)
-        if not filename.startswith(_GRADGUARD_DIR) and not _is_plumbing(filename):
+        if not is_gradguard_file(filename) and not _is_plumbing(filename):
             if innermost_lib is None:
                 innermost_lib = f"{_short_library_path(filename)}:{frame.f_lineno} in {frame.f_code.co_name}"
             if owner_filter is not None:

@@ -6,7 +6,7 @@ Like the torch and Paddle backends (:func:`gradguard.backends._adapter.name_by_m
 
 from __future__ import annotations
 
-from mindspore import nn
+from mindspore import Tensor, nn
 
 from .._adapter import name_by_memory, name_by_variable_memory
 from ._adapter import memory_range
@@ -26,11 +26,4 @@ def name_tensor(t) -> tuple[str | None, str | None]:
 
 def name_by_variable(t) -> str | None:
     """The user variable holding a tensor with exactly ``t``'s memory and shape (``y`` for ``y = x * 2``)."""
-    import mindspore as ms
-
-    target = memory_range(t)
-    if target is None:
-        return None
-    shape = tuple(int(s) for s in t.shape)
-    return name_by_variable_memory(lambda v: isinstance(v, ms.Tensor),
-                                   lambda v: memory_range(v) == target and tuple(int(s) for s in v.shape) == shape)
+    return name_by_variable_memory(t, Tensor, memory_range)

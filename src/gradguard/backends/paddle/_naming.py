@@ -40,12 +40,7 @@ def name_tensor(t) -> tuple[str | None, str | None]:
 
 def name_by_variable(t) -> str | None:
     """The user variable holding a tensor with exactly ``t``'s memory and shape (``y`` for ``y = x * 2``)."""
-    rng = memory_range(t)
-    if rng is None:
-        return None
-    shape = tuple(int(s) for s in t.shape)
-    return name_by_variable_memory(lambda v: isinstance(v, paddle.Tensor),
-                                   lambda v: memory_range(v) == rng and tuple(int(s) for s in v.shape) == shape)
+    return name_by_variable_memory(t, paddle.Tensor, memory_range)
 
 
 def _named_tensors(layer):

@@ -23,7 +23,6 @@ Two halves, both in the write log's dispatch mode (forensic mode):
 
 from __future__ import annotations
 
-import os
 import sys
 import weakref
 from dataclasses import dataclass
@@ -31,11 +30,9 @@ from dataclasses import dataclass
 import torch
 
 from ...core._findings import Finding, SourceLocation, TensorInfo, WriteRecord
-from ...core._frames import is_plumbing, location_of
+from ...core._frames import is_gradguard_file, is_plumbing, location_of
 from ...core._later_reads import Span, later_reads, position_of, span_contains
 from ._backward_calls import _is_user
-
-_GRADGUARD_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 __all__ = ["PendingRead", "MAX_PENDING", "written_input", "read_of", "finding"]
 
@@ -65,10 +62,7 @@ class PendingRead:
     code: object
     names: tuple[str, ...]
     reads: tuple[tuple[str, Span], ...]
-    version: int  # the tensor's version once the write is done
-    write: WriteRecord
-    call: SourceLocation
-    module: str  # "self.conv" (as called) + " (ReLU(inplace=True))" for the module that wrote
+    write: WriteRecord  # location: the caller's call of the module; via: "self.conv.0 (ReLU(inplace=True))"
     producer: str | None  # the tensor's grad_fn before the write
     rank: tuple[int, int] | None  # the writer is the k-th of n modules of its class with inplace=True in the call
 
@@ -126,7 +120,7 @@ def written_input(func, target: torch.Tensor, skip: int = 2) -> PendingRead | No
         frame = sys._getframe(skip)
     except ValueError:
         return None
-    while frame is not None and (frame.f_code.co_filename.startswith(_GRADGUARD_DIR)
+    while frame is not None and (is_gradguard_file(frame.f_code.co_filename)
                                  or is_plumbing(frame.f_code.co_filename)):
         frame = frame.f_back  # gradguard's mode, and torch's Dynamo-disable wrapper around it
     if frame is None or not _binds(frame, target):
@@ -153,10 +147,9 @@ def written_input(func, target: torch.Tensor, skip: int = 2) -> PendingRead | No
                     via = _module_text(outer, inner, _called_text(frame, span))
                     write = WriteRecord(op=func.name().replace("::", "."), location=call, via=via,
                                         category="module_input")
-                    version = target._version + 1  # the write's own bump comes after the dispatch mode returns
                     producer = target.grad_fn.name() if target.grad_fn is not None else None
-                    return PendingRead(weakref.ref(target), id(frame), code, names, reads, version, write, call, via,
-                                       producer, _rank(outer, inner))
+                    return PendingRead(weakref.ref(target), id(frame), code, names, reads, write, producer,
+                                       _rank(outer, inner))
         frame = frame.f_back
     return None
 
@@ -182,15 +175,15 @@ def read_of(pending: PendingRead, skip: int = 2) -> SourceLocation | None:
 
 
 def finding(pending: PendingRead, t: torch.Tensor, read: SourceLocation) -> Finding:
-    name = pending.names[0]
+    name, module, call = pending.names[0], pending.write.via, pending.write.location
     info = TensorInfo(shape=tuple(t.shape), dtype=str(t.dtype).replace("torch.", ""), device=str(t.device),
                       name=name, role="activation" if pending.producer else "leaf", producer=pending.producer)
-    display = [("write", f"{pending.module} wrote into `{name}` in place, called at {pending.call.short}"),
+    display = [("write", f"{module} wrote into `{name}` in place, called at {call.short}"),
                ("read", f"`{name}` read again at {read.short}")]
     return Finding(
         kind="module_input_write",
         tensor=info,
         modified_at=[pending.write],
-        context={"name": name, "module": pending.module, "call": pending.call.to_dict(), "read": read.to_dict(),
+        context={"name": name, "module": module, "call": call.to_dict(), "read": read.to_dict(),
                  "module_rank": list(pending.rank) if pending.rank else None, "display": display},
     )

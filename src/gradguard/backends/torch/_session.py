@@ -334,19 +334,21 @@ class TorchGuardSession:
         run's finding; there it is recorded and the program goes on to reach that finding (NOTE [The re-run
         looks for one finding])."""
         if os.environ.get(RERUN_ENV):
-            finding = diagnose_or_fallback(lambda: diagnose(finding), kind=finding.kind, shape=finding.tensor.shape,
-                                           dtype=finding.tensor.dtype, backend="torch")
-            with self._lock:
-                self.findings.append(finding)
+            self._keep(finding)
             return
         self.raise_finding(finding)
 
-    def raise_finding(self, finding: Finding):
-        """Diagnose and raise a finding built by a boundary check (_function_hygiene.py)."""
+    def _keep(self, finding: Finding) -> Finding:
+        """Diagnose a finding built by a boundary check and add it to this session's findings."""
         finding = diagnose_or_fallback(lambda: diagnose(finding), kind=finding.kind, shape=finding.tensor.shape,
                                        dtype=finding.tensor.dtype, backend="torch")
         with self._lock:
             self.findings.append(finding)
+        return finding
+
+    def raise_finding(self, finding: Finding):
+        """Diagnose and raise a finding built by a boundary check (_function_hygiene.py)."""
+        finding = self._keep(finding)
         error = error_for(finding.kind)(finding)
         error.findings = [finding]
         raise error
