@@ -227,12 +227,16 @@ class ProbeBase:
         setattr(owner, name, wrapper)
 
     def _unpatch_all(self) -> None:
-        for owner, name, original in reversed(self._patches):
+        self._unpatch(self._patches)
+        self._patches = []
+
+    @staticmethod
+    def _unpatch(patches: list) -> None:
+        for owner, name, original in reversed(patches):
             if original is None:
                 delattr(owner, name)
             else:
                 setattr(owner, name, original)
-        self._patches = []
 
 
 def name_by_variable_memory(t, tensor_type: type, memory_range: Callable) -> str | None:

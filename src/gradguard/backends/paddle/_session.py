@@ -96,6 +96,8 @@ class PaddleGuardSession(ProbeBase):
     def __init__(self, *, fingerprint: str = "full", track_writes: bool = True, bisect: bool = False):
         super().__init__(fingerprint=fingerprint, track_writes=track_writes, bisect=bisect)
         self._outer: PaddleGuardSession | None = None
+        self._writes_on = False
+        self._lent: list = []  # write patches made on the outer session for this inner one (undone at exit)
 
     @property
     def findings(self) -> list[Finding]:
@@ -104,7 +106,15 @@ class PaddleGuardSession(ProbeBase):
     # -- lifecycle -----------------------------------------------------------------------------
     def enter(self) -> None:
         if _active:  # Paddle cannot nest hooks: join the outer session
-            self._outer = _active[-1]
+            outer = self._outer = _active[-1]
+            if self.track_writes and not outer._writes_on:
+                # NOTE [Nested write log]: `gradguard run` (sentinel, no write log) around a script's own
+                # `guard()` (forensic): the inner guard asks for the write log, so the outer session logs
+                # writes while the inner one is open, as torch's nested guard does.
+                mark = len(outer._patches)
+                outer._patch_writes()
+                outer._writes_on = outer.engine.track_writes = True
+                self._lent, outer._patches[mark:] = outer._patches[mark:], []
             return
         self._hooks = paddle.autograd.saved_tensors_hooks(self._pack, self._unpack)
         self._hooks.__enter__()
@@ -113,6 +123,7 @@ class PaddleGuardSession(ProbeBase):
             self._patch_backward()
             if self.track_writes:
                 self._patch_writes()
+                self._writes_on = True
             self.engine.start(skip=3)
         except BaseException:
             self.exit()
@@ -120,6 +131,10 @@ class PaddleGuardSession(ProbeBase):
 
     def exit(self) -> None:
         if self._outer is not None:
+            if self._lent:
+                self._outer._unpatch(self._lent)
+                self._outer._writes_on = self._outer.engine.track_writes = False
+                self._lent = []
             return
         self._unpatch_all()
         if self._hooks is not None:
