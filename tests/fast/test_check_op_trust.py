@@ -233,3 +233,26 @@ def test_a_regime_the_reference_handles_and_the_op_crashes_on_is_a_failure():
     # without a reference the op may simply not support it: a warning, not a failure
     loose = gradguard.check_op(_CrashesOnWeightOnly.apply, x, w, regimes=["grad_subset"])
     assert loose.passed and [f.check for f in loose.warnings] == ["regime.grad_subset"], str(loose)
+
+
+class _MissingTerm(torch.autograd.Function):
+    """x * sin(x) in float64 with a backward that forgets x * cos(x)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * torch.sin(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * torch.sin(x)
+
+
+def test_a_wrong_float64_backward_is_not_taken_for_lower_precision():
+    # the precision probe used to predict the output's move from the op's own (wrong) backward, and so called a
+    # float64 op "partly float32" and judged it with float32 tolerances
+    report = gradguard.check_op(_MissingTerm.apply, torch.randn(3, 4, dtype=torch.float64, generator=_g(0)))
+    assert report.root_cause.check == "gradient.numerical"
+    assert report.root_cause.message.endswith("disagrees with central differences (full Jacobian)")
+    assert not [n for n in report.notes if "float32" in n], report.notes

@@ -1,7 +1,8 @@
 """Op audits: ``check_op`` checks a custom op's gradients, regimes, mutations, aliasing and composition.
 
-Framework-specific code lives in one adapter (``_torch_ops.TorchBackend``); everything else works on
-float64 numpy arrays.
+One engine (``_audit``) for every framework; framework-specific code lives in one adapter per framework
+(``_torch_ops.TorchBackend``, ``gradguard.backends.paddle._check``, ``gradguard.backends.mindspore._check``; see
+NOTE [One audit engine] in ``_adapter_base``); everything else works on float64 numpy arrays.
 """
 
 from __future__ import annotations
@@ -25,17 +26,15 @@ def check_op(fn: Callable, *inputs: Any, reference: Callable | None = None, **op
     ``reference_factor``, ``shrink``, ``name``.
     """
     backend = options.pop("backend", "auto")
-    if backend != "torch":  # PaddlePaddle / MindSpore: their own audits (gradguard.backends.<name>.check_op)
+    if backend != "torch":  # PaddlePaddle / MindSpore: the same engine with their adapters
         from ..backends import detect_backend, resolve_backend
 
         name = resolve_backend(backend, [fn, *inputs]) if backend != "auto" else detect_backend([fn, *inputs])
         if name in ("paddle", "mindspore"):
             import importlib
 
-            # reference= travels with the other options: a backend that cannot honour one says so (never drops it)
-            if reference is not None:
-                options["reference"] = reference
-            return importlib.import_module(f"gradguard.backends.{name}").check_op(fn, *inputs, **options)
+            return importlib.import_module(f"gradguard.backends.{name}").check_op(fn, *inputs, reference=reference,
+                                                                                   **options)
     from ._audit import run_check_op
     from ._torch_ops import TORCH
 

@@ -20,8 +20,9 @@
 # every output and gradient is still exactly a float32 (or float16/bfloat16) value, the op computes in that
 # precision and every float64 check uses its tolerances (finite differences with a larger step). An op that does
 # only part of its math in float32 (Liger-Kernel's and TransformerEngine's cross entropies: float64 in, the
-# normaliser in float32) passes that test; its float64 outputs then miss part of the 2^-40 step that its own
-# backward predicts, which is the second test (``_blind_to_float64_steps``).
+# normaliser in float32) passes that test; its float64 outputs then miss part of the 2^-40 step that the same
+# step made 2^28 times longer (which float32 resolves) shows, which is the second test (``_blind_to_float64_steps``;
+# the op's forward only, so a wrong backward is never taken for lower precision).
 # When the op cannot run in float64 at all (forward or backward rejects it), the checks run in the op's
 # own dtype; with a reference, tolerances come from the reference's own error against its float64 run.
 #
@@ -161,7 +162,7 @@ class _Audit:
         raise InvalidArgument(
             f"check_op: {who} returned no differentiable tensor output (got {got}). check_op audits gradients, so "
             f"{who} must return at least one floating-point tensor computed from its inputs with autograd on; "
-            f"did it detach its result or run under torch.no_grad()?"
+            f"did it detach its result or run under {self.B.no_grad_hint}?"
         )
 
     def _check_reference_outputs(self, lin, lin_r):
@@ -265,23 +266,37 @@ class _Audit:
     def _blind_to_float64_steps(self, run: _Run, args, jittered, lin_jittered) -> bool:
         """Whether the float64 outputs miss part of a step no float32 can hold (NOTE [Effective precision]).
 
-        The step from the given float64 inputs to the jittered ones is ~2^-40 relative: a float64 op answers it
-        with <u, f(x_j) - f(x)> = <J^T u, x_j - x> up to rounding (~1e-4 relative at this size); an op that
-        rounds its inputs to float32 for part of its math does not see that part move at all. The given run's
-        float64 outputs and VJPs are the base: nothing is run again.
+        The step from the given float64 inputs to the jittered ones is ~2^-40 relative; the same step made
+        2^28 times longer (~2^-12, which float32 does resolve) is the yardstick: a float64 op moves its outputs
+        along <u, f(x + s) - f(x)> in proportion, up to rounding (~1e-4 relative at the short step) and
+        curvature (~1e-4 at the long one); an op that rounds its inputs to float32 for part of its math does
+        not see that part of the short step at all. Only the op's forward is used: a wrong backward (which the
+        gradient checks report) must not pass for lower precision.
         """
         base = self._to64(args)
+        stretch = 2.0**28
+        longer = list(base)
+        step = {}
+        for i in self.wrt:
+            x0 = self.B.to_numpy(base[i])
+            step[i] = self.B.to_numpy(jittered[i]) - x0
+            longer[i] = self.B.with_values(base[i], x0 + stretch * step[i])
+        try:
+            lin_long = self.B.linearize(self.fn, longer, self.kwargs, self.wrt)
+        except OpRaised:
+            return False
         outputs = [np.asarray(o, dtype=np.float64) for o in run.lin_64.outputs]
-        jittered_outputs = [np.asarray(o, dtype=np.float64) for o in lin_jittered.outputs]
-        moved = [o1 - o0 for o0, o1 in zip(outputs, jittered_outputs)]
-        step = [self.B.to_numpy(jittered[i]) - self.B.to_numpy(base[i]) for i in self.wrt]
+        short = [np.asarray(o, dtype=np.float64) - o0 for o0, o in zip(outputs, lin_jittered.outputs)]
+        long = [np.asarray(o, dtype=np.float64) - o0 for o0, o in zip(outputs, lin_long.outputs)]
+        if [np.shape(o) for o in long] != [np.shape(o) for o in outputs]:
+            return False
         worst = 0.0
-        for u, grads in zip(run.U, run.g_64):
-            grads = [np.asarray(g, dtype=np.float64) for g in grads]
-            seen, predicted, scale = num.dot(u, moved), num.dot(grads, step), num.absdot(grads, step)
+        for u in run.U:
+            seen, predicted = num.dot(u, short), num.dot(u, long) / stretch
+            scale = num.absdot(u, long) / stretch
             if not (np.isfinite(seen) and np.isfinite(predicted)) or scale < 1e-200:
                 return False
-            rounding = 64 * num.EPS64 * (num.absdot(u, outputs) + num.absdot(u, jittered_outputs))
+            rounding = 64 * num.EPS64 * (num.absdot(u, outputs) + num.absdot(u, lin_jittered.outputs))
             worst = max(worst, (abs(seen - predicted) - rounding) / scale)
         return worst > 1e-2
 
@@ -789,11 +804,25 @@ class _Audit:
                     f.repro = text
                 self.findings += base.failures
 
+        # NOTE [What a backend cannot check]: an adapter lists the check groups and regimes its framework has no
+        # means for (``unsupported``: name -> why); they are reported as skipped with that reason, never as passed.
+        unsupported = getattr(self.B, "unsupported", {})
+        for group in sorted(groups & set(unsupported)):
+            self.checks.append(CheckResult(group, "given", "skip", unsupported[group]))
+        groups -= set(unsupported)
+
         if "mutation" in groups or "aliasing" in groups:
             found, checks = audit_mutation(self.B, self.fn, self.args, self.kwargs, self.wrt, self.names, base.U[0])
             keep = lambda c: c.split(".")[0] in groups
             self.findings += [f for f in found if keep(f.check)]
             self.checks += [c for c in checks if keep(c.check)]
+
+        # framework-specific checks (Paddle's unchecked PyLayer saved tensors, MindSpore's bprop and graph mode)
+        for framework_check in getattr(self.B, "framework_checks", ()):
+            found, checks, notes = framework_check(self, base)
+            self.findings += found
+            self.checks += checks
+            self.notes += notes
 
         if "mutation" in groups and self.B.name == "torch":
             from ._opcheck import audit_opcheck, is_library_op
@@ -814,7 +843,11 @@ class _Audit:
             self.checks += checks
 
         if "regime" in groups:
-            regimes, skipped = build_regimes(self.B, self.args, self.wrt, self.kwargs, self.defaults, set(self.opts["regimes"]), self.names)
+            selected = set(self.opts["regimes"])
+            for name in sorted(selected & set(unsupported)):
+                self.checks.append(CheckResult(f"regime.{name}", name, "skip", unsupported[name]))
+            regimes, skipped = build_regimes(self.B, self.args, self.wrt, self.kwargs, self.defaults,
+                                             selected - set(unsupported), self.names)
             for name, why in skipped.items():
                 self.checks.append(CheckResult(f"regime.{name}", name, "skip", why))
             given_s = time.perf_counter() - t0
@@ -855,7 +888,7 @@ class _Audit:
     def _report(self, t0: float) -> OpReport:
         report = OpReport(
             op=self.opts["name"] or self.B.op_name(self.fn),
-            backend=self.B.name,
+            backend=getattr(self.B, "label", self.B.name),
             inputs=[f"{n}: {self.B.describe(a)}{' (differentiated)' if i in self.wrt else ''}" for i, (n, a) in enumerate(zip(self.names, self.args))],
             reference=self.B.op_name(self.reference) if self.reference is not None else None,
             findings=verdict_order(self.findings),

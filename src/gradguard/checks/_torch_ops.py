@@ -2,35 +2,26 @@
 
 # NOTE [Backend adapter]
 # The audit itself (``_audit``, ``_numerical``, ``_regimes``, ``_mutation``, ``_composition``) does its
-# arithmetic in float64 numpy and talks to the framework only through an object with the methods below.
-# A Paddle or MindSpore ``check_op`` needs one more class with the same methods (``linearize``,
-# ``forward64``, ``to_numpy``, ``from_numpy``, ``fingerprint``, ``version``, layout copies, producers) and
-# nothing else. Keep framework calls out of the other modules.
+# arithmetic in float64 numpy and talks to the framework only through an object with the methods below
+# (see NOTE [One audit engine] in ``_adapter_base``; Paddle's and MindSpore's adapters live in their
+# backend folders). Keep framework calls out of the other modules.
 """
 
 from __future__ import annotations
 
 import contextlib
-import inspect
-from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
 import xxhash
 
+from ._adapter_base import AdapterBase, Linearization, flatten_outputs
 from ._op_raised import NO_GRAD_FORWARD, OpRaised
 
-__all__ = ["TorchBackend", "Linearization", "TORCH", "SMALL_INPUT_NUMEL"]
+__all__ = ["TorchBackend", "TORCH", "SMALL_INPUT_NUMEL"]
 
 SMALL_INPUT_NUMEL = 1 << 16
-
-_FLOAT_EPS = {
-    "float64": float(torch.finfo(torch.float64).eps),
-    "float32": float(torch.finfo(torch.float32).eps),
-    "float16": float(torch.finfo(torch.float16).eps),
-    "bfloat16": float(torch.finfo(torch.bfloat16).eps),
-}
 
 
 def _np_tensor(arr) -> torch.Tensor:
@@ -46,58 +37,11 @@ def _np_tensor(arr) -> torch.Tensor:
     return torch.from_numpy(arr).reshape(arr.shape)
 
 
-def _flatten(obj: Any, path: str, out: list[tuple[str, Any]]) -> None:
-    if isinstance(obj, torch.Tensor):
-        out.append((path, obj))
-    elif isinstance(obj, (tuple, list)):
-        fields = getattr(obj, "_fields", None)
-        for i, item in enumerate(obj):
-            _flatten(item, f"{path}.{fields[i]}" if fields else f"{path}[{i}]", out)
-    elif isinstance(obj, dict):
-        for key, item in obj.items():
-            _flatten(item, f"{path}[{key!r}]", out)
-    elif hasattr(obj, "__dataclass_fields__"):
-        for key in obj.__dataclass_fields__:
-            _flatten(getattr(obj, key), f"{path}.{key}", out)
-
-
-@dataclass
-class Linearization:
-    """One forward pass with its graph kept alive: outputs as float64 numpy, and a pullback (VJP)."""
-
-    outputs: list[np.ndarray]  # differentiable outputs, float64 copies
-    out_names: list[str]
-    out_dtypes: list[str]
-    out_tensors: list[torch.Tensor]
-    all_outputs: list[tuple[str, torch.Tensor]]
-    leaves: list[torch.Tensor]  # the differentiable inputs as fed to fn (fresh copies)
-    args: list[Any]  # every argument as fed to fn
-
-    def pullback(self, cotangents: Sequence[np.ndarray]) -> list[np.ndarray]:
-        """Gradients of the differentiable inputs for one cotangent per differentiable output (float64 numpy)."""
-        grads = self.pullback_tensors(cotangents)
-        return [TORCH.to_numpy(g) for g in grads]
-
-    def pullback_tensors(self, cotangents: Sequence[np.ndarray], cot_tensors: list | None = None) -> list[torch.Tensor]:
-        cots = cot_tensors if cot_tensors is not None else self.cotangent_tensors(cotangents)
-        try:
-            with torch.enable_grad():
-                grads = torch.autograd.grad(self.out_tensors, self.leaves, cots, retain_graph=True, allow_unused=True)
-        except Exception as exc:
-            raise OpRaised("backward", exc, self.out_dtypes[0] if self.out_dtypes else None) from exc
-        return [torch.zeros_like(leaf) if g is None else g for leaf, g in zip(self.leaves, grads)]
-
-    def cotangent_tensors(self, cotangents: Sequence[np.ndarray]) -> list[torch.Tensor]:
-        return [
-            _np_tensor(c).to(dtype=o.dtype, device=o.device)
-            for c, o in zip(cotangents, self.out_tensors)
-        ]
-
-
-class TorchBackend:
+class TorchBackend(AdapterBase):
     """The PyTorch side of ``check_op``."""
 
     name = "torch"
+    no_grad_hint = "torch.no_grad()"
     tensor_type = torch.Tensor
     tensor_type_name = "torch.Tensor"
 
@@ -124,20 +68,8 @@ class TorchBackend:
     def numel(self, t: torch.Tensor) -> int:
         return int(t.numel())
 
-    def ndim(self, t: torch.Tensor) -> int:
-        return int(t.dim())
-
-    def eps(self, dtype_name: str) -> float:
-        return _FLOAT_EPS.get(dtype_name, _FLOAT_EPS["float32"])
-
     def requires_grad(self, t: torch.Tensor) -> bool:
         return bool(t.requires_grad)
-
-    def describe(self, t: Any) -> str:
-        if not isinstance(t, torch.Tensor):  # a pass-through argument (scalar, None, tuple ...)
-            text = repr(t)
-            return f"{type(t).__name__} {text if len(text) <= 40 else text[:37] + '...'}"
-        return f"{self.dtype_name(t)}[{', '.join(map(str, t.shape))}]"
 
     def code_dtype(self, dtype_name: str) -> str:
         return f"torch.{dtype_name}"
@@ -172,11 +104,7 @@ class TorchBackend:
 
     # ---- running the op -----------------------------------------------------------------------------
     def outputs(self, result: Any) -> list[tuple[str, torch.Tensor]]:
-        out: list[tuple[str, torch.Tensor]] = []
-        _flatten(result, "output", out)
-        if len(out) == 1:
-            out = [("output", out[0][1])]
-        return out
+        return flatten_outputs(result, self.is_tensor)
 
     def prepare(self, args: Sequence[Any], wrt: Sequence[int]) -> tuple[list[Any], list[torch.Tensor]]:
         """Fresh copies of ``args`` (the user's tensors are never fed to the op) and the leaves among them."""
@@ -200,6 +128,7 @@ class TorchBackend:
         all_outs = self.outputs(result)
         diff = [(n, o) for n, o in all_outs if o.requires_grad and (o.dtype.is_floating_point or o.dtype.is_complex)]
         return Linearization(
+            backend=self,
             outputs=[self.to_numpy(o) for _, o in diff],
             out_names=[n for n, _ in diff],
             out_dtypes=[self.dtype_name(o) for _, o in diff],
@@ -219,13 +148,13 @@ class TorchBackend:
             raise OpRaised(NO_GRAD_FORWARD, exc, self._float_dtypes(fed)) from exc
         return [self.to_numpy(outs[n]) for n in out_names]
 
-    def _float_dtypes(self, fed) -> str | None:
-        """The floating dtypes fn was fed, for an OpRaised message ("float32, float64")."""
-        return ", ".join(sorted({self.dtype_name(a) for a in fed if isinstance(a, torch.Tensor) and a.is_floating_point()})) or None
-
-    def with_values(self, t: torch.Tensor, values: np.ndarray, dtype_name: str | None = None) -> torch.Tensor:
-        """A tensor like ``t`` (dtype, device) holding ``values``."""
-        return self.from_numpy(values.reshape(tuple(t.shape)) if values.size == t.numel() else values, t, dtype_name)
+    def vjp_tensors(self, lin: Linearization, cots: list[torch.Tensor]) -> list[torch.Tensor]:
+        try:
+            with torch.enable_grad():
+                grads = torch.autograd.grad(lin.out_tensors, lin.leaves, cots, retain_graph=True, allow_unused=True)
+        except Exception as exc:
+            raise OpRaised("backward", exc, lin.out_dtypes[0] if lin.out_dtypes else None) from exc
+        return [torch.zeros_like(leaf) if g is None else g for leaf, g in zip(lin.leaves, grads)]
 
     # ---- mutation and aliasing ----------------------------------------------------------------------
     def version(self, t: torch.Tensor) -> int:
@@ -292,17 +221,7 @@ class TorchBackend:
 
     def literal(self, t: torch.Tensor) -> str:
         """Python source that rebuilds ``t`` exactly (for small tensors)."""
-        values = self.to_numpy(t)
-        if self.kind(t) == "float":
-            if t.dtype == torch.float64:
-                fmt = lambda v: repr(float(v))
-            else:  # shortest float32 text that round-trips (exact for float16/bfloat16 values too)
-                fmt = lambda v: np.format_float_positional(np.float32(v), unique=True, trim="0")
-        else:
-            fmt = lambda v: str(int(v))
-        body = np.array2string(values, separator=", ", threshold=10**6, max_line_width=96,
-                               formatter={"all": fmt})
-        return f"torch.tensor({body}, dtype=torch.{self.dtype_name(t)})"
+        return f"torch.tensor({self.literal_values(t, t.dtype == torch.float64)}, dtype=torch.{self.dtype_name(t)})"
 
     def grad_of(self, outputs: list[torch.Tensor], leaf: torch.Tensor, cot_tensors: list[torch.Tensor]) -> np.ndarray:
         with torch.enable_grad():
@@ -329,28 +248,6 @@ class TorchBackend:
                 torch.set_num_threads(before)
 
     # ---- introspection ------------------------------------------------------------------------------
-    def signature_defaults(self, fn: Callable) -> dict[str, Any]:
-        try:
-            sig = inspect.signature(fn)
-        except (TypeError, ValueError):
-            return {}
-        return {k: p.default for k, p in sig.parameters.items() if p.default is not inspect.Parameter.empty}
-
-    def parameter_names(self, fn: Callable, n: int) -> list[str]:
-        try:
-            params = list(inspect.signature(fn).parameters.values())
-        except (TypeError, ValueError):
-            params = []
-        names = []
-        for i in range(n):
-            if i < len(params) and params[i].kind in (params[i].POSITIONAL_ONLY, params[i].POSITIONAL_OR_KEYWORD):
-                names.append(params[i].name)
-            else:
-                names.append(f"inputs[{i}]")
-        if len(set(names)) != len(names):
-            names = [f"inputs[{i}]" for i in range(n)]
-        return names
-
     def op_name(self, fn: Callable) -> str:
         owner = getattr(fn, "__self__", None)
         if isinstance(owner, type) and issubclass(owner, torch.autograd.Function):
@@ -360,11 +257,7 @@ class TorchBackend:
         qualname = getattr(fn, "_qualname", None)  # torch.library.custom_op's CustomOpDef: "ns::name"
         if isinstance(qualname, str):
             return qualname
-        for attr in ("__qualname__", "__name__"):
-            name = getattr(fn, attr, None)
-            if isinstance(name, str):
-                return name
-        return type(fn).__name__
+        return super().op_name(fn)
 
 
 TORCH = TorchBackend()

@@ -1,208 +1,274 @@
-"""``check_op`` for Paddle: PyLayer subclasses and plain functions of tensors, audited in float64.
+"""``check_op`` for Paddle: the one audit engine (``checks._audit``) with Paddle's answers to its questions.
 
-Checks (each failure names its check):
-  * ``forward_dtype``   the op returns float64 for float64 inputs (otherwise no gradient check is meaningful);
-  * ``input_modified``  the forward pass changed an input's values;
-  * ``saved_tensor_modified``  a tensor the op saved for backward changed before backward read it (Paddle does
-    not version-check PyLayer ``ctx.save_for_backward``);
-  * ``gradient_shape``  a returned gradient has the wrong shape;
-  * ``missing_gradient`` no gradient for an input the output depends on;
-  * ``gradient``        vjp vs float64 central differences, with a random non-unit cotangent;
-  * ``precision``       the gradient is right only to float32 level (a backward computing in lower precision);
-  * ``forward.reference`` / ``gradient.reference``  with ``reference=`` (a trusted function of the same inputs):
-    outputs and the vjp of the same random cotangent must match the reference's in float64.
+# NOTE [Paddle in the audit engine]
+# PyLayer subclasses and plain functions of tensors get the same checks as torch ops (float64 finite
+# differences with random non-unit cotangents, the reference, cotangent linearity, precision, regimes,
+# mutation, composition) and one Paddle-only check: ``mutation.saved_tensor_modified``, because Paddle does
+# not version-check what a PyLayer saves with ``ctx.save_for_backward`` (a forward that changes a saved
+# tensor afterwards, ``set_value`` or a kernel, gives silently wrong gradients). What Paddle cannot answer
+# is skipped with the reason (``unsupported``): memory layout regimes and output/input aliasing.
 """
 
 from __future__ import annotations
 
+from typing import Any, Callable, Sequence
+
 import numpy as np
 import paddle
+import xxhash
 
-from ..._errors import InvalidArgument
-from ...core._numeric import CheckFailure, OpCheckReport, check_gradients, random_cotangents
-from ._session import _active, fingerprint
+from ...checks._adapter_base import AdapterBase, Linearization, flatten_outputs
+from ...checks._op_raised import NO_GRAD_FORWARD, OpRaised
+from ...checks._report import CheckResult, Failure
 
-__all__ = ["check_op"]
+__all__ = ["check_op", "PaddleCheckAdapter", "PADDLE"]
 
-
-def _callable(op):
-    if isinstance(op, type) and issubclass(op, paddle.autograd.PyLayer):
-        return op.apply, op.__name__
-    return op, getattr(op, "__qualname__", getattr(op, "__name__", type(op).__name__))
+_FLOATS = {"float16", "bfloat16", "float32", "float64"}
+_COMPLEX = {"complex64", "complex128"}
 
 
-def _as_array(x) -> np.ndarray:
-    if isinstance(x, paddle.Tensor):
-        x = x.numpy()
-    return np.array(x, dtype=np.float64, copy=True)
+def _fresh(arr: np.ndarray, dtype: str):
+    """A Paddle tensor holding a private copy of ``arr`` in ``dtype`` (NOTE [Fresh copies] in ``_torch_ops``)."""
+    arr = np.array(arr, copy=True, order="C")
+    if dtype in _FLOATS:
+        return paddle.to_tensor(arr.astype(np.float64)).astype(dtype)
+    return paddle.to_tensor(arr).astype(dtype)
 
 
-def _outputs(out) -> list:
-    return list(out) if isinstance(out, (tuple, list)) else [out]
+class PaddleCheckAdapter(AdapterBase):
+    """The Paddle (dygraph) side of ``check_op``."""
 
+    name = "paddle"
+    no_grad_hint = "paddle.no_grad()"
+    unsupported = {
+        "noncontiguous": "not run on Paddle: Paddle ops make their inputs contiguous before a kernel sees them",
+        "channels_last": "not run on Paddle: Paddle tensors carry no channels_last memory format",
+        "aliasing": "not checked on Paddle: a Paddle tensor does not say whether autograd tracks it as a view of "
+                    "an input (reshape shares memory), so an alias cannot be told from a declared view",
+    }
 
-_REFERENCE_RTOL = 1e-9
+    @property
+    def label(self) -> str:
+        return f"paddle {paddle.__version__}"
 
+    @property
+    def framework_checks(self) -> tuple:
+        return (_saved_tensor_modified,)
 
-def check_op(op, *inputs, eps: float = 1e-6, atol: float = 1e-5, rtol: float = 1e-3, probes: int = 3,
-             seed: int = 0, precision: bool = True, name: str | None = None, reference=None,
-             **unsupported) -> OpCheckReport:
-    """Audit ``op``'s gradients at ``inputs`` (arrays or tensors, converted to float64).
+    # ---- describing tensors -------------------------------------------------------------------------
+    def is_tensor(self, x: Any) -> bool:
+        return isinstance(x, paddle.Tensor)
 
-    ``op`` is a ``paddle.autograd.PyLayer`` subclass (``.apply`` is called) or a function of tensors;
-    ``reference`` a trusted function of the same inputs (outputs and gradients are compared with it).
-    Returns an :class:`OpCheckReport`; ``report.passed`` / ``report.failures``.
-    """
-    if unsupported:
-        key = sorted(unsupported)[0]
-        raise InvalidArgument(
-            f"check_op: option {key!r} is not supported by the Paddle check_op yet (it is a torch check_op option); "
-            f"Paddle's check_op takes eps, atol, rtol, probes, seed, precision, name and reference. Remove {key}=..."
+    def dtype_name(self, t) -> str:
+        return str(t.dtype).replace("paddle.", "")
+
+    def kind(self, t) -> str:
+        dt = self.dtype_name(t)
+        if dt in _FLOATS:
+            return "float"
+        if dt in _COMPLEX:
+            return "complex"
+        return "bool" if dt == "bool" else "int"
+
+    def shape(self, t) -> tuple[int, ...]:
+        return tuple(int(s) for s in t.shape)
+
+    def requires_grad(self, t) -> bool:
+        return not t.stop_gradient
+
+    def code_dtype(self, dtype_name: str) -> str:
+        return f"paddle.{dtype_name}"
+
+    # ---- numpy conversion ---------------------------------------------------------------------------
+    def to_numpy(self, t) -> np.ndarray:
+        t = t.detach()
+        if self.kind(t) in ("float", "complex"):
+            return np.array(t.astype("float64").numpy() if self.kind(t) == "float" else t.numpy(), copy=True)
+        return np.array(t.astype("int64").numpy(), copy=True)
+
+    def from_numpy(self, arr: np.ndarray, like, dtype_name: str | None = None):
+        return _fresh(np.asarray(arr), dtype_name or self.dtype_name(like))
+
+    def to_float64(self, t):
+        return t.detach().astype("float64")
+
+    def clone(self, t):
+        return t.detach().clone()
+
+    # ---- running the op -----------------------------------------------------------------------------
+    def outputs(self, result: Any) -> list[tuple[str, Any]]:
+        return flatten_outputs(result, self.is_tensor)
+
+    def prepare(self, args: Sequence[Any], wrt: Sequence[int]) -> tuple[list[Any], list[Any]]:
+        fed = [self.clone(a) if self.is_tensor(a) else a for a in args]
+        for i, a in enumerate(fed):
+            if self.is_tensor(a):
+                a.stop_gradient = True
+        leaves = []
+        for i in wrt:
+            fed[i].stop_gradient = False
+            leaves.append(fed[i])
+        return fed, leaves
+
+    def linearize(self, fn: Callable, args: Sequence[Any], kwargs: dict, wrt: Sequence[int],
+                  prepared: tuple | None = None) -> Linearization:
+        fed, leaves = prepared if prepared is not None else self.prepare(args, wrt)
+        try:
+            with paddle.set_grad_enabled(True):
+                result = fn(*fed, **kwargs)
+        except Exception as exc:
+            raise OpRaised("forward", exc, self._float_dtypes(fed)) from exc
+        all_outs = self.outputs(result)
+        diff = [(n, o) for n, o in all_outs if not o.stop_gradient and self.kind(o) in ("float", "complex")]
+        return Linearization(
+            backend=self,
+            outputs=[self.to_numpy(o) for _, o in diff],
+            out_names=[n for n, _ in diff],
+            out_dtypes=[self.dtype_name(o) for _, o in diff],
+            out_tensors=[o for _, o in diff],
+            all_outputs=all_outs,
+            leaves=leaves,
+            args=fed,
         )
-    if reference is not None and not callable(reference):
-        raise InvalidArgument(f"check_op: reference must be callable or None; got {type(reference).__name__}.")
-    fn, label = _callable(op)
-    report = OpCheckReport(op=name or label, backend=f"paddle {paddle.__version__}", modes=["eager (dygraph)"])
-    arrays = [_as_array(x) for x in inputs]
-    rng = np.random.default_rng(seed)
 
-    # forward with gradient recording, under our own saved-tensor hooks (when no guard holds Paddle's one pair)
+    def vjp_tensors(self, lin: Linearization, cots: list) -> list:
+        try:
+            with paddle.set_grad_enabled(True):
+                grads = paddle.grad(lin.out_tensors, lin.leaves, cots, retain_graph=True, allow_unused=True)
+        except Exception as exc:
+            raise OpRaised("backward", exc, lin.out_dtypes[0] if lin.out_dtypes else None) from exc
+        return [paddle.zeros_like(leaf) if g is None else g for leaf, g in zip(lin.leaves, grads)]
+
+    def forward64(self, fn: Callable, args: Sequence[Any], kwargs: dict, out_names: Sequence[str]) -> list[np.ndarray]:
+        fed = [self.clone(a) if self.is_tensor(a) else a for a in args]
+        try:
+            with paddle.no_grad():
+                outs = dict(self.outputs(fn(*fed, **kwargs)))
+        except Exception as exc:
+            raise OpRaised(NO_GRAD_FORWARD, exc, self._float_dtypes(fed)) from exc
+        return [self.to_numpy(outs[n]) for n in out_names]
+
+    # ---- mutation and aliasing ----------------------------------------------------------------------
+    def version(self, t) -> int:
+        return int(t.inplace_version)
+
+    def fingerprint(self, t) -> int:
+        """xxh3-64 of the tensor's values (a host copy in logical order)."""
+        raw = np.ascontiguousarray(t.detach().numpy())
+        return xxhash.xxh3_64_intdigest(raw.view(np.uint8).reshape(-1).data if raw.size else b"")
+
+    def memory_span(self, t) -> tuple[int, int] | None:
+        return None  # aliasing is not checked on Paddle (``unsupported``)
+
+    def autograd_view_of(self, out, inp) -> bool:
+        return False
+
+    # ---- composition --------------------------------------------------------------------------------
+    def producers(self) -> dict[str, Callable]:
+        F = paddle.nn.functional
+        return {"exp": paddle.exp, "sigmoid": F.sigmoid, "softmax": lambda a: F.softmax(a, axis=-1), "relu": F.relu}
+
+    def call_producer(self, producer: Callable, base, isolate: bool):
+        leaf = self.clone(base)
+        leaf.stop_gradient = False
+        with paddle.set_grad_enabled(True):
+            y = producer(leaf)
+            if isolate:
+                y = y.clone()
+        return leaf, y
+
+    def run_graph(self, fn: Callable, fed: Sequence[Any], kwargs: dict) -> list[tuple[str, Any]]:
+        with paddle.set_grad_enabled(True):
+            outs = self.outputs(fn(*fed, **kwargs))
+        return [(n, o) for n, o in outs if not o.stop_gradient]
+
+    def grad_of(self, outputs: list, leaf, cot_tensors: list) -> np.ndarray:
+        with paddle.set_grad_enabled(True):
+            (g,) = paddle.grad(outputs, [leaf], cot_tensors, allow_unused=True)
+        return np.zeros(self.shape(leaf)) if g is None else self.to_numpy(g)
+
+    def literal(self, t) -> str:
+        dt = self.dtype_name(t)
+        return f"paddle.to_tensor({self.literal_values(t, dt == 'float64')}, dtype='{dt}')"
+
+    def op_name(self, fn: Callable) -> str:
+        owner = getattr(fn, "__self__", None)
+        if isinstance(owner, type) and issubclass(owner, paddle.autograd.PyLayer):
+            return f"{owner.__name__}.apply"
+        if isinstance(fn, paddle.nn.Layer):
+            return type(fn).__name__
+        return super().op_name(fn)
+
+
+PADDLE = PaddleCheckAdapter()
+
+
+# ---- the Paddle-only check ----------------------------------------------------------------------------
+def _saved_tensor_modified(audit, base) -> tuple[list[Failure], list[CheckResult], list[str]]:
+    """Forward under our own saved-tensor hooks, then backward: every saved tensor must be unpacked with the
+    version and bytes it was packed with (Paddle does not check PyLayer saves; see NOTE [Paddle in the audit
+    engine])."""
+    from ._session import _active
+
+    check = "mutation.saved_tensor_modified"
+    if _active:  # Paddle allows one pair of saved-tensor hooks, and a guard holds it
+        return [], [CheckResult(check, "given", "skip", "a gradguard.guard() holds Paddle's saved-tensor hooks")], []
+    B = audit.B
     saved: list[list] = []
 
     def pack(t):
-        saved.append([t, int(t.inplace_version), fingerprint(t), None])
-        return _Box(len(saved) - 1)
+        saved.append([t, B.version(t), B.fingerprint(t), None])
+        return len(saved) - 1
 
-    def unpack(box):
-        entry = saved[box.index]
-        t = entry[0]
-        entry[3] = (int(t.inplace_version), fingerprint(t))
-        return t
+    def unpack(index):
+        entry = saved[index]
+        entry[3] = (B.version(entry[0]), B.fingerprint(entry[0]))
+        return entry[0]
 
-    xs = [paddle.to_tensor(a, dtype="float64", stop_gradient=False) for a in arrays]
-    before = [fingerprint(x) for x in xs]
-    hooks = None if _active else paddle.autograd.saved_tensors_hooks(pack, unpack)
-    if hooks is None:
-        report.notes.append("a gradguard.guard() holds Paddle's saved-tensor hooks: saved_tensor_modified not checked")
-    else:
-        report.checks.append("saved_tensor_modified")
-        hooks.__enter__()
     try:
-        outs = _outputs(fn(*xs))
-    finally:
-        if hooks is not None:
-            hooks.__exit__(None, None, None)
-    report.checks += ["forward_dtype", "input_modified"]
-    bad = [str(o.dtype).replace("paddle.", "") for o in outs if isinstance(o, paddle.Tensor) and o.dtype != paddle.float64]
-    if bad:
-        report.failures.append(CheckFailure("forward_dtype", f"for float64 inputs the op returned {', '.join(bad)}; "
-                                            "a float64 reference gradient cannot be formed",
-                                            {"dtypes": bad}))
-        return report
-    changed = [i for i, (x, fp) in enumerate(zip(xs, before)) if fingerprint(x) != fp]
-    if changed:
-        report.failures.append(CheckFailure("input_modified", f"the forward pass changed input(s) {changed} in place",
-                                            {"inputs": changed}))
-    cotangents = random_cotangents([tuple(o.shape) for o in outs], rng)
-    live = [(o, c) for o, c in zip(outs, cotangents) if isinstance(o, paddle.Tensor) and not o.stop_gradient]
-    if not live:
-        report.failures.append(CheckFailure("missing_gradient", "no output of the op records a gradient "
-                                            "(all outputs stop_gradient)"))
-        return report
-    total = None
-    for o, c in live:
-        term = (o * paddle.to_tensor(c, dtype="float64")).sum()
-        total = term if total is None else total + term
-    grads = paddle.grad([total], xs, allow_unused=True)
-    for i, entry in enumerate(saved):
-        if entry[3] is not None and (entry[3][0] != entry[1] or entry[3][1] != entry[2]):
-            how = "version moved" if entry[3][0] != entry[1] else "values changed without a version bump"
-            report.failures.append(CheckFailure(
-                "saved_tensor_modified",
-                f"saved tensor #{i} (shape {list(entry[0].shape)}) changed between forward and backward ({how}); "
-                "Paddle does not check PyLayer saved tensors, so its gradient is computed from the new values",
-                {"index": i, "version_saved": entry[1], "version_now": entry[3][0]}))
-    analytic = []
-    report.checks.append("gradient_shape")
-    for i, (g, a) in enumerate(zip(grads, arrays)):
-        if g is None:
-            analytic.append(None)
+        with paddle.autograd.saved_tensors_hooks(pack, unpack):
+            lin = B.linearize(audit.fn, audit.args, audit.kwargs, audit.wrt)
+        lin.pullback([np.asarray(u) for u in base.U[0]])
+    except OpRaised as exc:  # already reported by the gradient suite, which ran the same calls
+        return [], [CheckResult(check, "given", "skip", f"the op's {exc.phase} raised")], []
+    found = []
+    for i, (t, version, fp, seen) in enumerate(saved):
+        if seen is None or seen == (version, fp):
             continue
-        g = g.numpy()
-        if tuple(g.shape) != a.shape:
-            report.failures.append(CheckFailure("gradient_shape", f"gradient of input {i} has shape {list(g.shape)}, "
-                                                f"input has {list(a.shape)}", {"input": i}))
-            return report
-        analytic.append(g)
-
-    def forward(arrs):
-        with paddle.no_grad():
-            out = _outputs(fn(*[paddle.to_tensor(a, dtype="float64") for a in arrs]))
-        return [o.numpy() for o in out]
-
-    if reference is not None:
-        _compare_with_reference(report, fn, reference, arrays, cotangents, [o.numpy() for o in outs], analytic)
-    result = check_gradients(forward, analytic, arrays, cotangents, eps=eps, atol=atol, rtol=rtol, probes=probes,
-                             rng=rng)
-    report.max_abs_err = result.max_abs_err
-    report.checks += ["missing_gradient", "gradient"] + (["precision"] if precision else [])
-    missing = [i for i, g in enumerate(analytic) if g is None and result.numeric[i] is not None
-               and np.max(np.abs(result.numeric[i])) > atol]
-    if missing:
-        report.failures.append(CheckFailure("missing_gradient", f"no gradient for input(s) {missing}, but the "
-                                            "output depends on them", {"inputs": missing}))
-    elif not result.passed:
-        report.failures.append(CheckFailure("gradient", _gradient_message(result, atol, rtol), {"worst": result.worst}))
-    elif precision and not result.precise:
-        report.failures.append(CheckFailure(
-            "precision", f"gradient agrees only to {result.max_abs_err:.1e} in float64 (expected ~1e-10): the backward "
-            "computes in lower precision (float32?) and is cast back", {"worst": result.worst}))
-    return report
+        how = "its version moved" if seen[0] != version else "its values changed without a version bump"
+        found.append(Failure(
+            check=check, regime="given",
+            message=f"saved tensor #{i} ({B.describe(t)}) changed between the forward that saved it and the backward "
+                    f"that read it ({how}: version {version} -> {seen[0]})",
+            why="Paddle does not check the tensors a PyLayer saves with ctx.save_for_backward: the backward computes "
+                "its gradient from the new values, silently.",
+            fix="save a tensor the forward no longer changes (save a clone, or change a copy with set_value / the "
+                "in-place op instead of the saved tensor)."))
+    return found, [CheckResult(check, "given", "fail" if found else "pass")], []
 
 
-def _compare_with_reference(report, fn, reference, arrays, cotangents, op_outputs, analytic) -> None:
-    """forward.reference and gradient.reference in float64: same inputs, same cotangents."""
-    ref_fn, _ = _callable(reference)
-    xs = [paddle.to_tensor(a, dtype="float64", stop_gradient=False) for a in arrays]
-    outs = [o for o in _outputs(ref_fn(*xs)) if isinstance(o, paddle.Tensor)]
-    report.checks += ["forward.reference", "gradient.reference"]
-    if [tuple(o.shape) for o in outs] != [tuple(np.shape(o)) for o in op_outputs]:
-        raise InvalidArgument(
-            f"check_op: reference returned outputs of shapes {[list(o.shape) for o in outs]} but the op returned "
-            f"{[list(np.shape(o)) for o in op_outputs]}; the reference must compute the same function as the op.")
-    for k, (mine, theirs) in enumerate(zip(op_outputs, outs)):
-        truth = theirs.numpy().astype(np.float64)
-        err = float(np.max(np.abs(mine - truth), initial=0.0))
-        if err > _REFERENCE_RTOL * max(float(np.max(np.abs(truth), initial=0.0)), 1e-300):
-            report.failures.append(CheckFailure(
-                "forward.reference", f"output {k} differs from the reference's (max abs err {err:.3e}); gradient "
-                "checks against the op's own finite differences cannot see a forward that is wrong", {"output": k}))
-            return
-    total = None
-    for o, c in zip(outs, cotangents):
-        term = (o * paddle.to_tensor(c, dtype="float64")).sum()
-        total = term if total is None else total + term
-    grads = paddle.grad([total], xs, allow_unused=True)
-    for i, (g, mine) in enumerate(zip(grads, analytic)):
-        truth = np.zeros_like(arrays[i]) if g is None else g.numpy()
-        mine = np.zeros_like(arrays[i]) if mine is None else mine
-        err = float(np.max(np.abs(mine - truth), initial=0.0))
-        if err > _REFERENCE_RTOL * max(float(np.max(np.abs(truth), initial=0.0)), 1e-300) + 1e-12:
-            report.failures.append(CheckFailure(
-                "gradient.reference", f"gradient of input {i} differs from the reference's (max abs err {err:.3e})",
-                {"input": i, "max_abs_err": err}))
+# ---- the public entry point ---------------------------------------------------------------------------
+def _as_tensor(x: Any):
+    """Inputs as the old Paddle check_op took them: numpy arrays become float64 Paddle tensors."""
+    if isinstance(x, np.ndarray):
+        return paddle.to_tensor(np.array(x, dtype=np.float64 if x.dtype.kind == "f" else x.dtype, copy=True))
+    return x
 
 
-def _gradient_message(result, atol, rtol) -> str:
-    w = result.worst or {}
-    where = f"input {w['input']} at {list(w['index'])}" if "input" in w else f"random direction probe {w.get('probe')}"
-    return (f"analytic and numerical gradients differ (max abs err {result.max_abs_err:.3e} > atol {atol:g} + rtol "
-            f"{rtol:g}*|numeric|); worst: {where}: analytic {w.get('analytic', float('nan')):.6g}, numeric "
-            f"{w.get('numeric', float('nan')):.6g}")
+def _as_callable(op: Any) -> Any:
+    if isinstance(op, type) and issubclass(op, paddle.autograd.PyLayer):
+        return op.apply
+    return op
 
 
-class _Box:
-    __slots__ = ("index",)
+def check_op(op: Any, *inputs: Any, reference: Any = None, **options: Any):
+    """Audit a Paddle op's gradients on ``inputs``: the same engine, options and report as the torch ``check_op``.
 
-    def __init__(self, index):
-        self.index = index
+    ``op`` is a ``paddle.autograd.PyLayer`` subclass (its ``apply`` is called), a Layer or a function of tensors;
+    ``inputs`` are Paddle tensors (numpy arrays are taken as float64 tensors) or pass-through values;
+    ``reference`` a trusted function of the same inputs. Returns an ``OpReport`` (``.passed``, ``.failures``).
+    """
+    from ...checks._audit import run_check_op
+
+    return run_check_op(PADDLE, _as_callable(op), tuple(_as_tensor(x) for x in inputs),
+                        _as_callable(reference) if reference is not None else None, options)
