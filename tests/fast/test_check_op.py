@@ -190,7 +190,7 @@ def test_silent_input_write_and_composition():
     assert {"mutation.silent_input_write", "composition.exp", "composition.sigmoid", "composition.softmax"} <= failed
     assert "gradient.numerical" not in failed and "gradient.reference" not in failed  # the op alone is right
     write = next(f for f in report.failures if f.check == "mutation.silent_input_write")
-    assert write.message == "the op's forward changed the bytes of input inputs[0] (float32[4, 5]) without bumping its version (0)"
+    assert write.message == "the op's forward changed the bytes of input x (float32[4, 5]) without bumping its version (0)"
     comp = next(f for f in report.failures if f.check == "composition.softmax")
     assert "bytes changed, version unchanged" in comp.message
     # the same op fed a private copy is clean
@@ -212,7 +212,7 @@ def test_output_aliasing_input():
     report = gradguard.check_op(_ReturnsAlias.apply, torch.randn(6), checks=("aliasing",))
     (f,) = report.failures
     assert f.check == "aliasing.output_aliases_input"
-    assert f.message == "output (float32[6]) shares memory with input inputs[0], and autograd does not know it is a view"
+    assert f.message == "output (float32[6]) shares memory with input x, and autograd does not know it is a view"
     # a real view is fine
     assert gradguard.check_op(lambda x: x.view(2, 3), torch.randn(6), checks=("aliasing",)).passed
 

@@ -94,6 +94,13 @@ def round_with_numpy(arr: np.ndarray, dtype_name: str) -> np.ndarray:
     return arr.copy()
 
 
+def _parameters(fn: Callable) -> list[inspect.Parameter]:
+    try:
+        return list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return []
+
+
 class AdapterBase:
     """Framework-free answers shared by every adapter (signature reading, names, tolerances)."""
 
@@ -154,10 +161,13 @@ class AdapterBase:
         return {k: p.default for k, p in sig.parameters.items() if p.default is not inspect.Parameter.empty}
 
     def parameter_names(self, fn: Callable, n: int) -> list[str]:
-        try:
-            params = list(inspect.signature(fn).parameters.values())
-        except (TypeError, ValueError):
-            params = []
+        params = _parameters(fn)
+        owner = getattr(fn, "__self__", None)
+        forward = getattr(owner, "forward", None) if isinstance(owner, type) else None
+        if forward is not None and not [p for p in params if p.kind is p.POSITIONAL_OR_KEYWORD]:
+            # Function.apply / PyLayer.apply take *args: the names are forward(ctx, x, w)'s, without ctx
+            inner = _parameters(forward)
+            params = inner[1:] if inner and inner[0].name in ("ctx", "context") else inner
         names = []
         for i in range(n):
             if i < len(params) and params[i].kind in (params[i].POSITIONAL_ONLY, params[i].POSITIONAL_OR_KEYWORD):

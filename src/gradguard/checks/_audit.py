@@ -639,7 +639,7 @@ class _Audit:
         fresh = lambda: self.B.linearize(self.fn, args, self.kwargs, self.wrt)  # NOTE [One backward per graph]
         g_a = fresh().pullback([_LINEARITY_ALPHA * u for u in u0])
         g_z = fresh().pullback([np.zeros_like(u) for u in u0])
-        ok_lin = ok_zero = True
+        ok_lin = ok_zero = ok_precise = True
         for i in range(len(self.wrt)):
             name = self.names[self.wrt[i]]
             dt = run.eff if use64 else self._dtype(i)
@@ -647,7 +647,21 @@ class _Audit:
             scale = _scale(expected)
             tol = 1e-9 if dt == "float64" else 16 * self.B.eps(dt)
             m = num.compare(g_a[i], expected, tol * scale + _LINEARITY_ALPHA * self._floor(i, run, dt))
-            if not m.ok:
+            coarse = dt == "float64" and not m.ok and num.compare(
+                g_a[i], expected, 16 * self.B.eps("float32") * scale + _LINEARITY_ALPHA * self._floor(i, run, dt)).ok
+            if coarse:
+                # linear to float32's precision, not float64's: a backward that rounds to float32 and casts back
+                ok_precise = False
+                fail("gradient.precision", input=name,
+                     message=f"the float64 gradient of {name} is only float32-accurate (scaling the upstream gradient "
+                             f"by {_LINEARITY_ALPHA:g} changes it by {m.max_rel:.1e} relative, float64 rounding allows 1e-9)",
+                     max_abs_err=m.max_abs, max_rel_err=m.max_rel, tolerance=f"{tol:g} x max|expected|",
+                     where=self._where(i, m, f"g({_LINEARITY_ALPHA:g} u)", f"{_LINEARITY_ALPHA:g} g(u)"),
+                     why="the backward computes in float32 (or casts grad_output or a saved tensor down) and casts the "
+                     "result back: float64 inputs get float32-accurate gradients, which gradcheck's tolerances and "
+                     "the dtype of the result both hide.",
+                     fix="compute the backward in the input's dtype (remove the float32 casts).")
+            elif not m.ok:
                 ok_lin = False
                 fail("gradient.cotangent_linearity", input=name,
                      message=f"gradient of {name} does not scale linearly with the upstream gradient",
@@ -670,6 +684,8 @@ class _Audit:
                      fix="every term of the gradient must be multiplied by grad_output.")
         record("gradient.cotangent_linearity", ok_lin)
         record("gradient.zero_cotangent", ok_zero)
+        if not ok_precise:
+            record("gradient.precision", False)
 
     # ---- layout regimes ----------------------------------------------------------------------------
     def layout_check(self, regime: Regime, base: _Run) -> tuple[list[Failure], list[CheckResult]]:
