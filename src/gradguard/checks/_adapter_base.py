@@ -127,6 +127,18 @@ class AdapterBase:
             return f"{type(t).__name__} {text if len(text) <= 40 else text[:37] + '...'}"
         return f"{self.dtype_name(t)}[{', '.join(map(str, self.shape(t)))}]"
 
+    def outputs(self, result: Any) -> list[tuple[str, Any]]:
+        return flatten_outputs(result, self.is_tensor)
+
+    def linearization(self, fed: list, leaves: list, result: Any, differentiable: Callable[[Any], bool],
+                      state: Any = None) -> Linearization:
+        """The record of one forward: every tensor output, and the differentiable ones as float64 copies."""
+        all_outs = self.outputs(result)
+        diff = [(n, o) for n, o in all_outs if self.kind(o) in ("float", "complex") and differentiable(o)]
+        return Linearization(outputs=[self.to_numpy(o) for _, o in diff], out_names=[n for n, _ in diff],
+                             out_dtypes=[self.dtype_name(o) for _, o in diff], out_tensors=[o for _, o in diff],
+                             all_outputs=all_outs, leaves=leaves, args=fed, backend=self, state=state)
+
     def with_values(self, t: Any, values: np.ndarray, dtype_name: str | None = None) -> Any:
         """A tensor like ``t`` (dtype, device) holding ``values``."""
         return self.from_numpy(values.reshape(self.shape(t)) if values.size == self.numel(t) else values, t, dtype_name)

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 import xxhash
 
-from ._adapter_base import AdapterBase, Linearization, flatten_outputs
+from ._adapter_base import AdapterBase, Linearization
 from ._op_raised import NO_GRAD_FORWARD, OpRaised
 
 __all__ = ["TorchBackend", "TORCH", "SMALL_INPUT_NUMEL"]
@@ -103,9 +103,6 @@ class TorchBackend(AdapterBase):
         return t.clone(memory_format=torch.preserve_format)
 
     # ---- running the op -----------------------------------------------------------------------------
-    def outputs(self, result: Any) -> list[tuple[str, torch.Tensor]]:
-        return flatten_outputs(result, self.is_tensor)
-
     def prepare(self, args: Sequence[Any], wrt: Sequence[int]) -> tuple[list[Any], list[torch.Tensor]]:
         """Fresh copies of ``args`` (the user's tensors are never fed to the op) and the leaves among them."""
         fed = [self.clone(a) if isinstance(a, torch.Tensor) else a for a in args]
@@ -125,18 +122,7 @@ class TorchBackend(AdapterBase):
                 result = fn(*fed, **kwargs)
         except Exception as exc:
             raise OpRaised("forward", exc, self._float_dtypes(fed)) from exc
-        all_outs = self.outputs(result)
-        diff = [(n, o) for n, o in all_outs if o.requires_grad and (o.dtype.is_floating_point or o.dtype.is_complex)]
-        return Linearization(
-            backend=self,
-            outputs=[self.to_numpy(o) for _, o in diff],
-            out_names=[n for n, _ in diff],
-            out_dtypes=[self.dtype_name(o) for _, o in diff],
-            out_tensors=[o for _, o in diff],
-            all_outputs=all_outs,
-            leaves=leaves,
-            args=fed,
-        )
+        return self.linearization(fed, leaves, result, lambda o: o.requires_grad)
 
     def forward64(self, fn: Callable, args: Sequence[Any], kwargs: dict, out_names: Sequence[str]) -> list[np.ndarray]:
         """Outputs named ``out_names`` of ``fn(*args)`` without autograd, as float64 numpy."""

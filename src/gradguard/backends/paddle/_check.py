@@ -17,7 +17,7 @@ import numpy as np
 import paddle
 import xxhash
 
-from ...checks._adapter_base import AdapterBase, Linearization, flatten_outputs
+from ...checks._adapter_base import AdapterBase, Linearization
 from ...checks._op_raised import NO_GRAD_FORWARD, OpRaised
 from ...checks._report import CheckResult, Failure
 
@@ -96,9 +96,6 @@ class PaddleCheckAdapter(AdapterBase):
         return t.detach().clone()
 
     # ---- running the op -----------------------------------------------------------------------------
-    def outputs(self, result: Any) -> list[tuple[str, Any]]:
-        return flatten_outputs(result, self.is_tensor)
-
     def prepare(self, args: Sequence[Any], wrt: Sequence[int]) -> tuple[list[Any], list[Any]]:
         fed = [self.clone(a) if self.is_tensor(a) else a for a in args]
         for i, a in enumerate(fed):
@@ -118,18 +115,7 @@ class PaddleCheckAdapter(AdapterBase):
                 result = fn(*fed, **kwargs)
         except Exception as exc:
             raise OpRaised("forward", exc, self._float_dtypes(fed)) from exc
-        all_outs = self.outputs(result)
-        diff = [(n, o) for n, o in all_outs if not o.stop_gradient and self.kind(o) in ("float", "complex")]
-        return Linearization(
-            backend=self,
-            outputs=[self.to_numpy(o) for _, o in diff],
-            out_names=[n for n, _ in diff],
-            out_dtypes=[self.dtype_name(o) for _, o in diff],
-            out_tensors=[o for _, o in diff],
-            all_outputs=all_outs,
-            leaves=leaves,
-            args=fed,
-        )
+        return self.linearization(fed, leaves, result, lambda o: not o.stop_gradient)
 
     def vjp_tensors(self, lin: Linearization, cots: list) -> list:
         try:
