@@ -150,3 +150,18 @@ def test_reference_is_honoured_and_torch_options_work():
     with pytest.raises(InvalidArgument) as e:
         gradguard.check_op(op, paddle.to_tensor(X), regime=["kinks"])
     assert str(e.value).startswith("check_op: unknown option 'regime'; known options: ")
+
+
+def _writes_input(x):
+    y = x * 2
+    with paddle.no_grad():
+        x.set_value(paddle.zeros_like(x))  # set_value does not bump inplace_version
+    return y
+
+
+def test_silent_input_write_is_said_in_paddle_terms():
+    r = check_op(_writes_input, X, checks=("gradient", "mutation"))
+    f = next(f for f in r.failures if f.check == "mutation.silent_input_write")
+    assert f.message == "the op's forward changed the bytes of input x (float64[3, 4]) without bumping its version (0)"
+    assert f.why.startswith("Paddle's autograd cannot see this write (set_value, copy_")
+    assert "torch" not in f.why + f.fix

@@ -115,6 +115,18 @@ class AdapterBase:
     def round_to(self, arr: np.ndarray, dtype_name: str) -> np.ndarray:
         return round_with_numpy(arr, dtype_name)
 
+    def kind(self, t: Any) -> str:
+        """float | complex | int | bool, from the dtype's name."""
+        dt = self.dtype_name(t)
+        if dt in FLOAT_EPS:
+            return "float"
+        if dt.startswith("complex"):
+            return "complex"
+        return "bool" if dt == "bool" else "int"
+
+    def shape(self, t: Any) -> tuple[int, ...]:
+        return tuple(int(s) for s in t.shape)
+
     def ndim(self, t: Any) -> int:
         return len(self.shape(t))
 
@@ -130,10 +142,9 @@ class AdapterBase:
     def outputs(self, result: Any) -> list[tuple[str, Any]]:
         return flatten_outputs(result, self.is_tensor)
 
-    def linearization(self, fed: list, leaves: list, result: Any, differentiable: Callable[[Any], bool],
-                      state: Any = None) -> Linearization:
+    def linearization(self, fed: list, leaves: list, all_outs: list[tuple[str, Any]],
+                      differentiable: Callable[[Any], bool], state: Any = None) -> Linearization:
         """The record of one forward: every tensor output, and the differentiable ones as float64 copies."""
-        all_outs = self.outputs(result)
         diff = [(n, o) for n, o in all_outs if self.kind(o) in ("float", "complex") and differentiable(o)]
         return Linearization(outputs=[self.to_numpy(o) for _, o in diff], out_names=[n for n, _ in diff],
                              out_dtypes=[self.dtype_name(o) for _, o in diff], out_tensors=[o for _, o in diff],
@@ -159,6 +170,9 @@ class AdapterBase:
         else:
             fmt = lambda v: str(int(v))
         return np.array2string(values, separator=", ", threshold=10**6, max_line_width=96, formatter={"all": fmt})
+
+    def reword(self, report: Any) -> None:
+        """Restate the engine's torch-worded advice in this framework's terms (verdicts never change)."""
 
     @contextlib.contextmanager
     def audit_threads(self, args: Sequence[Any]):

@@ -912,6 +912,7 @@ class _Audit:
             notes=_dedupe(self.notes),
             options={k: (list(v) if isinstance(v, (tuple, set)) else v) for k, v in self.opts.items() if k != "kwargs"} | {"kwargs": {k: repr(v) for k, v in self.kwargs.items()}},
         )
+        self.B.reword(report)
         report.elapsed_s = time.perf_counter() - t0
         return report
 

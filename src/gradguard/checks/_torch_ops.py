@@ -122,7 +122,7 @@ class TorchBackend(AdapterBase):
                 result = fn(*fed, **kwargs)
         except Exception as exc:
             raise OpRaised("forward", exc, self._float_dtypes(fed)) from exc
-        return self.linearization(fed, leaves, result, lambda o: o.requires_grad)
+        return self.linearization(fed, leaves, self.outputs(result), lambda o: o.requires_grad)
 
     def forward64(self, fn: Callable, args: Sequence[Any], kwargs: dict, out_names: Sequence[str]) -> list[np.ndarray]:
         """Outputs named ``out_names`` of ``fn(*args)`` without autograd, as float64 numpy."""

@@ -1,50 +1,291 @@
-"""``check_op`` for MindSpore: Cells with a custom ``bprop`` (and plain Cells / functions), in PyNative and graph mode.
+"""``check_op`` for MindSpore: the one audit engine (``checks._audit``) with MindSpore's answers to its questions.
 
-Checks (each failure names its check; ``details["mode"]`` says where it held):
-  * ``forward_dtype``            float64 in, float64 out;
-  * ``bprop_return_type``        bprop must return a tuple (MindSpore accepts anything);
-  * ``bprop_extra_gradients``    more gradients than inputs: MindSpore silently ignores the extras;
-  * ``bprop_missing_gradients``  fewer gradients than inputs;
-  * ``bprop_dtype``              a gradient's dtype differs from its input's: MindSpore silently casts it back
-                                 (a float32 bprop on float64 input passes any dtype check after the cast);
-  * ``gradient``                 vjp (``ms.grad``) vs float64 central differences, random non-unit cotangent;
-  * ``precision``                right only to float32 level;
-  * ``missing_weight_gradient``  a Cell with Parameters and a bprop: MindSpore returns zero weight gradients
-                                 without an error;
-  * ``weight_gradient``          weight gradients disagree with central differences;
-  * ``graph_mode``               the op fails to compile, or its gradient differs, under GRAPH_MODE.
+# NOTE [MindSpore in the audit engine]
+# Cells with a custom ``bprop``, plain Cells and functions of tensors get the same checks as torch ops
+# (float64 finite differences with random non-unit cotangents, the reference, cotangent linearity,
+# precision, regimes, mutation, composition), run in PyNative mode, plus the MindSpore-only checks of
+# ``_check_bprop`` (the bprop contract, weight gradients through a bprop, GRAPH_MODE). How the engine's
+# questions are answered:
+#   * autograd: ``linearize`` runs ``ms.vjp`` on a closure of the differentiated inputs (the other
+#     arguments are closed over) and keeps the pullback in ``Linearization.state``. MindSpore tensors
+#     have no torch-style ``requires_grad``: every floating-point input is differentiated unless
+#     ``wrt=`` says otherwise (or some inputs are marked: ``Tensor.requires_grad_()``, Parameters).
+#     A second call of the same pullback makes MindSpore recompute the forward (it warns; we silence
+#     that warning), so ``mutation.backward_not_repeatable`` sees a backward that changes state kept
+#     across calls, not one that changes what a single forward saved.
+#   * versions: ``Tensor._version`` is MindSpore's own version counter (``copy_`` bumps it and autograd
+#     checks it); ``ops.assign`` and ``__setitem__`` write without bumping it, which is exactly what
+#     ``mutation.silent_input_write`` and the composition audit look for.
+#   * composition: there is no ``Tensor.backward``; the producer and the op are two ``ms.vjp`` calls
+#     chained by hand (``call_producer`` / ``run_graph`` / ``grad_of``), the op fed the producer's own
+#     output tensor, so a write into it corrupts what the producer saved, as it would in a model.
+#   * layout: MindSpore 2.x tensors are strided; a slice of a wider buffer reaches the op non-contiguous,
+#     which is the ``noncontiguous`` regime. There is no channels_last memory format.
+# What MindSpore cannot answer honestly is skipped with the reason (``unsupported``).
 """
 
 from __future__ import annotations
 
+import re
+import warnings
+from typing import Any, Callable, Sequence
+
 import numpy as np
 import mindspore as ms
-from mindspore import nn
+from mindspore import nn, ops
+import xxhash
 
 from ..._errors import InvalidArgument
-from ...core._numeric import CheckFailure, OpCheckReport, check_gradients, random_cotangents
+from ...checks._adapter_base import AdapterBase, Linearization
+from ...checks._op_raised import NO_GRAD_FORWARD, OpRaised
 from ...core._internal import log_fallback
 
-__all__ = ["check_op"]
+__all__ = ["check_op", "MindSporeCheckAdapter", "MODES"]
+
+MODES = ("pynative", "graph")
+_FLOATS = {"float16", "bfloat16", "float32", "float64"}
 
 
-class _Weighted(nn.Cell):
-    """L(x) = sum_k <op(x)_k, c_k>: a Cell so that graph mode can compile it (lambdas cannot be parsed)."""
+def _fresh(arr: np.ndarray, dtype_name: str) -> ms.Tensor:
+    """A MindSpore tensor holding a private copy of ``arr`` in ``dtype_name`` (NOTE [Fresh copies] in
+    ``_torch_ops``: ``ms.Tensor(numpy)`` and ``asnumpy()`` may share memory)."""
+    arr = np.array(arr, copy=True, order="C")
+    dtype = getattr(ms, dtype_name if dtype_name != "bool" else "bool_")
+    if dtype_name in _FLOATS:
+        return ms.Tensor(arr.astype(np.float64), ms.float64).astype(dtype)
+    return ms.Tensor(arr).astype(dtype)
 
-    def __init__(self, inner, cotangents, multi):
-        super().__init__()
-        self.inner = inner
-        self.cotangents = cotangents
-        self.multi = multi
 
-    def construct(self, *xs):
-        out = self.inner(*xs)
-        if self.multi:
-            total = (out[0] * self.cotangents[0]).sum()
-            for i in range(1, len(self.cotangents)):
-                total = total + (out[i] * self.cotangents[i]).sum()
-            return total
-        return (out * self.cotangents[0]).sum()
+class MindSporeCheckAdapter(AdapterBase):
+    """The MindSpore (PyNative) side of ``check_op``; ``modes`` says whether ``mode.graph`` runs."""
+
+    name = "mindspore"
+    no_grad_hint = "ops.stop_gradient"
+    unsupported = {
+        "channels_last": "not run on MindSpore: MindSpore tensors carry no channels_last memory format",
+        "aliasing": "not checked on MindSpore: a MindSpore tensor does not say whether autograd tracks it as a "
+                    "view of an input (reshape and slicing share memory), so an alias cannot be told from a view",
+    }
+
+    def __init__(self, modes: Sequence[str] = MODES):
+        self.modes = tuple(modes)
+        self._chain: dict[str, Any] = {}  # composition: the producer's vjp, then the op's (NOTE above)
+
+    @property
+    def label(self) -> str:
+        return f"mindspore {ms.__version__} ({ms.get_context('device_target')})"
+
+    @property
+    def framework_checks(self) -> tuple:
+        from ._check_bprop import FRAMEWORK_CHECKS
+
+        return FRAMEWORK_CHECKS
+
+    # ---- describing tensors -------------------------------------------------------------------------
+    def is_tensor(self, x: Any) -> bool:
+        return isinstance(x, ms.Tensor)
+
+    def dtype_name(self, t) -> str:
+        return str(t.dtype).lower()
+
+    def requires_grad(self, t) -> bool:
+        """Only inputs marked with ``Tensor.requires_grad_()`` (MindSpore has no torch-style flag by default)."""
+        return bool(getattr(t, "_requires_grad", False))
+
+    def code_dtype(self, dtype_name: str) -> str:
+        return f"ms.{dtype_name}"
+
+    # ---- numpy conversion ---------------------------------------------------------------------------
+    def to_numpy(self, t) -> np.ndarray:
+        """float64 (int64 for integer tensors) numpy copy (``asnumpy`` shares the tensor's memory)."""
+        kind = self.kind(t)
+        if kind == "float":
+            return np.array(t.astype(ms.float64).asnumpy(), dtype=np.float64, copy=True)
+        if kind == "complex":
+            return np.array(t.asnumpy(), copy=True)
+        return np.array(t.astype(ms.int64).asnumpy(), dtype=np.int64, copy=True)
+
+    def from_numpy(self, arr: np.ndarray, like, dtype_name: str | None = None):
+        return _fresh(np.asarray(arr), dtype_name or self.dtype_name(like))
+
+    def to_float64(self, t):
+        return t.astype(ms.float64)
+
+    def clone(self, t):
+        """A private copy; a non-contiguous tensor stays non-contiguous (the ``noncontiguous`` regime)."""
+        if self.numel(t) > 1 and not t.is_contiguous():
+            return self.noncontiguous_copy(t)
+        return t.copy()
+
+    # ---- layout regimes -----------------------------------------------------------------------------
+    def noncontiguous_copy(self, t):
+        """Same values, every dimension strided: the even slots of a buffer twice as wide. The odd slots hold
+        NaN (0 for integers), so a kernel that ignores the strides reads them and its result shows it."""
+        values = self.to_numpy(t)
+        filler = np.full_like(values, np.nan if self.kind(t) == "float" else 0)
+        wide = _fresh(np.stack([values, filler], axis=-1), self.dtype_name(t))
+        return wide[..., 0]
+
+    def is_contiguous(self, t) -> bool:
+        return bool(t.is_contiguous())
+
+    # ---- running the op -----------------------------------------------------------------------------
+    def prepare(self, args: Sequence[Any], wrt: Sequence[int]) -> tuple[list[Any], list[Any]]:
+        """Fresh copies of ``args`` (the user's tensors are never fed to the op) and the leaves among them."""
+        fed = [self.clone(a) if self.is_tensor(a) else a for a in args]
+        return fed, [fed[i] for i in wrt]
+
+    def _differentiable(self, pairs) -> list[tuple[str, Any]]:
+        return [(n, o) for n, o in pairs if self.kind(o) in ("float", "complex")]
+
+    def linearize(self, fn: Callable, args: Sequence[Any], kwargs: dict, wrt: Sequence[int],
+                  prepared: tuple | None = None) -> Linearization:
+        """``ms.vjp`` of ``fn`` in its ``wrt`` inputs (fresh copies; the other inputs closed over)."""
+        fed, leaves = prepared if prepared is not None else self.prepare(args, wrt)
+        seen: dict[str, Any] = {}
+
+        def closure(*xs):
+            call = list(fed)
+            for i, x in zip(wrt, xs):
+                call[i] = x
+            result = fn(*call, **kwargs)
+            pairs = self.outputs(result)
+            diff = self._differentiable(pairs)
+            if "all" not in seen:  # a second pullback re-runs the forward (NOTE above): keep the first
+                seen["all"], seen["diff"] = pairs, diff
+            if not diff:  # nothing to differentiate: the engine says so (InvalidArgument), not vjp
+                return ms.Tensor(0.0, ms.float64)
+            return tuple(o for _, o in diff)
+
+        try:
+            _, pullback = ms.vjp(closure, *leaves)
+        except Exception as exc:
+            raise OpRaised("forward", exc, self._float_dtypes(fed)) from exc
+        diff = seen["diff"]
+        return self.linearization(fed, leaves, seen["all"], lambda o: True, state=(pullback, [n for n, _ in diff]))
+
+    def vjp_tensors(self, lin: Linearization, cots: list) -> list:
+        """The pullback for cotangents of ``lin.out_tensors`` (zeros for outputs the engine dropped)."""
+        pullback, names = lin.state
+        by_name = {n: c for n, c in zip(lin.out_names, cots)}
+        full = []
+        for n in names:
+            if n in by_name:
+                full.append(by_name[n])
+            else:
+                o = lin.all_outputs[[m for m, _ in lin.all_outputs].index(n)][1]
+                full.append(ops.zeros_like(o))
+        try:
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message="vjp_fn has been called multiple times")
+                grads = pullback(tuple(full))
+        except Exception as exc:
+            raise OpRaised("backward", exc, lin.out_dtypes[0] if lin.out_dtypes else None) from exc
+        grads = list(grads) if isinstance(grads, (tuple, list)) else [grads]
+        return [ops.zeros_like(leaf) if g is None else g for leaf, g in zip(lin.leaves, grads)]
+
+    def forward64(self, fn: Callable, args: Sequence[Any], kwargs: dict, out_names: Sequence[str]) -> list[np.ndarray]:
+        """Outputs named ``out_names`` of ``fn(*args)`` outside autograd, as float64 numpy."""
+        fed = [self.clone(a) if self.is_tensor(a) else a for a in args]
+        try:
+            outs = dict(self.outputs(fn(*fed, **kwargs)))
+        except Exception as exc:
+            raise OpRaised(NO_GRAD_FORWARD, exc, self._float_dtypes(fed)) from exc
+        return [self.to_numpy(outs[n]) for n in out_names]
+
+    # ---- mutation and aliasing ----------------------------------------------------------------------
+    def version(self, t) -> int:
+        return int(getattr(t, "_version", 0))
+
+    def fingerprint(self, t) -> int:
+        """xxh3-64 of the tensor's values (a host copy in logical order)."""
+        if self.dtype_name(t) == "bfloat16":
+            t = t.astype(ms.float32)
+        raw = np.ascontiguousarray(t.asnumpy())
+        return xxhash.xxh3_64_intdigest(raw.view(np.uint8).reshape(-1).data if raw.size else b"")
+
+    def memory_span(self, t) -> tuple[int, int] | None:
+        return None  # aliasing is not checked on MindSpore (``unsupported``)
+
+    def autograd_view_of(self, out, inp) -> bool:
+        return False
+
+    # ---- composition (NOTE [MindSpore in the audit engine]: two vjps chained by hand) ---------------
+    def producers(self) -> dict[str, Callable]:
+        return {"exp": ops.exp, "sigmoid": ops.sigmoid, "softmax": lambda a: ops.softmax(a, axis=-1), "relu": ops.relu}
+
+    def call_producer(self, producer: Callable, base, isolate: bool):
+        """(leaf, y): y is the producer's own output (what it saved), or with ``isolate`` a private copy."""
+        leaf = self.clone(base)
+        y, producer_pullback = ms.vjp(producer, leaf)
+        fed_y = y.copy() if isolate else y
+        self._chain = {"leaf": leaf, "y": fed_y, "producer": producer_pullback}
+        return leaf, fed_y
+
+    def run_graph(self, fn: Callable, fed: Sequence[Any], kwargs: dict) -> list[tuple[str, Any]]:
+        """Differentiable outputs of ``fn(*fed)``, fed exactly as given; differentiated in the producer's output."""
+        chain = self._chain
+        k = next((j for j, a in enumerate(fed) if a is chain.get("y")), None)
+        if k is None:
+            raise InvalidArgument("run_graph: the producer's output is not among fn's arguments")
+        seen: dict[str, Any] = {}
+
+        def closure(y):
+            call = list(fed)
+            call[k] = y
+            diff = self._differentiable(self.outputs(fn(*call, **kwargs)))
+            seen.setdefault("diff", diff)
+            return tuple(o for _, o in diff) if diff else ms.Tensor(0.0, ms.float64)
+
+        _, op_pullback = ms.vjp(closure, fed[k])
+        chain["op"], chain["outs"] = op_pullback, seen["diff"]
+        return seen["diff"]
+
+    def grad_of(self, outputs: list, leaf, cot_tensors: list) -> np.ndarray:
+        chain = self._chain
+        if chain.get("leaf") is not leaf or "op" not in chain:
+            raise InvalidArgument("grad_of: call_producer and run_graph must run first, for this leaf")
+        full = []
+        for _, o in chain["outs"]:
+            j = next((m for m, chosen in enumerate(outputs) if chosen is o), None)
+            full.append(cot_tensors[j] if j is not None else ops.zeros_like(o))
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="vjp_fn has been called multiple times")
+            (g_y,) = chain["op"](tuple(full))
+            g = chain["producer"](g_y)
+        g = g[0] if isinstance(g, (tuple, list)) else g
+        self._chain = {}
+        return np.zeros(self.shape(leaf)) if g is None else self.to_numpy(g)
+
+    # ---- reproducers and names ----------------------------------------------------------------------
+    def literal(self, t) -> str:
+        dt = self.dtype_name(t)
+        return f"ms.Tensor({self.literal_values(t, dt == 'float64')}, dtype=ms.{dt if dt != 'bool' else 'bool_'})"
+
+    def signature_defaults(self, fn: Callable) -> dict[str, Any]:
+        return super().signature_defaults(fn.construct if isinstance(fn, nn.Cell) else fn)
+
+    def parameter_names(self, fn: Callable, n: int) -> list[str]:
+        """Names from ``construct`` for a Cell (calling a Cell shows only ``*args``)."""
+        return super().parameter_names(fn.construct if isinstance(fn, nn.Cell) else fn, n)
+
+    def op_name(self, fn: Callable) -> str:
+        if isinstance(fn, nn.Cell):
+            return type(fn).__name__
+        return super().op_name(fn)
+
+    def reword(self, report) -> None:
+        in_mindspore_terms(report)
+
+
+# ---- the public entry point ---------------------------------------------------------------------------
+def _as_tensor(x: Any) -> Any:
+    """Inputs as the old MindSpore check_op took them: numpy arrays and Python floats become float64 tensors."""
+    if isinstance(x, np.ndarray):
+        return _fresh(x, "float64") if x.dtype.kind == "f" else ms.Tensor(np.array(x, copy=True))
+    if isinstance(x, float):
+        return ms.Tensor(np.array(x, dtype=np.float64))
+    return x
 
 
 def _setup() -> None:
@@ -55,212 +296,79 @@ def _setup() -> None:
         log_fallback("backends.mindspore", "ms.runtime.launch_blocking()", error)
 
 
-def _outs(out) -> list:
-    return list(out) if isinstance(out, (tuple, list)) else [out]
+_CPP_STACK = re.compile(r"\s*-{10,}\s*- C\+\+ Call Stack.*", re.DOTALL)
 
 
-def _grad_tuple(g, n) -> list:
-    return list(g) if isinstance(g, (tuple, list)) else [g]
+def _without_cpp_stack(text: str) -> str:
+    """MindSpore appends its C++ call stack ("- C++ Call Stack: (For framework developers)") to every error."""
+    return _CPP_STACK.sub("", text).strip() if isinstance(text, str) else text
 
 
-def check_op(op, *inputs, modes=("pynative", "graph"), eps: float = 1e-6, atol: float = 1e-5, rtol: float = 1e-3,
-             probes: int = 3, seed: int = 0, precision: bool = True, name: str | None = None, reference=None,
-             **unsupported) -> OpCheckReport:
-    """Audit ``op`` (an ``nn.Cell``, typically with a custom ``bprop``, or a function) at ``inputs`` in float64.
+def in_mindspore_terms(report):
+    """The engine's mutation and composition findings, worded for MindSpore.
 
-    ``reference``: a trusted Cell or function of the same inputs; outputs and the vjp of the same random
-    cotangent must match it in float64 (``forward.reference``, ``gradient.reference``, PyNative).
+    # NOTE [MindSpore wording]
+    # ``_mutation`` and ``_composition`` explain their findings in PyTorch terms (version counters bumped by
+    # torch ops, ``retain_graph``, ``increment_version``, ``.clone()``). The facts hold on MindSpore
+    # (``Tensor._version``; ``ops.assign`` and ``__setitem__`` write without bumping it) but the advice does
+    # not, so the texts are restated here, after the engine ran (and MindSpore's C++ call stack is cut from
+    # quoted errors). Only the wording changes, never a verdict.
     """
-    if unsupported:
-        key = sorted(unsupported)[0]
-        raise InvalidArgument(
-            f"check_op: option {key!r} is not supported by the MindSpore check_op yet (it is a torch check_op option); "
-            f"MindSpore's check_op takes modes, eps, atol, rtol, probes, seed, precision, name and reference. "
-            f"Remove {key}=...")
-    if reference is not None and not callable(reference):
-        raise InvalidArgument(f"check_op: reference must be callable or None; got {type(reference).__name__}.")
-    previous = ms.get_context("mode")
-    _setup()
-    label = name or (type(op).__name__ if isinstance(op, nn.Cell) else getattr(op, "__qualname__", repr(op)))
-    report = OpCheckReport(op=label, backend=f"mindspore {ms.__version__} ({ms.get_context('device_target')})",
-                           modes=list(modes))
-    try:
-        _run(op, inputs, modes, eps, atol, rtol, probes, seed, precision, report, reference)
-    finally:
-        ms.set_context(mode=previous)
+    report.notes = [_without_cpp_stack(n) for n in report.notes]
+    for f in report.findings:
+        f.message = _without_cpp_stack(f.message)
+        if f.check == "mutation.silent_input_write":
+            f.why = ("MindSpore's autograd cannot see this write (ops.assign, __setitem__ and custom kernels write "
+                     "without bumping Tensor._version): any earlier op that saved this tensor for its backward (exp, "
+                     "sigmoid, softmax, relu... save their outputs) now computes wrong gradients silently.")
+            f.fix = ("write into a new tensor in the forward instead of into the input; if the in-place write is "
+                     "intended, use Tensor.copy_ (it bumps the version, so MindSpore raises instead of computing "
+                     "wrong gradients).")
+        elif f.check == "mutation.input_write":
+            f.why = ("a declared in-place write: MindSpore raises if a tensor saved for backward was overwritten, so "
+                     "this is safe, but callers must not reuse the input's old values.")
+        elif f.check == "mutation.backward_not_repeatable":
+            f.message = f.message.replace("(retain_graph=True)", "(a second call of the ms.vjp pullback)")
+            f.why = ("MindSpore re-runs the forward when a vjp pullback is called again, so the two gradients differ "
+                     "because the forward or the bprop changes state between calls: an input written by the forward, "
+                     "or a Parameter, attribute or saved buffer updated by the bprop.")
+            f.fix = "keep the forward and the bprop free of side effects: no writes into inputs, Parameters or attributes."
+        elif f.check.startswith("composition."):
+            f.fix = f.fix.replace(".clone()", ".copy()")
+            producer = f.check.split(".", 1)[1]
+            f.repro = (f"a = {f.input}.copy()\ny, producer_vjp = ms.vjp(ops.{producer}, a)\n"
+                       f"# the gradient of a through op(y) differs from the one through op(y.copy())")
     return report
 
 
-def _run(op, inputs, modes, eps, atol, rtol, probes, seed, precision, report, reference=None) -> None:
-    rng = np.random.default_rng(seed)
-    arrays = [np.array(x.asnumpy() if isinstance(x, ms.Tensor) else x, dtype=np.float64, copy=True) for x in inputs]
-    xs = [ms.Tensor(a, ms.float64) for a in arrays]
-    n = len(xs)
-    out = op(*xs)
-    outs = _outs(out)
-    report.checks.append("forward_dtype")
-    bad = [str(o.dtype) for o in outs if o.dtype != ms.float64]
-    if bad:
-        report.failures.append(CheckFailure("forward_dtype", f"for float64 inputs the op returned {', '.join(bad)}",
-                                            {"dtypes": bad, "mode": "pynative"}))
-        return
-    cot_arrays = random_cotangents([tuple(o.shape) for o in outs], rng)
-    cots = tuple(ms.Tensor(c, ms.float64) for c in cot_arrays)
-    has_bprop = isinstance(op, nn.Cell) and callable(getattr(type(op), "bprop", None))
-    if has_bprop:
-        _check_bprop(op, xs, out, cots, report)
+def check_op(op: Any, *inputs: Any, reference: Any = None, **options: Any):
+    """Audit a MindSpore op's gradients on ``inputs``: the same engine, options and report as the torch ``check_op``.
 
-    def forward(arrs):
-        return [o.asnumpy() for o in _outs(op(*[ms.Tensor(a, ms.float64) for a in arrs]))]
+    ``op`` is an ``nn.Cell`` (typically with a custom ``bprop``) or a function of tensors; ``inputs`` are
+    MindSpore tensors (numpy arrays and Python floats are taken as float64 tensors) or pass-through values;
+    ``reference`` a trusted Cell or function of the same inputs. One MindSpore-only option: ``modes``
+    (default ``("pynative", "graph")``): the audit runs in PyNative mode; with ``"graph"`` the op's gradient
+    must also compile under GRAPH_MODE and equal PyNative's (``mode.graph``). The caller's context mode is
+    restored. Returns an ``OpReport`` (``.passed``, ``.failures``, ``.failed_checks()``).
+    """
+    from ...checks._audit import DEFAULT_OPTIONS, run_check_op
 
-    weighted = _Weighted(op, cots, len(outs) > 1 or isinstance(out, (tuple, list)))
-    position = 0 if n == 1 else tuple(range(n))
-    analytic: dict[str, list] = {}
-    for mode in modes:
-        ms.set_context(mode=ms.GRAPH_MODE if mode == "graph" else ms.PYNATIVE_MODE)
-        try:
-            analytic[mode] = [g.asnumpy() for g in _grad_tuple(ms.grad(weighted, grad_position=position)(*xs), n)]
-        except Exception as error:
-            report.failures.append(CheckFailure("graph_mode" if mode == "graph" else "gradient",
-                                                f"ms.grad failed in {mode} mode: {type(error).__name__}: "
-                                                f"{str(error).splitlines()[0] if str(error) else ''}",
-                                                {"mode": mode}))
-        finally:
-            ms.set_context(mode=ms.PYNATIVE_MODE)
-    if "gradient" not in report.checks:
-        report.checks += ["gradient"] + (["precision"] if precision else [])
-    for mode, grads in analytic.items():
-        shapes = [tuple(g.shape) for g in grads]
-        if shapes != [a.shape for a in arrays]:
-            report.failures.append(CheckFailure("gradient", f"{mode}: gradient shapes {shapes} differ from input "
-                                                f"shapes {[a.shape for a in arrays]}", {"mode": mode}))
-            continue
-        result = check_gradients(forward, grads, arrays, cot_arrays, eps=eps, atol=atol, rtol=rtol, probes=probes,
-                                 rng=np.random.default_rng(seed + 1))
-        report.max_abs_err = max(report.max_abs_err or 0.0, result.max_abs_err)
-        check = "gradient" if mode == "pynative" else "graph_mode"
-        if not result.passed:
-            w = result.worst or {}
-            where = f"input {w['input']} at {list(w['index'])}" if "input" in w else f"probe {w.get('probe')}"
-            report.failures.append(CheckFailure(
-                check, f"{mode}: analytic and numerical gradients differ (max abs err {result.max_abs_err:.3e}); "
-                f"worst: {where}: analytic {w.get('analytic', 0):.6g}, numeric {w.get('numeric', 0):.6g}",
-                {"mode": mode, "worst": w}))
-        elif precision and not result.precise:
-            report.failures.append(CheckFailure(
-                "precision", f"{mode}: gradient agrees only to {result.max_abs_err:.1e} in float64 (expected ~1e-10): "
-                "the backward computes in lower precision and MindSpore casts the result back to float64 silently",
-                {"mode": mode, "worst": result.worst}))
-    if "pynative" in analytic and "graph" in analytic:
-        report.checks.append("graph_mode")
-    if reference is not None and "pynative" in analytic:
-        _compare_with_reference(report, reference, xs, outs, cots, analytic["pynative"], len(outs) > 1 or isinstance(out, (tuple, list)), position)
-    if isinstance(op, nn.Cell) and op.trainable_params():
-        _check_weights(op, xs, weighted, position, report, eps, rng, has_bprop)
-
-
-_REFERENCE_RTOL = 1e-9
-
-
-def _compare_with_reference(report, reference, xs, outs, cots, analytic, multi, position) -> None:
-    report.checks += ["forward.reference", "gradient.reference"]
-    ref_outs = _outs(reference(*xs))
-    if [tuple(o.shape) for o in ref_outs] != [tuple(o.shape) for o in outs]:
+    modes = options.pop("modes", MODES)
+    modes = (modes,) if isinstance(modes, str) else tuple(modes)
+    bad = [m for m in modes if m not in MODES]
+    if bad or "pynative" not in modes:
         raise InvalidArgument(
-            f"check_op: reference returned outputs of shapes {[list(o.shape) for o in ref_outs]} but the op returned "
-            f"{[list(o.shape) for o in outs]}; the reference must compute the same function as the op.")
-    for k, (mine, theirs) in enumerate(zip(outs, ref_outs)):
-        a, b = mine.asnumpy().astype(np.float64), theirs.asnumpy().astype(np.float64)
-        err = float(np.max(np.abs(a - b), initial=0.0))
-        if err > _REFERENCE_RTOL * max(float(np.max(np.abs(b), initial=0.0)), 1e-300):
-            report.failures.append(CheckFailure(
-                "forward.reference", f"output {k} differs from the reference's (max abs err {err:.3e}); gradient "
-                "checks against the op's own finite differences cannot see a forward that is wrong",
-                {"output": k, "mode": "pynative"}))
-            return
-    ms.set_context(mode=ms.PYNATIVE_MODE)
-    ref_grads = [g.asnumpy() for g in _grad_tuple(ms.grad(_Weighted(reference if isinstance(reference, nn.Cell)
-                                                                    else _AsCell(reference), cots, multi),
-                                                          grad_position=position)(*xs), len(xs))]
-    for i, (mine, truth) in enumerate(zip(analytic, ref_grads)):
-        err = float(np.max(np.abs(mine - truth), initial=0.0))
-        if err > _REFERENCE_RTOL * max(float(np.max(np.abs(truth), initial=0.0)), 1e-300) + 1e-12:
-            report.failures.append(CheckFailure(
-                "gradient.reference", f"gradient of input {i} differs from the reference's (max abs err {err:.3e})",
-                {"input": i, "max_abs_err": err, "mode": "pynative"}))
-
-
-class _AsCell(nn.Cell):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def construct(self, *xs):
-        return self.fn(*xs)
-
-
-def _check_bprop(op, xs, out, cots, report) -> None:
-    report.checks += ["bprop_return_type", "bprop_extra_gradients", "bprop_missing_gradients", "bprop_dtype"]
-    dout = cots[0] if not isinstance(out, (tuple, list)) else cots
+            f"check_op: modes must contain 'pynative' (the audit runs there) and may add 'graph'; got {list(modes)}. "
+            f"Use modes=('pynative',) or modes=('pynative', 'graph').")
+    unknown = sorted(set(options) - set(DEFAULT_OPTIONS))
+    if unknown:
+        raise InvalidArgument(
+            f"check_op: unknown option {unknown[0]!r}; known options: {', '.join(sorted([*DEFAULT_OPTIONS, 'modes']))}. "
+            f"Keyword arguments for the op itself go in kwargs={{...}}.")
+    previous = ms.get_context("mode")
+    _setup()
     try:
-        result = op.bprop(*xs, out, dout)
-    except Exception as error:
-        report.notes.append(f"calling bprop directly failed ({type(error).__name__}); its return value was not "
-                            "inspected")
-        return
-    n = len(xs)
-    if not isinstance(result, tuple):
-        report.failures.append(CheckFailure(
-            "bprop_return_type", f"bprop returned {type(result).__name__}, not a tuple of {n} gradient(s); "
-            "MindSpore accepts it without an error", {"mode": "pynative"}))
-        result = (result,)
-    if len(result) > n:
-        report.failures.append(CheckFailure(
-            "bprop_extra_gradients", f"bprop returned {len(result)} gradients for {n} input(s); MindSpore silently "
-            f"ignores the extra {len(result) - n}: the gradients may be in the wrong order or meant for other inputs",
-            {"returned": len(result), "inputs": n, "mode": "pynative"}))
-    elif len(result) < n:
-        report.failures.append(CheckFailure(
-            "bprop_missing_gradients", f"bprop returned {len(result)} gradients for {n} input(s)",
-            {"returned": len(result), "inputs": n, "mode": "pynative"}))
-    for i, (g, x) in enumerate(zip(result, xs)):
-        if isinstance(g, ms.Tensor) and g.dtype != x.dtype:
-            report.failures.append(CheckFailure(
-                "bprop_dtype", f"bprop returned {g.dtype} for input {i} of dtype {x.dtype}; MindSpore silently casts "
-                f"it to {x.dtype}, so the result's dtype hides the lower-precision computation",
-                {"input": i, "returned": str(g.dtype), "expected": str(x.dtype), "mode": "pynative"}))
-
-
-def _check_weights(op, xs, weighted, position, report, eps, rng, has_bprop) -> None:
-    params = op.trainable_params()
-    report.checks += ["missing_weight_gradient", "weight_gradient"]
-    try:
-        _g, wgrads = ms.grad(weighted, grad_position=position, weights=params)(*xs)
-    except Exception as error:
-        report.notes.append(f"weight gradients could not be computed: {type(error).__name__}")
-        return
-    for p, gw in zip(params, wgrads):
-        original = p.asnumpy().copy()
-        step = eps if original.dtype == np.float64 else 1e-3
-        v = rng.standard_normal(original.shape)
-        try:
-            p.set_data(ms.Tensor((original + step * v).astype(original.dtype)))
-            plus = float(weighted(*xs).asnumpy())
-            p.set_data(ms.Tensor((original - step * v).astype(original.dtype)))
-            minus = float(weighted(*xs).asnumpy())
-        finally:
-            p.set_data(ms.Tensor(original))
-        numeric = (plus - minus) / (2 * step)
-        analytic = float(np.sum(gw.asnumpy() * v))
-        tol = 1e-5 + 1e-3 * abs(numeric) if original.dtype == np.float64 else 1e-2 + 1e-2 * abs(numeric)
-        if not np.any(gw.asnumpy()) and abs(numeric) > tol:
-            why = (" MindSpore does not differentiate Parameters through a custom bprop: it returns zeros without "
-                   "an error" if has_bprop else "")
-            report.failures.append(CheckFailure(
-                "missing_weight_gradient", f"weight gradient of Parameter {p.name!r} is all zeros, but the output "
-                f"depends on it (directional derivative {numeric:.6g}).{why}",
-                {"parameter": p.name, "numeric": numeric, "mode": "pynative"}))
-        elif abs(analytic - numeric) > tol:
-            report.failures.append(CheckFailure(
-                "weight_gradient", f"weight gradient of Parameter {p.name!r} differs from central differences "
-                f"(analytic {analytic:.6g}, numeric {numeric:.6g})", {"parameter": p.name, "mode": "pynative"}))
+        report = run_check_op(MindSporeCheckAdapter(modes), op, tuple(_as_tensor(x) for x in inputs), reference, options)
+    finally:
+        ms.set_context(mode=previous)
+    return report

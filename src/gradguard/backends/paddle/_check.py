@@ -24,7 +24,6 @@ from ...checks._report import CheckResult, Failure
 __all__ = ["check_op", "PaddleCheckAdapter", "PADDLE"]
 
 _FLOATS = {"float16", "bfloat16", "float32", "float64"}
-_COMPLEX = {"complex64", "complex128"}
 
 
 def _fresh(arr: np.ndarray, dtype: str):
@@ -61,17 +60,6 @@ class PaddleCheckAdapter(AdapterBase):
 
     def dtype_name(self, t) -> str:
         return str(t.dtype).replace("paddle.", "")
-
-    def kind(self, t) -> str:
-        dt = self.dtype_name(t)
-        if dt in _FLOATS:
-            return "float"
-        if dt in _COMPLEX:
-            return "complex"
-        return "bool" if dt == "bool" else "int"
-
-    def shape(self, t) -> tuple[int, ...]:
-        return tuple(int(s) for s in t.shape)
 
     def requires_grad(self, t) -> bool:
         return not t.stop_gradient
@@ -115,7 +103,7 @@ class PaddleCheckAdapter(AdapterBase):
                 result = fn(*fed, **kwargs)
         except Exception as exc:
             raise OpRaised("forward", exc, self._float_dtypes(fed)) from exc
-        return self.linearization(fed, leaves, result, lambda o: not o.stop_gradient)
+        return self.linearization(fed, leaves, self.outputs(result), lambda o: not o.stop_gradient)
 
     def vjp_tensors(self, lin: Linearization, cots: list) -> list:
         try:
@@ -176,6 +164,18 @@ class PaddleCheckAdapter(AdapterBase):
     def literal(self, t) -> str:
         dt = self.dtype_name(t)
         return f"paddle.to_tensor({self.literal_values(t, dt == 'float64')}, dtype='{dt}')"
+
+    def reword(self, report) -> None:
+        for f in report.findings:
+            if f.check == "mutation.silent_input_write":
+                f.why = ("Paddle's autograd cannot see this write (set_value, copy_, optimizer kernels and custom kernels "
+                         "write without bumping inplace_version): any earlier op that saved this tensor for its backward "
+                         "(exp, sigmoid, softmax, relu... save their outputs) now computes wrong gradients silently.")
+                f.fix = ("write into a new tensor in the forward instead of into the input; if the in-place write is "
+                         "intended, make it with a Paddle in-place op (x.add_(...)), which bumps inplace_version so Paddle "
+                         "raises instead of computing wrong gradients.")
+            elif f.check == "mutation.backward_not_repeatable":
+                f.message = f.message.replace("(retain_graph=True)", "(paddle.grad(..., retain_graph=True))")
 
     def op_name(self, fn: Callable) -> str:
         owner = getattr(fn, "__self__", None)
