@@ -59,3 +59,22 @@ def test_missing_framework_is_one_line_with_the_install_command(tmp_path):
     assert (result.returncode, result.stdout) == (plain.returncode, plain.stdout) == (1, "start\n")
     assert result.stderr == plain.stderr + (f"gradguard: torch is not installed in this Python ({sys.executable}); "
                                             "install it with: python -m pip install torch\n")
+
+
+def test_mode_bisect_pins_a_dlpack_write_to_its_line(tmp_path):
+    (tmp_path / "direct.py").write_text(textwrap.dedent("""
+        import numpy as np, paddle
+        x = paddle.to_tensor([1.0, 2.0, 3.0], stop_gradient=False)
+        y = x * 1
+        z = y.sin()
+        alias = np.from_dlpack(y.detach())
+        alias[0] = 10.0
+        z.sum().backward()
+    """))
+    result = _gradguard("--mode", "bisect", "--json", "out.json", "direct.py", cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    assert "gradguard: SilentModificationError" in result.stderr
+    assert "bisect mode saw its bytes change at direct.py:7" in result.stderr
+    (finding,) = read_findings(json.loads((tmp_path / "out.json").read_text()))
+    assert (finding["backend"], finding["saved_at"]["line"]) == ("paddle", 5)
+    assert [w["line"] for w in finding["modified_at"]] == [7]
