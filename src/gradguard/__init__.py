@@ -16,6 +16,7 @@ from ._errors import (
 )
 from ._guard import guard
 from .core._findings import Finding
+from . import report as _report  # noqa: F401  registers how findings show (NOTE [Findings do not import report])
 
 from ._version import __version__
 
