@@ -52,6 +52,14 @@ class Linearization:
         cots = cot_tensors if cot_tensors is not None else self.cotangent_tensors(cotangents)
         return self.backend.vjp_tensors(self, cots)
 
+    def release(self) -> None:
+        """Let the graph go (its saved tensors are freed); outputs stay, detached, as templates for dtype and shape.
+        No pullback is possible afterwards."""
+        detached = self.backend.detached
+        self.out_tensors = [detached(o) for o in self.out_tensors]
+        self.all_outputs = [(n, detached(o)) for n, o in self.all_outputs]
+        self.leaves, self.args, self.state = [], [], None
+
     def cotangent_tensors(self, cotangents: Sequence[np.ndarray]) -> list[Any]:
         return [self.backend.from_numpy(c, o) for c, o in zip(cotangents, self.out_tensors)]
 
@@ -126,6 +134,10 @@ class AdapterBase:
 
     def shape(self, t: Any) -> tuple[int, ...]:
         return tuple(int(s) for s in t.shape)
+
+    def detached(self, t: Any) -> Any:
+        """``t`` without its autograd history (frameworks whose tensors hold no graph return it as is)."""
+        return t
 
     def ndim(self, t: Any) -> int:
         return len(self.shape(t))

@@ -331,6 +331,10 @@ class _Audit:
             run.lin_64, run.g_64 = lin_d, g_d
         else:
             run.lin_64, run.g_64 = self._run64(fn, args, U, "fn", run.notes)
+        # NOTE [Memory]: from here on only the runs' numbers are needed, not their graphs and saved tensors
+        for lin in (lin_d, run.lin_64):
+            if lin is not None:
+                lin.release()
         run.eff = self._effective_dtype(args, run) if run.lin_64 is not None else None
 
         lin_rd = lin_r64 = g_rd = g_r64 = None
@@ -361,6 +365,9 @@ class _Audit:
                     lin_r64, g_r64 = self._run64(ref, args, U, "reference", run.notes, lin_d.out_names)
             except OpRaised as exc:
                 raise _ReferenceRaised(exc) from exc
+            for lin in (lin_rd, lin_r64):
+                if lin is not None:
+                    lin.release()
             if regime != "given":
                 # NOTE [Regime not applicable]: inputs the reference itself cannot handle (every label ignored, a
                 # log of 0) say nothing about the op: the regime is skipped, not failed.

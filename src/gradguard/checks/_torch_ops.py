@@ -91,6 +91,9 @@ class TorchBackend(AdapterBase):
         t = _np_tensor(np.asarray(arr, dtype=np.float64)).to(getattr(torch, dtype_name))
         return t.to(torch.float64).numpy().copy()
 
+    def detached(self, t):
+        return t.detach()
+
     def to_float64(self, t: torch.Tensor) -> torch.Tensor:
         return t.detach().to(torch.float64)
 

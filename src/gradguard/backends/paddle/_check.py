@@ -77,6 +77,9 @@ class PaddleCheckAdapter(AdapterBase):
     def from_numpy(self, arr: np.ndarray, like, dtype_name: str | None = None):
         return _fresh(np.asarray(arr), dtype_name or self.dtype_name(like))
 
+    def detached(self, t):
+        return t.detach()
+
     def to_float64(self, t):
         return t.detach().astype("float64")
 
