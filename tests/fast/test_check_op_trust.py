@@ -256,3 +256,15 @@ def test_a_wrong_float64_backward_is_not_taken_for_lower_precision():
     assert report.root_cause.check == "gradient.numerical"
     assert report.root_cause.message.endswith("disagrees with central differences (full Jacobian)")
     assert not [n for n in report.notes if "float32" in n], report.notes
+
+
+def test_large_inputs_get_one_probe_unless_asked():
+    from gradguard.checks._audit import LARGE_INPUT_ELEMENTS
+
+    x = torch.randn(LARGE_INPUT_ELEMENTS // 64 + 1, 64, generator=_g(3))
+    fn = lambda a: torch.sin(a) * a  # noqa: E731
+    report = gradguard.check_op(fn, x, checks=("gradient",))
+    assert report.passed and report.options["probes"] == 1
+    assert any(n.endswith("(probes=1) to bound memory and time; pass probes=3 for more") for n in report.notes)
+    asked = gradguard.check_op(fn, x, checks=("gradient",), probes=2)
+    assert asked.options["probes"] == 2 and not any("probes=1" in n for n in asked.notes)
