@@ -18,12 +18,20 @@ import sys
 import time
 from dataclasses import dataclass
 
-import torch
-
 from .._errors import InvalidArgument
-from ._analysis import Candidate, analyse
 from ._report import AdviceReport, Proposal, RejectedCandidate, UnsafeInplaceOp
-from ._trace import StepComplete, StepMode, inplace_overload
+
+# NOTE [advise without torch]: a Paddle-only Python has no torch; advise() then dispatches to the Paddle
+# advisor (gradguard.backends.paddle._advisor) and the torch machinery below is never used.
+try:
+    import torch
+
+    from ._analysis import Candidate, analyse
+    from ._trace import StepComplete, StepMode, inplace_overload
+except ModuleNotFoundError as _missing:
+    if _missing.name != "torch":
+        raise
+    torch = None
 
 _log = logging.getLogger("gradguard.advisor")
 
@@ -370,13 +378,16 @@ def _sim(mode: StepMode, cands) -> int:
 
 
 def advise(fn, *args, kwargs: dict | None = None, per_proposal: bool = True, repeats: int = 3,
-           warmup: bool = True, allocator_check: bool = True) -> AdviceReport:
+           warmup: bool = True, allocator_check: bool | None = None, backend: str = "auto") -> AdviceReport:
     """Record one training step ``fn(*args)`` and advise which out-of-place ops can safely become in-place.
 
     ``fn`` runs several times (record, rewrite, verification, timing); every in-place write it makes to
     memory that existed before the call (parameters, optimizer state, ``.grad``) is undone after each run,
     and the torch RNG is reset to the same state before each run. Proposals are reported only when the
     rewritten step gives bit-identical gradients and parameters and its peak drops by the claimed bytes.
+
+    ``backend``: "auto" (the framework of the arguments, else the one imported), "torch" or "paddle". On Paddle
+    (see docs/advisor.md) ``allocator_check`` and ``per_proposal=False`` are not supported (InvalidArgument).
     """
     if not callable(fn):
         raise InvalidArgument(f"advise(fn, ...): 'fn' must be callable (one training step), got {type(fn).__name__}")
@@ -389,8 +400,49 @@ def advise(fn, *args, kwargs: dict | None = None, per_proposal: bool = True, rep
         raise InvalidArgument(f"advise(...): 'per_proposal' must be a bool, got {per_proposal!r}")
     if not isinstance(warmup, bool):
         raise InvalidArgument(f"advise(...): 'warmup' must be a bool, got {warmup!r}")
-    if not isinstance(allocator_check, bool):
+    if allocator_check is not None and not isinstance(allocator_check, bool):
         raise InvalidArgument(f"advise(...): 'allocator_check' must be a bool, got {allocator_check!r}")
+    if _backend(fn, args, kwargs or {}, backend) == "paddle":
+        from ..backends.paddle._advisor import advise_paddle
+
+        return advise_paddle(fn, args, kwargs, per_proposal=per_proposal, repeats=repeats, warmup=warmup,
+                             allocator_check=allocator_check)
+    if allocator_check is None:
+        allocator_check = True
     step = FunctionStep(fn, args, kwargs or {})
     step.warmup = warmup
     return run_advisor(step, per_proposal=per_proposal, repeats=repeats, allocator_check=allocator_check)
+
+
+def _backend(fn, args, kwargs, backend) -> str:
+    """"torch" or "paddle" for this step (``backend="auto"``: the framework of its arguments, else the one imported)."""
+    from ..backends import install_hint, resolve_backend
+
+    objects = [*args, *kwargs.values(), *_closure_values(fn)]
+    # a user's model (class MLP(paddle.nn.Layer)) tells the framework through its base classes
+    found = next((f for f in map(_framework_of, objects) if f is not None), None) if backend == "auto" else None
+    name = found or resolve_backend(backend, objects)
+    if name not in ("torch", "paddle"):
+        raise InvalidArgument(f"advise(..., backend={backend!r}): the in-place advisor supports torch and paddle, "
+                              f"not {name}")
+    if name == "torch" and torch is None:
+        raise ModuleNotFoundError(install_hint("torch"), name="torch")
+    return name
+
+
+def _framework_of(obj) -> str | None:
+    for cls in type(obj).__mro__:
+        root = (cls.__module__ or "").split(".")[0]
+        if root in ("torch", "paddle"):
+            return root
+    return None
+
+
+def _closure_values(fn) -> list:
+    values = []
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            values.append(cell.cell_contents)
+        except ValueError:
+            pass
+    return values
