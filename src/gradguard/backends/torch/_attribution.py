@@ -100,7 +100,7 @@ def _tensors(values) -> list[torch.Tensor]:
 
 
 def _storage_key(t: torch.Tensor) -> int | None:
-    if type(t) not in (torch.Tensor, torch.nn.Parameter) or t.is_sparse or t.device.type == "meta":
+    if type(t) not in (torch.Tensor, torch.nn.Parameter) or t.is_sparse or t.is_meta:
         return None
     try:
         return t.untyped_storage().data_ptr()

@@ -160,7 +160,7 @@ def fingerprint(t: torch.Tensor, mode: str = "full"):
 
     Returns an int on CPU and a small int64 tensor on other devices (compare with :func:`same`).
     """
-    if t.device.type == "cpu" and not (t.is_quantized or t.is_conj() or t.is_neg()) and t.layout == torch.strided:
+    if t.is_cpu and not (t.is_quantized or t.is_conj() or t.is_neg()) and t.layout == torch.strided:
         n = t.numel()
         if n == 0:
             return _EMPTY

@@ -63,7 +63,7 @@ _ACTIVATIONS = {
 
 
 def _plain(t: torch.Tensor) -> bool:
-    return type(t) in (torch.Tensor, torch.nn.Parameter) and t.device.type != "meta" and not t.is_sparse
+    return type(t) in (torch.Tensor, torch.nn.Parameter) and not t.is_meta and not t.is_sparse
 
 
 def _byte_range(t: torch.Tensor) -> tuple[int, int, int]:
