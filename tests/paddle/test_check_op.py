@@ -165,3 +165,16 @@ def test_silent_input_write_is_said_in_paddle_terms():
     assert f.message == "the op's forward changed the bytes of input x (float64[3, 4]) without bumping its version (0)"
     assert f.why.startswith("Paddle's autograd cannot see this write (set_value, copy_")
     assert "torch" not in f.why + f.fix
+
+
+def _only_with_autograd(x):
+    if x.stop_gradient:
+        raise RuntimeError("this op needs autograd on")
+    return x * paddle.sin(x)
+
+
+def test_an_op_that_only_runs_with_autograd_is_said_in_paddle_terms():
+    r = check_op(_only_with_autograd, X)
+    assert r.root_cause.check == "op.raised"
+    assert r.root_cause.message.startswith("fn's forward under paddle.no_grad() raised RuntimeError: this op needs")
+    assert r.root_cause.why.startswith("the op runs with autograd on but crashes with it off")

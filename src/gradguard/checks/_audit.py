@@ -45,7 +45,7 @@ from .._errors import InvalidArgument
 from . import _numerical as num
 from ._composition import audit_composition
 from ._mutation import audit_mutation
-from ._op_raised import NO_GRAD_FORWARD, OpRaised
+from ._op_raised import OpRaised
 from ._regimes import REGIME_NAMES, Regime, Spec, build_regimes, shrink_candidates
 from ._report import CheckResult, Failure, OpReport, verdict_order
 from ..core._internal import log_fallback
@@ -925,7 +925,7 @@ class _Audit:
                                + (f" (inputs: {exc.dtype})" if exc.dtype else ""),
                        where=where or None,
                        why=(f"the op runs with autograd on but crashes with it off (evaluation loops, finite differences): "
-                            f"a branch for inputs that do not require grad." if exc.phase == NO_GRAD_FORWARD else
+                            f"a branch for inputs that do not require grad." if exc.autograd_off else
                             f"the op fails on the inputs as given, so no gradient can be checked; every other check "
                             f"depends on a {exc.phase} that runs."),
                        fix=f"fix the {exc.phase} (the line above is where it raised), then re-run check_op.",

@@ -11,8 +11,9 @@ NO_GRAD_FORWARD = "forward under torch.no_grad()"
 class OpRaised(Exception):
     """``fn`` (or its backward) raised ``error`` during ``phase`` (``forward`` | ``backward``)."""
 
-    def __init__(self, phase: str, error: BaseException, dtype: str | None = None):
+    def __init__(self, phase: str, error: BaseException, dtype: str | None = None, autograd_off: bool = False):
         super().__init__(f"{phase} raised {type(error).__name__}: {error}")
-        self.phase = phase
+        self.phase = phase  # as the framework's user says it: "forward under paddle.no_grad()"
         self.error = error
         self.dtype = dtype
+        self.autograd_off = autograd_off or phase == NO_GRAD_FORWARD  # the forward finite differences run

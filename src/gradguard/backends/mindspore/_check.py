@@ -37,7 +37,7 @@ import xxhash
 
 from ..._errors import InvalidArgument
 from ...checks._adapter_base import AdapterBase, Linearization
-from ...checks._op_raised import NO_GRAD_FORWARD, OpRaised
+from ...checks._op_raised import OpRaised
 from ...core._internal import log_fallback
 
 __all__ = ["check_op", "MindSporeCheckAdapter", "MODES"]
@@ -190,7 +190,7 @@ class MindSporeCheckAdapter(AdapterBase):
         try:
             outs = dict(self.outputs(fn(*fed, **kwargs)))
         except Exception as exc:
-            raise OpRaised(NO_GRAD_FORWARD, exc, self._float_dtypes(fed)) from exc
+            raise OpRaised("forward outside ms.vjp", exc, self._float_dtypes(fed), autograd_off=True) from exc
         return [self.to_numpy(outs[n]) for n in out_names]
 
     # ---- mutation and aliasing ----------------------------------------------------------------------

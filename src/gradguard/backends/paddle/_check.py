@@ -18,7 +18,7 @@ import paddle
 import xxhash
 
 from ...checks._adapter_base import AdapterBase, Linearization
-from ...checks._op_raised import NO_GRAD_FORWARD, OpRaised
+from ...checks._op_raised import OpRaised
 from ...checks._report import CheckResult, Failure
 
 __all__ = ["check_op", "PaddleCheckAdapter", "PADDLE"]
@@ -122,7 +122,7 @@ class PaddleCheckAdapter(AdapterBase):
             with paddle.no_grad():
                 outs = dict(self.outputs(fn(*fed, **kwargs)))
         except Exception as exc:
-            raise OpRaised(NO_GRAD_FORWARD, exc, self._float_dtypes(fed)) from exc
+            raise OpRaised("forward under paddle.no_grad()", exc, self._float_dtypes(fed), autograd_off=True) from exc
         return [self.to_numpy(outs[n]) for n in out_names]
 
     # ---- mutation and aliasing ----------------------------------------------------------------------
