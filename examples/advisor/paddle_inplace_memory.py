@@ -51,17 +51,18 @@ def unsafe_step(model, opt, x):
     opt.clear_grad()
 
 
-def main(batch=256):
+def main(batch=256, repeats=3):
     paddle.seed(0)
     paddle.set_device("cpu")
     model = MLP()
     opt = paddle.optimizer.Adam(learning_rate=1e-3, parameters=model.parameters())
     x = paddle.randn([batch, 256])
-    report = gradguard.advise(train_step, model, opt, x)
+    report = gradguard.advise(train_step, model, opt, x, repeats=repeats)
     print(report)
     print()
-    print(gradguard.advise(unsafe_step, model, opt, x, repeats=1))
-    return report
+    unsafe = gradguard.advise(unsafe_step, model, opt, x, repeats=1)
+    print(unsafe)
+    return report, unsafe
 
 
 if __name__ == "__main__":

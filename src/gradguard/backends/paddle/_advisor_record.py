@@ -17,6 +17,7 @@ from paddle.base import core
 
 from ...core._findings import SourceLocation
 from ...core._frames import LIBRARY_PATHS
+from ...core._internal import log_fallback
 from ._naming import memory_range
 
 __all__ = ["Twin", "candidate_ops"]
@@ -480,8 +481,8 @@ def _pack(t):
                 user = _user_frame(frame)
                 run.saved.append(_Saved(run.tick(), rng, run.stack[-1] if run.stack else None,
                                         _location(user) if user is not None else None, _pylayer_saving(frame)))
-    except Exception:  # noqa: BLE001 - a missed save only makes the rules less strict; verification remains
-        pass
+    except Exception as error:  # a missed save only makes the rules less strict; verification remains
+        log_fallback("paddle.advisor", "recording a tensor saved for backward", error)
     return t
 
 
