@@ -268,3 +268,29 @@ def test_large_inputs_get_one_probe_unless_asked():
     assert any(n.endswith("(probes=1) to bound memory and time; pass probes=3 for more") for n in report.notes)
     asked = gradguard.check_op(fn, x, checks=("gradient",), probes=2)
     assert asked.options["probes"] == 2 and not any("probes=1" in n for n in asked.notes)
+
+
+def test_large_inputs_run_the_regimes_on_a_slice_of_the_batch():
+    from gradguard.checks._audit import LARGE_INPUT_ELEMENTS
+
+    rows = 2 * LARGE_INPUT_ELEMENTS // 64
+    x = torch.randn(rows, 64, generator=_g(4))
+    report = gradguard.check_op(lambda a: torch.sin(a) * a, x, regimes=["large_magnitude"])
+    assert report.passed, str(report)
+    assert f"the regimes run on the first {rows // 2} of {rows} rows (leading dimension)" in " ".join(report.notes)
+    ran = {c.check: c.detail for c in report.checks if c.status == "pass"}
+    assert ran["regime.batch_slice"] == f"first {rows // 2} of {rows} rows" and "regime.large_magnitude" in ran
+    # a wrong backward on such inputs is still caught, on the given inputs (the full batch)
+    class Wrong(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):
+            ctx.save_for_backward(a)
+            return torch.sin(a) * a
+
+        @staticmethod
+        def backward(ctx, g):
+            (a,) = ctx.saved_tensors
+            return g * torch.sin(a)
+
+    wrong = gradguard.check_op(Wrong.apply, x, regimes=["large_magnitude"])
+    assert wrong.root_cause.check == "gradient.numerical" and wrong.root_cause.regime == "given"

@@ -889,21 +889,61 @@ class _Audit:
             self.checks += checks
 
         if "regime" in groups:
-            selected = set(self.opts["regimes"])
-            for name in sorted(selected & set(unsupported)):
-                self.checks.append(CheckResult(f"regime.{name}", name, "skip", unsupported[name]))
-            regimes, skipped = build_regimes(self.B, self.args, self.wrt, self.kwargs, self.defaults,
-                                             selected - set(unsupported), self.names)
-            for name, why in skipped.items():
-                self.checks.append(CheckResult(f"regime.{name}", name, "skip", why))
-            given_s = time.perf_counter() - t0
-            progress = _Progress(self.opts["name"] or self.B.op_name(self.fn), len(regimes), given_s)
-            for n, regime in enumerate(regimes, start=1):
-                progress.step(n, regime.name)
-                self._run_regime(regime, base, n)
-            progress.done()
+            full_args = self.args
+            try:
+                base = self._slice_for_regimes(base)
+                selected = set(self.opts["regimes"])
+                for name in sorted(selected & set(unsupported)):
+                    self.checks.append(CheckResult(f"regime.{name}", name, "skip", unsupported[name]))
+                regimes, skipped = build_regimes(self.B, self.args, self.wrt, self.kwargs, self.defaults,
+                                                 selected - set(unsupported), self.names)
+                for name, why in skipped.items():
+                    self.checks.append(CheckResult(f"regime.{name}", name, "skip", why))
+                given_s = time.perf_counter() - t0
+                progress = _Progress(self.opts["name"] or self.B.op_name(self.fn), len(regimes), given_s)
+                for n, regime in enumerate(regimes, start=1):
+                    progress.step(n, regime.name)
+                    self._run_regime(regime, base, n)
+                progress.done()
+            finally:
+                self.args = full_args
 
         return self._report(t0)
+
+    def _slice_for_regimes(self, base: _Run) -> _Run:
+        """NOTE [Large inputs]: past LARGE_INPUT_ELEMENTS differentiated elements the regimes are derived from the
+        first rows of the batch (the leading dimension the inputs share), checked first as inputs of their own,
+        so a dozen regimes do not each hold float64 copies of the whole input. Returns the run the regimes are
+        compared with (``self.args`` becomes the slice until the regimes are done)."""
+        B, args = self.B, self.args
+        n = sum(B.numel(args[i]) for i in self.wrt)
+        first = next((i for i, a in enumerate(args) if B.is_tensor(a) and B.ndim(a) >= 1 and B.shape(a)[0] > 1), None)
+        if n <= LARGE_INPUT_ELEMENTS or first is None:
+            return base
+        b = B.shape(args[first])[0]
+        rows = max(1, int(LARGE_INPUT_ELEMENTS * b // n))
+        if rows >= b:
+            return base
+        sliced = [B.from_numpy(B.to_numpy(a)[:rows], a) if B.is_tensor(a) and B.ndim(a) >= 1 and B.shape(a)[0] == b
+                  else a for a in args]
+        try:
+            run = self.gradient_suite(sliced, "batch_slice", Spec(), linearity=False, seed_offset=500)
+        except (OpRaised, _ReferenceRaised, _NotApplicable) as exc:
+            self.notes.append(f"the regimes run on the whole inputs: fn on their first {rows} rows raised ({exc})")
+            return base
+        self.notes += run.notes
+        if run.failures:
+            text = self.repro(sliced, None)
+            for f in run.failures:
+                f.repro = text
+            given = {(f.check, f.input) for f in self.findings if f.regime == "given"}
+            self.findings += [f for f in run.failures if (f.check, f.input) not in given]
+        self.checks.append(CheckResult("regime.batch_slice", "batch_slice", "fail" if run.failures else "pass",
+                                       f"first {rows} of {b} rows"))
+        self.notes.append(f"{n} differentiated elements: the regimes run on the first {rows} of {b} rows (leading "
+                          f"dimension) to bound memory and time")
+        self.args = sliced
+        return run
 
     def _reference_raises(self, args) -> bool:
         try:
