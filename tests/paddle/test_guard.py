@@ -217,3 +217,22 @@ def test_nested_guards_join_and_auto_picks_paddle():
         with pytest.raises(InplaceModificationError):
             z.sum().backward()
     assert len(outer.findings) == 1
+
+
+def test_a_nested_guard_lends_the_write_log_to_a_sentinel_outer_one_and_takes_it_back():
+    before = (paddle.Tensor.add_, paddle.assign, paddle.tanh_, paddle.optimizer.SGD.step)
+    x = _x()
+    with gradguard.guard(backend="paddle", fingerprint="sample", track_writes=False) as outer:
+        assert paddle.Tensor.add_ is before[0]  # the sentinel logs no writes
+        with pytest.raises(InplaceModificationError) as info:
+            with gradguard.guard(backend="paddle"):  # forensic: its writes are logged by the outer session
+                y = x * 1
+                z = y.sin()
+                y.add_(paddle.to_tensor(1.0))  # WRITE-LENT
+                z.sum().backward()
+        assert [w.location.line for w in info.value.finding.modified_at] == [_line("# WRITE-LENT")]
+        assert "write tracking was off" not in " ".join(info.value.finding.notes)
+        # the inner guard gave the write log back: the outer sentinel runs as before
+        assert (paddle.Tensor.add_, paddle.assign, paddle.tanh_, paddle.optimizer.SGD.step) == before
+        assert outer.session.engine.track_writes is False
+    assert (paddle.Tensor.add_, paddle.assign, paddle.tanh_, paddle.optimizer.SGD.step) == before
