@@ -294,3 +294,25 @@ def test_large_inputs_run_the_regimes_on_a_slice_of_the_batch():
 
     wrong = gradguard.check_op(Wrong.apply, x, regimes=["large_magnitude"])
     assert wrong.root_cause.check == "gradient.numerical" and wrong.root_cause.regime == "given"
+
+
+class _SquaresUpstream(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return torch.sin(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * g * torch.cos(x)
+
+
+def test_a_linearity_failure_is_shrunk_to_inputs_that_show_it():
+    # the linearity probe used to run on the given inputs whatever the candidate, so a shrink never verified
+    x = torch.randn(6, 5, dtype=torch.float64, generator=_g(5))
+    report = gradguard.check_op(_SquaresUpstream.apply, x, checks=("gradient",))
+    failure = next(f for f in report.failures if f.check == "gradient.cotangent_linearity")
+    scope = {"torch": torch}
+    exec(failure.repro.split("gradguard.check_op")[0], scope)  # the repro's input
+    assert tuple(scope["x"].shape) == (1, 5)  # one row of the six, on which the failure still shows

@@ -499,7 +499,7 @@ class _Audit:
             record("gradient.nonfinite", ok)
 
         if linearity:
-            self._linearity(run, regime, fail, record)
+            self._linearity(run, args, regime, fail, record)
         return run
 
     def _precision_of(self, dt: str, run: _Run) -> str:
@@ -667,11 +667,11 @@ class _Audit:
             return (p,)
         return ()
 
-    def _linearity(self, run: _Run, regime, fail, record):
+    def _linearity(self, run: _Run, args, regime, fail, record):
         use64 = run.lin_64 is not None
         base = run.g_64 if use64 else run.g_d
         u0 = run.U[0]
-        args = self._to64(self.args) if use64 else self.args
+        args = self._to64(args) if use64 else args
         fresh = lambda: self.B.linearize(self.fn, args, self.kwargs, self.wrt)  # NOTE [One backward per graph]
         g_a = fresh().pullback([_LINEARITY_ALPHA * u for u in u0])
         g_z = fresh().pullback([np.zeros_like(u) for u in u0])
