@@ -192,11 +192,7 @@ class AdapterBase:
 
     # ---- introspection ------------------------------------------------------------------------------
     def signature_defaults(self, fn: Callable) -> dict[str, Any]:
-        try:
-            sig = inspect.signature(fn)
-        except (TypeError, ValueError):
-            return {}
-        return {k: p.default for k, p in sig.parameters.items() if p.default is not inspect.Parameter.empty}
+        return {p.name: p.default for p in _parameters(fn) if p.default is not p.empty}
 
     def parameter_names(self, fn: Callable, n: int) -> list[str]:
         params = _parameters(fn)

@@ -50,7 +50,7 @@ from ._regimes import REGIME_NAMES, Regime, Spec, build_regimes, shrink_candidat
 from ._report import CheckResult, Failure, OpReport, verdict_order
 from ..core._internal import log_fallback
 
-__all__ = ["run_check_op", "CHECK_GROUPS", "DEFAULT_OPTIONS"]
+__all__ = ["run_check_op", "check_options", "CHECK_GROUPS", "DEFAULT_OPTIONS"]
 
 CHECK_GROUPS = ("gradient", "regime", "mutation", "aliasing", "composition")
 DEFAULT_OPTIONS: dict[str, Any] = {
@@ -109,7 +109,7 @@ class _Run:
 
 
 class _Audit:
-    def __init__(self, B, fn, args, reference, opts):
+    def __init__(self, B, fn, args, reference, opts, probes_given: bool = False):
         self.B = B
         self.fn = fn
         self.reference = reference
@@ -123,7 +123,9 @@ class _Audit:
         self.checks: list[CheckResult] = []
         self.notes: list[str] = []
         self._repeatable = False  # the mutation audit saw a second backward through one graph agree
-        self._one_probe_for_large_inputs()
+        self._elements = sum(B.numel(self.args[i]) for i in self.wrt)  # differentiated, in the given inputs
+        if not probes_given:
+            self._one_probe_for_large_inputs()
         self._eff: str | None = None
         self._given_ref_outputs: list[np.ndarray] = []
 
@@ -133,9 +135,7 @@ class _Audit:
         random cotangent and one random direction per regime still catch a wrong VJP, at about half the memory
         and time (16 MiB float32 input: 144x -> 99x its size at peak, 26 -> 12 s). ``probes=`` set by the
         caller is kept."""
-        if self.opts.get("_probes_given"):
-            return
-        n = sum(self.B.numel(self.args[i]) for i in self.wrt)
+        n = self._elements
         if n > LARGE_INPUT_ELEMENTS and self.opts["probes"] > 1:
             self.opts = {**self.opts, "probes": 1}
             self.notes.append(f"{n} differentiated elements: one random cotangent and one random direction per check "
@@ -682,9 +682,9 @@ class _Audit:
             expected = _LINEARITY_ALPHA * base[0][i]
             scale = _scale(expected)
             tol = 1e-9 if dt == "float64" else 16 * self.B.eps(dt)
-            m = num.compare(g_a[i], expected, tol * scale + _LINEARITY_ALPHA * self._floor(i, run, dt))
-            coarse = dt == "float64" and not m.ok and num.compare(
-                g_a[i], expected, 16 * self.B.eps("float32") * scale + _LINEARITY_ALPHA * self._floor(i, run, dt)).ok
+            floor = _LINEARITY_ALPHA * self._floor(i, run, dt)
+            m = num.compare(g_a[i], expected, tol * scale + floor)
+            coarse = dt == "float64" and not m.ok and num.compare(g_a[i], expected, 16 * self.B.eps("float32") * scale + floor).ok
             if coarse:
                 # linear to float32's precision, not float64's: a backward that rounds to float32 and casts back
                 ok_precise = False
@@ -922,8 +922,7 @@ class _Audit:
         first rows of the batch (the leading dimension the inputs share), checked first as inputs of their own,
         so a dozen regimes do not each hold float64 copies of the whole input. Returns the run the regimes are
         compared with (``self.args`` becomes the slice until the regimes are done)."""
-        B, args = self.B, self.args
-        n = sum(B.numel(args[i]) for i in self.wrt)
+        B, args, n = self.B, self.args, self._elements
         first = next((i for i, a in enumerate(args) if B.is_tensor(a) and B.ndim(a) >= 1 and B.shape(a)[0] > 1), None)
         if n <= LARGE_INPUT_ELEMENTS or first is None:
             return base
@@ -987,7 +986,7 @@ class _Audit:
             findings=verdict_order(self.findings),
             checks=self.checks,
             notes=_dedupe(self.notes),
-            options={k: (list(v) if isinstance(v, (tuple, set)) else v) for k, v in self.opts.items() if k not in ("kwargs", "_probes_given")} | {"kwargs": {k: repr(v) for k, v in self.kwargs.items()}},
+            options={k: (list(v) if isinstance(v, (tuple, set)) else v) for k, v in self.opts.items() if k != "kwargs"} | {"kwargs": {k: repr(v) for k, v in self.kwargs.items()}},
         )
         self.B.reword(report)
         report.elapsed_s = time.perf_counter() - t0
@@ -1104,14 +1103,19 @@ def _dedupe(items):
     return out
 
 
-def run_check_op(B, fn: Callable, inputs: tuple, reference, options: dict) -> OpReport:
+def check_options(options: dict, extra: tuple = ()) -> None:
+    """Unknown option names are an error naming the known ones (``extra``: a framework's own, already taken out)."""
     unknown = sorted(set(options) - set(DEFAULT_OPTIONS))
     if unknown:
         raise InvalidArgument(
-            f"check_op: unknown option {unknown[0]!r}; known options: {', '.join(sorted(DEFAULT_OPTIONS))}. "
+            f"check_op: unknown option {unknown[0]!r}; known options: {', '.join(sorted([*DEFAULT_OPTIONS, *extra]))}. "
             f"Keyword arguments for fn itself go in kwargs={{...}}."
         )
-    opts = {**DEFAULT_OPTIONS, **options, "_probes_given": "probes" in options}
+
+
+def run_check_op(B, fn: Callable, inputs: tuple, reference, options: dict) -> OpReport:
+    check_options(options)
+    opts = {**DEFAULT_OPTIONS, **options}
     if not callable(fn):
         raise InvalidArgument(
             f"check_op: fn must be callable (a function, autograd.Function.apply, a torch.library op or a module); got {_type_name(fn)}."
@@ -1132,4 +1136,4 @@ def run_check_op(B, fn: Callable, inputs: tuple, reference, options: dict) -> Op
     if not isinstance(opts["probes"], int) or opts["probes"] < 1:
         raise InvalidArgument(f"check_op: probes must be a positive int; got {opts['probes']!r}.")
     with B.audit_threads(inputs):
-        return _Audit(B, fn, inputs, reference, opts).run()
+        return _Audit(B, fn, inputs, reference, opts, probes_given="probes" in options).run()

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["OpRaised", "NO_GRAD_FORWARD"]
-
-# the phase of a forward run with autograd off (finite differences run so, as evaluation loops do)
-NO_GRAD_FORWARD = "forward under torch.no_grad()"
+__all__ = ["OpRaised"]
 
 
 class OpRaised(Exception):
@@ -16,4 +13,4 @@ class OpRaised(Exception):
         self.phase = phase  # as the framework's user says it: "forward under paddle.no_grad()"
         self.error = error
         self.dtype = dtype
-        self.autograd_off = autograd_off or phase == NO_GRAD_FORWARD  # the forward finite differences run
+        self.autograd_off = autograd_off  # the forward with autograd off, as finite differences run it

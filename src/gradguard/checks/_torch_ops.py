@@ -17,7 +17,7 @@ import torch
 import xxhash
 
 from ._adapter_base import AdapterBase, Linearization
-from ._op_raised import NO_GRAD_FORWARD, OpRaised
+from ._op_raised import OpRaised
 
 __all__ = ["TorchBackend", "TORCH", "SMALL_INPUT_NUMEL"]
 
@@ -134,7 +134,7 @@ class TorchBackend(AdapterBase):
             with torch.no_grad():
                 outs = dict(self.outputs(fn(*fed, **kwargs)))
         except Exception as exc:  # an op that only runs with autograd on is a finding (Liger-Kernel#930), not a crash
-            raise OpRaised(NO_GRAD_FORWARD, exc, self._float_dtypes(fed)) from exc
+            raise OpRaised("forward under torch.no_grad()", exc, self._float_dtypes(fed), autograd_off=True) from exc
         return [self.to_numpy(outs[n]) for n in out_names]
 
     def vjp_tensors(self, lin: Linearization, cots: list[torch.Tensor]) -> list[torch.Tensor]:

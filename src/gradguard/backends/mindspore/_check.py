@@ -351,7 +351,7 @@ def check_op(op: Any, *inputs: Any, reference: Any = None, **options: Any):
     must also compile under GRAPH_MODE and equal PyNative's (``mode.graph``). The caller's context mode is
     restored. Returns an ``OpReport`` (``.passed``, ``.failures``, ``.failed_checks()``).
     """
-    from ...checks._audit import DEFAULT_OPTIONS, run_check_op
+    from ...checks._audit import check_options, run_check_op
 
     modes = options.pop("modes", MODES)
     modes = (modes,) if isinstance(modes, str) else tuple(modes)
@@ -360,11 +360,7 @@ def check_op(op: Any, *inputs: Any, reference: Any = None, **options: Any):
         raise InvalidArgument(
             f"check_op: modes must contain 'pynative' (the audit runs there) and may add 'graph'; got {list(modes)}. "
             f"Use modes=('pynative',) or modes=('pynative', 'graph').")
-    unknown = sorted(set(options) - set(DEFAULT_OPTIONS))
-    if unknown:
-        raise InvalidArgument(
-            f"check_op: unknown option {unknown[0]!r}; known options: {', '.join(sorted([*DEFAULT_OPTIONS, 'modes']))}. "
-            f"Keyword arguments for the op itself go in kwargs={{...}}.")
+    check_options(options, extra=("modes",))
     previous = ms.get_context("mode")
     _setup()
     try:

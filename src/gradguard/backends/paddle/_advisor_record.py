@@ -16,9 +16,10 @@ import paddle
 from paddle.base import core
 
 from ...core._findings import SourceLocation
-from ...core._frames import LIBRARY_PATHS
+from ...core._frames import LIBRARY_PATHS, location_of, user_frames
 from ...core._internal import log_fallback
 from ._naming import memory_range
+from ._session import _subclasses
 
 __all__ = ["Twin", "candidate_ops"]
 
@@ -258,14 +259,8 @@ def _tensors(args, kwargs):
             yield from (v for v in value if isinstance(v, paddle.Tensor))
 
 
-def _location(frame) -> SourceLocation:
-    return SourceLocation(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)
-
-
 def _user_frame(frame):
-    while frame is not None and LIBRARY_PATHS.is_library(frame.f_code.co_filename):
-        frame = frame.f_back
-    return frame
+    return next(user_frames(frame), None)
 
 
 def _site(frame) -> tuple[SourceLocation, str | None] | None:
@@ -273,12 +268,12 @@ def _site(frame) -> tuple[SourceLocation, str | None] | None:
     then the user's call of the layer). None for calls inside other Paddle code."""
     filename = frame.f_code.co_filename
     if not LIBRARY_PATHS.is_library(filename):
-        return _location(frame), None
+        return location_of(frame), None
     if frame.f_code.co_name == "forward" and os.path.abspath(filename).startswith(_LAYER_DIR):
         layer = frame.f_locals.get("self")
         user = _user_frame(frame.f_back)
         if user is not None and layer is not None:
-            return _location(user), type(layer).__name__
+            return location_of(user), type(layer).__name__
     return None
 
 
@@ -357,7 +352,7 @@ def _write_wrapper(op: str, original: Callable) -> Callable:
         site = _user_frame(sys._getframe(1))
         out = _read_call(run, original, args, kwargs, op)
         run.writes.append(_Write(start, run.tick(), op, memory_range(target), target.inplace_version != before,
-                                 _location(site) if site is not None else None))
+                                 location_of(site) if site is not None else None))
         return out
 
     return functools.wraps(original)(wrapper) if isinstance(original, types.FunctionType) else wrapper
@@ -453,13 +448,6 @@ def _prefix(owner) -> str:
     return "paddle.Tensor" if owner is paddle.Tensor else owner.__name__
 
 
-def _subclasses(cls) -> list:
-    found = []
-    for sub in cls.__subclasses__():
-        found += [sub, *_subclasses(sub)]
-    return found
-
-
 # -- saved-tensor hooks (record run only) -----------------------------------------------------------------
 def _pylayer_saving(frame) -> bool:
     while frame is not None:
@@ -480,7 +468,7 @@ def _pack(t):
                 frame = sys._getframe(1)
                 user = _user_frame(frame)
                 run.saved.append(_Saved(run.tick(), rng, run.stack[-1] if run.stack else None,
-                                        _location(user) if user is not None else None, _pylayer_saving(frame)))
+                                        location_of(user) if user is not None else None, _pylayer_saving(frame)))
     except Exception as error:  # a missed save only makes the rules less strict; verification remains
         log_fallback("paddle.advisor", "recording a tensor saved for backward", error)
     return t

@@ -18,6 +18,7 @@ from paddle.base import core
 
 from . import _advisor_record as _record
 from ._advisor_record import _Run, _pack, _unpack
+from ._session import _parameters as _optimizer_parameters
 
 __all__: list[str] = []
 
@@ -128,7 +129,7 @@ class _State:
             for name, b in layer.named_buffers():
                 buffers.setdefault(id(b), (f"{type(layer).__name__}.{name}", b))
         for opt in self.optimizers:
-            for i, p in enumerate(_optimizer_params(opt)):
+            for i, p in enumerate(_optimizer_parameters(opt)):
                 params.setdefault(id(p), (getattr(p, "name", f"param{i}"), p))
         self.params = list(params.values())
         self.buffers = list(buffers.values())
@@ -177,13 +178,6 @@ class _State:
 
     def on_gpu(self) -> bool:
         return any(p.place.is_gpu_place() for _, p in self.params)
-
-
-def _optimizer_params(opt) -> list:
-    out = []
-    for item in getattr(opt, "_parameter_list", None) or []:
-        out += list(item.get("params", ())) if isinstance(item, dict) else [item]
-    return [p for p in out if isinstance(p, paddle.Tensor)]
 
 
 def _difference(a: list, b: list) -> str | None:
