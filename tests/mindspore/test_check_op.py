@@ -103,8 +103,10 @@ def test_users_context_mode_is_restored():
         assert "gradient.numerical" in r.failed_checks()
     finally:
         ms.set_context(mode=ms.PYNATIVE_MODE)
-    with pytest.raises(InvalidArgument):
+    with pytest.raises(InvalidArgument) as info:
         check_op(XSinX(), X, modes=("graph",))
+    assert str(info.value) == ("check_op: modes must contain 'pynative' (the audit runs there) and may add 'graph'; "
+                               "got ['graph']. Use modes=('pynative',) or modes=('pynative', 'graph').")
     assert ms.get_context("mode") == ms.PYNATIVE_MODE
 
 

@@ -177,11 +177,40 @@ def test_rules_reject_leaf_and_outliving_operands():
     assert "leaf_requires_grad" in codes["paddle.Tensor.__mul__"]
 
 
-@pytest.mark.parametrize("option, value", [("allocator_check", True), ("per_proposal", False), ("repeats", 0)])
-def test_unsupported_options_raise_invalid_argument(option, value):
+@pytest.mark.parametrize("option, value, message", [
+    ("allocator_check", True, "advise(..., allocator_check=...) is PyTorch-only (a torch.profiler cross-check); on "
+     "Paddle the peak is always Paddle's own allocator statistics: drop the argument"),
+    ("per_proposal", False, "advise(..., per_proposal=False) is not supported on Paddle: a Paddle proposal is "
+     "reported only with its own measured peak drop; drop the argument"),
+    ("repeats", 0, "advise(..., repeats=0) on Paddle: peaks are medians of 'repeats' measured runs, so it must be >= 1"),
+])
+def test_unsupported_options_raise_invalid_argument(option, value, message):
     model, opt, x = _setup()
-    with pytest.raises(gradguard.InvalidArgument, match=option):
+    with pytest.raises(gradguard.InvalidArgument) as info:
         gradguard.advise(safe_relu_step, model, opt, x, **{option: value})
+    assert str(info.value) == message
+
+
+_CALLS = [0]
+
+
+def nondeterministic_step(model, opt, x):
+    _CALLS[0] += 1  # state the advisor cannot restore: every run differs
+    loss = (F.relu(model(x)) * _CALLS[0]).sum()
+    loss.backward()
+    opt.step()
+    opt.clear_grad()
+    return loss
+
+
+def test_a_step_that_differs_between_runs_is_refused_with_the_reason():
+    model, opt, x = _setup()
+    with pytest.raises(gradguard.InvalidArgument) as info:
+        gradguard.advise(nondeterministic_step, model, opt, x, repeats=1)
+    message = str(info.value)
+    assert message.startswith("advise(...): the step is not reproducible: two runs from the same restored state differ (")
+    assert message.endswith("Pass the model and optimizer as arguments (advise(step, model, opt)) or make the step "
+                            "deterministic.")
 
 
 def test_unknown_backend_raises_invalid_argument():
