@@ -142,7 +142,8 @@ class ProbeBase:
     A probe (``backends/<framework>/_session.py``) turns its framework's hooks into
     :mod:`gradguard.core._events` for :class:`gradguard.core._engine.GuardEngine` and answers the engine's
     :class:`~gradguard.core._engine.Probe` questions; subclasses set ``tensor_type``, ``version_attribute``
-    and implement ``memory_range``, ``to_numpy``, ``describe``, ``context``, ``saver_name`` and ``phrase``.
+    and implement ``memory_range``, ``to_numpy``, ``describe``, ``context``, ``saver_name`` and ``phrase``
+    (torch's probe answers ``version``, ``span`` and ``saver`` itself).
     """
 
     tensor_type: type = object
@@ -196,6 +197,10 @@ class ProbeBase:
 
     def restore_after_error(self) -> None:
         return None
+
+    def saver(self, record, tensor) -> tuple[str | None, str | None]:
+        """(the op that saved it, its argument): frameworks without named node arguments name the op only."""
+        return self.saver_name(record, tensor), None
 
     def _logged_write(self, target, run, *, op: str, category: str, via: str | None = None, skip: int = 3):
         """Run one watched write entry point (``run()``) on ``target``; when it targets saved memory, measure the

@@ -26,6 +26,8 @@ assembly through :func:`gradguard.core._diagnosis.diagnose`, raising, and bisect
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import sys
 import threading
 import weakref
@@ -83,15 +85,18 @@ def phrase_fix(finding: Finding, phrasebook: dict[str, str]) -> Finding:
 
 
 class Probe(Protocol):
-    """What the engine asks a framework. Implementations: ``backends/{paddle,mindspore}/_session.py``.
+    """What the engine asks a framework. Implementations: ``backends/{torch,paddle,mindspore}/_session.py``.
 
     Optional: ``fingerprint(t, mode)`` and ``same_fingerprint(a, b)`` replace the host-bytes hash (torch's
-    on-device digest needs no host copy at pack)."""
+    on-device digest needs no host copy at pack); ``annotate(finding, record, current)`` adds framework facts the
+    diagnosis rules read (graph node, where the loss was made) before they run; ``allowed_change(record)`` names a
+    content change the framework makes on purpose (BatchNorm's running stats); ``name_at_write(t)`` names a saved
+    tensor in the frame that first writes it."""
 
     backend: str
-    framework: str  # how the user spells it: "Paddle", "MindSpore"
+    framework: str  # how the user spells it: "PyTorch", "Paddle", "MindSpore"
     raise_at_unpack: bool
-    direct_writers: str  # who writes memory without the framework's ops (a phrase, for explanations)
+    direct_writers: str | None  # who writes memory without the framework's ops (a phrase); None: core wording
     direct_write_fix: str  # the fix for such a write
     optimizer_fix: str  # the fix for an optimizer update between a forward and its backward
 
@@ -105,7 +110,7 @@ class Probe(Protocol):
 
     def context(self) -> dict: ...  # Finding.context: mode, framework version, device
 
-    def saver_name(self, record: "SavedRecord", tensor: TensorInfo) -> str | None: ...  # the op that saved it
+    def saver(self, record: "SavedRecord", tensor: TensorInfo) -> tuple[str | None, str | None]: ...  # (op, argument)
 
     def phrase(self, finding: Finding, record: "SavedRecord") -> None: ...  # framework wording, notes
 
@@ -113,12 +118,14 @@ class Probe(Protocol):
 
 
 class SavedRecord:
-    """What a pack hook returns. Deliberately not a sequence: Paddle's PyLayer would iterate one."""
+    """What a pack hook returns; the framework keeps it exactly as long as the graph needs the tensor.
+    Deliberately not a sequence: Paddle's PyLayer would iterate one."""
 
-    __slots__ = ("tensor", "version", "fp", "site", "saver", "producer", "custom_function", "writes", "reported",
-                 "__weakref__")
+    __slots__ = ("tensor", "version", "fp", "site", "saver", "producer", "custom_function", "caller", "kept_on",
+                 "passes_at_save", "writes", "name_at_write", "reported", "__weakref__")
 
-    def __init__(self, tensor, version, fp, site, saver, producer, custom_function):
+    def __init__(self, tensor, version, fp, site, saver=None, producer=None, custom_function=None, caller=None,
+                 kept_on=None, passes_at_save=0):
         self.tensor = tensor
         self.version = version
         self.fp = fp
@@ -126,15 +133,24 @@ class SavedRecord:
         self.saver = saver
         self.producer = producer
         self.custom_function = custom_function
+        self.caller = caller  # the user's call around ``site`` (the call of the model)
+        self.kept_on = kept_on  # (node, "ctx.x"): kept on a custom function's ctx, checked when its backward starts
+        self.passes_at_save = passes_at_save  # backward passes seen when it was saved
         self.writes: list[WriteRecord] | None = None
+        self.name_at_write: str | None = None  # NOTE [Naming a tensor where it is written]
         self.reported = False
+
+
+_WRITE_LOG_OFF = ("write tracking was off: re-run with track_writes=True (or `gradguard run`) to see which line "
+                  "wrote the tensor")
+_MORE_STALE = 8  # other stale saved tensors named in one error
 
 
 class GuardEngine:
     """Consumes a probe's events; owns records, the ledger, checks, findings and raising."""
 
     def __init__(self, probe: Probe, *, fingerprint: str = "full", track_writes: bool = True, bisect: bool = False):
-        if bisect:  # bisect needs the write log (to tell explained changes apart) and full fingerprints, as torch's
+        if bisect:  # bisect needs the write log (to tell explained changes apart) and full fingerprints
             fingerprint, track_writes = "full", True
         self.probe = probe
         self.fingerprint_mode = fingerprint
@@ -146,7 +162,15 @@ class GuardEngine:
         self.subscribers: list[Callable[[Any], None]] = []
         self._pending: list[tuple[Finding, type]] = []
         self._lock = threading.Lock()
-        self._bisect: _LineBisector | None = None
+        self._bisect = None  # the bisector: the engine's line tracer, or a probe's own (torch: a dispatch mode)
+        self._line_bisect = False
+        # the probe's answers, bound once: these run per saved tensor
+        self._version = probe.version
+        self._own_fingerprint = getattr(probe, "fingerprint", None)
+        self._own_same = getattr(probe, "same_fingerprint", None)
+        self._allowed_change = getattr(probe, "allowed_change", None)
+        self._annotate = getattr(probe, "annotate", None)
+        self._name_at_write = getattr(probe, "name_at_write", None)
         self._handlers = {
             TensorSaved: self._saved,
             TensorWritten: self._written,
@@ -160,6 +184,8 @@ class GuardEngine:
     # -- the event entry point --------------------------------------------------------------------
     def emit(self, event) -> Any:
         """Handle one event; returns the pack record for TensorSaved and the tensor for TensorUnpacked."""
+        if not self.subscribers:
+            return self._handlers[type(event)](event)
         try:
             return self._handlers[type(event)](event)
         finally:  # subscribers (reports, advisors) see the event even when its handler raised the finding
@@ -197,9 +223,15 @@ class GuardEngine:
 
     # -- lifecycle --------------------------------------------------------------------------------
     def start(self, skip: int = 2) -> None:
-        if self.bisect:
+        """Start the line bisector when bisecting (probes without a per-op hook)."""
+        if self.bisect and self._bisect is None:
             self._bisect = _LineBisector(self)
+            self._line_bisect = True
             self._bisect.start(sys._getframe(skip))
+
+    def attach_bisector(self, bisector) -> None:
+        """A probe's own bisector (``check(location)``, ``rebase(records)``, ``stop()``) instead of lines."""
+        self._bisect = bisector
 
     def stop(self) -> None:
         if self._bisect is not None:
@@ -213,76 +245,92 @@ class GuardEngine:
         no host copy), else the core hash of its host bytes."""
         if self.fingerprint_mode == "off":
             return None
-        own = getattr(self.probe, "fingerprint", None)
-        if own is not None:
-            return own(t, self.fingerprint_mode)
+        if self._own_fingerprint is not None:
+            return self._own_fingerprint(t, self.fingerprint_mode)
         raw = self.probe.host_bytes(t)
         return None if raw is None else fingerprint_bytes(raw, self.fingerprint_mode)
 
     def same(self, a, b) -> bool:
-        own = getattr(self.probe, "same_fingerprint", None)
-        return own(a, b) if own is not None else a == b
+        return self._own_same(a, b) if self._own_same is not None else a == b
 
     def _saved(self, event: TensorSaved) -> SavedRecord:
         t = event.tensor
-        record = SavedRecord(t, self.probe.version(t), self.fingerprint(t), event.location, event.saver,
-                             event.producer, event.custom_function)
-        if self.track_writes or self.bisect:
+        record = SavedRecord(t, self._version(t), self.fingerprint(t), event.location, event.saver, event.producer,
+                             event.custom_function, event.caller, event.kept_on, self.ledger.backward_passes)
+        if self.track_writes:
             span = self.probe.span(t)
             if span is not None:
                 self.ledger.add(record, *span)
         return record
 
     def _written(self, event: TensorWritten) -> None:
-        records = self.ledger.overlapping(*event.span) if event.span is not None else self.watches(event.target)
+        records = event.records
+        if records is None:
+            records = self.ledger.overlapping(*event.span) if event.span is not None else self.watches(event.target)
         if not records:
             return
         before, after = event.version_before, event.version_after
         write = WriteRecord(op=event.op, location=event.location, via=event.via, library_frame=event.library_frame,
                             version_before=before, version_after=after,
                             bumps_version=before is None or after is None or after > before, category=event.category)
+        self.record_write(records, write)
+        if self._bisect is not None:
+            self._bisect.rebase(records)
+
+    def record_write(self, records, write: WriteRecord) -> None:
+        """Attach ``write`` to saved records. A write logged before it ran (no versions) is stored with each
+        record's own version at that moment; the version after it is read when a finding is built."""
+        per_record = write.version_before is None and write.version_after is None
         with self._lock:
             for record in records:
                 if record.writes is None:
                     record.writes = []
-                record.writes.append(write)
-        if self._bisect is not None:
-            self._bisect.rebase(records)
+                    if self._name_at_write is not None:
+                        record.name_at_write = self._name_at_write(record.tensor)
+                record.writes.append(dataclasses.replace(write, version_before=self._version(record.tensor))
+                                     if per_record else write)
+
+    def stale_kind(self, record: SavedRecord) -> str | None:
+        """``inplace_modification`` (version moved), ``silent_write`` (bytes changed, version did not), or None."""
+        t = record.tensor
+        if record.version is not None and self._version(t) != record.version:
+            return "inplace_modification"
+        if record.fp is not None:
+            now = self.fingerprint(t)
+            if not self.same(now, record.fp):
+                if self._allowed_change is not None and self._allowed_change(record):
+                    record.fp = now
+                    return None
+                return "silent_write"
+        elif record.writes and self.fingerprint_mode == "off":
+            return "silent_write"
+        return None
 
     def _unpacked(self, event: TensorUnpacked):
         record = event.record
         if not isinstance(record, SavedRecord):
             return record
-        t = record.tensor
         kind = None
         try:
             if self._bisect is not None:
                 self._bisect.check(None)
-            now = self.probe.version(t) if record.version is not None else None
-            if record.version is not None and now != record.version:
-                kind = "inplace_modification"
-            elif record.fp is not None and not self.same(self.fingerprint(t), record.fp):
-                kind = "silent_write"
-            elif record.fp is None and record.writes and self.fingerprint_mode == "off":
-                kind = "silent_write"
+            kind = self.stale_kind(record)
         except Exception as internal:  # our failure must never break the user's backward: say so, go on
             import warnings
 
             warnings.warn(f"gradguard ({self.probe.backend} guard engine): the saved-tensor check failed "
                           f"({internal!r}); this tensor was not checked", RuntimeWarning, stacklevel=2)
-        if kind is not None and not record.reported:
-            record.reported = True
-            finding = diagnose_or_fallback(lambda: self._finding(record, kind), kind=kind, shape=t.shape,
-                                           dtype=t.dtype, backend=self.probe.backend)
-            from .._errors import error_for
-
+        if kind is not None:
             if self.probe.raise_at_unpack:
+                self.raise_record(record, kind)
+            elif not record.reported:  # raised once backward returns (NOTE [Raising: at unpack or after backward])
+                record.reported = True
+                finding = self._diagnosed(record, kind)
+                from .._errors import error_for
+
                 with self._lock:
-                    self.findings.append(finding)
-                raise error_for(kind)(finding)
-            with self._lock:
-                self._pending.append((finding, error_for(kind)))
-        return t
+                    self._pending.append((finding, error_for(kind)))
+        return record.tensor
 
     def _backward_started(self, event: BackwardStarted) -> None:
         if event.location is not None:
@@ -296,7 +344,76 @@ class GuardEngine:
         if self._bisect is not None:
             self._bisect.check(event.location)
 
+    # -- ctx tensors ------------------------------------------------------------------------------
+    def check_kept(self, record: SavedRecord) -> None:
+        """Raise if a tensor a custom function kept on ctx changed since forward returned. A version bump that
+        left the bytes as they were (a write into another slot of the same buffer) cannot change the gradient."""
+        t = record.tensor
+        now = self._version(t)
+        moved = record.version is not None and now != record.version
+        if record.fp is not None:
+            if self.same(self.fingerprint(t), record.fp):
+                if moved:
+                    record.version = now
+                return
+            self.raise_record(record, "unchecked_write" if moved else "silent_write")
+        elif moved:
+            self.raise_record(record, "unchecked_write")
+
     # -- findings ---------------------------------------------------------------------------------
+    def _diagnosed(self, record: SavedRecord, kind: str, note: str | None = None, context: dict | None = None):
+        t = record.tensor
+
+        def build() -> Finding:
+            finding = self.build_finding(record, kind, context=context)
+            if note:
+                finding.notes.append(note)
+            return finding
+
+        return diagnose_or_fallback(build, kind=kind, shape=t.shape, dtype=t.dtype, backend=self.probe.backend)
+
+    def raise_record(self, record: SavedRecord, kind: str, note: str | None = None, context: dict | None = None):
+        """Build the finding of a stale record and raise it, with every other stale saved tensor whose write was
+        seen (``inplace_modification``)."""
+        finding = self._diagnosed(record, kind, note, context)
+        others = self._other_stale_findings(record, finding) if kind == "inplace_modification" else []
+        with self._lock:
+            self.findings.append(finding)
+            self.findings.extend(others)
+        from .._errors import error_for
+
+        error = error_for(kind)(finding)
+        error.findings = [finding, *others]
+        raise error
+
+    def keep(self, finding: Finding) -> Finding:
+        """Diagnose a finding a probe built itself (a boundary check) and add it to the findings."""
+        finding = diagnose_or_fallback(lambda: diagnose(finding), kind=finding.kind, shape=finding.tensor.shape,
+                                       dtype=finding.tensor.dtype, backend=self.probe.backend)
+        with self._lock:
+            self.findings.append(finding)
+        return finding
+
+    def raise_finding(self, finding: Finding):
+        """Diagnose and raise a finding a probe built itself."""
+        from .._errors import error_for
+
+        finding = self.keep(finding)
+        error = error_for(finding.kind)(finding)
+        error.findings = [finding]
+        raise error
+
+    def report_extra(self, finding: Finding) -> None:
+        """A hazard outside saved tensors (a module writing its caller's input, a dropped inner update): raised,
+        except in ``gradguard run``'s diagnosing re-run, which looks for the first run's finding; there it is
+        recorded and the program goes on to reach that finding (NOTE [The re-run looks for one finding])."""
+        from .._rerun import RERUN_ENV
+
+        if os.environ.get(RERUN_ENV):
+            self.keep(finding)
+            return
+        self.raise_finding(finding)
+
     def raise_pending(self) -> None:
         with self._lock:
             pending, self._pending = self._pending, []
@@ -310,36 +427,93 @@ class GuardEngine:
             finding.notes.append(f"{len(pending) - 1} more saved tensor(s) of this backward were also modified")
         raise error(finding)
 
-    def _finding(self, record: SavedRecord, kind: str) -> Finding:
+    def _other_stale_findings(self, failing: SavedRecord, first: Finding) -> list[Finding]:
+        """Every other saved tensor that is already stale and whose write was seen, one finding per distinct
+        write (the framework stops at the first; fixing only that one would fail on the next). Never breaks the
+        error path: a failure here is reported as a note on the first finding."""
+        # NOTE [All hazards in one error]
+        # The exception carries them all: ``error.finding`` is the one backward met first, ``error.findings``
+        # lists it first and then the others; the first finding's notes say how many more there are.
+        try:
+            seen = {tuple((w.location.file, w.location.line) for w in first.modified_at if w.location)}
+            out: list[Finding] = []
+            for record in self.ledger.live_records():
+                if record is failing or record.version is None or not record.writes or record.kept_on:
+                    continue
+                if self._version(record.tensor) == record.version:
+                    continue
+                writes = tuple((w.location.file, w.location.line) for w in record.writes if w.location)
+                if not writes or writes in seen:
+                    continue
+                seen.add(writes)
+                out.append(self.build_finding(record, "inplace_modification", current=False))
+                if len(out) >= _MORE_STALE:
+                    break
+        except Exception as internal:  # noqa: BLE001 - reported, never hides the user's error
+            first.notes.append(f"gradguard could not look for other stale saved tensors: {internal!r}")
+            return []
+        if out:
+            lines = "; ".join(f"{w.location.short} (`{w.location.code}`)" for f in out for w in f.modified_at[:1]
+                              if w.location)
+            first.notes.append(f"{len(out)} more saved tensor(s) of this graph were already overwritten in place: "
+                               f"{lines}. Fix them too; each is a finding of its own (error.findings).")
+        return out
+
+    def _resolved_writes(self, record: SavedRecord) -> list[WriteRecord]:
+        """The record's writes with every version known: a write logged before it ran ends where the next one
+        began, or at the tensor's current version."""
+        entries = record.writes or []
+        out: list[WriteRecord] = []
+        for i, write in enumerate(entries):
+            if write.version_after is None and write.version_before is not None:
+                after = entries[i + 1].version_before if i + 1 < len(entries) else self._version(record.tensor)
+                if after is not None:
+                    write = dataclasses.replace(write, version_after=after, bumps_version=after > write.version_before)
+            out.append(write)
+        return out
+
+    def build_finding(self, record: SavedRecord, kind: str, current: bool = True,
+                      context: dict | None = None) -> Finding:
+        """The finding of a stale record. ``current``: the framework is unpacking this record now (its graph
+        node is the one running); False for the other stale records named in the same error."""
+        probe = self.probe
         t = record.tensor
-        tensor = self.probe.describe(t)
+        tensor = probe.describe(t)
         if record.producer not in (None, "leaf") and tensor.producer is None:
             tensor.producer = record.producer
         if tensor.role == "tensor":
             tensor.role = "leaf" if record.producer == "leaf" else "activation"
+            if tensor.name is None:
+                tensor.name = record.name_at_write
+        node, argument = record.kept_on or (probe.saver(record, tensor) if current else (None, None))
         finding = Finding(
             kind=kind,
             tensor=tensor,
-            saved_at=SaveSite(node=self.probe.saver_name(record, tensor), location=record.site),
-            modified_at=list(record.writes or []),
-            versions={"saved": record.version, "now": self.probe.version(t)},
-            backend=self.probe.backend,
-            context=self.probe.context(),
+            saved_at=SaveSite(node=node, argument=argument, location=record.site,
+                              chain=[record.caller] if record.caller is not None else []),
+            modified_at=self._resolved_writes(record),
+            versions={"saved": record.version, "now": self._version(t)},
+            backend=probe.backend,
+            context=probe.context(),
         )
         if self.backward_sites:
             finding.context.setdefault("backward_at", self.backward_sites[-1].to_dict())
-        if not self.track_writes:
-            finding.notes.append("write tracking was off: re-run with track_writes=True to see which line wrote "
-                                 "the tensor")
-        if self.bisect:
+        if context:
+            finding.context.update(context)
+        if self._annotate is not None:
+            self._annotate(finding, record, current)
+        if not self.track_writes and not finding.context.get("writer_unknowable"):
+            finding.notes.append(_WRITE_LOG_OFF)
+        if self._line_bisect:
             finding.notes.append("bisect mode traced the user's lines on the thread that entered the guard; writes "
                                  "from other threads are not pinned")
         diagnose(finding)
-        if finding.rule == "silent_kernel_write":
-            self._direct_write_phrase(finding)
-        elif finding.rule == "fused_optimizer":
-            self._optimizer_phrase(finding)
-        self.probe.phrase(finding, record)
+        if probe.direct_writers is not None:  # the core rules' text speaks torch: restate it for this framework
+            if finding.rule == "silent_kernel_write":
+                self._direct_write_phrase(finding)
+            elif finding.rule == "fused_optimizer":
+                self._optimizer_phrase(finding)
+        probe.phrase(finding, record)
         return finding
 
     def _optimizer_phrase(self, finding: Finding) -> None:

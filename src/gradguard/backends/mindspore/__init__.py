@@ -2,6 +2,7 @@
 (saved-tensor hooks in PyNative + MsDispatchMode write log)."""
 
 from ._check import check_op
-from ._session import GraphModeNotWatched, MindSporeGuardSession, enrich_mindspore_error
+from ._eager import enrich_mindspore_error
+from ._session import GraphModeNotWatched, MindSporeGuardSession
 
 __all__ = ["check_op", "MindSporeGuardSession", "enrich_mindspore_error", "GraphModeNotWatched"]

@@ -73,7 +73,7 @@ class MindSporeAdapter(AdapterBase):
         return MindSporeGuardSession(fingerprint=fingerprint, track_writes=track_writes, bisect=bisect)
 
     def enrich_error(self, error, session=None):
-        from ._session import enrich_mindspore_error
+        from ._eager import enrich_mindspore_error
 
         return enrich_mindspore_error(error, session)
 

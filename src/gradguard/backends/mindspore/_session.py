@@ -28,18 +28,16 @@ import warnings
 import mindspore as ms
 from mindspore import ops
 
-from ..._errors import InplaceModificationError
-from ...core._diagnosis import diagnose
 from ...core._engine import phrase_fix
 from ...core._events import TensorSaved
-from ...core._findings import Finding, SaveSite, TensorInfo
+from ...core._findings import Finding, TensorInfo
 from ...core._frames import LIBRARY_PATHS, user_location
 from ...core._source_ast import call_name
 from .._adapter import ProbeBase
 from ._adapter import current_mode, memory_range
 from ._naming import name_by_variable, name_tensor
 
-__all__ = ["MindSporeGuardSession", "enrich_mindspore_error", "GraphModeNotWatched"]
+__all__ = ["MindSporeGuardSession", "GraphModeNotWatched", "mindspore_fix"]
 
 LIBRARY_PATHS.add(ms.__path__[0])
 
@@ -202,7 +200,7 @@ class MindSporeGuardSession(ProbeBase):
             finding.notes.append("MindSpore's version counter did not move (on CPU `t[i] = v`, ops.assign, "
                                  "assign_value and writes through `asnumpy()` do not bump it): without gradguard this "
                                  "gradient would be silently wrong.")
-        _mindspore_fix(finding)
+        mindspore_fix(finding)
 
     # -- writes -> TensorWritten ---------------------------------------------------------------
     def _wrap(self, original, op, short):
@@ -231,25 +229,5 @@ _FIXES = {
 }
 
 
-def _mindspore_fix(finding: Finding) -> Finding:
+def mindspore_fix(finding: Finding) -> Finding:
     return phrase_fix(finding, _FIXES)
-
-
-_VERSION = re.compile(r"One of the Tensor needed for gradient computation has been modified by an inplace operation, "
-                      r"which is the (\d+) 's (input|output|custom saved tensor) of (\w+); and its version is (\d+) , "
-                      r"expected version (\d+)")
-
-
-def enrich_mindspore_error(error, session=None):
-    """MindSpore's own version-check error (raised when hooks did not see the save) with a diagnosis."""
-    match = _VERSION.search(str(error))
-    if match is None or not isinstance(error, RuntimeError):
-        return None
-    index, what, op, now, expected = match.groups()
-    finding = Finding(
-        kind="inplace_modification", tensor=TensorInfo(shape=(), dtype="?", role="tensor"),
-        saved_at=SaveSite(node=op, argument=f"{what}[{index}]"), versions={"saved": int(expected), "now": int(now)},
-        backend="mindspore", context={"mode": current_mode(), "mindspore_message": str(error).split("\n")[0]},
-    )
-    diagnose(finding)
-    return InplaceModificationError(_mindspore_fix(finding))

@@ -1,4 +1,10 @@
-"""One guard session for PyTorch: saved-tensor hooks (versions + fingerprints) and the write log.
+"""The PyTorch probe: saved-tensor hooks and the write log, feeding the core guard engine.
+
+The pipeline (records, ledger, version and fingerprint checks, finding assembly, raising) is
+:class:`gradguard.core._engine.GuardEngine`, shared with Paddle and MindSpore; this module turns torch's hooks
+and dispatched writes into :mod:`gradguard.core._events` and answers the engine's questions about torch tensors.
+What only torch has stays here: user saved-tensor hooks stacked under ours, tensors a Function keeps on ctx,
+graph nodes and their argument names, the forward lines of freed graphs.
 
 # NOTE [Saved-tensor hooks switch PyTorch's own version check off]
 # torch/csrc/autograd/saved_variable.cpp, SavedVariable::unpack: "Only check version counter in the case
@@ -23,20 +29,19 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 import sys
-import threading
 
 import torch
-
-from ...core._internal import log_fallback
 from torch.autograd.graph import saved_tensors_hooks
 
-from ..._errors import error_for
-from ...core._diagnosis import classify_source, diagnose, diagnose_or_fallback, saves_running_stat
-from ...core._findings import Finding, SaveSite, SourceLocation, TensorInfo, WriteRecord
+from ...core._diagnosis import classify_source, saves_running_stat
+from ...core._engine import SavedRecord
+from ...core._events import BackwardStarted, TensorSaved, TensorUnpacked, TensorWritten
+from ...core._findings import Finding, SourceLocation, TensorInfo, WriteRecord
 from ...core._frames import LIBRARY_PATHS, caller_context, user_location, user_location_and_caller
-from ...core._ledger import SavedLedger
+from ...core._internal import log_fallback
+from ...core._data_statements import may_write_data
+from .._adapter import ProbeBase
 from . import (_attribution, _backward_calls, _compat, _data_in_forward, _function_hygiene, _module_inputs,
                _second_order, _step_aside, _user_hooks)
 from ._fingerprint import fingerprint as _fingerprint
@@ -44,8 +49,6 @@ from ._fingerprint import same as _same_fingerprint
 from ._naming import name_by_variable, name_in_writing_frame, name_tensor
 from ._overlap import share_elements
 from ._writes import WriteTrackingMode, dynamo_safe
-from ..._rerun import RERUN_ENV
-from ...core._data_statements import may_write_data
 
 __all__ = ["TorchGuardSession", "FINGERPRINT_MODES"]
 
@@ -78,25 +81,6 @@ def _is_owner(obj: object) -> bool:
 
 
 _NODE_SITES = 65536  # entries kept before the map starts over (diagnosis only: losing old ones is harmless)
-
-
-class _SavedRecord:
-    """What the pack hook returns; autograd keeps it exactly as long as the graph needs the tensor."""
-
-    __slots__ = ("tensor", "version", "fp", "site", "producer", "passes_at_save", "writes", "name_at_write", "unchecked",
-                 "caller", "__weakref__")
-
-    def __init__(self, tensor, version, fp, site, producer, passes_at_save):
-        self.tensor = tensor
-        self.version = version
-        self.fp = fp
-        self.site = site
-        self.producer = producer
-        self.passes_at_save = passes_at_save
-        self.writes: list[tuple[WriteRecord, int]] | None = None  # (write, saved tensor's version before it)
-        self.name_at_write: str | None = None  # NOTE [Naming a tensor where it is written]
-        self.unchecked: tuple[str, str] | None = None  # (node, "ctx.x"): kept on a Function's ctx, not saved
-        self.caller: SourceLocation | None = None  # the user's call around ``site`` (the call of the model)
 
 
 class _UserHookRecord:
@@ -138,30 +122,27 @@ def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
     return bool(torch.allclose(a, b, rtol=1e-2, atol=1e-3 * float(a.abs().max()) + 1e-6, equal_nan=True))
 
 
-class TorchGuardSession:
-    """Installs the hooks (and, with ``track_writes``, the write log) between ``enter()`` and ``exit()``."""
+class TorchGuardSession(ProbeBase):
+    """The torch probe: installs the hooks (and, with ``track_writes``, the write log) between ``enter()`` and
+    ``exit()``; its :class:`~gradguard.core._engine.GuardEngine` checks and raises."""
 
     backend = "torch"
+    framework = "PyTorch"
+    raise_at_unpack = True  # torch propagates an exception raised in an unpack hook cleanly
+    direct_writers = None  # the core rules' wording is torch's own
+    tensor_type = torch.Tensor
 
     def __init__(self, *, fingerprint: str = "full", track_writes: bool = True, record_sites: bool = True,
                  bisect: bool = False):
-        if bisect:  # bisect needs the ledger (write log) and full fingerprints
-            fingerprint, track_writes = "full", True
-        self.fingerprint_mode = fingerprint
-        self.track_writes = track_writes
-        self.bisect = bisect
+        super().__init__(fingerprint=fingerprint, track_writes=track_writes, bisect=bisect)
+        self.bisect = self.engine.bisect
         self._bisect = None
         self.record_sites = record_sites
-        self.ledger = SavedLedger()
-        self.findings: list[Finding] = []
-        self.backward_sites: list = []  # user lines of the backward passes seen (CPU: engine runs on this thread)
-        self.backward_calls: list = []  # their receivers and call chains: _backward_calls.BackwardCall
-        self._lock = threading.Lock()
-        self._hooks = None
+        self.backward_calls: list = []  # receivers and call chains of the backward passes: _backward_calls.BackwardCall
         self._mode = None
         # Writer attribution at Function / Triton boundaries hashes saved memory: on when fingerprints and
         # the write log are both on (see _attribution.py).
-        self.boundary_mode = fingerprint if (track_writes and fingerprint != "off") else None
+        self.boundary_mode = self.fingerprint_mode if (self.track_writes and self.fingerprint_mode != "off") else None
         self._attribution = False
         self._triton_pending = False
         self._names_pass, self._names_left = -1, _PRODUCER_NAMES
@@ -171,6 +152,12 @@ class TorchGuardSession:
         self.node_sites: dict = {}
         # id(tensor) -> reads of it a module's caller has still to make (_module_inputs.py); write log only
         self._pending_reads: dict[int, _module_inputs.PendingRead] = {}
+        self._emit = self.engine.emit
+
+    @property
+    def backward_sites(self) -> list:
+        """The user lines of the backward passes seen (CPU: the engine runs on this thread)."""
+        return self.engine.backward_sites
 
     # -- lifecycle -----------------------------------------------------------------------------
     def enter(self) -> None:
@@ -214,6 +201,7 @@ class TorchGuardSession:
 
                     self._bisect = dynamo_safe(BisectMode)(self)
                     self._bisect.__enter__()
+                    self.engine.attach_bisector(_UnpackBisect(self._bisect))
             except BaseException:
                 self.exit()
                 raise
@@ -222,6 +210,7 @@ class TorchGuardSession:
         try:
             if self._bisect is not None:
                 bisect, self._bisect = self._bisect, None
+                self.engine.attach_bisector(None)
                 bisect.__exit__(None, None, None)
             if self._attribution:
                 self._attribution = False
@@ -238,14 +227,14 @@ class TorchGuardSession:
                 self._hooks.__exit__(None, None, None)
                 self._hooks = None
 
-    # -- hooks ---------------------------------------------------------------------------------
+    # -- hooks -> events -----------------------------------------------------------------------
     def _pack(self, t: torch.Tensor):
         if t.layout != torch.strided or t.is_nested:  # NOTE [Tensors the fingerprint cannot read]
             return self._unwatched(t)
         if _compat.DYNAMO_TRACES_HOOKS and torch.compiler.is_compiling():  # NOTE in _compat.py (torch 2.4)
             return t
         site, caller = user_location_and_caller(2) if self.record_sites else (None, None)
-        record = self._record(t, site, caller)
+        record = self._emit(TensorSaved(t.detach(), site, None, self._producer(t), None, caller))
         if (self.track_writes and site is not None and site.function == "forward" and t.requires_grad
                 and may_write_data(site.file, "forward")):
             parameter = _data_in_forward.parameter_of(t)
@@ -253,24 +242,6 @@ class TorchGuardSession:
                 self._check_data_in_forward(parameter)
         if self._triton_pending and "triton" in sys.modules:  # imported after the guard was entered
             self._triton_pending = not _attribution.maybe_wrap_triton()
-        return record
-
-    def _record(self, t: torch.Tensor, site, caller=None) -> _SavedRecord:
-        """The record of a tensor kept for backward: version, fingerprint, where it was saved; in the ledger
-        when the write log is on (what the pack hook returns, and what ``watch_ctx_tensor`` keeps)."""
-        detached = t.detach()
-        try:
-            version = t._version
-        except RuntimeError:  # inference tensors have no version counter
-            version = None
-        plain = _plain(t)
-        fp = None
-        if plain and self.fingerprint_mode != "off":
-            fp = _fingerprint(detached, self.fingerprint_mode)
-        record = _SavedRecord(detached, version, fp, site, self._producer(t), self.ledger.backward_passes)
-        record.caller = caller
-        if plain and self.track_writes and t.numel() > 0:
-            self.ledger.add(record, *_byte_range(detached))
         return record
 
     def _check_data_in_forward(self, parameter: torch.Tensor) -> None:
@@ -283,29 +254,18 @@ class TorchGuardSession:
         if finding is not None:
             self.report_extra(finding)
 
-    def watch_ctx_tensor(self, t: torch.Tensor, saver: tuple[str, str]) -> _SavedRecord | None:
+    def watch_ctx_tensor(self, t: torch.Tensor, saver: tuple[str, str]) -> SavedRecord | None:
         """Record a tensor a custom Function kept on ctx (``ctx.x = x``) like a saved tensor; checked by
         ``check_ctx_tensor`` when the Function's backward starts (see _function_hygiene.py). Inference tensors
         (no version counter) are not watched."""
         if not _plain(t) or t.numel() == 0 or t.layout != torch.strided or t.is_inference():
             return None
-        record = self._record(t, user_location(1) if self.record_sites else None)
-        record.unchecked = saver
-        return record
+        site = user_location(1) if self.record_sites else None
+        return self._emit(TensorSaved(t.detach(), site, None, self._producer(t), kept_on=saver))
 
-    def check_ctx_tensor(self, record: _SavedRecord) -> None:
-        """Raise if a ctx tensor changed since forward returned. A version bump that left the bytes as they
-        were (a write into another slot of the same buffer) cannot change the gradient: not a finding."""
-        t = record.tensor
-        moved = record.version is not None and t._version != record.version
-        if record.fp is not None:
-            if _same_fingerprint(_fingerprint(t, self.fingerprint_mode), record.fp):
-                if moved:
-                    record.version = t._version
-                return
-            self._raise(record, "unchecked_write" if moved else "silent_write")
-        elif moved:
-            self._raise(record, "unchecked_write")
+    def check_ctx_tensor(self, record: SavedRecord) -> None:
+        """Raise if a ctx tensor changed since forward returned (GuardEngine.check_kept)."""
+        self.engine.check_kept(record)
 
     def saved_before(self, t: torch.Tensor, version: int) -> bool:
         """Whether memory of ``t`` was saved for backward at ``version`` or earlier: backward's own version
@@ -314,7 +274,7 @@ class TorchGuardSession:
             return False
         if self.track_writes:
             key, start, end = _byte_range(t)
-            return any(r.version is not None and r.version <= version for r in self.ledger.overlapping(key, start, end))
+            return any(r.version is not None and r.version <= version for r in self.engine.ledger.overlapping(key, start, end))
         node = t.grad_fn  # the sentinel keeps no ledger: the producer's own saved result (exp, sigmoid, tanh)
         if node is None:
             return False
@@ -329,34 +289,17 @@ class TorchGuardSession:
         return False
 
     def report_extra(self, finding: Finding) -> None:
-        """A hazard outside saved tensors (a module writing its caller's input, a dropped inner update, a .data
-        write in forward): raised, except in ``gradguard run``'s diagnosing re-run, which looks for the first
-        run's finding; there it is recorded and the program goes on to reach that finding (NOTE [The re-run
-        looks for one finding])."""
-        if os.environ.get(RERUN_ENV):
-            self._keep(finding)
-            return
-        self.raise_finding(finding)
-
-    def _keep(self, finding: Finding) -> Finding:
-        """Diagnose a finding built by a boundary check and add it to this session's findings."""
-        finding = diagnose_or_fallback(lambda: diagnose(finding), kind=finding.kind, shape=finding.tensor.shape,
-                                       dtype=finding.tensor.dtype, backend="torch")
-        with self._lock:
-            self.findings.append(finding)
-        return finding
+        """A hazard outside saved tensors, found by a torch-only check (GuardEngine.report_extra)."""
+        self.engine.report_extra(finding)
 
     def raise_finding(self, finding: Finding):
         """Diagnose and raise a finding built by a boundary check (_function_hygiene.py)."""
-        finding = self._keep(finding)
-        error = error_for(finding.kind)(finding)
-        error.findings = [finding]
-        raise error
+        self.engine.raise_finding(finding)
 
     def _producer(self, t: torch.Tensor) -> str | None:
         if t.is_leaf:
             return "leaf" if t.requires_grad else None
-        passes = self.ledger.backward_passes
+        passes = self.engine.ledger.backward_passes
         if passes != self._names_pass:
             self._names_pass, self._names_left = passes, _PRODUCER_NAMES
         if self._names_left <= 0:
@@ -371,44 +314,37 @@ class TorchGuardSession:
                                 "memory to version-check or fingerprint); they are kept exactly as without gradguard")
         return t
 
-    def _unpack(self, record: _SavedRecord) -> torch.Tensor:
+    def _unpack(self, record: SavedRecord) -> torch.Tensor:
         if isinstance(record, torch.Tensor):  # stepped aside at pack time
             return record
         if not _compat.SAVED_TENSOR_DATA and _compat.probing_unpack(record):  # torch 2.4 naming a saved argument
             return record.tensor
-        t = record.tensor
-        first_unpack = self.ledger.note_backward_pass(torch._C._current_graph_task_id())
-        if first_unpack and _second_order.entries:  # NOTE [Seeing a dropped inner update]
-            try:
-                _second_order.watch_backward(self.report_extra, user_location(2))
-            except Exception as error:
-                log_fallback("torch.second_order", "watching a backward for a dropped inner update", error)
-        if first_unpack and self.record_sites:
-            site = user_location(2)
-            if site is not None:
-                self.backward_sites = (self.backward_sites + [site])[-8:]
-                try:
-                    call = _backward_calls.backward_call(2)
-                except Exception as error:  # only a diagnosis detail: the check below must run
-                    log_fallback("torch.backward_calls", "recording the receiver of a backward call", error)
-                    call = None
-                if call is not None:
-                    self.backward_calls = (self.backward_calls + [call])[-8:]
+        if self.engine.ledger.note_backward_pass(torch._C._current_graph_task_id()):
+            self._backward_pass_started()
         if self.record_sites and record.site is not None:
             self._note_node_site(record)
-        if record.version is not None and t._version != record.version:
-            self._raise(record, "inplace_modification")
-        if record.fp is not None:
-            if not _same_fingerprint(_fingerprint(t, self.fingerprint_mode), record.fp):
-                if self._allowed_silent_change(record):
-                    record.fp = _fingerprint(t, self.fingerprint_mode)
-                else:
-                    if self._bisect is not None:  # the write happened after the last op: name that interval
-                        self._bisect.check(None, user_location(2))
-                    self._raise(record, "silent_write")
-        elif record.writes and self.fingerprint_mode == "off":
-            self._raise(record, "silent_write")
-        return t
+        return self._emit(TensorUnpacked(record))
+
+    def _backward_pass_started(self) -> None:
+        """The first unpack of a backward pass: where it was called, and the checks that wait for it."""
+        if _second_order.entries:  # NOTE [Seeing a dropped inner update]
+            try:
+                _second_order.watch_backward(self.report_extra, user_location(3))
+            except Exception as error:
+                log_fallback("torch.second_order", "watching a backward for a dropped inner update", error)
+        if not self.record_sites:
+            return
+        site = user_location(3)
+        if site is None:
+            return
+        self._emit(BackwardStarted(site))
+        try:
+            call = _backward_calls.backward_call(3)
+        except Exception as error:  # only a diagnosis detail: the check must run
+            log_fallback("torch.backward_calls", "recording the receiver of a backward call", error)
+            call = None
+        if call is not None:
+            self.backward_calls = (self.backward_calls + [call])[-8:]
 
     def _note_node_site(self, record) -> None:
         # NOTE [Where a freed graph was made]
@@ -424,7 +360,7 @@ class TorchGuardSession:
         if key not in sites:
             if len(sites) >= _NODE_SITES:
                 sites.clear()
-            sites[key] = (record.site, self.ledger.backward_passes, record.caller)
+            sites[key] = (record.site, self.engine.ledger.backward_passes, record.caller)
 
     def composed(self, user_pack, user_unpack):
         """(pack, unpack) that run the user's hooks and check the round trip (see NOTE above)."""
@@ -463,8 +399,10 @@ class TorchGuardSession:
                 note = None if reason != "values" else (
                     "the tensor came back from your saved_tensors_hooks unpack different from what pack was given "
                     "(an in-place write to a tensor the hooks kept, or an unpack that returns another tensor)")
-                self._raise(_SavedRecord(out.detach(), record.version, record.fp, record.site, record.producer,
-                                         self.ledger.backward_passes), "silent_write", note=note, context=context)
+                self.engine.raise_record(SavedRecord(out.detach(), record.version, record.fp, record.site,
+                                                     producer=record.producer,
+                                                     passes_at_save=self.engine.ledger.backward_passes),
+                                         "silent_write", note=note, context=context)
             return out
 
         return _user_hooks.mark(pack), _user_hooks.mark(unpack)
@@ -491,7 +429,7 @@ class TorchGuardSession:
             for target in targets:
                 if _plain(target):
                     _second_order.note_write(target)
-        ledger = self.ledger
+        ledger = self.engine.ledger
         for target in targets:
             if not _plain(target) or target.numel() == 0:
                 continue
@@ -511,9 +449,9 @@ class TorchGuardSession:
                         # its own version counter, so the saved tensor's version cannot move.
                         if alias is None:
                             alias = dataclasses.replace(write, category="numpy", via=write.via or "a NumPy/DLPack alias")
-                        self.record_write([record], alias)
+                        self.record_write([record], alias, target)
                     else:
-                        self.record_write([record], write)
+                        self.record_write([record], write, target)
         return None
 
     def _watch_module_inputs(self, func, targets) -> None:
@@ -563,20 +501,17 @@ class TorchGuardSession:
         while slot t-1 is saved): the bytes differ, but views of one base share one version counter, so the
         write still moves the saved slot's version. Recorded once per saved tensor: its first bump."""
         version = target._version
-        stale = [r for r in self.ledger.overlapping(key, 0, 1 << 62)
+        stale = [r for r in self.engine.ledger.overlapping(key, 0, 1 << 62)
                  if r.version == version and r.tensor._version == version and not r.writes]
         if stale:
             write = dataclasses.replace(self._describe_write(func, target), category="shared_counter")
-            self.record_write(stale, write)
+            self.record_write(stale, write, target)
 
-    def record_write(self, records, write: WriteRecord) -> None:
-        """Attach ``write`` to saved records (with each record's version before the write)."""
-        with self._lock:
-            for record in records:
-                if record.writes is None:
-                    record.writes = []
-                    record.name_at_write = name_in_writing_frame(record.tensor)
-                record.writes.append((write, record.tensor._version))
+    def record_write(self, records, write: WriteRecord, target=None) -> None:
+        """Log ``write`` into saved records this probe matched itself (element-wise, for strided views): one
+        TensorWritten, logged before the write runs (the engine reads each record's version then)."""
+        self._emit(TensorWritten(target, write.op, write.category, write.location, write.library_frame,
+                                 via=write.via, records=records))
 
     def _describe_write(self, func, target) -> WriteRecord:
         owners: list[object] = []
@@ -609,8 +544,48 @@ class TorchGuardSession:
         return WriteRecord(op=op, location=context.location, via=via, library_frame=context.library_frame,
                            category=category)
 
-    # -- findings ------------------------------------------------------------------------------
-    def _allowed_silent_change(self, record: _SavedRecord) -> bool:
+    # -- the engine's questions ----------------------------------------------------------------
+    @staticmethod
+    def version(t: torch.Tensor) -> int | None:
+        try:
+            return t._version
+        except RuntimeError:  # inference tensors have no version counter
+            return None
+
+    @staticmethod
+    def span(t: torch.Tensor) -> tuple[int, int, int] | None:
+        return _byte_range(t) if _plain(t) and t.numel() > 0 else None
+
+    @staticmethod
+    def fingerprint(t: torch.Tensor, mode: str):
+        return _fingerprint(t, mode) if _plain(t) else None
+
+    same_fingerprint = staticmethod(_same_fingerprint)
+    name_at_write = staticmethod(name_in_writing_frame)  # NOTE [Naming a tensor where it is written]
+
+    @staticmethod
+    def describe(t: torch.Tensor) -> TensorInfo:
+        name, role = name_tensor(t)
+        if role is None:  # the user variable holding it, if one does (`out`, `labels`)
+            name = name_by_variable(t)
+        return TensorInfo(shape=tuple(t.shape), dtype=str(t.dtype).replace("torch.", ""), device=str(t.device),
+                          name=name, role=role or "tensor")
+
+    def context(self) -> dict:
+        return {}
+
+    @staticmethod
+    def saver(record: SavedRecord, tensor: TensorInfo) -> tuple[str | None, str | None]:
+        """(node name, argument) of ``record``, which the node running now is unpacking."""
+        node = torch._C._current_autograd_node()
+        if node is None:
+            return None, None
+        return node.name(), _unpacking_argument(node, record)
+
+    def phrase(self, finding: Finding, record: SavedRecord) -> None:
+        return None  # the core rules speak torch
+
+    def allowed_change(self, record: SavedRecord) -> bool:
         """BatchNorm updates running stats in place without declaring it; its training-mode backward
         does not read them, so the change is harmless.
 
@@ -625,134 +600,55 @@ class TorchGuardSession:
             return False
         return getattr(node, "_saved_training", True) is not False
 
-    def _raise(self, record: _SavedRecord, kind: str, note: str | None = None, context: dict | None = None):
-        t = record.tensor
-
-        def build():
-            finding = self._build_finding(record, kind, context=context)
-            if note:
-                finding.notes.append(note)
-            return finding
-
-        finding = diagnose_or_fallback(build, kind=kind, shape=t.shape, dtype=t.dtype, backend="torch")
-        others = self._other_stale_findings(record, finding) if kind == "inplace_modification" else []
-        with self._lock:
-            self.findings.append(finding)
-            self.findings.extend(others)
-        error = error_for(kind)(finding)
-        error.findings = [finding, *others]
-        raise error
-
-    def _other_stale_findings(self, failing: _SavedRecord, first: Finding) -> list[Finding]:
-        """Every other saved tensor that is already stale and whose write was seen, one finding per distinct
-        write (PyTorch stops at the first; fixing only that one would fail on the next). Never breaks the
-        error path: a failure here is reported as a note on the first finding."""
-        # NOTE [All hazards in one error]
-        # The exception carries them all: ``error.finding`` is the one backward met first, ``error.findings``
-        # lists it first and then the others; the first finding's notes say how many more there are.
-        try:
-            seen = {tuple((w.location.file, w.location.line) for w in first.modified_at if w.location)}
-            out: list[Finding] = []
-            for record in self.ledger.live_records():
-                if record is failing or record.version is None or not record.writes or record.unchecked:
-                    continue
-                if record.tensor._version == record.version:
-                    continue
-                writes = tuple((w.location.file, w.location.line) for w, _ in record.writes if w.location)
-                if not writes or writes in seen:
-                    continue
-                seen.add(writes)
-                out.append(self._build_finding(record, "inplace_modification", current=False))
-                if len(out) >= 8:
-                    break
-        except Exception as internal:  # noqa: BLE001 - reported, never hides the user's error
-            first.notes.append(f"gradguard could not look for other stale saved tensors: {internal!r}")
-            return []
-        if out:
-            lines = "; ".join(f"{w.location.short} (`{w.location.code}`)" for f in out for w in f.modified_at[:1]
-                              if w.location)
-            first.notes.append(f"{len(out)} more saved tensor(s) of this graph were already overwritten in place: "
-                               f"{lines}. Fix them too; each is a finding of its own (error.findings).")
-        return out
-
-    def _build_finding(self, record: _SavedRecord, kind: str, current: bool = True,
-                       context: dict | None = None) -> Finding:
-        t = record.tensor
-        node, argument = record.unchecked or (_saver(record) if current else (None, None))
-        name, role = name_tensor(t)
-        if role is None:
-            role = "leaf" if record.producer == "leaf" else "activation"
-            # the user variable holding it, if one does (`out`, `labels`), else the one that held it where it was written
-            name = name_by_variable(t) or record.name_at_write
-        tensor = TensorInfo(
-            shape=tuple(t.shape),
-            dtype=str(t.dtype).replace("torch.", ""),
-            device=str(t.device),
-            name=name,
-            role=role,
-            producer=None if record.producer in (None, "leaf") else record.producer,
-        )
-        writes: list[WriteRecord] = []
-        entries = record.writes or []
-        for i, (write, before) in enumerate(entries):
-            after = entries[i + 1][1] if i + 1 < len(entries) else t._version
-            writes.append(
-                WriteRecord(
-                    op=write.op, location=write.location, via=write.via, library_frame=write.library_frame,
-                    version_before=before, version_after=after, bumps_version=after > before,
-                    category=write.category,
-                )
-            )
+    def annotate(self, finding: Finding, record: SavedRecord, current: bool) -> None:
+        """Torch facts the diagnosis reads: backward passes since the save, ``retain_graph``, where the loss was
+        made, fused optimizer kernels, and the picture of the graph around the saver."""
+        backward = user_location(2)
+        context = finding.context
+        passes = max(0, self.engine.ledger.backward_passes - record.passes_at_save - 1)
+        context["backward_passes_since_save"] = passes
+        context["retain_graph"] = bool(backward and "retain_graph=True" in backward.code) or None
+        context["backward_at"] = backward.to_dict() if backward else None
+        context["write_log"] = self.track_writes
+        kind, writes = finding.kind, finding.modified_at
         if kind == "silent_write":
             for w in writes:
                 if not w.bumps_version and w.op.startswith("aten._fused_"):
                     w.category = "optimizer"
-        backward = user_location(2)
-        passes = max(0, self.ledger.backward_passes - record.passes_at_save - 1)
-        finding = Finding(
-            kind=kind,
-            tensor=tensor,
-            saved_at=SaveSite(node=node, argument=argument, location=record.site,
-                              chain=[record.caller] if record.caller is not None else []),
-            modified_at=writes,
-            versions={"saved": record.version, "now": t._version},
-            backend="torch",
-            context={
-                "backward_passes_since_save": passes,
-                "retain_graph": bool(backward and "retain_graph=True" in backward.code) or None,
-                "backward_at": backward.to_dict() if backward else None,
-                "write_log": self.track_writes,
-                **(context or {}),
-            },
-        )
         if current and kind == "inplace_modification" and any(w.category == "optimizer" for w in writes):
             try:  # NOTE [A loss made before the steps]
                 from ._loss_site import loss_made_before_steps, recompute_in_loop
 
-                finding.context["loss_made_early"] = loss_made_before_steps()
-                finding.context["recompute_in_loop"] = recompute_in_loop()  # NOTE [A value made once, ...]
+                context["loss_made_early"] = loss_made_before_steps()
+                context["recompute_in_loop"] = recompute_in_loop()  # NOTE [A value made once, ...]
             except Exception as error:
                 log_fallback("torch.loss_site", "finding where the loss was made", error)
-        if not self.track_writes and not finding.context.get("writer_unknowable"):
-            finding.notes.append("write tracking was off: re-run with track_writes=True (or `gradguard run`) "
-                                 "to see which line wrote the tensor")
         if not current:  # another stale tensor: no graph node is unpacking it now
-            return diagnose(finding)
+            return
         try:  # the picture of the graph around the saver (HTML report); never breaks the error path
             from ._graph import capture_graph
 
-            finding.context["graph"] = capture_graph(torch._C._current_autograd_node(), record, finding)
+            context["graph"] = capture_graph(torch._C._current_autograd_node(), record, finding)
         except Exception as error:
             log_fallback("torch.graph", "capturing the graph picture", error)
-        return diagnose(finding)
 
 
-def _saver(record) -> tuple[str | None, str | None]:
-    """(node name, argument) of ``record``, which the node running now is unpacking."""
-    node = torch._C._current_autograd_node()
-    if node is None:
-        return None, None
-    return node.name(), _unpacking_argument(node, record)
+class _UnpackBisect:
+    """The engine's bisect hook at unpack: the dispatch-mode bisector names the interval since the last op."""
+
+    __slots__ = ("mode",)
+
+    def __init__(self, mode):
+        self.mode = mode
+
+    def check(self, location) -> None:
+        self.mode.check(None, location or user_location(3))
+
+    def rebase(self, records) -> None:
+        return None  # the mode compares write counts itself
+
+    def stop(self) -> None:
+        return None  # the session exits the mode
 
 
 def _unpacking_argument(node, target) -> str | None:
