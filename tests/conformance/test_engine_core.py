@@ -95,3 +95,27 @@ def test_backend_probes_hold_no_copy_of_the_pipeline(backend):
     source = (pathlib.Path(gradguard.__file__).parent / "backends" / backend / "_session.py").read_text()
     for piece in ("SavedLedger(", "error_for", "diagnose(", "Finding(", "class _SavedRecord", "raise error"):
         assert piece not in source, f"{backend}'s probe still has {piece!r}"
+
+
+def test_write_log_and_bisect_subscribe_to_one_dispatch_mode():
+    import gradguard
+    from gradguard.backends.torch._bisect import Bisector
+    from gradguard.backends.torch._writes import OpStream, WriteLog
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+    with gradguard.guard(bisect=True):
+        stack = _get_current_dispatch_mode_stack()
+        ours = [m for m in stack if isinstance(m, OpStream)]
+        assert len(ours) == 1 and len(stack) == 1
+        assert [type(s) for s in ours[0].subscribers] == [Bisector, WriteLog]  # bisect outermost
+    assert _get_current_dispatch_mode_stack() == []
+
+
+def test_foreach_version_bump_is_repaired_once_for_every_subscriber():
+    # under any Python dispatch mode torch skips the _foreach_ version bump; the op stream restores it
+    import gradguard
+
+    params = [torch.zeros(3), torch.zeros(2)]
+    with gradguard.guard():
+        torch._foreach_add_(params, 1.0)
+    assert [p._version for p in params] == [1, 1]

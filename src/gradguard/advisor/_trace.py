@@ -24,9 +24,8 @@ from dataclasses import dataclass, field
 
 import torch
 from torch.autograd.graph import saved_tensors_hooks
-from torch.utils._python_dispatch import TorchDispatchMode
 
-from ..backends.torch._writes import _bumps_after_return, written_arguments
+from ..backends.torch._writes import OpStream, dynamo_safe, written_arguments
 from ..core._findings import SourceLocation
 from ..core._frames import LIBRARY_PATHS, user_location
 
@@ -168,14 +167,15 @@ def _byte_range(t: torch.Tensor) -> tuple[int, int]:
     return start, start + span * itemsize
 
 
-class StepMode(TorchDispatchMode):
-    """Accounting (always), recording (``record=True``) and rewriting (``plan``) for one step.
+class StepMode:
+    """Accounting (always), recording (``record=True``) and rewriting (``plan``) for one step: a subscriber of
+    the torch op stream (NOTE [One op stream, subscribers in a chain]), entered with ``with mode:``.
 
     ``plan`` maps an op key to the operand position to overwrite in place (0 = self, 1 = other).
     """
 
     def __init__(self, *, record: bool, plan: dict | None = None, snapshot_writes: bool = True):
-        super().__init__()
+        self._stream = None
         self.record = record
         self.plan = plan or {}
         self.snapshot_writes = snapshot_writes
@@ -312,10 +312,18 @@ class StepMode(TorchDispatchMode):
         return detached
 
     # -- dispatch --------------------------------------------------------------------------------
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
+    def __enter__(self):
+        self._stream = dynamo_safe(OpStream)([self])
+        self._stream.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        stream, self._stream = self._stream, None
+        return stream.__exit__(*exc)
+
+    def op(self, func, args, kwargs, call):
         if self._quiet:
-            return func(*args, **kwargs)
+            return call(func, args, kwargs)
         if self.stop_after_optimizer_steps is not None and self.optimizer_steps >= self.stop_after_optimizer_steps \
                 and not self.in_optimizer:
             raise StepComplete()
@@ -385,15 +393,7 @@ class StepMode(TorchDispatchMode):
                 out = torch.ops.aten.alias.default(victim)
                 self.applied.add(key)
         if out is None:
-            before = None
-            if write_targets and not _bumps_after_return(func):
-                before = [t._version for t in write_targets]
-            out = func(*args, **kwargs)
-            if before is not None and func.name().startswith("aten::_foreach_"):
-                # A Python dispatch mode suppresses the version bump of _foreach_ ops (see _writes.py).
-                for t, v in zip(write_targets, before):
-                    if t._version == v:
-                        torch.autograd.graph.increment_version(t)
+            out = call(func, args, kwargs)  # run_op repairs the _foreach_ version bump (see _writes.py)
 
         outputs = _tensors(out, [])
         out_sids = tuple(self._sid(t, allocate=True) for t in outputs)

@@ -1,7 +1,7 @@
 """Bisect mode: pin a silent write that no boundary explained to one op, or to an interval of user lines.
 
-Re-run the code with this mode on (``TorchGuardSession(bisect=True)``, or :func:`bisect`). Around every
-dispatched op it re-checks the fingerprint of every tensor currently saved for backward:
+Re-run the code with this mode on (``TorchGuardSession(bisect=True)``, or :func:`bisect`). Subscribed to the
+session's op stream (outside the write log), around every dispatched op it re-checks the fingerprint of every tensor currently saved for backward:
 
 * bytes changed *during* an op, and the write log did not see that op write there: the op wrote without
   declaring it (an extension op whose schema lacks ``Tensor(a!)``, a fused kernel): the write is pinned to
@@ -25,9 +25,8 @@ from ...core._findings import WriteRecord
 from ...core._frames import LIBRARY_PATHS, location_of, user_location
 from ._fingerprint import fingerprint as _fingerprint
 from ._fingerprint import same as _same
-from ._writes import ObserverMode
 
-__all__ = ["BisectMode", "bisect"]
+__all__ = ["Bisector", "bisect"]
 
 # Python's own modules run inside library calls (textwrap while gradguard renders, linecache): not user lines.
 _NOT_USER = tuple({p for p in (sysconfig.get_paths().get("stdlib"), sysconfig.get_paths().get("platstdlib")) if p}
@@ -38,11 +37,11 @@ def _user_file(filename: str) -> bool:
     return not filename.startswith(_NOT_USER) and not LIBRARY_PATHS.is_library(filename)
 
 
-class BisectMode(ObserverMode):
-    """Checks saved tensors' fingerprints before and after every op (see the module docstring)."""
+class Bisector:
+    """Checks saved tensors' fingerprints before and after every op (see the module docstring): an op-stream
+    subscriber, plus a line tracer on the user's code between ``start()`` and ``stop()``."""
 
     def __init__(self, session):
-        super().__init__()
         self._session = weakref.ref(session)
         self._baseline: dict[int, tuple[weakref.ref, object, int, int]] = {}  # id -> (ref, fp, version, n writes)
         self._last = None  # user line of the previous op
@@ -50,8 +49,7 @@ class BisectMode(ObserverMode):
         self._tracing = False
         self._in_op = 0  # inside a dispatched op (a Python kernel's lines): the op's own check attributes the write
 
-    def __enter__(self):
-        out = super().__enter__()
+    def start(self) -> None:
         # NOTE [Lines as bisect points]
         # A check at every line event of user code: when bytes changed since the previous check, the line that
         # ran in between wrote them. Library frames are not traced (their writes surface at the user's line that
@@ -59,14 +57,12 @@ class BisectMode(ObserverMode):
         if sys.gettrace() is None:
             sys.settrace(self._trace_call)
             self._tracing = True
-        return out
 
-    def __exit__(self, *exc):
+    def stop(self) -> None:
         if self._tracing:
             self._tracing = False
             if sys.gettrace() == self._trace_call:
                 sys.settrace(None)
-        return super().__exit__(*exc)
 
     def _trace_call(self, frame, event, arg):
         if event != "call" or self._in_op or not _user_file(frame.f_code.co_filename):
@@ -136,13 +132,12 @@ class BisectMode(ObserverMode):
         if len(self._baseline) > 4 * (len(session.ledger) + 16):
             self._baseline = {k: v for k, v in self._baseline.items() if v[0]() is not None}
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
+    def op(self, func, args, kwargs, call):
         location = user_location(2)
         self.check(None, location)
         self._in_op += 1
         try:
-            out = func(*args, **kwargs)
+            out = call(func, args, kwargs)
         finally:
             self._in_op -= 1
         self.check(func.name().replace("::", "."), location)

@@ -48,7 +48,7 @@ from ._fingerprint import fingerprint as _fingerprint
 from ._fingerprint import same as _same_fingerprint
 from ._naming import name_by_variable, name_in_writing_frame, name_tensor
 from ._overlap import share_elements
-from ._writes import WriteTrackingMode, dynamo_safe
+from ._writes import OpStream, WriteLog, dynamo_safe
 
 __all__ = ["TorchGuardSession", "FINGERPRINT_MODES"]
 
@@ -139,7 +139,8 @@ class TorchGuardSession(ProbeBase):
         self._bisect = None
         self.record_sites = record_sites
         self.backward_calls: list = []  # receivers and call chains of the backward passes: _backward_calls.BackwardCall
-        self._mode = None
+        self._mode = None  # the op stream (write log, bisect) while entered
+        self._write_log = None
         # Writer attribution at Function / Triton boundaries hashes saved memory: on when fingerprints and
         # the write log are both on (see _attribution.py).
         self.boundary_mode = self.fingerprint_mode if (self.track_writes and self.fingerprint_mode != "off") else None
@@ -190,17 +191,21 @@ class TorchGuardSession(ProbeBase):
             self.exit()
             raise
         if self.track_writes:
-            mode = dynamo_safe(WriteTrackingMode)(self._on_write)
+            self._write_log = WriteLog(self._on_write)
+            subscribers = [self._write_log]
+            if self.bisect:
+                from ._bisect import Bisector
+
+                self._bisect = Bisector(self)
+                subscribers.insert(0, self._bisect)  # outermost: it checks around the write log's work too
+            mode = dynamo_safe(OpStream)(subscribers)
             try:
                 mode.__enter__()
                 self._mode = mode  # only once entered: exit() must not exit a mode that never entered
                 if self.boundary_mode is not None:
                     self._triton_pending = not _attribution.triton_wrapped()
-                if self.bisect:
-                    from ._bisect import BisectMode
-
-                    self._bisect = dynamo_safe(BisectMode)(self)
-                    self._bisect.__enter__()
+                if self._bisect is not None:
+                    self._bisect.start()
                     self.engine.attach_bisector(_UnpackBisect(self._bisect))
             except BaseException:
                 self.exit()
@@ -211,7 +216,7 @@ class TorchGuardSession(ProbeBase):
             if self._bisect is not None:
                 bisect, self._bisect = self._bisect, None
                 self.engine.attach_bisector(None)
-                bisect.__exit__(None, None, None)
+                bisect.stop()
             if self._attribution:
                 self._attribution = False
                 _attribution.uninstall(self)
@@ -464,7 +469,7 @@ class TorchGuardSession(ProbeBase):
                     if len(reads) >= _module_inputs.MAX_PENDING:
                         reads.pop(next(iter(reads)))
                     reads[id(target)] = pending
-                    self._mode.on_read = self._on_read
+                    self._write_log.on_read = self._on_read
         except Exception as error:  # a diagnosis aid: the write itself goes on
             log_fallback("torch.module_inputs", "looking for the caller of a module's in-place write", error)
 
@@ -491,8 +496,8 @@ class TorchGuardSession(ProbeBase):
         else:  # another tensor at a freed one's address
             read = None
         del reads[id(t)]
-        if not reads and self._mode is not None:
-            self._mode.on_read = None
+        if not reads and self._write_log is not None:
+            self._write_log.on_read = None
         if read is not None:
             self.report_extra(_module_inputs.finding(pending, t, read))
 

@@ -1,4 +1,11 @@
-"""Seeing in-place writes: a TorchDispatchMode that reports writes into memory saved for backward.
+"""The torch op stream: ONE TorchDispatchMode whose subscribers see every op (the write log, bisect, the
+in-place advisor), and the write log, which reports writes into memory saved for backward.
+
+# NOTE [One op stream, subscribers in a chain]
+# Each subscriber's ``op(func, args, kwargs, call)`` runs around the rest of the chain (``call``); the last link
+# runs the op itself (:func:`run_op`, with the version-bump repair below, once for all subscribers). A guard
+# session subscribes its write log and, in bisect mode, the bisector (outermost: it checks before and after the
+# write log's work); the advisor subscribes its step recorder. One mode on the stack, however many consumers.
 
 # NOTE [Version bumps under a Python dispatch mode]
 # Two facts measured on torch 2.13 shape this mode:
@@ -21,7 +28,7 @@ import torch
 from ...core._internal import log_fallback
 from torch.utils._python_dispatch import TorchDispatchMode
 
-__all__ = ["ObserverMode", "WriteTrackingMode", "dynamo_safe", "written_arguments"]
+__all__ = ["ObserverMode", "OpStream", "WriteLog", "dynamo_safe", "run_op", "written_arguments"]
 
 
 @functools.lru_cache(maxsize=None)
@@ -98,30 +105,59 @@ def dynamo_safe(mode_class: type) -> type:
     return safe
 
 
-class WriteTrackingMode(ObserverMode):
-    """Calls ``on_write(func, targets)`` before every op that writes tensors in place; passes all ops through.
-    While ``on_read`` is set, it is called with every op's arguments first (reads a check waits for)."""
+@functools.lru_cache(maxsize=None)
+def _repairs_bump(func) -> bool:
+    return func.name().startswith("aten::_foreach_") and bool(written_arguments(func)) and not _bumps_after_return(func)
+
+
+def run_op(func, args, kwargs):
+    """Run the op; restore the version bump a Python dispatch mode suppresses on ``_foreach_*_`` ops (NOTE
+    [Version bumps under a Python dispatch mode], point 2)."""
+    if not _repairs_bump(func):
+        return func(*args, **kwargs)
+    targets = _targets(func, written_arguments(func), args, kwargs)
+    before = [t._version for t in targets]
+    out = func(*args, **kwargs)
+    for t, v in zip(targets, before):
+        if t._version == v:
+            torch.autograd.graph.increment_version(t)
+    return out
+
+
+class OpStream(ObserverMode):
+    """The one dispatch mode: every op goes through the subscribers' ``op(func, args, kwargs, call)``, the first
+    subscriber outermost (NOTE [One op stream, subscribers in a chain])."""
+
+    def __init__(self, subscribers):
+        super().__init__()
+        self.subscribers = list(subscribers)
+        call = run_op
+        for subscriber in reversed(self.subscribers):
+            call = functools.partial(subscriber.op, call=call)
+        self._call = call
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return self._call(func, args, kwargs or {})
+
+
+class WriteLog:
+    """The op-stream subscriber that calls ``on_write(func, targets)`` before every op that writes tensors in
+    place (``on_write`` may return a callable run after the op). While ``on_read`` is set, it is called with every
+    op's arguments first (reads a check waits for)."""
 
     def __init__(self, on_write):
-        super().__init__()
         self._on_write = on_write
         self.on_read = None
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
+    def op(self, func, args, kwargs, call):
         if self.on_read is not None:
             self.on_read(func, args)
         spec = written_arguments(func)
         if not spec:
-            return func(*args, **kwargs)
+            return call(func, args, kwargs)
         targets = _targets(func, spec, args, kwargs)
         finish = self._on_write(func, targets) if targets else None
-        before = [t._version for t in targets] if not _bumps_after_return(func) else None
-        out = func(*args, **kwargs)
-        if before is not None and func.name().startswith("aten::_foreach_"):
-            for t, v in zip(targets, before):
-                if t._version == v:
-                    torch.autograd.graph.increment_version(t)
+        out = call(func, args, kwargs)
         if finish is not None:
             finish()
         return out
