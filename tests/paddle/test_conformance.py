@@ -139,7 +139,7 @@ def test_engine_keeps_no_saved_tensor_alive_after_backward():
 
         gc.collect()
         assert len(g.session.ledger) == 0  # the ledger holds records weakly: backward freed them
-        assert all(ref() is None for ref, *_rest in g.session.engine._bisect.baseline.values())
+        assert all(ref() is None for ref, *_rest in g.session.engine._bisect.baselines._entries.values())
     assert g.findings == []
 
 

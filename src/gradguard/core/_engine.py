@@ -547,13 +547,49 @@ class GuardEngine:
         finding.suggestion = probe.direct_write_fix
 
 
+class SavedBaselines:
+    """Bisect's memory: per live saved record, its fingerprint, version and number of logged writes at the last
+    check (weak: never keeps a tensor). Shared by the line bisector here and torch's per-op bisector."""
+
+    def __init__(self, engine: GuardEngine):
+        self.engine = engine
+        self._entries: dict[int, tuple[weakref.ref, Any, int | None, int]] = {}
+
+    def unexplained_changes(self):
+        """Yield every live record whose bytes changed since its baseline while neither its version nor its
+        logged writes moved (the caller attributes the write); every baseline then moves to now."""
+        engine = self.engine
+        entries = self._entries
+        for record in list(engine.ledger.live_records()):
+            if record.fp is None:
+                continue
+            entry = entries.get(id(record))
+            if entry is not None and entry[0]() is record:
+                fp, version, nwrites = entry[1], entry[2], entry[3]
+            else:
+                fp, version, nwrites = record.fp, record.version, len(record.writes or ())
+            t = record.tensor
+            now, version_now = engine.fingerprint(t), engine.probe.version(t)
+            if not engine.same(now, fp) and version_now == version and len(record.writes or ()) == nwrites:
+                yield record
+            entries[id(record)] = (weakref.ref(record), now, version_now, len(record.writes or ()))
+        if len(entries) > 4 * (len(engine.ledger) + 16):
+            self._entries = {k: v for k, v in entries.items() if v[0]() is not None}
+
+    def rebase(self, records) -> None:
+        """Logged writes explain these records' changes: their baselines move to now."""
+        engine = self.engine
+        for record in records:
+            self._entries[id(record)] = (weakref.ref(record), engine.fingerprint(record.tensor),
+                                         engine.probe.version(record.tensor), len(record.writes or ()))
+
+
 class _LineBisector:
     """Re-checks live saved tensors at every new user line (see NOTE [Bisect without a per-op hook])."""
 
     def __init__(self, engine: GuardEngine):
         self.engine = engine
-        # id(record) -> (weak ref to the record, fp, version, number of logged writes): weak, never keeps a tensor
-        self.baseline: dict[int, tuple[weakref.ref, int | None, int | None, int]] = {}
+        self.baselines = SavedBaselines(engine)
         self.last: SourceLocation | None = None
         self._previous_trace = None
         self._frames: list = []
@@ -600,32 +636,16 @@ class _LineBisector:
         return self._local
 
     def rebase(self, records) -> None:
-        for record in records:
-            self.baseline[id(record)] = (weakref.ref(record), self.engine.fingerprint(record.tensor),
-                                         self.engine.probe.version(record.tensor), len(record.writes or ()))
+        self.baselines.rebase(records)
 
     def check(self, location: SourceLocation | None) -> None:
         """Compare every live saved tensor with its baseline; pin an unexplained change to the last line."""
         engine = self.engine
-        self.baseline = {k: v for k, v in self.baseline.items() if v[0]() is not None}
-        for record in list(engine.ledger.live_records()):
-            if record.fp is None:
-                continue
-            entry = self.baseline.get(id(record))
-            fp, version, nwrites = (entry[1], entry[2], entry[3]) if entry and entry[0]() is record else (
-                record.fp, record.version, 0)
-            t = record.tensor
-            now, version_now, writes = engine.fingerprint(t), engine.probe.version(t), len(record.writes or ())
-            if not engine.same(now, fp) and version_now == version and writes == nwrites:
-                # The line that just finished made the change (None: before the first traced line).
-                write = WriteRecord(op=f"write outside {engine.probe.backend} ops", location=self.last,
-                                    version_before=version, version_after=version_now, bumps_version=False,
-                                    category="outside")
-                with engine._lock:
-                    if record.writes is None:
-                        record.writes = []
-                    record.writes.append(write)
-                writes += 1
-            self.baseline[id(record)] = (weakref.ref(record), now, version_now, writes)
+        for record in self.baselines.unexplained_changes():
+            # The line that just finished made the change (None: before the first traced line).
+            version = engine.probe.version(record.tensor)
+            engine.record_write([record], WriteRecord(op=f"write outside {engine.probe.backend} ops", location=self.last,
+                                                      version_before=version, version_after=version,
+                                                      bumps_version=False, category="outside"))
         if location is not None:
             self.last = location

@@ -21,10 +21,9 @@ import sys
 import sysconfig
 import weakref
 
+from ...core._engine import SavedBaselines
 from ...core._findings import WriteRecord
 from ...core._frames import LIBRARY_PATHS, location_of, user_location
-from ._fingerprint import fingerprint as _fingerprint
-from ._fingerprint import same as _same
 
 __all__ = ["Bisector", "bisect"]
 
@@ -43,7 +42,7 @@ class Bisector:
 
     def __init__(self, session):
         self._session = weakref.ref(session)
-        self._baseline: dict[int, tuple[weakref.ref, object, int, int]] = {}  # id -> (ref, fp, version, n writes)
+        self._baselines = SavedBaselines(session.engine)
         self._last = None  # user line of the previous op
         self._line = None  # the user line running now (line tracer)
         self._tracing = False
@@ -82,12 +81,6 @@ class Bisector:
                 self._line = location_of(caller) if caller is not None and _user_file(caller.f_code.co_filename) else None
         return self._trace_line
 
-    def _state(self, record):
-        entry = self._baseline.get(id(record))
-        if entry is not None and entry[0]() is record:
-            return entry[1], entry[2], entry[3]
-        return record.fp, record.version, len(record.writes or ())
-
     def check(self, op=None, location=None, pinned: bool = False) -> None:
         """Compare every live saved tensor with its baseline; attribute the changes; move the baselines."""
         self._in_op += 1
@@ -100,37 +93,26 @@ class Bisector:
         session = self._session()
         if session is None:
             return
-        for record in list(session.ledger.live_records()):
-            if record.fp is None:
-                continue
-            fp, version, nwrites = self._state(record)
-            t = record.tensor
-            now = _fingerprint(t, session.fingerprint_mode)
-            writes = len(record.writes or ())
-            if not _same(now, fp) and t._version == version and writes == nwrites:
-                if location is None:
-                    location = user_location(2)
-                if op is not None:
-                    write = WriteRecord(op=op, location=location, via="an op that does not declare the write",
-                                        category="kernel", bumps_version=False)
-                elif pinned:
-                    write = WriteRecord(op="write outside torch", location=location,
-                                        category="outside", bumps_version=False)
+        for record in self._baselines.unexplained_changes():
+            if location is None:
+                location = user_location(2)
+            if op is not None:
+                write = WriteRecord(op=op, location=location, via="an op that does not declare the write",
+                                    category="kernel", bumps_version=False)
+            elif pinned:
+                write = WriteRecord(op="write outside torch", location=location, category="outside",
+                                    bumps_version=False)
+            else:
+                here = location.short if location is not None else "an unknown line"
+                if self._last is None:
+                    interval = f"before {here}"
+                elif location is not None and self._last.short == location.short:
+                    interval = f"within {here}"
                 else:
-                    here = location.short if location is not None else "an unknown line"
-                    if self._last is None:
-                        interval = f"before {here}"
-                    elif location is not None and self._last.short == location.short:
-                        interval = f"within {here}"
-                    else:
-                        interval = f"between {self._last.short} and {here}"
-                    write = WriteRecord(op=f"write outside torch {interval}", location=location,
-                                        category="outside", bumps_version=False)
-                session.record_write([record], write)
-                writes += 1
-            self._baseline[id(record)] = (weakref.ref(record), now, t._version, writes)
-        if len(self._baseline) > 4 * (len(session.ledger) + 16):
-            self._baseline = {k: v for k, v in self._baseline.items() if v[0]() is not None}
+                    interval = f"between {self._last.short} and {here}"
+                write = WriteRecord(op=f"write outside torch {interval}", location=location, category="outside",
+                                    bumps_version=False)
+            session.record_write([record], write)
 
     def op(self, func, args, kwargs, call):
         location = user_location(2)
