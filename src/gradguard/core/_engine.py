@@ -254,8 +254,12 @@ class GuardEngine:
         return self._own_same(a, b) if self._own_same is not None else a == b
 
     def _saved(self, event: TensorSaved) -> SavedRecord:
+        # NOTE [The per-tensor path]: _saved and stale_kind run once per saved tensor; they call the probe's
+        # answers directly (bound in __init__) instead of through fingerprint()/same(): ~1 us per tensor.
         t = event.tensor
-        record = SavedRecord(t, self._version(t), self.fingerprint(t), event.location, event.saver, event.producer,
+        mode, own = self.fingerprint_mode, self._own_fingerprint
+        fp = None if mode == "off" else own(t, mode) if own is not None else self.fingerprint(t)
+        record = SavedRecord(t, self._version(t), fp, event.location, event.saver, event.producer,
                              event.custom_function, event.caller, event.kept_on, self.ledger.backward_passes)
         if self.track_writes:
             span = self.probe.span(t)
@@ -296,8 +300,9 @@ class GuardEngine:
         if record.version is not None and self._version(t) != record.version:
             return "inplace_modification"
         if record.fp is not None:
-            now = self.fingerprint(t)
-            if not self.same(now, record.fp):
+            own, same = self._own_fingerprint, self._own_same
+            now = own(t, self.fingerprint_mode) if own is not None else self.fingerprint(t)
+            if not (same(now, record.fp) if same is not None else now == record.fp):
                 if self._allowed_change is not None and self._allowed_change(record):
                     record.fp = now
                     return None

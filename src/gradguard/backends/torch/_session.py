@@ -154,6 +154,7 @@ class TorchGuardSession(ProbeBase):
         # id(tensor) -> reads of it a module's caller has still to make (_module_inputs.py); write log only
         self._pending_reads: dict[int, _module_inputs.PendingRead] = {}
         self._emit = self.engine.emit
+        self._ledger = self.engine.ledger
 
     @property
     def backward_sites(self) -> list:
@@ -324,7 +325,7 @@ class TorchGuardSession(ProbeBase):
             return record
         if not _compat.SAVED_TENSOR_DATA and _compat.probing_unpack(record):  # torch 2.4 naming a saved argument
             return record.tensor
-        if self.engine.ledger.note_backward_pass(torch._C._current_graph_task_id()):
+        if self._ledger.note_backward_pass(torch._C._current_graph_task_id()):
             self._backward_pass_started()
         if self.record_sites and record.site is not None:
             self._note_node_site(record)

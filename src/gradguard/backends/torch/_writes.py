@@ -132,12 +132,12 @@ class OpStream(ObserverMode):
         super().__init__()
         self.subscribers = list(subscribers)
         call = run_op
-        for subscriber in reversed(self.subscribers):
+        for subscriber in reversed(self.subscribers[1:]):
             call = functools.partial(subscriber.op, call=call)
-        self._call = call
+        self._first, self._rest = self.subscribers[0].op, call  # one subscriber: no partial per op
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        return self._call(func, args, kwargs or {})
+        return self._first(func, args, kwargs or {}, self._rest)
 
 
 class WriteLog:
