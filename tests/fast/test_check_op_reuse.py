@@ -132,38 +132,7 @@ def test_a_write_into_the_producer_output_during_backward_is_still_caught():
 
 
 # ---- one graph for several cotangents once its backward repeated ------------------------------------
-class _RightOnlyOnce(torch.autograd.Function):
-    """x * x whose backward scales what it saved in place: the first gradient is right, later ones are not."""
-
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(2 * x)
-        return x * x
-
-    @staticmethod
-    def backward(ctx, g):
-        (d,) = ctx.saved_tensors
-        d.data.mul_(g)
-        return d.clone()
-
-
-def _square(x):
-    return x * x
-
-
-def test_a_reference_whose_backward_is_right_only_once_gets_a_graph_per_cotangent():
-    x = torch.randn(6, generator=torch.Generator().manual_seed(5))
-    report = gradguard.check_op(_square, x, reference=_RightOnlyOnce.apply, regimes=[])
-    assert report.passed, str(report)
-    assert {c.check: c.status for c in report.checks if c.regime == "given"}["gradient.reference"] == "pass"
-
-
-def test_an_op_whose_backward_is_right_only_once_fails_only_the_mutation_check():
-    x = torch.randn(6, generator=torch.Generator().manual_seed(6))
-    report = gradguard.check_op(_RightOnlyOnce.apply, x, reference=_square, regimes=[])
-    assert report.failed_checks() == {"mutation.backward_not_repeatable"}
-
-
+# (a backward that is right only once: test_check_op.py's test_backward_right_only_once_*)
 def test_a_repeatable_backward_shares_one_graph_among_the_cotangents():
     x = torch.randn(6, generator=torch.Generator().manual_seed(7))
     # given inputs, no regimes, gradient checks only: the op's dtype run, its float64 run, the effective-precision
