@@ -203,6 +203,18 @@ def test_backward_that_mutates_its_saved_tensor():
     assert report.failed_checks() == {"mutation.backward_not_repeatable"}
 
 
+def test_backward_right_only_once_as_the_reference_gets_a_graph_per_cotangent():
+    # its second backward through one graph differs, so every cotangent gets a fresh graph: no false alarm
+    report = gradguard.check_op(lambda x: x * x, torch.randn(6), reference=_ScalesSavedInBackward.apply, regimes=[])
+    assert report.passed, str(report)
+    assert {c.check: c.status for c in report.checks if c.regime == "given"}["gradient.reference"] == "pass"
+
+
+def test_backward_right_only_once_fails_only_the_mutation_check():
+    report = gradguard.check_op(_ScalesSavedInBackward.apply, torch.randn(6), reference=lambda x: x * x, regimes=[])
+    assert report.failed_checks() == {"mutation.backward_not_repeatable"}
+
+
 def test_backward_that_writes_grad_output():
     report = gradguard.check_op(_WritesGradOutput.apply, torch.randn(6), checks=("mutation",))
     assert "mutation.grad_output_write" in report.failed_checks()

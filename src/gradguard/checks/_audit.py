@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import sys
 import time
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -216,12 +217,19 @@ class _Audit:
         # A backward that mutates what it saved (Liger's cross entropy scales its saved gradient in place)
         # is only right the first time. That is reported once, by mutation.backward_not_repeatable; the
         # gradient checks must not be polluted by it, so every cotangent gets a fresh graph, until the mutation
-        # audit has seen the op's backward give the same gradient twice through one graph (``_repeatable``).
+        # audit has seen the op's backward give the same gradient twice through one graph (``_repeatable``), or
+        # this graph itself gave the first cotangent's gradient again, bit for bit (``_repeats``: one extra
+        # backward instead of a forward and a backward per further cotangent; the reference and the given
+        # inputs, which run before the mutation audit, use it).
         """
         out = [first.pullback(U[0])]
         if fn is self.fn and self._repeatable:
             # an op whose backward the mutation audit found repeatable on the given inputs pulls every cotangent
             # back through one graph (fewer forward calls per regime); the reference is not audited for it
+            return out + [first.pullback(u) for u in U[1:]]
+        if len(U) > 1 and self._repeats(first, U[0], out[0]):
+            # this graph gave the same gradient, bit for bit, a second time: its backward left what it saved as it
+            # was, so the other cotangents go through it too (one backward instead of a forward and a backward each)
             return out + [first.pullback(u) for u in U[1:]]
         for u in U[1:]:
             lin = self.B.linearize(fn, args, self.kwargs, self.wrt)
@@ -229,6 +237,15 @@ class _Audit:
                 lin.out_tensors = [lin.out_tensors[lin.out_names.index(n)] for n in out_names]
             out.append(lin.pullback(u))
         return out
+
+    @staticmethod
+    def _repeats(lin, u, g) -> bool:
+        """Whether a second pullback of ``u`` through ``lin``'s graph gives ``g`` again, bit for bit (NaN as NaN)."""
+        try:
+            again = lin.pullback(u)
+        except OpRaised:
+            return False
+        return all(np.array_equal(a, b, equal_nan=True) for a, b in zip(again, g))
 
     def _to64(self, args):
         return [self.B.to_float64(a) if self.B.is_tensor(a) and self.B.kind(a) == "float" else a for a in args]
@@ -534,16 +551,23 @@ class _Audit:
         eps = B.eps(dt)
         input_dts = [B.dtype_name(base_args[i]) for i in self.wrt]
 
-        def forward(values):
-            new = list(base_args)
-            for i, v in zip(self.wrt, values):
-                new[i] = B.with_values(base_args[i], v)
+        # the unmoved inputs as the op gets them (contiguous, values xs), built once; forward64 feeds fn copies
+        held = list(base_args)
+        for i, v in zip(self.wrt, xs):
+            held[i] = B.with_values(base_args[i], v)
+
+        def forward(k, value):
+            """fn's outputs with input ``wrt[k]`` set to ``value`` and every other input as held."""
+            new = list(held)
+            new[self.wrt[k]] = B.with_values(base_args[self.wrt[k]], value)
             return B.forward64(self.fn, new, self.kwargs, out_names)
 
         # In low precision the step must grow (rounding noise ~ eps/h); Richardson bounds the truncation.
         rel_step = eps ** 0.5 if low else 1e-6
         rtol = max(opts["rtol"], 10 * eps ** 0.5) if low else opts["rtol"]
         round_terms = [num.absdot(u, f0) for u in run.U]
+        rt = np.array(round_terms)
+        cot = num.Cotangents(run.U)  # every cotangent's dot products at once (the same numbers as num.dot per k)
         f0_finite = all(np.all(np.isfinite(o)) for o in f0)  # a domain edge needs a finite value at x itself
         ok = True
         for i, x in enumerate(xs):
@@ -560,15 +584,15 @@ class _Audit:
             def column(w, j):
                 w_eff, xp, xm = moved(w)
                 step = float(w_eff.reshape(-1)[j]) or h
-                fp = forward([xp if k == i else v for k, v in enumerate(xs)])
-                fm = forward([xm if k == i else v for k, v in enumerate(xs)])
+                fp = forward(i, xp)
+                fm = forward(i, xm)
                 with np.errstate(invalid="ignore", over="ignore"):
                     return [(a - b) / (2.0 * step) for a, b in zip(fp, fm)], step
 
             def along(w):
                 w_eff, xp, xm = moved(w)
-                fp = forward([xp if k == i else v for k, v in enumerate(xs)])
-                fm = forward([xm if k == i else v for k, v in enumerate(xs)])
+                fp = forward(i, xp)
+                fm = forward(i, xm)
                 with np.errstate(invalid="ignore", over="ignore"):
                     return [(a - b) / (2.0 * h) for a, b in zip(fp, fm)], w_eff.reshape(-1) / h  # gradient units
 
@@ -588,11 +612,17 @@ class _Audit:
                     w = w.reshape(x.shape)
                     col, step = column(w, j)
                     col2 = column(w / 2.0, j)[0] if low else None
-                    for k, u in enumerate(run.U):
-                        expected[k, j] = num.dot(u, col)
-                        allowed[k, j] = 64 * eps * round_terms[k] / step + rtol * (num.absdot(u, col) + abs(G[k, j]))
+                    if cot.fits(col) and (not low or cot.fits(col2)):
+                        expected[:, j] = e = cot.dot(col)
+                        allowed[:, j] = 64 * eps * rt / step + rtol * (cot.absdot(col) + np.abs(G[:, j]))
                         if low:  # Richardson: two steps disagreeing bound the finite difference's own error
-                            allowed[k, j] += 4.0 * abs(expected[k, j] - num.dot(u, col2))
+                            allowed[:, j] += 4.0 * np.abs(e - cot.dot(col2))
+                    else:  # outputs of another size than the cotangents: one k at a time, broadcasting
+                        for k, u in enumerate(run.U):
+                            expected[k, j] = num.dot(u, col)
+                            allowed[k, j] = 64 * eps * round_terms[k] / step + rtol * (num.absdot(u, col) + abs(G[k, j]))
+                            if low:
+                                allowed[k, j] += 4.0 * abs(expected[k, j] - num.dot(u, col2))
                     if f0_finite and not all(np.all(np.isfinite(c)) for c in col) and not np.isfinite(expected[:, j]).all():
                         domain_edge.append(j)
                 mask = np.zeros_like(G, dtype=bool)
@@ -612,11 +642,20 @@ class _Audit:
                         continue
                     if low:
                         jw2, d2 = along(h / 2.0 * direction)
+                    if cot.fits(jw) and (not low or cot.fits(jw2)):
+                        e, g = cot.dot(jw), np.sum(G * d, axis=1)
+                        al = 64 * eps * rt / h + rtol * (cot.absdot(jw) + np.sum(np.abs(G) * np.abs(d), axis=1))
+                        if low:  # Richardson: compare with half the step, both against the analytic side
+                            al += 4.0 * np.abs((e - g) - 2.0 * (cot.dot(jw2) - np.sum(G * d2, axis=1)))
+                        exp_s += e.tolist()
+                        got_s += g.tolist()
+                        allow_s += al.tolist()
+                        continue
                     for k, u in enumerate(run.U):
                         exp_s.append(num.dot(u, jw))
                         got_s.append(float(np.sum(G[k] * d)))
                         allow_s.append(64 * eps * round_terms[k] / h + rtol * (num.absdot(u, jw) + num.absdot([G[k]], [d])))
-                        if low:  # Richardson: compare with half the step, both against the analytic side
+                        if low:
                             allow_s[-1] += 4.0 * abs((exp_s[-1] - got_s[-1]) - 2.0 * (num.dot(u, jw2) - float(np.sum(G[k] * d2))))
                 m = num.compare(np.array(got_s), np.array(exp_s), np.array(allow_s) + 1e-300)
                 mode = f"{opts['probes']} random directions x {opts['probes']} cotangents"
@@ -908,14 +947,60 @@ class _Audit:
                     self.checks.append(CheckResult(f"regime.{name}", name, "skip", why))
                 given_s = time.perf_counter() - t0
                 progress = _Progress(self.opts["name"] or self.B.op_name(self.fn), len(regimes), given_s)
+                ran: dict = {}  # NOTE [Same inputs, one run]
                 for n, regime in enumerate(regimes, start=1):
                     progress.step(n, regime.name)
+                    key = self._regime_key(regime)
+                    if key is not None and key in ran:
+                        self._reuse_regime(regime, *ran[key])
+                        continue
+                    n_checks, n_findings, n_notes = len(self.checks), len(self.findings), len(self.notes)
                     self._run_regime(regime, base, n)
+                    if key is not None:
+                        ran[key] = (regime, self.checks[n_checks:], self.findings[n_findings:], self.notes[n_notes:])
                 progress.done()
             finally:
                 self.args = full_args
 
         return self._report(t0)
+
+    def _regime_key(self, regime: Regime):
+        """What a value regime's run depends on besides its seed: spec, inputs (dtype, shape, layout, bytes) and which
+        are differentiated; None for the regimes never merged (layout regimes, another ``kwargs``).
+
+        # NOTE [Same inputs, one run]
+        # Two regimes can build the same inputs: on a 1-D input the leading dimension is the last one, so
+        # ``batch_size`` 10 -> 1 and ``feature_dim`` 10 -> 1 both keep x[:1]. The second is not run again: it
+        # gets the first one's checks and findings under its own name, and a note says so. What that leaves
+        # out is the second run's own random cotangents and directions on the same inputs.
+        """
+        if regime.spec.layout or regime.kwargs is not None:
+            return None
+        B = self.B
+        contiguous = getattr(B, "is_contiguous", None)
+        parts = []
+        for a in regime.args:
+            if B.is_tensor(a):
+                parts.append((B.dtype_name(a), tuple(B.shape(a)), contiguous(a) if contiguous else None, B.fingerprint(a)))
+            else:
+                parts.append(("object", id(a)))
+        return regime.spec, tuple(regime.wrt) if regime.wrt is not None else None, tuple(parts)
+
+    def _reuse_regime(self, regime: Regime, first: Regime, checks: list[CheckResult], findings: list[Failure],
+                      notes: list[str]) -> None:
+        """``regime`` has ``first``'s inputs (NOTE [Same inputs, one run]): ``first``'s outcome under ``regime``'s name."""
+        def renamed(check: str) -> str:
+            return f"regime.{regime.name}" if check == f"regime.{first.name}" else check
+
+        for c in checks:
+            detail = regime.description if c.detail == first.description else c.detail
+            self.checks.append(dataclasses.replace(c, check=renamed(c.check), regime=regime.name, detail=detail))
+        for f in findings:
+            self.findings.append(dataclasses.replace(f, check=renamed(f.check), regime=regime.name,
+                                                     message=f.message.replace(first.description, regime.description)))
+        self.notes += [n.replace(f"regime.{first.name} ", f"regime.{regime.name} ") for n in notes]
+        self.notes.append(f"regime.{regime.name} ({regime.description}) has the same inputs as regime.{first.name} "
+                          f"({first.description}): not run again, its result is that run's")
 
     def _slice_for_regimes(self, base: _Run) -> _Run:
         """NOTE [Large inputs]: past LARGE_INPUT_ELEMENTS differentiated elements the regimes are derived from the

@@ -30,6 +30,7 @@ __all__ = [
     "step_size",
     "central_difference",
     "EPS64",
+    "Cotangents",
 ]
 
 EPS64 = float(np.finfo(np.float64).eps)
@@ -114,3 +115,38 @@ def dot(us: Sequence[np.ndarray], vs: Sequence[np.ndarray]) -> float:
 def absdot(us: Sequence[np.ndarray], vs: Sequence[np.ndarray]) -> float:
     with np.errstate(invalid="ignore", over="ignore"):
         return float(sum(np.sum(np.abs(u) * np.abs(v)) for u, v in zip(us, vs)))
+
+
+class Cotangents:
+    """The K cotangents of a run stacked per output, so ``<u_k, v>`` and ``<|u_k|, |v|>`` come for every k at once.
+
+    Each row is the same contiguous product that ``dot`` / ``absdot`` form for one k, summed the same way
+    (numpy's pairwise sum along a contiguous row, outputs added in order to 0.0), so the numbers are the same
+    bit for bit; only the Python loop over k is gone. ``fits`` says whether values have the cotangents' sizes
+    (when not, use ``dot`` / ``absdot`` per k, which broadcast).
+    """
+
+    def __init__(self, U: Sequence[Sequence[np.ndarray]]):
+        self.K = len(U)
+        n_out = len(U[0]) if U else 0
+        self.rows = [np.stack([np.asarray(us[o]).reshape(-1) for us in U]) for o in range(n_out)]
+        self.abs_rows = [np.abs(r) for r in self.rows]
+
+    def fits(self, vs: Sequence[np.ndarray]) -> bool:
+        return len(vs) == len(self.rows) and all(np.size(v) == r.shape[1] for v, r in zip(vs, self.rows))
+
+    def dot(self, vs: Sequence[np.ndarray]) -> np.ndarray:
+        """``[dot(u_k, vs) for k]`` as an array."""
+        acc = np.zeros(self.K)
+        with np.errstate(invalid="ignore", over="ignore"):
+            for r, v in zip(self.rows, vs):
+                acc = acc + np.sum(r * np.asarray(v).reshape(-1), axis=1)
+        return acc
+
+    def absdot(self, vs: Sequence[np.ndarray]) -> np.ndarray:
+        """``[absdot(u_k, vs) for k]`` as an array."""
+        acc = np.zeros(self.K)
+        with np.errstate(invalid="ignore", over="ignore"):
+            for r, v in zip(self.abs_rows, vs):
+                acc = acc + np.sum(r * np.abs(np.asarray(v)).reshape(-1), axis=1)
+        return acc

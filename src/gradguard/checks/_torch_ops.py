@@ -88,6 +88,8 @@ class TorchBackend(AdapterBase):
 
     def round_to(self, arr: np.ndarray, dtype_name: str) -> np.ndarray:
         """``arr`` rounded to ``dtype_name`` and back to float64: the exact values a run in that dtype sees."""
+        if dtype_name == "float64":  # nothing to round: the same copy without a trip through torch
+            return np.array(arr, dtype=np.float64, copy=True)
         t = _np_tensor(np.asarray(arr, dtype=np.float64)).to(getattr(torch, dtype_name))
         return t.to(torch.float64).numpy().copy()
 
@@ -100,7 +102,9 @@ class TorchBackend(AdapterBase):
     def clone(self, t: torch.Tensor) -> torch.Tensor:
         """A private copy with the same strides (non-contiguous stays non-contiguous), detached."""
         t = t.detach()
-        if t.numel() > 1 and min(t.stride(), default=1) > 0 and not t.is_contiguous():
+        if t.is_contiguous():  # the common case first: clone keeps a dense tensor's strides
+            return t.clone()
+        if t.numel() > 1 and min(t.stride(), default=1) > 0:
             out = torch.empty_strided(tuple(t.shape), t.stride(), dtype=t.dtype, device=t.device)
             return out.copy_(t)
         return t.clone(memory_format=torch.preserve_format)
