@@ -138,3 +138,29 @@ def test_a_repeatable_backward_shares_one_graph_among_the_cotangents():
     # given inputs, no regimes, gradient checks only: the op's dtype run, its float64 run, the effective-precision
     # probes (2), the linearity probes (2) and 2 x 6 finite-difference columns; one forward per run, not per cotangent
     assert _calls(_xsin, x, checks=("gradient",), regimes=[]) == 1 + 1 + 2 + 2 + 12
+
+
+# ---- cheaper conversions and comparisons: the same numbers ------------------------------------------
+def test_rounding_to_float32_matches_torch_cast():
+    from gradguard.checks._torch_ops import TORCH
+
+    rng = np.random.default_rng(8)
+    values = np.concatenate([rng.standard_normal(1000) * 10.0 ** rng.uniform(-45, 39, 1000),
+                             [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-46, -1e-40, 3.4e38, 3.5e38, 1 + 2.0**-24]])
+    expected = torch.from_numpy(values).to(torch.float32).to(torch.float64).numpy()
+    got = TORCH.round_to(values, "float32")
+    assert np.array_equal(got, expected, equal_nan=True)
+    assert np.array_equal(np.signbit(got), np.signbit(expected))
+    assert TORCH.round_to(values, "float64") is not values and np.array_equal(TORCH.round_to(values, "float64"), values, equal_nan=True)
+
+
+def test_compare_reads_non_finite_values_as_before():
+    ok = num.compare(np.array([1.0, 2.0]), np.array([1.0, 2.0 + 1e-9]), 1e-8)
+    assert ok.ok and ok.max_abs > 0
+    bad = num.compare(np.array([1.0, 5.0]), np.array([1.0, 2.0]), 0.5)
+    assert (bad.ok, bad.index, bad.got, bad.expected, bad.max_abs, bad.max_rel) == (False, (1,), 5.0, 2.0, 3.0, 1.5)
+    nan_same = num.compare(np.array([np.nan, 1.0]), np.array([np.nan, 1.0]), 0.0)
+    assert nan_same.ok
+    inf_vs_finite = num.compare(np.array([np.inf, 1.0]), np.array([3.0, 1.0]), 1.0)
+    assert not inf_vs_finite.ok and inf_vs_finite.index == (0,) and inf_vs_finite.max_abs == np.inf
+    assert num.compare(np.zeros(0), np.zeros(0), 0.0).ok

@@ -107,6 +107,7 @@ class _Run:
     failures: list[Failure] = field(default_factory=list)
     checks: list[CheckResult] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    scales: tuple[float, float] | None = None  # max|u| of the first cotangent, max|f| of the outputs (``_floor``)
 
 
 class _Audit:
@@ -129,6 +130,7 @@ class _Audit:
             self._one_probe_for_large_inputs()
         self._eff: str | None = None
         self._given_ref_outputs: list[np.ndarray] = []
+        self._input_scales: dict[int, tuple[Any, float]] = {}  # id -> (tensor, max|x|) for ``_floor``
 
     def _one_probe_for_large_inputs(self) -> None:
         """NOTE [Large inputs]: every probe is a float64 cotangent, VJP and gradient of the input's size in every
@@ -341,9 +343,15 @@ class _Audit:
 
     def _floor(self, i, run, dt) -> float:
         """Absolute tolerance floor in gradient units (see NOTE [Tolerance floor])."""
-        u = max((float(np.max(np.abs(x), initial=0.0)) for x in run.U[0]), default=1.0)
-        f = max((_scale(o) for o in run.lin_d.outputs), default=1.0)
-        x = _scale(self.B.to_numpy(self.args[self.wrt[i]])) if self.B.numel(self.args[self.wrt[i]]) else 1.0
+        if run.scales is None:  # the run's cotangent and output scales, once per run
+            run.scales = (max((float(np.max(np.abs(x), initial=0.0)) for x in run.U[0]), default=1.0),
+                          max((_scale(o) for o in run.lin_d.outputs), default=1.0))
+        u, f = run.scales
+        t = self.args[self.wrt[i]]
+        held, x = self._input_scales.get(id(t), (None, None))
+        if held is not t:  # once per input tensor
+            x = _scale(self.B.to_numpy(t)) if self.B.numel(t) else 1.0
+            self._input_scales[id(t)] = (t, x)
         # float64 comparisons are made at 1e-9 relative (not at 64 ulp): the floor matches that level, so
         # rounding amplified inside a correct op (1/sqrt(var + eps) with var = 0) is not a failure
         rel = max(64.0 * self.B.eps(dt), 1e-9)

@@ -60,18 +60,22 @@ def compare(got: np.ndarray, expected: np.ndarray, allowed: np.ndarray | float) 
     if got.shape != expected.shape:
         got = np.broadcast_to(got, expected.shape) if got.size == 1 else got.reshape(expected.shape)
     allowed = np.broadcast_to(np.asarray(allowed, dtype=np.float64), expected.shape)
-    fin_e = np.isfinite(expected)
-    fin_g = np.isfinite(got)
-    with np.errstate(invalid="ignore", over="ignore"):
-        diff = np.where(fin_e & fin_g, np.abs(got - expected), 0.0)
-    same_nonfinite = (~fin_e) & (~fin_g) & ((np.isnan(got) & np.isnan(expected)) | (got == expected))
-    bad_finite = fin_e != fin_g
-    diff = np.where(bad_finite | ((~fin_e) & (~fin_g) & ~same_nonfinite), np.inf, diff)
-    excess = diff - allowed
     if expected.size == 0:
         return Mismatch(ok=True)
+    fin_e = np.isfinite(expected)
+    all_finite = bool(fin_e.all()) and bool(np.isfinite(got).all())
+    with np.errstate(invalid="ignore", over="ignore"):
+        if all_finite:  # the usual case, without the masks below (which then change nothing)
+            diff = np.abs(got - expected)
+        else:
+            fin_g = np.isfinite(got)
+            diff = np.where(fin_e & fin_g, np.abs(got - expected), 0.0)
+            same_nonfinite = (~fin_e) & (~fin_g) & ((np.isnan(got) & np.isnan(expected)) | (got == expected))
+            bad_finite = fin_e != fin_g
+            diff = np.where(bad_finite | ((~fin_e) & (~fin_g) & ~same_nonfinite), np.inf, diff)
+        excess = diff - allowed
     worst = int(np.argmax(np.where(np.isfinite(excess), excess, np.inf)))
-    scale = float(np.max(np.abs(np.where(fin_e, expected, 0.0)))) if expected.size else 0.0
+    scale = float(np.max(np.abs(expected if all_finite else np.where(fin_e, expected, 0.0))))
     max_abs = float(np.max(diff))
     ok = bool(np.all(diff <= allowed))
     idx = tuple(int(i) for i in np.unravel_index(worst, expected.shape)) if expected.ndim else ()
