@@ -142,7 +142,8 @@ class ProbeBase:
     A probe (``backends/<framework>/_session.py``) turns its framework's hooks into
     :mod:`gradguard.core._events` for :class:`gradguard.core._engine.GuardEngine` and answers the engine's
     :class:`~gradguard.core._engine.Probe` questions; subclasses set ``tensor_type``, ``version_attribute``
-    and implement ``memory_range``, ``to_numpy``, ``describe``, ``context``, ``saver_name`` and ``phrase``
+    and implement ``memory_range``, ``to_numpy``, ``name_tensor``, ``name_by_variable``, ``dtype_name``,
+    ``device_name``, ``context``, ``saver_name`` and ``phrase``
     (torch's probe answers ``version``, ``span`` and ``saver`` itself).
     """
 
@@ -197,6 +198,19 @@ class ProbeBase:
 
     def restore_after_error(self) -> None:
         return None
+
+    unnamed_role = "tensor"  # the role of a tensor no layer owns, before the engine reads its producer
+
+    def describe(self, t):
+        """Shape, dtype, device, and the name the user knows it by: a layer's parameter or buffer, else the user
+        variable holding it (``name_tensor`` / ``name_by_variable`` of the framework's ``_naming``)."""
+        from ..core._findings import TensorInfo
+
+        name, role = self.name_tensor(t)
+        if name is None:
+            name = self.name_by_variable(t)
+        return TensorInfo(shape=tuple(int(s) for s in t.shape), dtype=self.dtype_name(t), device=self.device_name(t),
+                          name=name, role=role or self.unnamed_role)
 
     def saver(self, record, tensor) -> tuple[str | None, str | None]:
         """(the op that saved it, its argument): frameworks without named node arguments name the op only."""

@@ -180,12 +180,17 @@ class MindSporeGuardSession(ProbeBase):
     memory_range = staticmethod(memory_range)
     to_numpy = staticmethod(lambda t: t.asnumpy())
 
-    def describe(self, t) -> TensorInfo:
-        name, role = name_tensor(t)
-        if name is None:
-            name = name_by_variable(t)
-        return TensorInfo(shape=tuple(int(s) for s in t.shape), dtype=str(t.dtype).lower(), name=name,
-                          role=role or "activation")
+    name_tensor = staticmethod(name_tensor)
+    name_by_variable = staticmethod(name_by_variable)
+    unnamed_role = "activation"
+
+    @staticmethod
+    def dtype_name(t) -> str:
+        return str(t.dtype).lower()
+
+    @staticmethod
+    def device_name(t) -> str:
+        return ms.get_context("device_target").lower()
 
     def context(self) -> dict:
         return {"mode": current_mode(), "device": ms.get_context("device_target"), "mindspore_version": ms.__version__}

@@ -164,12 +164,17 @@ class PaddleGuardSession(ProbeBase):
     memory_range = staticmethod(memory_range)
     to_numpy = staticmethod(lambda t: t.numpy())
 
-    def describe(self, t) -> TensorInfo:
-        name, role = name_tensor(t)
-        if name is None:
-            name = name_by_variable(t)
-        return TensorInfo(shape=tuple(int(s) for s in t.shape), dtype=str(t.dtype).replace("paddle.", ""),
-                          device=_device(t), name=name, role=role or "tensor")
+    name_tensor = staticmethod(name_tensor)
+    name_by_variable = staticmethod(name_by_variable)
+
+    @staticmethod
+    def dtype_name(t) -> str:
+        return str(t.dtype).replace("paddle.", "")
+
+    @staticmethod
+    def device_name(t) -> str:
+        place = str(t.place)
+        return "cpu" if place.lower().startswith("place(cpu") else place
 
     def context(self) -> dict:
         return {"mode": "eager (dygraph)", "paddle_version": paddle.__version__}
@@ -297,11 +302,6 @@ def _category(op: str, short: str) -> str:
     if short in _ACTIVATIONS and not op.startswith("paddle.Tensor."):
         return "activation"
     return "other"
-
-
-def _device(t) -> str:
-    place = str(t.place)
-    return "cpu" if place.lower().startswith("place(cpu") else place
 
 
 _FIXES = {
