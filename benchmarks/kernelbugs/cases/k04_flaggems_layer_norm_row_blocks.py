@@ -9,6 +9,23 @@ Changes for CPU: ``libentry``/``autotune`` removed, the autotuner's choice pinne
 configs are 1, 2, 4, 8 rows; on a GPU it picks by speed) and BLOCK_COL_SIZE=16 (2048 on a GPU); ``row_mask and
 col_mask`` written ``row_mask & col_mask`` (what Triton's compiler makes of ``and`` on tensors; the interpreter
 would take Python's truth value and drop the row bound).
+
+Memory (checked by hand, with every interpreter load/store checked against the launch's tensor arguments):
+- Both backward kernels load ``Mean``/``Rstd`` without a mask (upstream, both versions): the rows past ``M`` of
+  the last block are read out of bounds (reads only: no store leaves its buffer on any shape check_op tries).
+  The buggy version launches ``M`` programs of BLOCK_ROW_SIZE rows, so most of its rows are out of bounds, and
+  its ``tl.where(col_mask, ...)`` keeps the garbage in ``x_hat`` of the masked rows; ``tl.sum(dx_part3)`` over
+  the whole block then adds ``0 * garbage``, which is NaN when the garbage is inf or NaN. So the buggy gradient
+  is now and then non-finite, at random (0 to 11 in 30 one-row calls per process here): part of the published
+  bug (the fix's ``tl.where(mask, ...)`` and per-row sums keep the garbage out), left as it is.
+- ``buggy``/``fixed`` check that weight and bias have the normalized shape, as torch's own layer_norm does,
+  before any kernel runs. Upstream does not check (its callers pass a module's parameters); given a weight
+  shorter than N, ``weight_bias_backward_kernel`` stores N values into weight-sized ``dW``/``dB``, and under
+  TRITON_INTERPRET=1 that corrupts the heap (glibc aborts: ``malloc(): unaligned tcache chunk``, ``double free
+  or corruption``). check_op's shrink produced such inputs: when the batch_size regime's x (1, 12) fails in
+  a new way (without the reference: the random NaN above in float32 only, ``gradient.precision``), the shrink
+  cuts the first input whose leading size is above 1, the weight, to x (1, 12), weight (1,), bias (1,).
+  With the check, that candidate raises and the shrink skips it.
 """
 
 import math
@@ -229,11 +246,21 @@ def _layer_norm_function(fixed):
 _Buggy, _Fixed = _layer_norm_function(False), _layer_norm_function(True)
 
 
+def _check_shapes(x, weight, bias):
+    """torch's layer_norm contract (its message): the kernels index weight and bias by the last dimension of x."""
+    for name, t in (("weight", weight), ("bias", bias)):
+        if tuple(t.shape) != (x.shape[-1],):
+            raise RuntimeError(f"Expected {name} to be of same shape as normalized_shape, but got {name} of shape "
+                               f"{list(t.shape)} and normalized_shape = {[x.shape[-1]]}")
+
+
 def buggy(x, weight, bias):
+    _check_shapes(x, weight, bias)
     return _Buggy.apply(x, (x.shape[-1],), weight, bias)
 
 
 def fixed(x, weight, bias):
+    _check_shapes(x, weight, bias)
     return _Fixed.apply(x, (x.shape[-1],), weight, bias)
 
 
