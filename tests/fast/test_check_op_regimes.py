@@ -181,3 +181,17 @@ def test_float64_inputs_with_part_of_the_math_in_float32_are_measured_not_failed
     assert any(n.startswith("fn computes partly in float32 on float64 inputs") for n in report.notes), report.notes
     exact = gradguard.check_op(lambda x: torch.log_softmax(x, -1), x, checks=("gradient",))
     assert exact.passed and not any("float32" in n for n in exact.notes)
+
+
+def test_shrink_candidates_never_pair_a_batch_with_a_cut_per_feature_tensor():
+    # NOTE [Shrinking never mismatches shapes]: k04's heap corruption came from x (1, 12) beside a weight cut to (1,)
+    from gradguard.checks._regimes import shrink_candidates
+    from gradguard.checks._torch_ops import TorchBackend
+
+    B = TorchBackend()
+    shapes = lambda cands: [[tuple(a.shape) if isinstance(a, torch.Tensor) else a for a in c] for c in cands]
+    w, bias = torch.randn(12), torch.randn(12)
+    assert shrink_candidates(B, [torch.randn(1, 12), w, bias]) == []  # batch already 1: the weight is not the batch
+    assert shapes(shrink_candidates(B, [torch.randn(12, 12), w, bias, 1e-5])) == [[(1, 12), (12,), (12,), 1e-5]]
+    labels = torch.tensor([0, 2, 1, 2])
+    assert shapes(shrink_candidates(B, [torch.randn(4, 3), labels])) == [[(1, 3), (1,)]]  # per-sample: cut with x

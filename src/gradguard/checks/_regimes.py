@@ -270,13 +270,31 @@ def build_regimes(B, args, wrt, kwargs, defaults, selected, names=None) -> tuple
 
 
 def shrink_candidates(B, args) -> list[list[Any]]:
-    """Smaller versions of ``args`` (leading dimension 1) for minimal reproducers."""
-    first = next((i for i, a in enumerate(args) if B.is_tensor(a) and B.ndim(a) >= 1 and B.shape(a)[0] > 1), None)
+    """Smaller versions of ``args`` (leading dimension 1) for minimal reproducers.
+
+    # NOTE [Shrinking never mismatches shapes]
+    # The first tensor input sets the batch; when its leading size is already 1 there is nothing to shrink. Another
+    # input is cut with it only when its leading size is the batch's and it is not shaped like the batch tensor's
+    # trailing dimensions (a per-feature weight or bias, whose size may equal the batch's). A candidate that pairs
+    # x (1, 12) with a weight cut to (1,) is not a smaller case of the same call: a kernel without shape checks
+    # writes 12 values into a 1-element gradient buffer (measured: heap corruption under the Triton interpreter,
+    # FlagGems layer_norm, benchmarks/kernelbugs k04).
+    """
+    first = next((i for i, a in enumerate(args) if B.is_tensor(a) and B.ndim(a) >= 1), None)
     if first is None:
         return []
-    b = B.shape(args[first])[0]
+    batch_shape = tuple(B.shape(args[first]))
+    b = batch_shape[0]
+    if b <= 1:
+        return []
     new = list(args)
     for i, a in enumerate(args):
-        if B.is_tensor(a) and B.ndim(a) >= 1 and B.shape(a)[0] == b:
-            new[i] = B.from_numpy(B.to_numpy(a)[:1], a)
+        if not (B.is_tensor(a) and B.ndim(a) >= 1):
+            continue
+        shape = tuple(B.shape(a))
+        if shape[0] != b:
+            continue
+        if i != first and len(shape) < len(batch_shape) and shape == batch_shape[len(batch_shape) - len(shape):]:
+            continue  # per-feature: stays whole
+        new[i] = B.from_numpy(B.to_numpy(a)[:1], a)
     return [new]
