@@ -123,6 +123,35 @@ class AdapterBase:
     def round_to(self, arr: np.ndarray, dtype_name: str) -> np.ndarray:
         return round_with_numpy(arr, dtype_name)
 
+    def from_numpy(self, arr: np.ndarray, like: Any, dtype_name: str | None = None):
+        """A framework tensor holding a private copy of ``arr`` in ``dtype_name`` (``like``'s dtype when None).
+        Floating values go through float64 first (NOTE [Fresh copies] in ``_torch_ops``: a framework's tensor made
+        from numpy may share its memory, and an op writing into it would corrupt the audit's own arrays)."""
+        dtype_name = dtype_name or self.dtype_name(like)
+        arr = np.array(np.asarray(arr), copy=True, order="C")
+        return self.tensor_from(arr.astype(np.float64) if dtype_name in FLOAT_EPS else arr, dtype_name)
+
+    def tensor_from(self, arr: np.ndarray, dtype_name: str):
+        """The framework's tensor of a private numpy array, cast to ``dtype_name`` (adapters without their own
+        ``from_numpy``)."""
+        raise NotImplementedError
+
+    def fingerprint(self, t: Any) -> int:
+        """xxh3-64 of the tensor's values: the core hash of a host copy in logical order (``host_values``)."""
+        from ..core._engine import fingerprint_bytes
+
+        return fingerprint_bytes(np.ascontiguousarray(self.host_values(t)), "full")
+
+    def host_values(self, t: Any) -> np.ndarray:
+        """A numpy copy of the values in the tensor's own dtype (adapters without their own ``fingerprint``)."""
+        raise NotImplementedError
+
+    def memory_span(self, t: Any) -> tuple[int, int] | None:
+        return None  # the framework's tensors do not say which memory they view: aliasing is ``unsupported``
+
+    def autograd_view_of(self, out: Any, inp: Any) -> bool:
+        return False
+
     def kind(self, t: Any) -> str:
         """float | complex | int | bool, from the dtype's name."""
         dt = self.dtype_name(t)
@@ -183,8 +212,19 @@ class AdapterBase:
             fmt = lambda v: str(int(v))
         return np.array2string(values, separator=", ", threshold=10**6, max_line_width=96, formatter={"all": fmt})
 
+    # check -> {finding field: this framework's text}: the engine's torch-worded advice restated (a phrasebook)
+    phrasebook: dict[str, dict[str, str]] = {}
+    # (check, torch's phrase, this framework's phrase) replaced inside a finding's message
+    message_phrases: tuple[tuple[str, str, str], ...] = ()
+
     def reword(self, report: Any) -> None:
         """Restate the engine's torch-worded advice in this framework's terms (verdicts never change)."""
+        for f in report.findings:
+            for field, text in self.phrasebook.get(f.check, {}).items():
+                setattr(f, field, text)
+            for check, old, new in self.message_phrases:
+                if f.check == check:
+                    f.message = f.message.replace(old, new)
 
     @contextlib.contextmanager
     def audit_threads(self, args: Sequence[Any]):

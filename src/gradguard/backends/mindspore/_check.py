@@ -33,7 +33,6 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import mindspore as ms
 from mindspore import nn, ops
-import xxhash
 
 from ..._errors import InvalidArgument
 from ...checks._adapter_base import AdapterBase, Linearization
@@ -43,17 +42,13 @@ from ...core._internal import log_fallback
 __all__ = ["check_op", "MindSporeCheckAdapter", "MODES"]
 
 MODES = ("pynative", "graph")
-_FLOATS = {"float16", "bfloat16", "float32", "float64"}
 
 
-def _fresh(arr: np.ndarray, dtype_name: str) -> ms.Tensor:
-    """A MindSpore tensor holding a private copy of ``arr`` in ``dtype_name`` (NOTE [Fresh copies] in
-    ``_torch_ops``: ``ms.Tensor(numpy)`` and ``asnumpy()`` may share memory)."""
-    arr = np.array(arr, copy=True, order="C")
+def _tensor_from(arr: np.ndarray, dtype_name: str) -> ms.Tensor:
+    """A MindSpore tensor of a private numpy array, cast to ``dtype_name`` (``ms.Tensor(numpy)`` may share memory:
+    the caller's array is already a copy)."""
     dtype = getattr(ms, dtype_name if dtype_name != "bool" else "bool_")
-    if dtype_name in _FLOATS:
-        return ms.Tensor(arr.astype(np.float64), ms.float64).astype(dtype)
-    return ms.Tensor(arr).astype(dtype)
+    return ms.Tensor(arr, ms.float64 if arr.dtype == np.float64 else None).astype(dtype)
 
 
 class MindSporeCheckAdapter(AdapterBase):
@@ -105,8 +100,7 @@ class MindSporeCheckAdapter(AdapterBase):
             return np.array(t.asnumpy(), copy=True)
         return np.array(t.astype(ms.int64).asnumpy(), dtype=np.int64, copy=True)
 
-    def from_numpy(self, arr: np.ndarray, like, dtype_name: str | None = None):
-        return _fresh(np.asarray(arr), dtype_name or self.dtype_name(like))
+    tensor_from = staticmethod(_tensor_from)
 
     def to_float64(self, t):
         return t.astype(ms.float64)
@@ -123,7 +117,7 @@ class MindSporeCheckAdapter(AdapterBase):
         NaN (0 for integers), so a kernel that ignores the strides reads them and its result shows it."""
         values = self.to_numpy(t)
         filler = np.full_like(values, np.nan if self.kind(t) == "float" else 0)
-        wide = _fresh(np.stack([values, filler], axis=-1), self.dtype_name(t))
+        wide = self.from_numpy(np.stack([values, filler], axis=-1), t)
         return wide[..., 0]
 
     def is_contiguous(self, t) -> bool:
@@ -197,18 +191,8 @@ class MindSporeCheckAdapter(AdapterBase):
     def version(self, t) -> int:
         return int(getattr(t, "_version", 0))
 
-    def fingerprint(self, t) -> int:
-        """xxh3-64 of the tensor's values (a host copy in logical order)."""
-        if self.dtype_name(t) == "bfloat16":
-            t = t.astype(ms.float32)
-        raw = np.ascontiguousarray(t.asnumpy())
-        return xxhash.xxh3_64_intdigest(raw.view(np.uint8).reshape(-1).data if raw.size else b"")
-
-    def memory_span(self, t) -> tuple[int, int] | None:
-        return None  # aliasing is not checked on MindSpore (``unsupported``)
-
-    def autograd_view_of(self, out, inp) -> bool:
-        return False
+    def host_values(self, t) -> np.ndarray:
+        return (t.astype(ms.float32) if self.dtype_name(t) == "bfloat16" else t).asnumpy()  # numpy has no bfloat16
 
     # ---- composition (NOTE [MindSpore in the audit engine]: two vjps chained by hand) ---------------
     def producers(self) -> dict[str, Callable]:
@@ -274,7 +258,32 @@ class MindSporeCheckAdapter(AdapterBase):
             return type(fn).__name__
         return super().op_name(fn)
 
+    phrasebook = {
+        "mutation.silent_input_write": {
+            "why": "MindSpore's autograd cannot see this write (ops.assign, __setitem__ and custom kernels write "
+                   "without bumping Tensor._version): any earlier op that saved this tensor for its backward (exp, "
+                   "sigmoid, softmax, relu... save their outputs) now computes wrong gradients silently.",
+            "fix": "write into a new tensor in the forward instead of into the input; if the in-place write is "
+                   "intended, use Tensor.copy_ (it bumps the version, so MindSpore raises instead of computing "
+                   "wrong gradients).",
+        },
+        "mutation.input_write": {
+            "why": "a declared in-place write: MindSpore raises if a tensor saved for backward was overwritten, so "
+                   "this is safe, but callers must not reuse the input's old values.",
+        },
+        "mutation.backward_not_repeatable": {
+            "why": "MindSpore re-runs the forward when a vjp pullback is called again, so the two gradients differ "
+                   "because the forward or the bprop changes state between calls: an input written by the forward, "
+                   "or a Parameter, attribute or saved buffer updated by the bprop.",
+            "fix": "keep the forward and the bprop free of side effects: no writes into inputs, Parameters or "
+                   "attributes.",
+        },
+    }
+    message_phrases = (("mutation.backward_not_repeatable", "(retain_graph=True)",
+                        "(a second call of the ms.vjp pullback)"),)
+
     def reword(self, report) -> None:
+        super().reword(report)
         in_mindspore_terms(report)
 
 
@@ -282,7 +291,9 @@ class MindSporeCheckAdapter(AdapterBase):
 def _as_tensor(x: Any) -> Any:
     """Inputs as the old MindSpore check_op took them: numpy arrays and Python floats become float64 tensors."""
     if isinstance(x, np.ndarray):
-        return _fresh(x, "float64") if x.dtype.kind == "f" else ms.Tensor(np.array(x, copy=True))
+        if x.dtype.kind == "f":
+            return _tensor_from(np.array(x, dtype=np.float64), "float64")
+        return ms.Tensor(np.array(x, copy=True))
     if isinstance(x, float):
         return ms.Tensor(np.array(x, dtype=np.float64))
     return x
@@ -311,29 +322,14 @@ def in_mindspore_terms(report):
     # ``_mutation`` and ``_composition`` explain their findings in PyTorch terms (version counters bumped by
     # torch ops, ``retain_graph``, ``increment_version``, ``.clone()``). The facts hold on MindSpore
     # (``Tensor._version``; ``ops.assign`` and ``__setitem__`` write without bumping it) but the advice does
-    # not, so the texts are restated here, after the engine ran (and MindSpore's C++ call stack is cut from
-    # quoted errors). Only the wording changes, never a verdict.
+    # not, so the texts are restated after the engine ran: fixed texts by the adapter's ``phrasebook``, the ones
+    # built from the finding here (and MindSpore's C++ call stack is cut from quoted errors). Only the wording
+    # changes, never a verdict.
     """
     report.notes = [_without_cpp_stack(n) for n in report.notes]
     for f in report.findings:
         f.message = _without_cpp_stack(f.message)
-        if f.check == "mutation.silent_input_write":
-            f.why = ("MindSpore's autograd cannot see this write (ops.assign, __setitem__ and custom kernels write "
-                     "without bumping Tensor._version): any earlier op that saved this tensor for its backward (exp, "
-                     "sigmoid, softmax, relu... save their outputs) now computes wrong gradients silently.")
-            f.fix = ("write into a new tensor in the forward instead of into the input; if the in-place write is "
-                     "intended, use Tensor.copy_ (it bumps the version, so MindSpore raises instead of computing "
-                     "wrong gradients).")
-        elif f.check == "mutation.input_write":
-            f.why = ("a declared in-place write: MindSpore raises if a tensor saved for backward was overwritten, so "
-                     "this is safe, but callers must not reuse the input's old values.")
-        elif f.check == "mutation.backward_not_repeatable":
-            f.message = f.message.replace("(retain_graph=True)", "(a second call of the ms.vjp pullback)")
-            f.why = ("MindSpore re-runs the forward when a vjp pullback is called again, so the two gradients differ "
-                     "because the forward or the bprop changes state between calls: an input written by the forward, "
-                     "or a Parameter, attribute or saved buffer updated by the bprop.")
-            f.fix = "keep the forward and the bprop free of side effects: no writes into inputs, Parameters or attributes."
-        elif f.check.startswith("composition."):
+        if f.check.startswith("composition."):
             f.fix = f.fix.replace(".clone()", ".copy()")
             producer = f.check.split(".", 1)[1]
             f.repro = (f"a = {f.input}.copy()\ny, producer_vjp = ms.vjp(ops.{producer}, a)\n"

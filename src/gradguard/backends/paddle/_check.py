@@ -15,7 +15,6 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 import paddle
-import xxhash
 
 from ...checks._adapter_base import AdapterBase, Linearization
 from ...checks._op_raised import OpRaised
@@ -23,22 +22,23 @@ from ...checks._report import CheckResult, Failure
 
 __all__ = ["check_op", "PaddleCheckAdapter", "PADDLE"]
 
-_FLOATS = {"float16", "bfloat16", "float32", "float64"}
-
-
-def _fresh(arr: np.ndarray, dtype: str):
-    """A Paddle tensor holding a private copy of ``arr`` in ``dtype`` (NOTE [Fresh copies] in ``_torch_ops``)."""
-    arr = np.array(arr, copy=True, order="C")
-    if dtype in _FLOATS:
-        return paddle.to_tensor(arr.astype(np.float64)).astype(dtype)
-    return paddle.to_tensor(arr).astype(dtype)
-
-
 class PaddleCheckAdapter(AdapterBase):
     """The Paddle (dygraph) side of ``check_op``."""
 
     name = "paddle"
     no_grad_hint = "paddle.no_grad()"
+    phrasebook = {
+        "mutation.silent_input_write": {
+            "why": "Paddle's autograd cannot see this write (set_value, copy_, optimizer kernels and custom kernels "
+                   "write without bumping inplace_version): any earlier op that saved this tensor for its backward "
+                   "(exp, sigmoid, softmax, relu... save their outputs) now computes wrong gradients silently.",
+            "fix": "write into a new tensor in the forward instead of into the input; if the in-place write is "
+                   "intended, make it with a Paddle in-place op (x.add_(...)), which bumps inplace_version so Paddle "
+                   "raises instead of computing wrong gradients.",
+        },
+    }
+    message_phrases = (("mutation.backward_not_repeatable", "(retain_graph=True)",
+                        "(paddle.grad(..., retain_graph=True))"),)
     unsupported = {
         "noncontiguous": "not run on Paddle: Paddle ops make their inputs contiguous before a kernel sees them",
         "channels_last": "not run on Paddle: Paddle tensors carry no channels_last memory format",
@@ -74,8 +74,9 @@ class PaddleCheckAdapter(AdapterBase):
             return np.array(t.astype("float64").numpy() if self.kind(t) == "float" else t.numpy(), copy=True)
         return np.array(t.astype("int64").numpy(), copy=True)
 
-    def from_numpy(self, arr: np.ndarray, like, dtype_name: str | None = None):
-        return _fresh(np.asarray(arr), dtype_name or self.dtype_name(like))
+    @staticmethod
+    def tensor_from(arr: np.ndarray, dtype_name: str):
+        return paddle.to_tensor(arr).astype(dtype_name)
 
     def detached(self, t):
         return t.detach()
@@ -129,16 +130,8 @@ class PaddleCheckAdapter(AdapterBase):
     def version(self, t) -> int:
         return int(t.inplace_version)
 
-    def fingerprint(self, t) -> int:
-        """xxh3-64 of the tensor's values (a host copy in logical order)."""
-        raw = np.ascontiguousarray(t.detach().numpy())
-        return xxhash.xxh3_64_intdigest(raw.view(np.uint8).reshape(-1).data if raw.size else b"")
-
-    def memory_span(self, t) -> tuple[int, int] | None:
-        return None  # aliasing is not checked on Paddle (``unsupported``)
-
-    def autograd_view_of(self, out, inp) -> bool:
-        return False
+    def host_values(self, t) -> np.ndarray:
+        return t.detach().numpy()
 
     # ---- composition --------------------------------------------------------------------------------
     def producers(self) -> dict[str, Callable]:
@@ -167,18 +160,6 @@ class PaddleCheckAdapter(AdapterBase):
     def literal(self, t) -> str:
         dt = self.dtype_name(t)
         return f"paddle.to_tensor({self.literal_values(t, dt == 'float64')}, dtype='{dt}')"
-
-    def reword(self, report) -> None:
-        for f in report.findings:
-            if f.check == "mutation.silent_input_write":
-                f.why = ("Paddle's autograd cannot see this write (set_value, copy_, optimizer kernels and custom kernels "
-                         "write without bumping inplace_version): any earlier op that saved this tensor for its backward "
-                         "(exp, sigmoid, softmax, relu... save their outputs) now computes wrong gradients silently.")
-                f.fix = ("write into a new tensor in the forward instead of into the input; if the in-place write is "
-                         "intended, make it with a Paddle in-place op (x.add_(...)), which bumps inplace_version so Paddle "
-                         "raises instead of computing wrong gradients.")
-            elif f.check == "mutation.backward_not_repeatable":
-                f.message = f.message.replace("(retain_graph=True)", "(paddle.grad(..., retain_graph=True))")
 
     def op_name(self, fn: Callable) -> str:
         owner = getattr(fn, "__self__", None)
