@@ -3,10 +3,12 @@
 A framework contributes a *probe*: hooks that emit :mod:`gradguard.core._events` and answer a few
 questions about its tensors (:class:`Probe`). Everything else lives here, once: the saved records, the
 ledger that matches writes to saved memory, version and fingerprint comparison at unpack, finding
-assembly through :func:`gradguard.core._diagnosis.diagnose`, raising, and bisect mode.
+assembly through :func:`gradguard.core._diagnosis.diagnose`, raising (with every other stale saved tensor),
+tensors a custom function keeps on ctx, hazards found outside saved tensors, and bisect mode. Probes:
+``backends/{torch,paddle,mindspore}/_session.py``.
 
 # NOTE [Raising: at unpack or after backward]
-# MindSpore propagates an exception raised in an unpack hook cleanly, so the engine raises there. Paddle
+# PyTorch and MindSpore propagate an exception raised in an unpack hook cleanly, so the engine raises there. Paddle
 # leaves autograd globally disabled after one, so its probe sets ``raise_at_unpack = False``: the engine
 # only records the problem at unpack and raises at ``BackwardEnded`` (the user's backward line, where the
 # framework itself would raise) or at the end of the guard.
