@@ -257,7 +257,8 @@ class GuardEngine:
 
     def _saved(self, event: TensorSaved) -> SavedRecord:
         # NOTE [The per-tensor path]: _saved and stale_kind run once per saved tensor; they call the probe's
-        # answers directly (bound in __init__) instead of through fingerprint()/same(): ~1 us per tensor.
+        # answers directly (bound in __init__) instead of through fingerprint()/same(): ~0.3-0.4 us per saved
+        # tensor, pack and unpack together (timeit of torch's hooks, 32x32 float32).
         t = event.tensor
         mode, own = self.fingerprint_mode, self._own_fingerprint
         fp = None if mode == "off" else own(t, mode) if own is not None else self.fingerprint(t)
@@ -405,10 +406,7 @@ class GuardEngine:
         """Diagnose and raise a finding a probe built itself."""
         from .._errors import error_for
 
-        finding = self.keep(finding)
-        error = error_for(finding.kind)(finding)
-        error.findings = [finding]
-        raise error
+        raise error_for(finding.kind)(self.keep(finding))  # the error's findings: [finding]
 
     def report_extra(self, finding: Finding) -> None:
         """A hazard outside saved tensors (a module writing its caller's input, a dropped inner update): raised,
