@@ -569,13 +569,17 @@ class TorchGuardSession(ProbeBase):
     same_fingerprint = staticmethod(_same_fingerprint)
     name_at_write = staticmethod(name_in_writing_frame)  # NOTE [Naming a tensor where it is written]
 
+    # describe(): ProbeBase's (a module's parameter or buffer, else the user variable holding it: `out`, `labels`)
+    name_tensor = staticmethod(name_tensor)
+    name_by_variable = staticmethod(name_by_variable)
+
     @staticmethod
-    def describe(t: torch.Tensor) -> TensorInfo:
-        name, role = name_tensor(t)
-        if role is None:  # the user variable holding it, if one does (`out`, `labels`)
-            name = name_by_variable(t)
-        return TensorInfo(shape=tuple(t.shape), dtype=str(t.dtype).replace("torch.", ""), device=str(t.device),
-                          name=name, role=role or "tensor")
+    def dtype_name(t: torch.Tensor) -> str:
+        return str(t.dtype).replace("torch.", "")
+
+    @staticmethod
+    def device_name(t: torch.Tensor) -> str:
+        return str(t.device)
 
     def context(self) -> dict:
         return {}
