@@ -249,16 +249,19 @@ def run_script(options) -> int:
     exit_code = 0
     from .integrations.distributed import rank_info, report_on_termination
 
-    report_on_termination(lambda: _write_json(options.json, guard_block.findings, script, options, 143), rank_info())
+    if rank_info() is not None:  # the SIGTERM handler must not import (NOTE [A SIGTERM during the report])
+        from .report import _html, _json  # noqa: F401
+    rank_report = report_on_termination(
+        lambda code: _write_json(options.json, guard_block.findings, script, options, code), rank_info())
     globals_ = program.install_main(args)
     try:
         with _GuardOnFrameworkImport(guard_block):
             exec(program.code, globals_)
     except SystemExit as stop:
-        _write_json(options.json, guard_block.findings, script, options)
+        rank_report.write()
         raise stop
     except KeyboardInterrupt:
-        _write_json(options.json, guard_block.findings, script, options)
+        rank_report.write()
         raise
     except GradientHazardError as error:
         from .report._rich import print_findings
@@ -291,7 +294,7 @@ def run_script(options) -> int:
         sys.stdout.flush()
         sys.stderr.write(format_user_exception(error) + _missing_framework_hint(error))
         exit_code = 1
-    _write_json(options.json, guard_block.findings, script, options, exit_code)
+    rank_report.write(exit_code)
     sys.stdout.flush()
     from .integrations.distributed import leave, rank_info
 

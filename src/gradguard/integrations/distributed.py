@@ -22,7 +22,7 @@ import signal
 import sys
 from dataclasses import dataclass
 
-__all__ = ["RankInfo", "rank_info", "rank_path", "tag_findings", "leave", "report_on_termination"]
+__all__ = ["RankInfo", "rank_info", "rank_path", "tag_findings", "leave", "report_on_termination", "RankReport"]
 
 _log = logging.getLogger("gradguard.integrations.distributed")
 
@@ -82,19 +82,44 @@ def leave(exit_code: int, info: RankInfo | None) -> int:
         os._exit(exit_code)
 
 
-def report_on_termination(report, info: RankInfo | None) -> None:
-    """Under torchrun, write this rank's report when the elastic agent stops it (SIGTERM, sent to the other
-    ranks when one fails), then exit as a SIGTERM would. Python runs the handler as soon as the main thread is
-    back in Python code: a rank whose collective failed because its peer left gets there at once."""
-    if info is None:
-        return
+class RankReport:
+    """This rank's report, written exactly once: by the normal end of ``gradguard run`` or, if the elastic agent
+    stops the rank first, by the SIGTERM handler.
 
-    def handler(signum, frame):
+    # NOTE [A SIGTERM during the report]
+    # When one rank fails, torchrun sends SIGTERM to the others. A rank whose collective failed because its peer
+    # left is often already writing its own report when the signal lands (CI saw the JSON written and the HTML
+    # missing). So the normal path blocks SIGTERM while it writes; a signal that arrives meanwhile stays
+    # pending, and its handler, run after the write, sees the report done and only exits. The report modules
+    # are imported when the handler is installed, so the handler never imports a module that an interrupted
+    # import left half-initialised.
+    """
+
+    def __init__(self, write, info: RankInfo | None):
+        self._write = write  # write(exit_code)
+        self._info = info
+        self.written = False
+
+    def write(self, exit_code: int | None = None) -> None:
+        """Write the report now (once), with SIGTERM held back until it is on disk."""
+        if self.written:
+            return
+        blocked = self._info is not None and _block_sigterm(True)
         try:
-            report()
+            self._write(exit_code)
+            self.written = True
+        finally:
+            if blocked:
+                _block_sigterm(False)
+
+    def _on_sigterm(self, signum, frame):
+        try:
+            if not self.written:
+                self._write(128 + signum)
+                self.written = True
         except BaseException as error:  # the rank exits anyway; say why its report is missing or partial
-            _log.error("gradguard: rank %d stopped by SIGTERM could not write its report (%s: %s)", info.rank,
-                       type(error).__name__, error, exc_info=True)
+            _log.error("gradguard: rank %d stopped by SIGTERM could not write its report (%s: %s)",
+                       self._info.rank, type(error).__name__, error, exc_info=True)
         finally:
             try:
                 sys.stdout.flush()
@@ -102,7 +127,25 @@ def report_on_termination(report, info: RankInfo | None) -> None:
             finally:
                 os._exit(128 + signum)
 
+
+def _block_sigterm(block: bool) -> bool:
     try:
-        signal.signal(signal.SIGTERM, handler)
+        signal.pthread_sigmask(signal.SIG_BLOCK if block else signal.SIG_UNBLOCK, {signal.SIGTERM})
+        return True
+    except (AttributeError, ValueError, OSError):  # no pthread_sigmask on this platform
+        return False
+
+
+def report_on_termination(write, info: RankInfo | None) -> RankReport:
+    """The rank's report, as a :class:`RankReport`. Under torchrun, also write it when the elastic agent stops
+    this rank (SIGTERM, sent to the other ranks when one fails), then exit as a SIGTERM would. Python runs the
+    handler as soon as the main thread is back in Python code: a rank whose collective failed because its peer
+    left gets there at once."""
+    report = RankReport(write, info)
+    if info is None:
+        return report
+    try:
+        signal.signal(signal.SIGTERM, report._on_sigterm)
     except ValueError:  # not the main thread: Python allows signal handlers only there
         _log.info("gradguard: not in the main thread; a rank stopped by SIGTERM will not write its report")
+    return report
