@@ -21,7 +21,7 @@ def test_sample_spans_cover_both_ends_in_16_chunks_of_4_kib():
     assert len(spans) == 16 and all(e - s == 4096 for s, e in spans)
     assert spans[0][0] == 0 and spans[-1][1] == n
     assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))  # disjoint, increasing
-    assert sample_spans(SAMPLE_BYTES) == [(0, SAMPLE_BYTES)]  # small tensors are hashed whole
+    assert sample_spans(SAMPLE_BYTES) == ((0, SAMPLE_BYTES),)  # small tensors are hashed whole
 
 
 @pytest.mark.parametrize("numel", [7, SAMPLE_BYTES // 4, 3 * SAMPLE_BYTES + 5])

@@ -146,3 +146,25 @@ def test_pointer_fast_path_equals_the_general_path(make, mode):
     if mode == "sample":
         raw = fp._sample(raw)
     assert fp._cpu_block(t, mode) == xxhash.xxh3_64_intdigest(memoryview(raw.numpy()))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64,
+                                   torch.bool, torch.complex64, torch.uint8])
+@pytest.mark.parametrize("view, distinct, gap", [
+    (lambda b: b[:, 128:256], lambda b: b[:, 128:256], (-1, 0)),
+    (lambda b: b[::2], lambda b: b[::2], (-1, 0)),
+    (lambda b: b.t()[3:40], lambda b: b.t()[3:40], (-1, 0)),
+    (lambda b: b[:, :5].expand(3, 16, 5), lambda b: b[:, :5], (-1, 6)),
+], ids=["gate-chunk", "every-other-row", "transposed-slice", "expanded-slice"])
+def test_gapped_views_hash_their_values_whatever_the_dtype(dtype, view, distinct, gap):
+    # NOTE [Packing a gapped view through NumPy]: the packed bytes, and so the hash, equal those of torch's copy.
+    base = (torch.randn(16, 512) * 50).to(dtype)
+    t = view(base)
+    for mode in ("full", "sample"):
+        assert fingerprint(t, mode) == fingerprint(distinct(base).contiguous(), mode)  # a copy: the block path
+    before = fingerprint(t)
+    base[gap] = ~base[gap] if dtype == torch.bool else base[gap] + 1  # memory between the view's elements
+    assert fingerprint(t) == before
+    values = distinct(base)
+    values[-1, -1] = ~values[-1, -1] if dtype == torch.bool else values[-1, -1] + 1  # the view's last element
+    assert fingerprint(t) != before
