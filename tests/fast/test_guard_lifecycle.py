@@ -307,3 +307,39 @@ def test_leaving_the_guard_on_another_thread_says_so_and_the_entering_thread_can
     assert _hooks_and_modes()[0] is not None  # still active here, where it was entered ...
     block.__exit__(None, None, None)
     assert _hooks_and_modes() == (None, 0)  # ... and left cleanly by this thread
+
+
+def test_a_loop_shares_one_location_per_line():
+    # NOTE [One SourceLocation per line]: records saved at one line share its location object; lines differ.
+    from gradguard.core._events import TensorSaved
+
+    sites = []
+    x = torch.randn(4, requires_grad=True)
+    with gradguard.guard(fingerprint="off", track_writes=False) as block:
+        block.session.engine.subscribers.append(
+            lambda event: sites.append(event.location) if isinstance(event, TensorSaved) else None)
+        for _ in range(3):
+            y = x.exp()  # line A
+            z = y.sin()  # line B
+        (z.sum() + y.sum()).backward()
+    assert len(sites) == 6 and sites[0] is sites[2] is sites[4] and sites[1] is sites[3] is sites[5]
+    assert sites[0] is not sites[1] and sites[1].line == sites[0].line + 1
+    assert (sites[0].code, sites[1].code) == ("y = x.exp()  # line A", "z = y.sin()  # line B")
+
+
+def test_identical_code_in_two_files_keeps_each_files_name():
+    # Code objects compare equal by content, without their file name: the location cache must not merge them
+    # (it once named a previous pytester test's file for an identical test body).
+    from gradguard.core._events import TensorSaved
+
+    source = "def f(x):\n    return x.exp()\n"
+    files = []
+    x = torch.randn(3, requires_grad=True)
+    for name in ("/tmp/first/model.py", "/tmp/second/model.py"):
+        namespace = {}
+        exec(compile(source, name, "exec"), namespace)
+        with gradguard.guard(fingerprint="off", track_writes=False) as block:
+            block.session.engine.subscribers.append(
+                lambda event: files.append(event.location.file) if isinstance(event, TensorSaved) else None)
+            namespace["f"](x).sum().backward()
+    assert files == ["/tmp/first/model.py", "/tmp/second/model.py"]

@@ -36,6 +36,8 @@ import threading
 import weakref
 from typing import Any, Callable, Protocol
 
+import xxhash
+
 from ._diagnosis import diagnose, diagnose_or_fallback
 from ._events import (
     BackwardEnded,
@@ -69,8 +71,6 @@ def sample_spans(nbytes: int) -> tuple[tuple[int, int], ...]:
 
 def fingerprint_bytes(raw, mode: str = "full") -> int:
     """xxh3-64 of a C-contiguous buffer's bytes (all of them, or the sample spans)."""
-    import xxhash
-
     view = memoryview(raw).cast("B")
     if mode == "sample" and view.nbytes > SAMPLE_BYTES:
         hasher = xxhash.xxh3_64()

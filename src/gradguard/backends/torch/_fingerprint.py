@@ -136,6 +136,8 @@ def _is_block(t: torch.Tensor) -> bool:
 def _hash_memory(ptr: int, nbytes: int, mode: str) -> int:
     """xxh3-64 of ``nbytes`` at ``ptr`` ("full"), or of core's fixed sample including both ends ("sample"):
     the same definition Paddle and MindSpore use (``core.fingerprint_bytes``), hashed in place."""
+    if mode != "sample" or nbytes <= SAMPLE_BYTES:  # the common case, without fingerprint_bytes' memoryview
+        return xxhash.xxh3_64_intdigest((ctypes.c_char * nbytes).from_address(ptr))
     return fingerprint_bytes((ctypes.c_char * nbytes).from_address(ptr), mode)
 
 

@@ -106,6 +106,9 @@ class _UserHookRecord:
 _SAMPLES = 64
 
 
+_NODE_NAMES: dict[type, str] = {}
+
+
 def _samples(t: torch.Tensor):
     """Up to 64 elements at fixed logical positions, as float64 (the value check of user-hook round trips)."""
     if not _plain(t) or t.numel() == 0 or t.is_complex() or t.dtype == torch.bool:
@@ -312,7 +315,15 @@ class TorchGuardSession(ProbeBase):
             return None
         self._names_left -= 1
         grad_fn = t.grad_fn
-        return grad_fn.name() if grad_fn is not None else None
+        if grad_fn is None:
+            return None
+        kind = type(grad_fn)  # one node class per name for built-in nodes: one shared string, no new one per tensor
+        name = _NODE_NAMES.get(kind)
+        if name is None:
+            name = grad_fn.name()
+            if kind.__name__ == name:  # custom Function nodes (BackwardCFunction) are named per Function: not cached
+                _NODE_NAMES[kind] = name
+        return name
 
     def _unwatched(self, t: torch.Tensor) -> torch.Tensor:
         _step_aside.not_watched(self, _step_aside.unreadable_layout(t),
