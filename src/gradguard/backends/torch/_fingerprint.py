@@ -154,7 +154,7 @@ def _packed_values(t: torch.Tensor):
     """
     if t.dtype not in _NUMPY_UNREADABLE and not (t.dtype.is_floating_point and t.element_size() == 1):  # float8
         try:
-            return numpy.ascontiguousarray(t.detach().numpy())
+            return numpy.ascontiguousarray((t.detach() if t.requires_grad else t).numpy())  # records: detached
         except (TypeError, RuntimeError):  # a dtype or tensor subclass numpy cannot read: torch's copy
             pass
     with torch._C._DisableTorchDispatch():  # its bytes as uint8: numpy has no bfloat16
