@@ -168,3 +168,31 @@ def test_gapped_views_hash_their_values_whatever_the_dtype(dtype, view, distinct
     values = distinct(base)
     values[-1, -1] = ~values[-1, -1] if dtype == torch.bool else values[-1, -1] + 1  # the view's last element
     assert fingerprint(t) != before
+
+
+@pytest.mark.parametrize("make", [
+    lambda: torch.randn(16, 512, requires_grad=True)[:, 128:256],  # gapped: packed through NumPy
+    lambda: torch.randn(16, 512).to(torch.bfloat16).requires_grad_()[:, 128:256],  # gapped: torch's copy
+    lambda: torch.randn(16, 512, requires_grad=True)[:, :5].expand(3, 16, 5),  # broadcast
+    lambda: torch.randn(4, 100_000, requires_grad=True),  # sampled block
+], ids=["gapped", "gapped-bf16", "broadcast", "sampled"])
+def test_fingerprint_runs_no_op_through_an_active_dispatch_mode(make):
+    # The bisector fingerprints from inside its own dispatch mode: a fingerprint that dispatched an op (a detach)
+    # re-entered the bisector's check, which fingerprinted again (a benchmark run never finished).
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Counting(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(func)
+            return func(*args, **(kwargs or {}))
+
+    t = make()
+    with torch.no_grad():
+        expected = {mode: fingerprint(t, mode) for mode in ("full", "sample")}
+    with Counting() as mode:
+        got = {m: fingerprint(t, m) for m in ("full", "sample")}
+    assert mode.ops == [] and got == expected

@@ -154,11 +154,16 @@ def _packed_values(t: torch.Tensor):
     """
     if t.dtype not in _NUMPY_UNREADABLE and not (t.dtype.is_floating_point and t.element_size() == 1):  # float8
         try:
-            return numpy.ascontiguousarray((t.detach() if t.requires_grad else t).numpy())  # records: detached
+            # No op may reach a dispatch mode (``numpy()`` detaches internally): the write log would pay for it,
+            # and bisect's mode, which fingerprints from inside its check, would re-enter itself.
+            with torch._C._DisableTorchDispatch():
+                return numpy.ascontiguousarray((t.detach() if t.requires_grad else t).numpy())
         except (TypeError, RuntimeError):  # a dtype or tensor subclass numpy cannot read: torch's copy
             pass
     with torch._C._DisableTorchDispatch():  # its bytes as uint8: numpy has no bfloat16
         return t.detach().contiguous().reshape(-1).view(torch.uint8).numpy()
+
+
 def _cpu_block(t: torch.Tensor, mode: str):
     """Fast path: hash a dense CPU tensor's memory straight from its pointer (no torch op, ~1 us fixed cost).
     Returns None when the tensor needs the general path (gaps, overlaps, conj/neg bits, quantized)."""
