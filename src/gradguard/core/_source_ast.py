@@ -78,25 +78,46 @@ def _is_plain_reference(node: ast.AST) -> bool:
     return isinstance(node, ast.Name)
 
 
-def evaluate_reference(expression: str, scope: dict) -> object:
-    """The value of a plain reference (see ``_is_plain_reference``) in ``scope``, or None. Attribute steps use
-    getattr, index steps only index lists, tuples, dicts and torch module containers: no user code runs."""
+@functools.lru_cache(maxsize=1024)
+def _reference_steps(expression: str):
+    """``model.layers[i].weight`` -> ("model", (("attr", "layers"), ("index", ("name", "i")), ("attr", "weight"))),
+    or None: parsed once per expression (a backward pass looks up its receiver every step)."""
     try:
         node = ast.parse(expression, mode="eval").body
     except SyntaxError:
         return None
     steps = []
     while isinstance(node, (ast.Attribute, ast.Subscript)):
-        steps.append(node)
-        node = node.value
-    if not isinstance(node, ast.Name) or node.id not in scope:
-        return None
-    value = scope[node.id]
-    for step in reversed(steps):
-        if isinstance(step, ast.Attribute):
-            value = getattr(value, step.attr, None)
+        if isinstance(node, ast.Attribute):
+            steps.append(("attr", node.attr))
+        elif isinstance(node.slice, ast.Constant):
+            steps.append(("index", ("constant", node.slice.value)))
+        elif isinstance(node.slice, ast.Name):
+            steps.append(("index", ("name", node.slice.id)))
         else:
-            index = step.slice.value if isinstance(step.slice, ast.Constant) else scope.get(step.slice.id)
+            return None  # any other index would run user code
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    return node.id, tuple(reversed(steps))
+
+
+def evaluate_reference(expression: str, scope) -> object:
+    """The value of a plain reference (see ``_is_plain_reference``) in ``scope`` (a mapping), or None. Attribute
+    steps use getattr, index steps only index lists, tuples, dicts and torch module containers: no user code
+    runs."""
+    parsed = _reference_steps(expression)
+    if parsed is None:
+        return None
+    name, steps = parsed
+    if name not in scope:
+        return None
+    value = scope[name]
+    for kind, what in steps:
+        if kind == "attr":
+            value = getattr(value, what, None)
+        else:
+            index = what[1] if what[0] == "constant" else scope.get(what[1])
             container = type(value).__name__
             if not (isinstance(value, (list, tuple, dict)) or container in ("ModuleList", "Sequential", "ModuleDict",
                                                                             "ParameterList", "ParameterDict")):

@@ -6,6 +6,8 @@ recognises them by message when they leave the guarded block, and reads the user
 
 from __future__ import annotations
 
+import collections
+import functools
 import re
 
 import torch
@@ -35,7 +37,7 @@ _BACKWARD_TWICE = "Trying to backward through the graph a second time"
 
 
 def _lookup(expression: str, frame) -> object:
-    return evaluate_reference(expression, {**frame.f_globals, **frame.f_locals})
+    return evaluate_reference(expression, collections.ChainMap(frame.f_locals, frame.f_globals))  # no copy
 
 
 def _describe(tensor, expression: str | None) -> TensorInfo:
@@ -406,6 +408,7 @@ def _freed_nodes(root, limit: int = 5000) -> set:
     return {node for node in walk_nodes([root], limit) if _freed(node)}
 
 
+@functools.lru_cache(maxsize=1024)  # recorded for every backward pass: the same few lines
 def _backward_receiver(code: str) -> str | None:
     """``errG.backward()`` -> ``errG``; ``torch.autograd.backward(loss)`` -> ``loss``."""
     import ast
