@@ -261,8 +261,14 @@ def test_op_stream_turns_dynamo_off_itself_and_compiled_graph_breaks_still_compi
         "print(len(graphs), all(torch.equal(ref, g) for g in got))\n")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
                           env={**__import__("os").environ, "TORCH_LOGS": "recompiles"})
-    assert done.stdout == "True False\n2 True\n", done.stderr
-    assert "recompil" not in done.stderr.lower()
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    if hasattr(TorchDispatchMode, "ignore_compile_internals"):
+        assert done.stdout == "True False\n2 True\n", done.stderr
+        assert "recompil" not in done.stderr.lower()
+    else:  # torch < 2.5 has no way for a dispatch mode to stay out of Dynamo's guards: it recompiles each call
+        # (the same before this change; docs/robustness.md says so). The numbers must still be plain's.
+        assert done.stdout.splitlines()[0] == "True False" and done.stdout.split()[-1] == "True", done.stderr
 
 
 def test_internal_failure_still_reports_the_hazard():
