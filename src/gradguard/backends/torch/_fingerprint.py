@@ -24,12 +24,10 @@ import numpy
 import torch
 import xxhash
 
-from ...core._engine import fingerprint_bytes
+from ...core._engine import SAMPLE_BYTES, fingerprint_bytes, sample_spans  # one "sample" definition
 
 __all__ = ["fingerprint", "same", "SAMPLE_BYTES", "device_digest"]
 
-SAMPLE_BYTES = 64 * 1024  # "sample" mode hashes at most this many bytes per tensor
-_SAMPLE_CHUNKS = 16
 
 
 def _permuted_dense(t: torch.Tensor) -> bool:
@@ -84,13 +82,9 @@ def _dense_bytes(t: torch.Tensor) -> torch.Tensor:
 
 
 def _sample(raw: torch.Tensor) -> torch.Tensor:
-    n = raw.numel()
-    if n <= SAMPLE_BYTES:
+    if raw.numel() <= SAMPLE_BYTES:
         return raw
-    chunk = SAMPLE_BYTES // _SAMPLE_CHUNKS
-    step = (n - chunk) // (_SAMPLE_CHUNKS - 1)
-    starts = [i * step for i in range(_SAMPLE_CHUNKS - 1)] + [n - chunk]  # first and last bytes included
-    return torch.cat([raw[s : s + chunk] for s in starts])
+    return torch.cat([raw[start:end] for start, end in sample_spans(raw.numel())])  # both ends included
 
 
 _WEIGHTS: dict[tuple[str, int], torch.Tensor] = {}
