@@ -5,25 +5,18 @@ raises when the forward saves the parameter, naming the ``.data`` statement and 
 initialisation (ActNorm), resets and normalisation done in the graph stay quiet with bit-identical gradients.
 """
 
-import pathlib
-
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 import gradguard
+from _markers import Markers
 from gradguard import SilentModificationError
 from gradguard.core._data_statements import data_statements
 
-HERE = pathlib.Path(__file__)
-SOURCE = HERE.read_text().splitlines()
-
-
-def line_of(marker: str) -> int:
-    hits = [i + 1 for i, text in enumerate(SOURCE) if text.rstrip().endswith("# " + marker)]
-    assert len(hits) == 1, marker
-    return hits[0]
+MARKERS = Markers(__file__)
+line_of = MARKERS.line
 
 
 class AssignNormalised(nn.Module):

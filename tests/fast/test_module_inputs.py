@@ -5,24 +5,17 @@ with the module, the write's call line and the read's line named; correct uses o
 rebound, a read in a branch not taken, metadata reads) stay quiet with bit-identical gradients.
 """
 
-import pathlib
-
 import pytest
 import torch
 from torch import nn
 
 import gradguard
+from _markers import Markers
 from gradguard import SilentModificationError
 from gradguard.core._later_reads import later_reads
 
-HERE = pathlib.Path(__file__)
-SOURCE = HERE.read_text().splitlines()
-
-
-def line_of(marker: str) -> int:
-    hits = [i + 1 for i, text in enumerate(SOURCE) if text.rstrip().endswith("# " + marker)]
-    assert len(hits) == 1, marker
-    return hits[0]
+MARKERS = Markers(__file__)
+line_of = MARKERS.line
 
 
 class VQResBlock(nn.Module):
@@ -223,7 +216,7 @@ def test_later_reads_stop_at_a_rebinding():
     code = _code_of(_sample)
     first = code.co_firstlineno
     line = first + 1  # y = f(x)
-    text = SOURCE[line - 1]
+    text = MARKERS.lines[line - 1]
     col = text.index("f(x)")
     reads = later_reads(code, (line, line, col, col + 4), frozenset({"x"}))
     assert [(name, span[0]) for name, span in reads] == [("x", first + 2)]  # not the x of `return x + y`

@@ -66,6 +66,10 @@ class SavedLedger:
     def has_storage(self, storage_key: int) -> bool:
         return storage_key in self._by_storage
 
+    def any_alive(self) -> bool:
+        """Whether any record is alive (empty buckets are dropped when their last record dies)."""
+        return bool(self._by_storage)
+
     def live_records(self) -> Iterator:
         with self._lock:
             entries = [entry for bucket in self._by_storage.values() for entry in bucket.values()]

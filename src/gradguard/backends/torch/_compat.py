@@ -30,11 +30,14 @@ import threading
 
 import torch
 
-__all__ = ["TOP_HOOKS", "SAVED_TENSOR_DATA", "DYNAMO_TRACES_HOOKS", "saved_tensors_hooks_active", "probe_saved", "probing_unpack"]
+__all__ = ["GATE_CALLS", "TOP_HOOKS", "SAVED_TENSOR_DATA", "DYNAMO_TRACES_HOOKS", "saved_tensors_hooks_active", "probe_saved", "probing_unpack"]
 
 TOP_HOOKS = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)  # torch >= 2.5
 SAVED_TENSOR_DATA = hasattr(torch._C._autograd.SavedTensor, "data")  # torch >= 2.5
 DYNAMO_TRACES_HOOKS = tuple(int(part) for part in torch.__version__.split(".")[:2]) < (2, 5)
+# The write log's call gate (_call_gate.py) is a TorchFunctionMode; Dynamo traces such modes from torch 2.5.
+# On torch 2.4 the write log keeps its op stream on for the whole guard.
+GATE_CALLS = not DYNAMO_TRACES_HOOKS
 
 
 def saved_tensors_hooks_active() -> bool:

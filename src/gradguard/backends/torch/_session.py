@@ -42,12 +42,13 @@ from ...core._frames import LIBRARY_PATHS, caller_context, user_location, user_l
 from ...core._internal import log_fallback
 from ...core._data_statements import may_write_data
 from .._adapter import ProbeBase
-from . import (_attribution, _backward_calls, _compat, _data_in_forward, _function_hygiene, _module_inputs,
+from . import (_attribution, _backward_calls, _call_gate, _compat, _data_in_forward, _function_hygiene, _module_inputs,
                _second_order, _step_aside, _user_hooks)
 from ._fingerprint import fingerprint as _fingerprint
 from ._fingerprint import same as _same_fingerprint
 from ._naming import name_by_variable, name_in_writing_frame, name_tensor
 from ._overlap import share_elements
+from ._call_gate import CallGate, push_in_backward, python_op_name, stop_in_backward
 from ._writes import OpStream, WriteLog, dynamo_safe
 
 __all__ = ["TorchGuardSession", "FINGERPRINT_MODES"]
@@ -192,6 +193,8 @@ class TorchGuardSession(ProbeBase):
         else:
             if outer is not None:
                 pack, unpack = self.composed(*outer)
+            elif self.track_writes and not self.bisect and _compat.GATE_CALLS:
+                pack, unpack = self._pack_past_the_gate, self._unpack_past_the_gate
             else:
                 pack, unpack = self._pack, self._unpack
             self._hooks = saved_tensors_hooks(pack, unpack)
@@ -214,9 +217,13 @@ class TorchGuardSession(ProbeBase):
                 self._bisect = Bisector(self)
                 subscribers.insert(0, self._bisect)  # outermost: it checks around the write log's work too
             mode = dynamo_safe(OpStream)(subscribers)
+            if self._bisect is None and _compat.GATE_CALLS:  # NOTE [Ops at the price of calls] (_call_gate.py)
+                mode = CallGate(mode, self._write_log, self._wants_ops, self._ledger.any_alive, self._write_seen_after)
             try:
                 mode.__enter__()
                 self._mode = mode  # only once entered: exit() must not exit a mode that never entered
+                if isinstance(mode, CallGate):
+                    push_in_backward(mode)
                 if self.boundary_mode is not None:
                     self._triton_pending = not _attribution.triton_wrapped()
                 if self._bisect is not None:
@@ -236,6 +243,8 @@ class TorchGuardSession(ProbeBase):
                 self._attribution = False
                 _attribution.uninstall(self)
             if self._mode is not None:
+                if isinstance(self._mode, CallGate):
+                    stop_in_backward(self._mode)
                 self._mode.__exit__(None, None, None)
         finally:
             self._mode = None
@@ -353,6 +362,18 @@ class TorchGuardSession(ProbeBase):
             self._note_node_site(record)
         return self._emit(TensorUnpacked(record))
 
+    def _pack_past_the_gate(self, t: torch.Tensor):
+        # A custom Function's saves and backward's unpacks run with the call gate on the function-mode stack
+        # (NOTE [Ops at the price of calls]); the guard's own reads of the tensor (version, fingerprint) are not
+        # the user's calls and must not pay the gate, ~1 us each. Only the gate is lifted: a tensor subclass's
+        # own __torch_function__ still runs.
+        with _call_gate.lifted(self._mode):
+            return self._pack(t)
+
+    def _unpack_past_the_gate(self, record: SavedRecord) -> torch.Tensor:
+        with _call_gate.lifted(self._mode):
+            return self._unpack(record)
+
     def _backward_pass_started(self) -> None:
         """The first unpack of a backward pass: where it was called, and the checks that wait for it."""
         if _second_order.entries:  # NOTE [Seeing a dropped inner update]
@@ -468,7 +489,7 @@ class TorchGuardSession(ProbeBase):
             if not records:
                 self._note_shared_counter(func, target, key)
             elif records:
-                write = self._describe_write(func, target)
+                write = self._describe_write(func.name().replace("::", "."), target)  # "aten.add_.Tensor"
                 alias = None
                 impl = target.untyped_storage()._cdata
                 for record in records:
@@ -481,6 +502,41 @@ class TorchGuardSession(ProbeBase):
                     else:
                         self.record_write([record], write, target)
         return None
+
+    def _wants_ops(self, args, kwargs) -> bool:
+        """Whether an in-place call needs the op stream (NOTE [Ops at the price of calls]): something listens to
+        every write, or one of its tensor arguments shares storage with a saved tensor."""
+        if (self.record_sites and torch.is_grad_enabled()) or _second_order.entries or (
+                self._write_log.on_read is not None):
+            return True
+        ledger = self._ledger
+        if not ledger.any_alive():
+            return False
+        for values in (args, kwargs.values()):
+            for value in values:
+                if isinstance(value, torch.Tensor):
+                    if not _plain(value) or ledger.has_storage(value.untyped_storage().data_ptr()):
+                        return True
+                elif isinstance(value, (list, tuple)):
+                    for item in value:
+                        if isinstance(item, torch.Tensor) and (
+                                not _plain(item) or ledger.has_storage(item.untyped_storage().data_ptr())):
+                            return True
+        return False
+
+    def _write_seen_after(self, func, target, before: int, after: int) -> None:
+        """A call the gate did not class as in-place moved ``target``'s version: log the write under the call's
+        Python name, with the versions around it."""
+        if not _plain(target) or target.numel() == 0:
+            return
+        key, start, end = _byte_range(target)
+        if not self._ledger.has_storage(key):
+            return
+        records = [r for r in self._ledger.overlapping(key, start, end) if share_elements(r.tensor, target)]
+        if records:
+            write = self._describe_write(python_op_name(func), target)
+            self._emit(TensorWritten(target, write.op, write.category, write.location, write.library_frame,
+                                     before, after, via=write.via, records=records))
 
     def _watch_module_inputs(self, func, targets) -> None:
         """A write by a module into its caller's variable that the caller reads again: wait for that read."""
@@ -532,7 +588,8 @@ class TorchGuardSession(ProbeBase):
         stale = [r for r in self.engine.ledger.overlapping(key, 0, 1 << 62)
                  if r.version == version and r.tensor._version == version and not r.writes]
         if stale:
-            write = dataclasses.replace(self._describe_write(func, target), category="shared_counter")
+            write = dataclasses.replace(self._describe_write(func.name().replace("::", "."), target),
+                                        category="shared_counter")
             self.record_write(stale, write, target)
 
     def record_write(self, records, write: WriteRecord, target=None) -> None:
@@ -541,11 +598,10 @@ class TorchGuardSession(ProbeBase):
         self._emit(TensorWritten(target, write.op, write.category, write.location, write.library_frame,
                                  via=write.via, records=records))
 
-    def _describe_write(self, func, target) -> WriteRecord:
+    def _describe_write(self, op: str, target) -> WriteRecord:
         owners: list[object] = []
         context = caller_context(skip=4, owner_filter=lambda o: _is_owner(o) and (owners.append(o) or True))
-        op = func.name().replace("::", ".")  # "aten.add_.Tensor"
-        name = op.split(".")[1]
+        name = op.split(".")[1] if op.startswith("aten.") else op.rsplit(".", 1)[-1]
         code = context.location.code if context.location else ""
         category, via = "other", None
         optimizer = next((o for o in reversed(owners) if isinstance(o, torch.optim.Optimizer)), None)

@@ -1,0 +1,299 @@
+"""The write log's gate at the Python-call level: the op stream (a Python dispatch mode) runs only inside calls
+that may write memory saved for backward.
+
+# NOTE [Ops at the price of calls]
+# A Python TorchDispatchMode costs ~3.6 us per aten op before it does anything (torch's mode plumbing), and a
+# forensic guard used to keep one on for the whole block: every op of the forward, of the backward and of the
+# optimizer paid it. A TorchFunctionMode costs ~1 us per Python-level torch call, and a step makes far fewer
+# calls than ops (an LSTMCell loop: 374 calls, 2976 ops; backward's ops are not Python calls at all). So the
+# gate is a TorchFunctionMode, and it enters the op stream only around a call that
+#   * is an in-place call (``add_``, ``x[i] = v``, ``x += y``, ``out=``, ``inplace=True``, an op overload whose
+#     schema writes an argument, or a known writer such as ``F.batch_norm``'s running statistics), and
+#   * may matter: one of its tensor arguments shares storage with a saved tensor, or something else listens to
+#     writes (grad mode on, where a module's write into its caller's variable is watched; second-order
+#     updates; a read the write log waits for). Under the session's ``wants_ops``.
+# Inside such a call the op stream names the aten overloads exactly as before (``aten.mul_.Tensor``: reports
+# and answer keys depend on it).
+#
+# Every other call runs without the op stream. Where saved tensors are alive, the gate reads the version of
+# each tensor argument before and after the call: a version that moved in a call not classed as in-place (a C++
+# function that writes an argument) is still logged, under the Python name, and that function is gated from
+# then on. What the gate cannot see: writes by C++ autograd nodes during backward (Python code in backward,
+# custom Function backwards and hooks, is gated: the engine runs with the gate pushed, see
+# ``_engine_entry``), and writes into tensors that are not arguments of the Python call. Versions and
+# fingerprints still catch those; the finding then names the saver but not the writer's line.
+#
+# Under ``torch.compile`` tracing the gate passes every call straight through (Dynamo inlines it as a no-op);
+# compiled regions are watched by their saved tensors' versions and fingerprints.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import threading
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from ...core._internal import log_fallback
+from ._writes import written_arguments
+
+__all__ = ["CallGate", "lifted", "may_write", "push_in_backward", "python_op_name", "stop_in_backward"]
+
+_INPLACE_DUNDERS = frozenset({
+    "__setitem__", "__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__", "__imod__", "__ipow__",
+    "__iand__", "__ior__", "__ixor__", "__ilshift__", "__irshift__", "__imatmul__", "__set__",
+})
+# Python-level calls that write an argument without an in-place name (running statistics, max_norm renorm).
+_KNOWN_WRITERS = frozenset({"batch_norm", "instance_norm", "native_batch_norm", "_native_batch_norm_legit",
+                            "embedding", "group_norm", "rrelu"})
+_ALWAYS, _NEVER = 1, 0
+
+# id(func) -> (func, _ALWAYS | _NEVER | position of an ``inplace`` parameter); the func is kept in the entry so
+# its id cannot be reused while cached (builtin methods are rebuilt per attribute access elsewhere, not here).
+_CLASSES: dict[int, tuple] = {}
+
+
+def _classify(func) -> int:
+    if isinstance(func, torch._ops.OpOverload):
+        return _ALWAYS if written_arguments(func) else _NEVER
+    if isinstance(func, torch._ops.OpOverloadPacket):
+        try:
+            overloads = [getattr(func, name) for name in func.overloads()]
+        except Exception as error:  # cannot tell: the safe side
+            log_fallback("torch.call_gate", f"reading the overloads of {func}", error)
+            return _ALWAYS
+        return _ALWAYS if any(written_arguments(o) for o in overloads) else _NEVER
+    name = getattr(func, "__name__", "") or ""
+    if (name.endswith("_") and not name.endswith("__")) or name in _INPLACE_DUNDERS or name in _KNOWN_WRITERS:
+        return _ALWAYS
+    code = getattr(func, "__code__", None)  # Python functions (torch.nn.functional); builtins take no ``inplace``
+    if code is None:
+        return _NEVER
+    parameters = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
+    return -2 - parameters.index("inplace") if "inplace" in parameters else _NEVER
+
+
+def may_write(func, args, kwargs) -> bool:
+    """Whether the call is an in-place call (see NOTE [Ops at the price of calls])."""
+    entry = _CLASSES.get(id(func))
+    if entry is None or entry[0] is not func:
+        entry = _CLASSES[id(func)] = (func, _kind_by_name(func))
+    kind = entry[1]
+    if kind >= 0:
+        return kind == _ALWAYS or (kwargs and kwargs.get("out") is not None)
+    if kwargs and "inplace" in kwargs:
+        return bool(kwargs["inplace"])
+    position = -2 - kind
+    return len(args) > position and bool(args[position])
+
+
+def _kind_by_name(func) -> int:
+    # Some callables are built per access (a property's ``__get__`` method-wrapper): the identity cache misses
+    # for them, so the kind is also kept by name. Bounded: torch's API has a few thousand names.
+    key = (getattr(func, "__module__", None), getattr(func, "__qualname__", None) or getattr(func, "__name__", None))
+    if key[1] is None or isinstance(func, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        return _classify(func)
+    kind = _BY_NAME.get(key)
+    if kind is None:
+        if len(_BY_NAME) > 65536:
+            _BY_NAME.clear()
+        kind = _BY_NAME[key] = _classify(func)
+    if len(_CLASSES) > 65536:
+        _CLASSES.clear()
+    return kind
+
+
+_BY_NAME: dict[tuple, int] = {}
+
+
+def _learn(func) -> None:
+    _CLASSES[id(func)] = (func, _ALWAYS)
+    key = (getattr(func, "__module__", None), getattr(func, "__qualname__", None) or getattr(func, "__name__", None))
+    if key[1] is not None:
+        _BY_NAME[key] = _ALWAYS
+
+
+def python_op_name(func) -> str:
+    """``torch.nn.functional.batch_norm``, ``torch.Tensor.foo``: the Python name of a call the gate logged."""
+    module = getattr(func, "__module__", None) or "torch"
+    qualname = getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or repr(func)
+    if qualname.startswith(("TensorBase.", "_TensorBase.")):
+        module, qualname = "torch", "Tensor." + qualname.split(".", 1)[1]
+    elif qualname.startswith("_VariableFunctionsClass."):
+        module, qualname = "torch", qualname.split(".", 1)[1]
+    return f"{module}.{qualname}" if not qualname.startswith(module) else qualname
+
+
+def _tensor_arguments(args):
+    for value in args:
+        if isinstance(value, torch.Tensor):
+            yield value
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                if isinstance(item, torch.Tensor):
+                    yield item
+
+
+def _versions(args) -> list:
+    out = []
+    for t in _tensor_arguments(args):
+        try:
+            out.append((t, t._version))
+        except RuntimeError:  # inference tensors have no version counter
+            pass
+    return out
+
+
+class CallGate(TorchFunctionMode):
+    """The TorchFunctionMode of NOTE [Ops at the price of calls]."""
+
+    def __init__(self, stream, write_log, wants_ops, saved_alive, wrote):
+        super().__init__()
+        self._stream = stream  # the OpStream, a TorchDispatchMode entered only around gated calls
+        self._write_log = write_log  # while its ``on_read`` is set, every call runs in the op stream
+        self._wants_ops = wants_ops  # (args, kwargs) -> whether this in-place call needs the op stream
+        self._saved_alive = saved_alive  # () -> whether any saved tensor is alive (else no version deltas)
+        self._wrote = wrote  # (func, target, version before, version after): a write seen only as a delta
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if kwargs is None:
+            kwargs = {}
+        if _is_compiling():
+            return func(*args, **kwargs)
+        if self._write_log.on_read is not None:  # a read the write log waits for may be any op
+            return self._in_stream(func, args, kwargs)
+        entry = _CLASSES.get(id(func))  # may_write(), inlined: this runs for every torch call in the block
+        if entry is None or entry[0] is not func:
+            entry = _CLASSES[id(func)] = (func, _kind_by_name(func))
+        kind = entry[1]
+        if kind == _NEVER:
+            writes = kwargs.get("out") is not None if kwargs else False
+        else:
+            writes = kind == _ALWAYS or may_write(func, args, kwargs)
+        if writes:
+            if self._wants_ops(args, kwargs):
+                return self._in_stream(func, args, kwargs)
+            return func(*args, **kwargs)
+        if not self._saved_alive():
+            return func(*args, **kwargs)
+        before = _versions(args) + (_versions(kwargs.values()) if kwargs else [])
+        out = func(*args, **kwargs)
+        for t, version in before:
+            try:
+                after = t._version
+            except RuntimeError:
+                continue
+            if after != version:
+                _learn(func)
+                try:
+                    self._wrote(func, t, version, after)
+                except Exception as error:  # a diagnosis aid: the user's program goes on
+                    log_fallback("torch.call_gate", f"logging a write by {python_op_name(func)}", error)
+        return out
+
+    def _in_stream(self, func, args, kwargs):
+        # The op stream goes straight onto torch's dispatch-mode stack: ``with stream:`` also updates Python-side
+        # flags that only compile-time code reads (not running here), at ~1 us more per call.
+        _push_dispatch(self._stream)
+        try:
+            return func(*args, **kwargs)
+        finally:
+            _pop_dispatch(None)
+
+
+class lifted:
+    """Run a block with ``gate`` off the function-mode stack when it is on top (the guard's own hooks)."""
+
+    __slots__ = ("gate", "popped")
+
+    def __init__(self, gate):
+        self.gate = gate
+        self.popped = False
+
+    def __enter__(self):
+        depth = _function_stack_len()
+        if depth and _function_stack_at(depth - 1) is self.gate:
+            _pop_function()
+            self.popped = True
+
+    def __exit__(self, *exc_info):
+        if self.popped:
+            _push_function(self.gate)
+
+
+_function_stack_len = torch._C._len_torch_function_stack
+_function_stack_at = torch._C._get_function_stack_at
+_pop_function = torch._C._pop_torch_function_stack
+_push_function = torch._C._push_on_torch_function_stack
+_push_dispatch = torch._C._push_on_torch_dispatch_stack
+_pop_dispatch = torch._C._pop_torch_dispatch_stack
+_is_compiling = torch.compiler.is_compiling  # torch >= 2.3; the gate is used from torch 2.5
+
+
+# -- the engine's entry: backward's Python code runs with the gate pushed -----------------------------------
+#
+# ``Tensor.backward`` and ``torch.autograd.grad`` are Python-level torch calls: the gate sees them with itself
+# popped (torch pops a mode while it handles a call), so the custom Function backwards and hooks the engine
+# calls would run ungated. Pushing the gate again inside the call does not work (both functions check for modes
+# again and re-enter the gate forever), so the gate is pushed where the engine is entered,
+# ``torch.autograd._engine_run_backward``, past those checks. One wrapper per process, installed while a gate
+# is; it pushes the gate of the calling thread only.
+
+_local = threading.local()
+_installed = {"count": 0, "original": None}
+_install_lock = threading.Lock()
+
+
+def _engine_entry(original):
+    @functools.wraps(original)
+    def run_backward(*args, **kwargs):
+        gates = getattr(_local, "gates", None)
+        gate = gates[-1] if gates else None
+        if gate is None or _on_stack(gate):
+            return original(*args, **kwargs)
+        with gate:
+            return original(*args, **kwargs)
+
+    return run_backward
+
+
+def _on_stack(mode) -> bool:
+    try:
+        return any(m is mode for m in torch.overrides._get_current_function_mode_stack())
+    except Exception as error:  # cannot tell: do not push twice
+        log_fallback("torch.call_gate", "reading the function-mode stack (backward runs ungated)", error)
+        return True
+
+
+def push_in_backward(gate) -> None:
+    """Make ``gate`` the one the engine entry pushes on this thread (innermost guard's); install the entry
+    wrapper once per process."""
+    gates = getattr(_local, "gates", None)
+    if gates is None:
+        gates = _local.gates = []
+    gates.append(gate)
+    autograd = sys.modules["torch.autograd"]
+    with _install_lock:
+        if _installed["count"] == 0:
+            original = getattr(autograd, "_engine_run_backward", None)
+            if original is None:
+                log_fallback("torch.call_gate", "finding torch.autograd._engine_run_backward (Python code in "
+                             "backward runs without the write log)", AttributeError("_engine_run_backward"))
+            else:
+                _installed["original"] = original
+                autograd._engine_run_backward = _engine_entry(original)
+        _installed["count"] += 1
+
+
+def stop_in_backward(gate) -> None:
+    gates = getattr(_local, "gates", None) or []
+    if gate in gates:
+        gates.remove(gate)
+    autograd = sys.modules["torch.autograd"]
+    with _install_lock:
+        _installed["count"] -= 1
+        if _installed["count"] == 0 and _installed["original"] is not None:
+            autograd._engine_run_backward = _installed["original"]
+            _installed["original"] = None
