@@ -50,8 +50,8 @@ _KNOWN_WRITERS = frozenset({"batch_norm", "instance_norm", "native_batch_norm", 
                             "embedding", "group_norm", "rrelu"})
 _ALWAYS, _NEVER = 1, 0
 
-# id(func) -> (func, _ALWAYS | _NEVER | position of an ``inplace`` parameter); the func is kept in the entry so
-# its id cannot be reused while cached (builtin methods are rebuilt per attribute access elsewhere, not here).
+# id(func) -> (func, _ALWAYS | _NEVER | -2 - position of an ``inplace`` parameter); the func is kept in the entry
+# so that its id cannot be reused while cached. Property accessors are keyed by descriptor (see _kind).
 _CLASSES: dict[int, tuple] = {}
 
 
@@ -77,42 +77,42 @@ def _classify(func) -> int:
 
 def may_write(func, args, kwargs) -> bool:
     """Whether the call is an in-place call (see NOTE [Ops at the price of calls])."""
-    entry = _CLASSES.get(id(func))
-    if entry is None or entry[0] is not func:
-        entry = _CLASSES[id(func)] = (func, _kind_by_name(func))
-    kind = entry[1]
+    kind = _kind(func)
     if kind >= 0:
-        return kind == _ALWAYS or (kwargs and kwargs.get("out") is not None)
+        return kind == _ALWAYS or bool(kwargs and kwargs.get("out") is not None)
     if kwargs and "inplace" in kwargs:
         return bool(kwargs["inplace"])
     position = -2 - kind
     return len(args) > position and bool(args[position])
 
 
-def _kind_by_name(func) -> int:
-    # Some callables are built per access (a property's ``__get__`` method-wrapper): the identity cache misses
-    # for them, so the kind is also kept by name. Bounded: torch's API has a few thousand names.
-    key = (getattr(func, "__module__", None), getattr(func, "__qualname__", None) or getattr(func, "__name__", None))
-    if key[1] is None or isinstance(func, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
-        return _classify(func)
-    kind = _BY_NAME.get(key)
-    if kind is None:
-        if len(_BY_NAME) > 65536:
-            _BY_NAME.clear()
-        kind = _BY_NAME[key] = _classify(func)
+_METHOD_WRAPPER = type(torch.Tensor.grad.__get__)
+_BY_DESCRIPTOR: dict[tuple, int] = {}
+
+
+def _kind(func) -> int:
+    entry = _CLASSES.get(id(func))
+    if entry is not None and entry[0] is func:
+        return entry[1]
+    if type(func) is _METHOD_WRAPPER:
+        # A property's ``__get__``/``__set__`` is a new object per access: keyed by its descriptor instead
+        key = (id(func.__self__), func.__name__)
+        kind = _BY_DESCRIPTOR.get(key)
+        if kind is None:
+            kind = _BY_DESCRIPTOR[key] = _classify(func)
+        return kind
     if len(_CLASSES) > 65536:
         _CLASSES.clear()
+    kind = _classify(func)
+    _CLASSES[id(func)] = (func, kind)
     return kind
 
 
-_BY_NAME: dict[tuple, int] = {}
-
-
 def _learn(func) -> None:
-    _CLASSES[id(func)] = (func, _ALWAYS)
-    key = (getattr(func, "__module__", None), getattr(func, "__qualname__", None) or getattr(func, "__name__", None))
-    if key[1] is not None:
-        _BY_NAME[key] = _ALWAYS
+    if type(func) is _METHOD_WRAPPER:
+        _BY_DESCRIPTOR[(id(func.__self__), func.__name__)] = _ALWAYS
+    else:
+        _CLASSES[id(func)] = (func, _ALWAYS)
 
 
 def python_op_name(func) -> str:
@@ -126,23 +126,19 @@ def python_op_name(func) -> str:
     return f"{module}.{qualname}" if not qualname.startswith(module) else qualname
 
 
-def _tensor_arguments(args):
+_Tensor = torch.Tensor
+
+
+def _versions(args, out: list) -> list:
+    """(tensor, version) of every tensor among ``args`` (and one level of lists/tuples: foreach ops)."""
     for value in args:
-        if isinstance(value, torch.Tensor):
-            yield value
+        if isinstance(value, _Tensor):
+            try:
+                out.append((value, value._version))
+            except RuntimeError:  # inference tensors have no version counter
+                pass
         elif isinstance(value, (list, tuple)):
-            for item in value:
-                if isinstance(item, torch.Tensor):
-                    yield item
-
-
-def _versions(args) -> list:
-    out = []
-    for t in _tensor_arguments(args):
-        try:
-            out.append((t, t._version))
-        except RuntimeError:  # inference tensors have no version counter
-            pass
+            _versions([item for item in value if isinstance(item, _Tensor)], out)
     return out
 
 
@@ -165,9 +161,7 @@ class CallGate(TorchFunctionMode):
         if self._write_log.on_read is not None:  # a read the write log waits for may be any op
             return self._in_stream(func, args, kwargs)
         entry = _CLASSES.get(id(func))  # may_write(), inlined: this runs for every torch call in the block
-        if entry is None or entry[0] is not func:
-            entry = _CLASSES[id(func)] = (func, _kind_by_name(func))
-        kind = entry[1]
+        kind = entry[1] if entry is not None and entry[0] is func else _kind(func)
         if kind == _NEVER:
             writes = kwargs.get("out") is not None if kwargs else False
         else:
@@ -178,7 +172,9 @@ class CallGate(TorchFunctionMode):
             return func(*args, **kwargs)
         if not self._saved_alive():
             return func(*args, **kwargs)
-        before = _versions(args) + (_versions(kwargs.values()) if kwargs else [])
+        before = _versions(args, [])
+        if kwargs:
+            _versions(kwargs.values(), before)
         out = func(*args, **kwargs)
         for t, version in before:
             try:
