@@ -162,3 +162,15 @@ def _session_sessions():
     from gradguard.backends.torch import _attribution
 
     return [ref() for ref in _attribution._sessions if ref() is not None]
+
+
+def test_a_write_inside_compiled_code_is_caught_and_named_where_python_runs_it():
+    # Dynamo's eager backend runs the captured FX graph as Python calls: the gate sees its in-place call
+    @torch.compile(backend="eager")
+    def scale_(t):
+        t.mul_(2)
+        return t
+
+    finding = written_saved_tensor(scale_)
+    assert [w.op for w in finding.modified_at] == ["aten.mul_.Tensor"]
+    assert finding.versions == {"saved": 0, "now": 1}

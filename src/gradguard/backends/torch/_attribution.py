@@ -47,7 +47,7 @@ from ..._errors import GradientHazardError
 from ...core._findings import WriteRecord
 from ...core._internal import log_fallback
 from ...core._frames import LIBRARY_PATHS, caller_context
-from . import _function_hygiene, _second_order
+from . import _compat, _function_hygiene, _second_order
 from ._fingerprint import fingerprint as _fingerprint
 from ._fingerprint import same as _same
 
@@ -278,8 +278,10 @@ def _hygiene(what: str, check, *args):
 def _attributed_backward(original, session, self, args):
     saved = []
     try:
-        for s in self._raw_saved_tensors or ():
-            record = s.data
+        # torch 2.4 has no SavedTensor.data: reading ctx.saved_tensors in probe mode hands the records over
+        records = ([s.data for s in self._raw_saved_tensors or ()] if _compat.SAVED_TENSOR_DATA
+                   else _compat.probe_attribute(self, "saved_tensors"))
+        for record in records:
             if getattr(record, "tensor", None) is not None:
                 saved.append(record.tensor)
     except Exception as error:  # saved tensors already freed: snapshot only the arguments

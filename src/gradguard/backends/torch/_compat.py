@@ -30,7 +30,8 @@ import threading
 
 import torch
 
-__all__ = ["GATE_CALLS", "TOP_HOOKS", "SAVED_TENSOR_DATA", "DYNAMO_TRACES_HOOKS", "saved_tensors_hooks_active", "probe_saved", "probing_unpack"]
+__all__ = ["GATE_CALLS", "TOP_HOOKS", "SAVED_TENSOR_DATA", "DYNAMO_TRACES_HOOKS", "saved_tensors_hooks_active", "probe_attribute", "probe_saved",
+           "probing_unpack"]
 
 TOP_HOOKS = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)  # torch >= 2.5
 SAVED_TENSOR_DATA = hasattr(torch._C._autograd.SavedTensor, "data")  # torch >= 2.5
@@ -72,9 +73,15 @@ def probing_unpack(record) -> bool:
 
 def probe_saved(node, name: str) -> list:
     """The pack hook's return values for ``node._saved_<name>`` (torch 2.4; see NOTE above)."""
+    return probe_attribute(node, "_saved_" + name)
+
+
+def probe_attribute(obj, attribute: str) -> list:
+    """The pack hook's return values for the saved tensors that reading ``obj.<attribute>`` unpacks (torch 2.4:
+    a graph node's ``_saved_x``, a custom Function's ``saved_tensors``)."""
     _probe.seen = []
     try:
-        getattr(node, "_saved_" + name)
+        getattr(obj, attribute)
     finally:
         seen, _probe.seen = _probe.seen, None
     return seen
