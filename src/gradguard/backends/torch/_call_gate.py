@@ -39,7 +39,7 @@ from torch.overrides import TorchFunctionMode
 from ...core._internal import log_fallback
 from ._writes import written_arguments
 
-__all__ = ["CallGate", "lifted", "may_write", "push_in_backward", "python_op_name", "stop_in_backward"]
+__all__ = ["CallGate", "lifted", "may_write", "install", "python_op_name", "uninstall"]
 
 _INPLACE_DUNDERS = frozenset({
     "__setitem__", "__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__", "__imod__", "__ipow__",
@@ -228,7 +228,7 @@ _pop_dispatch = torch._C._pop_torch_dispatch_stack
 _is_compiling = torch.compiler.is_compiling  # torch >= 2.3; the gate is used from torch 2.5
 
 
-# -- the engine's entry: backward's Python code runs with the gate pushed -----------------------------------
+# -- patched entry points: backward's Python code, and library calls that write from C++ ----------------------
 #
 # ``Tensor.backward`` and ``torch.autograd.grad`` are Python-level torch calls: the gate sees them with itself
 # popped (torch pops a mode while it handles a call), so the custom Function backwards and hooks the engine
@@ -238,21 +238,8 @@ _is_compiling = torch.compiler.is_compiling  # torch >= 2.3; the gate is used fr
 # is; it pushes the gate of the calling thread only.
 
 _local = threading.local()
-_installed = {"count": 0, "original": None}
+_installed: dict = {"count": 0, "originals": []}
 _install_lock = threading.Lock()
-
-
-def _engine_entry(original):
-    @functools.wraps(original)
-    def run_backward(*args, **kwargs):
-        gates = getattr(_local, "gates", None)
-        gate = gates[-1] if gates else None
-        if gate is None or _on_stack(gate):
-            return original(*args, **kwargs)
-        with gate:
-            return original(*args, **kwargs)
-
-    return run_backward
 
 
 def _on_stack(mode) -> bool:
@@ -263,33 +250,78 @@ def _on_stack(mode) -> bool:
         return True
 
 
-def push_in_backward(gate) -> None:
-    """Make ``gate`` the one the engine entry pushes on this thread (innermost guard's); install the entry
-    wrapper once per process."""
+# Library calls that write tensors from C++ without a Python-level torch call the gate could see: DDP's buffer
+# broadcast copies rank 0's buffers into every rank's (``aten.copy_``, no version bump) at the start of each
+# forward. While a gate is active they run inside its op stream, as every op did before the gate.
+_OPAQUE_WRITERS = (("torch.nn.parallel.distributed", "DistributedDataParallel", "_distributed_broadcast_coalesced"),)
+
+
+def _current_gate():
+    gates = getattr(_local, "gates", None)
+    return gates[-1] if gates else None
+
+
+def _engine_entry(original):
+    @functools.wraps(original)
+    def run_backward(*args, **kwargs):
+        gate = _current_gate()
+        if gate is None or _on_stack(gate):
+            return original(*args, **kwargs)
+        with gate:
+            return original(*args, **kwargs)
+
+    return run_backward
+
+
+def _in_op_stream(original):
+    @functools.wraps(original)
+    def run(*args, **kwargs):
+        gate = _current_gate()
+        if gate is None:
+            return original(*args, **kwargs)
+        with lifted(gate):  # the op stream runs the ops: the gate must not see them again (counted twice)
+            return gate._in_stream(original, args, kwargs)
+
+    return run
+
+
+def _patches():
+    """(owner, attribute, wrap) of what a gate patches: the engine's entry, and the opaque writers imported."""
+    out = [(sys.modules["torch.autograd"], "_engine_run_backward", _engine_entry)]
+    for module_name, class_name, attribute in _OPAQUE_WRITERS:
+        owner = getattr(sys.modules.get(module_name), class_name, None)
+        if owner is not None and attribute in owner.__dict__:
+            out.append((owner, attribute, _in_op_stream))
+    return out
+
+
+def install(gate) -> None:
+    """Make ``gate`` the one the patched entry points use on this thread (the innermost guard's); patch them once
+    per process (reference counted, undone by the last ``uninstall``)."""
     gates = getattr(_local, "gates", None)
     if gates is None:
         gates = _local.gates = []
     gates.append(gate)
-    autograd = sys.modules["torch.autograd"]
     with _install_lock:
         if _installed["count"] == 0:
-            original = getattr(autograd, "_engine_run_backward", None)
-            if original is None:
-                log_fallback("torch.call_gate", "finding torch.autograd._engine_run_backward (Python code in "
-                             "backward runs without the write log)", AttributeError("_engine_run_backward"))
-            else:
-                _installed["original"] = original
-                autograd._engine_run_backward = _engine_entry(original)
+            for owner, attribute, wrap in _patches():
+                original = owner.__dict__.get(attribute) if isinstance(owner, type) else getattr(owner, attribute, None)
+                if original is None:
+                    log_fallback("torch.call_gate", f"finding {attribute} to patch (its writes go unnamed)",
+                                 AttributeError(attribute))
+                    continue
+                _installed["originals"].append((owner, attribute, original))
+                setattr(owner, attribute, wrap(original))
         _installed["count"] += 1
 
 
-def stop_in_backward(gate) -> None:
+def uninstall(gate) -> None:
     gates = getattr(_local, "gates", None) or []
     if gate in gates:
         gates.remove(gate)
-    autograd = sys.modules["torch.autograd"]
     with _install_lock:
         _installed["count"] -= 1
-        if _installed["count"] == 0 and _installed["original"] is not None:
-            autograd._engine_run_backward = _installed["original"]
-            _installed["original"] = None
+        if _installed["count"] == 0:
+            for owner, attribute, original in reversed(_installed["originals"]):
+                setattr(owner, attribute, original)
+            _installed["originals"].clear()

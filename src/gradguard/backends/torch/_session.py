@@ -48,7 +48,7 @@ from ._fingerprint import fingerprint as _fingerprint
 from ._fingerprint import same as _same_fingerprint
 from ._naming import name_by_variable, name_in_writing_frame, name_tensor
 from ._overlap import share_elements
-from ._call_gate import CallGate, push_in_backward, python_op_name, stop_in_backward
+from ._call_gate import CallGate, install, python_op_name, uninstall
 from ._writes import OpStream, WriteLog, dynamo_safe
 
 __all__ = ["TorchGuardSession", "FINGERPRINT_MODES"]
@@ -223,7 +223,7 @@ class TorchGuardSession(ProbeBase):
                 mode.__enter__()
                 self._mode = mode  # only once entered: exit() must not exit a mode that never entered
                 if isinstance(mode, CallGate):
-                    push_in_backward(mode)
+                    install(mode)
                 if self.boundary_mode is not None:
                     self._triton_pending = not _attribution.triton_wrapped()
                 if self._bisect is not None:
@@ -244,7 +244,7 @@ class TorchGuardSession(ProbeBase):
                 _attribution.uninstall(self)
             if self._mode is not None:
                 if isinstance(self._mode, CallGate):
-                    stop_in_backward(self._mode)
+                    uninstall(self._mode)
                 self._mode.__exit__(None, None, None)
         finally:
             self._mode = None

@@ -54,7 +54,11 @@ def unreadable_layout(t: torch.Tensor) -> str | None:
 def _pure_guard_hooks(hooks) -> bool:
     pack = hooks[0]
     owner = getattr(pack, "__self__", None)
-    return type(owner).__name__ == "TorchGuardSession" and getattr(pack, "__name__", "") == "_pack"
+    # the session's own pack hook (not one composed with the user's hooks): plain, or lifting the call gate
+    return type(owner).__name__ == "TorchGuardSession" and getattr(pack, "__name__", "") in _GUARD_PACKS
+
+
+_GUARD_PACKS = ("_pack", "_pack_past_the_gate")
 
 
 @contextlib.contextmanager
