@@ -111,6 +111,7 @@ def device_digest(raw: torch.Tensor) -> torch.Tensor:
 
 
 _EMPTY = xxhash.xxh3_64_intdigest(b"")
+_STRIDED = torch.strided
 
 
 def _is_block(t: torch.Tensor) -> bool:
@@ -127,14 +128,27 @@ def _is_block(t: torch.Tensor) -> bool:
     return span == t.numel() and _permuted_dense(t)
 
 
+_BYTE_ARRAYS: dict[int, type] = {}  # nbytes -> ctypes array type: a model saves a few sizes, many times
+
+
+def _bytes_at(ptr: int, nbytes: int):
+    array = _BYTE_ARRAYS.get(nbytes)
+    if array is None:  # ``c_char * n`` builds (or looks up) the type each time: ~0.1 us more per hash
+        if len(_BYTE_ARRAYS) >= 4096:
+            _BYTE_ARRAYS.clear()
+        array = _BYTE_ARRAYS[nbytes] = ctypes.c_char * nbytes
+    return array.from_address(ptr)
+
+
 def _hash_memory(ptr: int, nbytes: int, mode: str) -> int:
     """xxh3-64 of ``nbytes`` at ``ptr`` ("full"), or of core's fixed sample including both ends ("sample"):
     the same definition Paddle and MindSpore use (``core.fingerprint_bytes``), hashed in place."""
     if mode != "sample" or nbytes <= SAMPLE_BYTES:  # the common case, without fingerprint_bytes' memoryview
-        return xxhash.xxh3_64_intdigest((ctypes.c_char * nbytes).from_address(ptr))
-    return fingerprint_bytes((ctypes.c_char * nbytes).from_address(ptr), mode)
+        return xxhash.xxh3_64_intdigest(_bytes_at(ptr, nbytes))
+    return fingerprint_bytes(_bytes_at(ptr, nbytes), mode)
 
 
+_dispatch_stack_len = torch._C._len_torch_dispatch_stack
 _NUMPY_UNREADABLE = (torch.bfloat16, torch.complex32)  # no numpy dtype (nor float8): torch's copy
 
 
@@ -148,6 +162,8 @@ def _packed_values(t: torch.Tensor):
     """
     if t.dtype not in _NUMPY_UNREADABLE and not (t.dtype.is_floating_point and t.element_size() == 1):  # float8
         try:
+            if not t.requires_grad and not _dispatch_stack_len():  # the sentinel's case: no mode to keep out
+                return numpy.ascontiguousarray(t.numpy())
             # No op may reach a dispatch mode (``numpy()`` detaches internally): the write log would pay for it,
             # and bisect's mode, which fingerprints from inside its check, would re-enter itself.
             with torch._C._DisableTorchDispatch():
@@ -213,7 +229,7 @@ def fingerprint(t: torch.Tensor, mode: str = "full"):
 
     Returns an int on CPU and a small int64 tensor on other devices (compare with :func:`same`).
     """
-    if t.is_cpu and not (t.is_quantized or t.is_conj() or t.is_neg()) and t.layout == torch.strided:
+    if t.is_cpu and t.layout == _STRIDED and not (t.is_quantized or t.is_conj() or t.is_neg()):
         n = t.numel()
         if n == 0:
             return _EMPTY
