@@ -174,3 +174,27 @@ def test_a_write_inside_compiled_code_is_caught_and_named_where_python_runs_it()
     finding = written_saved_tensor(scale_)
     assert [w.op for w in finding.modified_at] == ["aten.mul_.Tensor"]
     assert finding.versions == {"saved": 0, "now": 1}
+
+
+@gate_only
+def test_a_function_compiled_outside_compiles_once_more_inside_and_both_graphs_stay_cached():
+    from torch._dynamo.testing import CompileCounter
+
+    counter = CompileCounter()
+
+    @torch.compile(backend=counter)
+    def loss_of(x):
+        return (x.sin() * 2).sum()
+
+    x = torch.randn(8, requires_grad=True)
+    loss_of(x).backward()
+    plain = x.grad.clone()
+    assert counter.frame_count == 1
+    for _ in range(3):  # Dynamo guards on the function-mode stack: the gate on it means one more graph, once
+        x.grad = None
+        with gradguard.guard():
+            loss_of(x).backward()
+        assert torch.equal(x.grad, plain)
+    x.grad = None
+    loss_of(x).backward()
+    assert counter.frame_count == 2
