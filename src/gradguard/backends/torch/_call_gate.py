@@ -77,7 +77,10 @@ def _classify(func) -> int:
 
 def may_write(func, args, kwargs) -> bool:
     """Whether the call is an in-place call (see NOTE [Ops at the price of calls])."""
-    kind = _kind(func)
+    return _writes(_kind(func), args, kwargs)
+
+
+def _writes(kind: int, args, kwargs) -> bool:
     if kind >= 0:
         return kind == _ALWAYS or bool(kwargs and kwargs.get("out") is not None)
     if kwargs and "inplace" in kwargs:
@@ -160,13 +163,8 @@ class CallGate(TorchFunctionMode):
             return func(*args, **kwargs)
         if self._write_log.on_read is not None:  # a read the write log waits for may be any op
             return self._in_stream(func, args, kwargs)
-        entry = _CLASSES.get(id(func))  # may_write(), inlined: this runs for every torch call in the block
-        kind = entry[1] if entry is not None and entry[0] is func else _kind(func)
-        if kind == _NEVER:
-            writes = kwargs.get("out") is not None if kwargs else False
-        else:
-            writes = kind == _ALWAYS or may_write(func, args, kwargs)
-        if writes:
+        entry = _CLASSES.get(id(func))  # _kind()'s hit, inlined: this runs for every torch call in the block
+        if _writes(entry[1] if entry is not None and entry[0] is func else _kind(func), args, kwargs):
             if self._wants_ops(args, kwargs):
                 return self._in_stream(func, args, kwargs)
             return func(*args, **kwargs)

@@ -80,6 +80,10 @@ def _alias_past_the_op_stream(t: torch.Tensor) -> torch.Tensor:
     return t.detach()
 
 
+def _aten_name(func) -> str:
+    return func.name().replace("::", ".")  # "aten.add_.Tensor"
+
+
 def _byte_range(t: torch.Tensor) -> tuple[int, int, int]:
     itemsize = t.element_size()
     span = 1 + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()) if size > 0)
@@ -153,7 +157,10 @@ class TorchGuardSession(ProbeBase):
         self._bisect = None
         self.record_sites = record_sites
         self.backward_calls: list = []  # receivers and call chains of the backward passes: _backward_calls.BackwardCall
-        self._mode = None  # the op stream (write log, bisect) while entered
+        self._mode = None  # the op stream (write log, bisect), or the call gate in front of it, while entered
+        # The write log sits behind the call gate, except in bisect mode (the bisector checks around every op) and
+        # on torch 2.4 (_compat.GATE_CALLS)
+        self._gate_calls = self.track_writes and not self.bisect and _compat.GATE_CALLS
         self._write_log = None
         # Writer attribution at Function / Triton boundaries hashes saved memory: on when fingerprints and
         # the write log are both on (see _attribution.py).
@@ -193,7 +200,7 @@ class TorchGuardSession(ProbeBase):
         else:
             if outer is not None:
                 pack, unpack = self.composed(*outer)
-            elif self.track_writes and not self.bisect and _compat.GATE_CALLS:
+            elif self._gate_calls:
                 pack, unpack = self._pack_past_the_gate, self._unpack_past_the_gate
             else:
                 pack, unpack = self._pack, self._unpack
@@ -217,7 +224,7 @@ class TorchGuardSession(ProbeBase):
                 self._bisect = Bisector(self)
                 subscribers.insert(0, self._bisect)  # outermost: it checks around the write log's work too
             mode = dynamo_safe(OpStream)(subscribers)
-            if self._bisect is None and _compat.GATE_CALLS:  # NOTE [Ops at the price of calls] (_call_gate.py)
+            if self._gate_calls:  # NOTE [Ops at the price of calls] (_call_gate.py)
                 mode = CallGate(mode, self._write_log, self._wants_ops, self._ledger.any_alive, self._write_seen_after)
             try:
                 mode.__enter__()
@@ -478,18 +485,14 @@ class TorchGuardSession(ProbeBase):
             for target in targets:
                 if _plain(target):
                     _second_order.note_write(target)
-        ledger = self.engine.ledger
         for target in targets:
-            if not _plain(target) or target.numel() == 0:
+            key, records = self._saved_records_under(target)
+            if key is None:
                 continue
-            key, start, end = _byte_range(target)
-            if not ledger.has_storage(key):
-                continue
-            records = [r for r in ledger.overlapping(key, start, end) if share_elements(r.tensor, target)]
             if not records:
                 self._note_shared_counter(func, target, key)
-            elif records:
-                write = self._describe_write(func.name().replace("::", "."), target)  # "aten.add_.Tensor"
+            else:
+                write = self._describe_write(_aten_name(func), target)
                 alias = None
                 impl = target.untyped_storage()._cdata
                 for record in records:
@@ -512,27 +515,34 @@ class TorchGuardSession(ProbeBase):
         ledger = self._ledger
         if not ledger.any_alive():
             return False
+
+        def on_saved_storage(t) -> bool:  # a subclass or meta tensor: the op stream decides, as before the gate
+            return not _plain(t) or ledger.has_storage(t.untyped_storage().data_ptr())
+
         for values in (args, kwargs.values()):
             for value in values:
                 if isinstance(value, torch.Tensor):
-                    if not _plain(value) or ledger.has_storage(value.untyped_storage().data_ptr()):
+                    if on_saved_storage(value):
                         return True
                 elif isinstance(value, (list, tuple)):
-                    for item in value:
-                        if isinstance(item, torch.Tensor) and (
-                                not _plain(item) or ledger.has_storage(item.untyped_storage().data_ptr())):
-                            return True
+                    if any(isinstance(item, torch.Tensor) and on_saved_storage(item) for item in value):
+                        return True
         return False
+
+    def _saved_records_under(self, target) -> tuple[int | None, list]:
+        """(storage key, the saved records whose elements ``target`` shares); (None, []) when no saved tensor is
+        on its storage (or it is not a plain, non-empty tensor)."""
+        if not _plain(target) or target.numel() == 0:
+            return None, []
+        key, start, end = _byte_range(target)
+        if not self._ledger.has_storage(key):
+            return None, []
+        return key, [r for r in self._ledger.overlapping(key, start, end) if share_elements(r.tensor, target)]
 
     def _write_seen_after(self, func, target, before: int, after: int) -> None:
         """A call the gate did not class as in-place moved ``target``'s version: log the write under the call's
         Python name, with the versions around it."""
-        if not _plain(target) or target.numel() == 0:
-            return
-        key, start, end = _byte_range(target)
-        if not self._ledger.has_storage(key):
-            return
-        records = [r for r in self._ledger.overlapping(key, start, end) if share_elements(r.tensor, target)]
+        _key, records = self._saved_records_under(target)
         if records:
             write = self._describe_write(python_op_name(func), target)
             self._emit(TensorWritten(target, write.op, write.category, write.location, write.library_frame,
@@ -588,8 +598,7 @@ class TorchGuardSession(ProbeBase):
         stale = [r for r in self.engine.ledger.overlapping(key, 0, 1 << 62)
                  if r.version == version and r.tensor._version == version and not r.writes]
         if stale:
-            write = dataclasses.replace(self._describe_write(func.name().replace("::", "."), target),
-                                        category="shared_counter")
+            write = dataclasses.replace(self._describe_write(_aten_name(func), target), category="shared_counter")
             self.record_write(stale, write, target)
 
     def record_write(self, records, write: WriteRecord, target=None) -> None:
