@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Callable, ContextManager, Protocol, Sequence, runtime_checkable
 from ..core._internal import log_fallback
+from ..core._patching import Patch, apply_patch, restore_patch
 
 __all__ = ["BackendAdapter", "GuardSession", "CAPABILITIES", "ProbeBase", "name_by_memory"]
 
@@ -161,7 +162,7 @@ class ProbeBase:
         self.track_writes = self.engine.track_writes
         self._local = threading.local()  # per-thread "inside one of our wrappers" flags
         self._hooks = None  # the framework's saved-tensor hooks context while entered
-        self._patches: list[tuple[object, str, object]] = []
+        self._patches: list[Patch] = []
 
     @property
     def ledger(self):
@@ -240,10 +241,10 @@ class ProbeBase:
 
     # -- patches that live exactly as long as the guard --------------------------------------------
     def _patch(self, owner, name: str, wrapper) -> None:
-        # an inherited class attribute is restored by deleting ours (recorded as None)
-        original = owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name)
-        self._patches.append((owner, name, original))
-        setattr(owner, name, wrapper)
+        # NOTE [One way to patch] in core/_patching.py: inherited attributes, patches stacked on ours
+        patch = apply_patch(owner, name, lambda _original: wrapper)
+        if patch is not None:
+            self._patches.append(patch)
 
     def _unpatch_all(self) -> None:
         self._unpatch(self._patches)
@@ -251,11 +252,8 @@ class ProbeBase:
 
     @staticmethod
     def _unpatch(patches: list) -> None:
-        for owner, name, original in reversed(patches):
-            if original is None:
-                delattr(owner, name)
-            else:
-                setattr(owner, name, original)
+        for patch in reversed(patches):
+            restore_patch(patch)
 
 
 def name_by_variable_memory(t, tensor_type: type, memory_range: Callable) -> str | None:

@@ -18,6 +18,7 @@ from paddle.base import core
 from ...core._findings import SourceLocation
 from ...core._frames import LIBRARY_PATHS, location_of, user_frames
 from ...core._internal import log_fallback
+from ...core._patching import Patch, apply_patch, restore_patch
 from ._naming import memory_range
 from ._session import _subclasses
 
@@ -413,7 +414,7 @@ class _Patches:
     """Every patched entry point, installed for the whole ``advise`` call and always undone."""
 
     def __init__(self, twins: list[Twin]):
-        self._saved: list[tuple[Any, str, Any, bool]] = []
+        self._saved: list[Patch] = []
         done: set = set()
         for twin in twins:
             self._patch(twin.owner, twin.attr, _candidate_wrapper(twin, getattr(twin.owner, twin.attr)), done)
@@ -431,16 +432,13 @@ class _Patches:
         if (owner, name) in done:
             return
         done.add((owner, name))
-        had_own = name in getattr(owner, "__dict__", {})
-        self._saved.append((owner, name, getattr(owner, "__dict__", {}).get(name, getattr(owner, name)), had_own))
-        setattr(owner, name, wrapper)
+        patch = apply_patch(owner, name, lambda _original: wrapper)  # NOTE [One way to patch]
+        if patch is not None:
+            self._saved.append(patch)
 
     def undo(self) -> None:
-        for owner, name, original, had_own in reversed(self._saved):
-            if had_own or not isinstance(owner, type):
-                setattr(owner, name, original)
-            else:
-                delattr(owner, name)
+        for patch in reversed(self._saved):
+            restore_patch(patch)
         self._saved = []
 
 

@@ -46,6 +46,7 @@ import torch
 from ..._errors import GradientHazardError
 from ...core._findings import WriteRecord
 from ...core._internal import log_fallback
+from ...core._patching import SharedPatches
 from ...core._frames import LIBRARY_PATHS, caller_context
 from . import _compat, _function_hygiene, _second_order
 from ._fingerprint import fingerprint as _fingerprint
@@ -56,7 +57,6 @@ __all__ = ["install", "uninstall", "in_kernel", "maybe_wrap_triton", "snapshot"]
 _lock = threading.RLock()
 _sessions: list = []  # active sessions, innermost last (weak references)
 _local = threading.local()
-_patched: dict[tuple[object, str], object] = {}  # (class, attribute) -> original class __dict__ value
 
 
 def _stack() -> list:
@@ -345,13 +345,17 @@ def _triton_run(original):
     return run
 
 
-def _patch(cls, attr: str, make) -> None:
-    key = (cls, attr)
-    if key in _patched:
-        return
-    original = cls.__dict__[attr]
-    _patched[key] = original
-    setattr(cls, attr, make(original))
+def _entry_points():
+    """(owner, attribute, wrap) of what every guard patches (Triton's launchers are added when imported)."""
+    from torch.autograd.function import BackwardCFunction
+
+    return [(torch.autograd.Function, "apply", _function_apply),
+            (BackwardCFunction, "apply", _backward_apply),
+            (torch.Tensor, "register_hook", _register_hook),
+            (torch.autograd, "grad", lambda original: _second_order.wrap_grad(original, _active))]
+
+
+_PATCHES = SharedPatches(_entry_points)
 
 
 def maybe_wrap_triton() -> bool:
@@ -371,10 +375,10 @@ def maybe_wrap_triton() -> bool:
         LIBRARY_PATHS.add(triton_dir)
         if triton_dir + os.sep not in _SKIP_FRAMES:
             _SKIP_FRAMES.append(triton_dir + os.sep)
-        _patch(JITFunction, "run", _triton_run)
+        _PATCHES.add(JITFunction, "run", _triton_run)
         interpreter = sys.modules.get("triton.runtime.interpreter")
         if interpreter is not None and "run" in getattr(interpreter, "InterpretedFunction", object).__dict__:
-            _patch(interpreter.InterpretedFunction, "run", _triton_run)
+            _PATCHES.add(interpreter.InterpretedFunction, "run", _triton_run)
         return True
 
 
@@ -383,12 +387,7 @@ def maybe_wrap_triton() -> bool:
 def install(session) -> None:
     with _lock:
         if not _sessions:
-            from torch.autograd.function import BackwardCFunction
-
-            _patch(torch.autograd.Function, "apply", _function_apply)
-            _patch(BackwardCFunction, "apply", _backward_apply)
-            _patch(torch.Tensor, "register_hook", _register_hook)
-            _patch(torch.autograd, "grad", lambda original: _second_order.wrap_grad(original, _active))
+            _PATCHES.acquire()  # one holder for all sessions: weak references may die without an uninstall
         _sessions.append(weakref.ref(session))
     if session.boundary_mode is not None:
         maybe_wrap_triton()
@@ -399,13 +398,11 @@ def uninstall(session) -> None:
         for i in range(len(_sessions) - 1, -1, -1):
             if _sessions[i]() is session or _sessions[i]() is None:
                 del _sessions[i]
-        if not _sessions:
-            for (cls, attr), original in list(_patched.items()):
-                setattr(cls, attr, original)
-            _patched.clear()
+        if not _sessions and _PATCHES.held:
+            _PATCHES.release()
             with _second_order._lock:
                 _second_order.entries.clear()  # a later guard starts from its own create_graph calls
 
 
 def triton_wrapped() -> bool:
-    return any(attr == "run" for (_cls, attr) in _patched)
+    return "run" in _PATCHES.names()

@@ -37,6 +37,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from ...core._internal import log_fallback
+from ...core._patching import SharedPatches
 from ._writes import written_arguments
 
 __all__ = ["CallGate", "lifted", "may_write", "install", "python_op_name", "uninstall"]
@@ -236,8 +237,6 @@ _is_compiling = torch.compiler.is_compiling  # torch >= 2.3; the gate is used fr
 # is; it pushes the gate of the calling thread only.
 
 _local = threading.local()
-_installed: dict = {"count": 0, "originals": []}
-_install_lock = threading.Lock()
 
 
 def _on_stack(mode) -> bool:
@@ -293,6 +292,9 @@ def _patches():
     return out
 
 
+_PATCHES = SharedPatches(_patches)
+
+
 def install(gate) -> None:
     """Make ``gate`` the one the patched entry points use on this thread (the innermost guard's); patch them once
     per process (reference counted, undone by the last ``uninstall``)."""
@@ -300,26 +302,11 @@ def install(gate) -> None:
     if gates is None:
         gates = _local.gates = []
     gates.append(gate)
-    with _install_lock:
-        if _installed["count"] == 0:
-            for owner, attribute, wrap in _patches():
-                original = owner.__dict__.get(attribute) if isinstance(owner, type) else getattr(owner, attribute, None)
-                if original is None:
-                    log_fallback("torch.call_gate", f"finding {attribute} to patch (its writes go unnamed)",
-                                 AttributeError(attribute))
-                    continue
-                _installed["originals"].append((owner, attribute, original))
-                setattr(owner, attribute, wrap(original))
-        _installed["count"] += 1
+    _PATCHES.acquire()
 
 
 def uninstall(gate) -> None:
     gates = getattr(_local, "gates", None) or []
     if gate in gates:
         gates.remove(gate)
-    with _install_lock:
-        _installed["count"] -= 1
-        if _installed["count"] == 0:
-            for owner, attribute, original in reversed(_installed["originals"]):
-                setattr(owner, attribute, original)
-            _installed["originals"].clear()
+    _PATCHES.release()

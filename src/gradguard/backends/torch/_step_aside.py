@@ -18,19 +18,17 @@ exactly as without gradguard.
 from __future__ import annotations
 
 import contextlib
-import threading
 import warnings
 
 import torch
 
 from ..._errors import NotWatched
+from ...core._patching import SharedPatches
 from ._compat import TOP_HOOKS
 
 __all__ = ["install", "uninstall", "not_watched", "unreadable_layout"]
 
-_lock = threading.Lock()
 _sessions: list = []
-_original_disable = None
 
 
 def not_watched(session, kind: str, message: str) -> None:
@@ -61,8 +59,21 @@ def _pure_guard_hooks(hooks) -> bool:
 _GUARD_PACKS = ("_pack", "_pack_past_the_gate")
 
 
+def _stepping_aside(original):
+    """``disable_saved_tensors_hooks`` (torch.func's refusal of saved-tensor hooks) that first pops a guard's own
+    hooks, with a one-line note, instead of raising inside the user's transform."""
+
+    @contextlib.contextmanager
+    def disable_saved_tensors_hooks(error_message: str):
+        with _stepping_aside_of_guards():
+            with original(error_message):
+                yield
+
+    return disable_saved_tensors_hooks
+
+
 @contextlib.contextmanager
-def _disable_saved_tensors_hooks(error_message: str):
+def _stepping_aside_of_guards():
     popped = []
     if TOP_HOOKS is not None:
         hooks = TOP_HOOKS(False)
@@ -81,8 +92,7 @@ def _disable_saved_tensors_hooks(error_message: str):
                     "not watching inside torch.func transforms (grad, vjp, jacrev, hessian refuse saved-tensor "
                     "hooks); that region runs unchecked, exactly as without gradguard")
     try:
-        with _original_disable(error_message):
-            yield
+        yield
     finally:
         for pack, unpack in reversed(popped):
             torch._C._autograd._push_saved_tensors_default_hooks(pack, unpack)
@@ -92,19 +102,18 @@ def _user_entered_hooks(session) -> bool:
     return bool(session.__dict__.get("_user_hook_depth", 0))
 
 
+_PATCHES = SharedPatches(lambda: [(torch.autograd.graph, "disable_saved_tensors_hooks", _stepping_aside)])
+
+
 def install(session) -> None:
-    global _original_disable
-    with _lock:
-        if not _sessions:
-            _original_disable = torch.autograd.graph.disable_saved_tensors_hooks
-            torch.autograd.graph.disable_saved_tensors_hooks = _disable_saved_tensors_hooks
+    with _PATCHES.lock:
         _sessions.append(session)
+        _PATCHES.acquire()
 
 
 def uninstall(session) -> None:
-    global _original_disable
-    with _lock:
-        _sessions[:] = [s for s in _sessions if s is not session]
-        if not _sessions and _original_disable is not None:
-            torch.autograd.graph.disable_saved_tensors_hooks = _original_disable
-            _original_disable = None
+    with _PATCHES.lock:
+        kept = [s for s in _sessions if s is not session]
+        for _ in range(len(_sessions) - len(kept)):
+            _PATCHES.release()
+        _sessions[:] = kept

@@ -19,14 +19,12 @@ import threading
 import torch
 from torch.autograd.graph import saved_tensors_hooks
 
+from ...core._patching import SharedPatches
 from ._compat import TOP_HOOKS
 
 __all__ = ["install", "uninstall", "top_hooks", "mark", "guard_hooks_on_top"]
 
-_lock = threading.Lock()
 _sessions: list = []  # (session, thread id), innermost last
-_original_enter = None
-_original_exit = None
 
 
 def mark(fn):
@@ -69,40 +67,42 @@ def _wrapped_class(hooks) -> bool:
     return not (cls.__module__ or "").startswith("torch.")
 
 
-def _enter(self):
-    session = _innermost_session()
-    if session is None or _ours(self.pack_hook) or not _wrapped_class(self):
-        return _original_enter(self)
-    pack, unpack = session.composed(self.pack_hook, self.unpack_hook)
-    torch._C._autograd._push_saved_tensors_default_hooks(pack, unpack)
-    self._gradguard_session = session  # counted: torch 2.4 cannot show the stack (_step_aside)
-    session._user_hook_depth = getattr(session, "_user_hook_depth", 0) + 1
+def _entering(original_enter):
+    def __enter__(self):
+        session = _innermost_session()
+        if session is None or _ours(self.pack_hook) or not _wrapped_class(self):
+            return original_enter(self)
+        pack, unpack = session.composed(self.pack_hook, self.unpack_hook)
+        torch._C._autograd._push_saved_tensors_default_hooks(pack, unpack)
+        self._gradguard_session = session  # counted: torch 2.4 cannot show the stack (_step_aside)
+        session._user_hook_depth = getattr(session, "_user_hook_depth", 0) + 1
+
+    return __enter__
 
 
-def _exit(self, *exc_info):
-    session = self.__dict__.pop("_gradguard_session", None)
-    if session is not None:
-        session._user_hook_depth -= 1
-    return _original_exit(self, *exc_info)
+def _exiting(original_exit):
+    def __exit__(self, *exc_info):
+        session = self.__dict__.pop("_gradguard_session", None)
+        if session is not None:
+            session._user_hook_depth -= 1
+        return original_exit(self, *exc_info)
+
+    return __exit__
+
+
+_PATCHES = SharedPatches(lambda: [(saved_tensors_hooks, "__enter__", _entering), (saved_tensors_hooks, "__exit__", _exiting)])
 
 
 def install(session) -> None:
-    global _original_enter, _original_exit
-    with _lock:
-        if not _sessions:
-            _original_enter = saved_tensors_hooks.__dict__["__enter__"]
-            _original_exit = saved_tensors_hooks.__dict__["__exit__"]
-            saved_tensors_hooks.__enter__ = _enter
-            saved_tensors_hooks.__exit__ = _exit
+    with _PATCHES.lock:
         _sessions.append((session, threading.get_ident()))
+        _PATCHES.acquire()
 
 
 def uninstall(session) -> None:
     """Remove ``session`` (from any thread: a guard may be exited on another thread than it entered on)."""
-    global _original_enter, _original_exit
-    with _lock:
-        _sessions[:] = [(s, t) for s, t in _sessions if s is not session]
-        if not _sessions and _original_enter is not None:
-            saved_tensors_hooks.__enter__ = _original_enter
-            saved_tensors_hooks.__exit__ = _original_exit
-            _original_enter = _original_exit = None
+    with _PATCHES.lock:
+        kept = [(s, t) for s, t in _sessions if s is not session]
+        for _ in range(len(_sessions) - len(kept)):
+            _PATCHES.release()
+        _sessions[:] = kept
