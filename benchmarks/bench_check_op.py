@@ -4,7 +4,11 @@ Runs every correct and buggy op of examples/ops/kernels.py (plus liger-kernel's 
 --liger, under the Triton interpreter) and prints a markdown table. Times are medians of --repeats runs;
 gradcheck gets float64 copies of the inputs (it needs them), check_op the float32 inputs as given.
 
-    .venv/bin/python benchmarks/bench_check_op.py [--repeats 5] [--liger]
+    .venv/bin/python benchmarks/bench_check_op.py [--repeats 5] [--liger] [--no-sizes]
+
+A second table times the three correct ops of the first at growing input sizes: gradcheck's full Jacobian costs
+2n forward and n backward calls, check_op's fixed set of regimes and probes does not grow with n past
+``full_jacobian_max`` elements, so the ratio depends on the size chosen.
 """
 
 from __future__ import annotations
@@ -45,10 +49,42 @@ def _median_time(run, repeats):
     return result, statistics.median(times)
 
 
+def _size_sweep(repeats):
+    """check_op (with and without reference) against gradcheck on the same op at growing sizes."""
+    g = torch.Generator().manual_seed(0)
+    shapes = {"xsin": [(10,), (64,), (1024,)], "softmax": [(4, 8), (8, 64), (32, 128)],
+              "layer_norm": [(4, 8), (8, 64), (32, 128)]}
+
+    def inputs(name, shape):
+        x = torch.randn(*shape, generator=g)
+        if name != "layer_norm":
+            return (x,)
+        c = shape[-1]
+        return x, 1 + 0.1 * torch.randn(c, generator=g), 0.1 * torch.randn(c, generator=g)
+
+    lines = ["| op | input | elements | gradcheck | gradcheck fast_mode | check_op, no reference | check_op, reference | check_op / gradcheck (no reference, reference) |",
+             "|---|---|---|---|---|---|---|---|"]
+    for name, shape_list in shapes.items():
+        fn, ref, _ = K.CORRECT[name]
+        for shape in shape_list:
+            args = inputs(name, shape)
+            n = sum(a.numel() for a in args)
+            reps = repeats if n <= 1024 else 1  # gradcheck's 2n forwards: seconds at 4k elements
+            _, t_gc = _median_time(lambda: _gradcheck(fn, args, False), reps)
+            _, t_gcf = _median_time(lambda: _gradcheck(fn, args, True), reps)
+            _, t_co = _median_time(lambda: gradguard.check_op(fn, *args), reps)
+            _, t_cor = _median_time(lambda: gradguard.check_op(fn, *args, reference=ref), reps)
+            dims = "x".join(map(str, shape))
+            lines.append(f"| {name} | {dims} | {n} | {t_gc * 1e3:.0f} ms | {t_gcf * 1e3:.0f} ms | {t_co * 1e3:.0f} ms | "
+                         f"{t_cor * 1e3:.0f} ms | {t_co / t_gc:.2f}x, {t_cor / t_gc:.2f}x |")
+    return lines
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--liger", action="store_true", help="add liger-kernel's cross entropy (Triton interpreter)")
+    ap.add_argument("--no-sizes", action="store_true", help="skip the table at growing input sizes")
     args = ap.parse_args()
     torch.set_num_threads(1)  # small ops: threads only add barrier waits (and noise) on a shared machine
 
@@ -102,6 +138,9 @@ def main():
     for k, label in labels.items():
         caught, fa, t = totals[k]
         print(f"| {label} | {caught}/{n_bug} | {fa}/{n_ok} | {t:.2f} s |")
+    if not args.no_sizes:
+        print(f"\nThe correct ops at growing input sizes (median of {args.repeats} runs; 1 run past 1024 elements):\n")
+        print("\n".join(_size_sweep(args.repeats)))
 
 
 if __name__ == "__main__":

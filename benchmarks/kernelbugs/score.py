@@ -18,6 +18,9 @@ How each column is read:
               says which and where they are documented or how they were checked); they are listed.
   no ref      without a reference: "caught" or "silent" on the buggy version, and whether that agrees
               with the key (a bug only a reference can show is listed with the reason).
+  gradcheck   torch.autograd.gradcheck on float64 copies of the same inputs (what a kernel author would run
+              instead): its verdict on each version, its time, and check_op's time over it. check_op runs first
+              on each version, so any first-call cost of the op's kernels is paid by check_op, not gradcheck.
 """
 
 from __future__ import annotations
@@ -47,9 +50,40 @@ def _matches(check, accepted):
     return any(check == a or (a.endswith(".") and check.startswith(a)) for a in accepted)
 
 
-def run_case(path):
-    """One case in this process: the four check_op runs and what the key says of them."""
+def _gradcheck(fn, inputs):
+    """gradcheck's verdict and seconds on float64 copies of ``inputs`` (non-float arguments as given)."""
+    import torch
+    from torch.autograd.gradcheck import GradcheckError
+
+    args64 = tuple(a.detach().double().requires_grad_() if isinstance(a, torch.Tensor) and a.is_floating_point() else a
+                   for a in inputs)
+    t0 = time.perf_counter()
+    try:
+        torch.autograd.gradcheck(fn, args64)
+        verdict = "pass"
+    except GradcheckError as exc:
+        verdict = "fail: " + str(exc).strip().splitlines()[0][:90]
+    except Exception as exc:  # the op crashing in float64 is gradcheck's verdict too
+        verdict = f"raised {type(exc).__name__}"
+    return verdict, round(time.perf_counter() - t0, 3)
+
+
+def _warm_up():
+    """First-call costs of gradguard and of autograd's Python (imports, caches) kept out of every timing."""
+    import torch
+
     import gradguard
+
+    x = torch.randn(3, dtype=torch.float64, requires_grad=True)
+    torch.autograd.gradcheck(torch.sin, (x,))
+    gradguard.check_op(torch.sin, x.detach().float())
+
+
+def run_case(path, gradcheck=True):
+    """One case in this process: the four check_op runs (and gradcheck's two) and what the key says of them."""
+    import gradguard
+
+    _warm_up()
 
     case = _load(path)
     key = case.CASE
@@ -75,6 +109,9 @@ def run_case(path):
                 "root_regime": root.regime if root else None,
                 "seconds": round(seconds, 2),
             }
+        if gradcheck:
+            verdict, gc_seconds = _gradcheck(fn, case.inputs())
+            row[f"{version}_gradcheck"] = {"verdict": verdict, "seconds": gc_seconds}
     b, f, n = row["buggy"], row["fixed"], row["buggy_noref"]
     row["caught"] = bool(b["unexpected"])
     row["root_ok"] = b["root_cause"] is not None and _matches(b["root_cause"], key["root_cause"])
@@ -93,9 +130,10 @@ def _case_paths(only):
     return [os.path.join(CASES, n) for n in names]
 
 
-def _subprocess(path, timeout):
+def _subprocess(path, timeout, gradcheck=True):
     env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, __file__, "--one", path], capture_output=True, text=True, timeout=timeout, env=env)
+    command = [sys.executable, __file__, "--one", path] + ([] if gradcheck else ["--no-gradcheck"])
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
     if proc.returncode != 0:
         return {"case": os.path.basename(path)[:-3], "error": (proc.stderr or proc.stdout)[-2000:]}
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -132,10 +170,46 @@ def render(rows, seconds):
         false = "" if r["fixed_clean"] else " (" + ", ".join(r["fixed"]["unexpected"]) + ")"
         known = ", ".join(f"`{k}`" for k in r["known_defects"]) or "none"
         lines.append(f"| {r['case']} | {r['library']} | {_yes(r['caught'])} | {root}{'' if r['root_ok'] else ' **(key: other)**'} | {_yes(r['fixed_clean'])}{false} | {known} | {noref} | {b['seconds']} / {r['fixed']['seconds']} |")
+    lines += _render_gradcheck(ok)
     lines += ["", "Sources (report, then fix) and how the code was taken:", ""]
     for r in ok:
         lines.append(f"- {r['case']}: {r['doc']} {r['report']} ; {r['fix']} ; {r['code']}.")
     return "\n".join(lines) + "\n"
+
+
+def _median(values):
+    values = sorted(values)
+    mid = len(values) // 2
+    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+
+
+def _render_gradcheck(rows):
+    """The same ops under gradcheck: what a kernel author gets instead, and check_op's time over it."""
+    rows = [r for r in rows if "buggy_gradcheck" in r]
+    if not rows:
+        return []
+    caught = sum(r["buggy_gradcheck"]["verdict"] != "pass" for r in rows)
+    alarms = sum(r["fixed_gradcheck"]["verdict"] != "pass" for r in rows)
+    ratios = [r[v + s]["seconds"] / r[v + "_gradcheck"]["seconds"] for r in rows for v in ("buggy", "fixed")
+              for s in ("", "_noref") if r[v + "_gradcheck"]["seconds"] > 0]
+    within = sum(x <= 2.0 for x in ratios)
+    lines = [
+        "",
+        "## The same ops under `torch.autograd.gradcheck`",
+        "",
+        f"gradcheck (float64 copies of the same inputs) fails on {caught}/{len(rows)} buggy versions and on "
+        f"{alarms}/{len(rows)} fixed ones. check_op's time over gradcheck's, per run (both versions, with and without "
+        f"the reference): median **{_median(ratios):.2f}x**, {within}/{len(ratios)} runs within 2x, worst "
+        f"{max(ratios):.2f}x.",
+        "",
+        "| case | gradcheck on the buggy version | gradcheck on the fixed version | gradcheck s (buggy / fixed) | check_op s, reference (buggy / fixed) | check_op s, no reference (buggy / fixed) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        gb, gf = r["buggy_gradcheck"], r["fixed_gradcheck"]
+        lines.append(f"| {r['case']} | {gb['verdict']} | {gf['verdict']} | {gb['seconds']} / {gf['seconds']} | "
+                     f"{r['buggy']['seconds']} / {r['fixed']['seconds']} | {r['buggy_noref']['seconds']} / {r['fixed_noref']['seconds']} |")
+    return lines
 
 
 def main(argv=None):
@@ -144,10 +218,11 @@ def main(argv=None):
     ap.add_argument("--only", default="")
     ap.add_argument("--out", default=HERE)
     ap.add_argument("--timeout", type=int, default=600)
+    ap.add_argument("--no-gradcheck", action="store_true", help="skip the gradcheck comparison (minutes on Triton cases)")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.one:
-        print(json.dumps(run_case(args.one)))
+        print(json.dumps(run_case(args.one, gradcheck=not args.no_gradcheck)))
         return 0
     paths = _case_paths([s for s in args.only.split(",") if s])
     if not paths:
@@ -155,7 +230,7 @@ def main(argv=None):
         return 2
     t0 = time.perf_counter()
     with ThreadPoolExecutor(args.jobs) as pool:
-        rows = list(pool.map(lambda p: _subprocess(p, args.timeout), paths))
+        rows = list(pool.map(lambda p: _subprocess(p, args.timeout, not args.no_gradcheck), paths))
     seconds = time.perf_counter() - t0
     text = render(rows, seconds)
     os.makedirs(args.out, exist_ok=True)

@@ -32,9 +32,20 @@ def test_the_corpus_has_ten_published_bugs_with_keys():
 
 @pytest.mark.parametrize("path", score._case_paths(list(CHEAP)), ids=lambda p: os.path.basename(p)[:3])
 def test_bug_caught_with_its_root_cause_and_the_fix_is_clean(path):
-    row = score._subprocess(path, timeout=600)
+    row = score._subprocess(path, timeout=600, gradcheck=False)  # gradcheck: a minute on k09 alone
     assert "error" not in row, row.get("error")
     assert row["caught"], row["buggy"]
     assert row["root_ok"], (row["buggy"]["root_cause"], row["buggy"]["root_regime"])
     assert row["fixed_clean"], row["fixed"]["unexpected"]
     assert row["noref_agrees"], (row["noref"], row["noref_expected"])
+
+
+def test_gradcheck_comparison_is_measured_and_rendered():
+    # k05's ISRLU: gradcheck catches the bug (Jacobian mismatch) and passes the fix, in well under a second
+    row = score._subprocess(score._case_paths(["k05"])[0], timeout=600)
+    assert row["buggy_gradcheck"]["verdict"].startswith("fail: Jacobian mismatch"), row["buggy_gradcheck"]
+    assert row["fixed_gradcheck"]["verdict"] == "pass"
+    assert row["buggy_gradcheck"]["seconds"] > 0 and row["fixed_gradcheck"]["seconds"] > 0
+    text = "\n".join(score._render_gradcheck([row]))
+    assert "fails on 1/1 buggy versions and on 0/1 fixed ones" in text
+    assert "| k05_isrlu_backward_ignores_grad_output | fail: Jacobian mismatch" in text
