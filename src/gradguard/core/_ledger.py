@@ -19,34 +19,63 @@ from typing import Iterator
 __all__ = ["SavedLedger"]
 
 
+# NOTE [A small entry per saved tensor]
+# The ledger holds one entry per live saved tensor, so its size is paid per saved tensor for as long as the
+# graph lives (issue 17's target: records within 0.2 KiB). An entry is one weak reference that carries its own
+# storage key and byte range (a weakref subclass with slots), its callback is one module-level function, and a
+# storage's entries are the entry itself while it is the only one (most storages hold one saved tensor), else a
+# plain list. A closure, a (ref, start, end) tuple and a dict per storage took ~250 bytes per saved tensor.
+
+
+class _Entry(weakref.ref):
+    """A weak reference to a record, with where its memory lies and the ledger to drop it from."""
+
+    __slots__ = ("ledger", "key", "start", "end")
+
+
+def _drop(entry: _Entry) -> None:
+    """The record died: remove its entry (the graph holding it was freed)."""
+    ledger = entry.ledger()
+    if ledger is None:
+        return
+    with ledger._lock:
+        bucket = ledger._by_storage.get(entry.key)
+        if bucket is entry:
+            del ledger._by_storage[entry.key]
+        elif isinstance(bucket, list):
+            for i, other in enumerate(bucket):
+                if other is entry:
+                    del bucket[i]
+                    break
+            if len(bucket) == 1:
+                ledger._by_storage[entry.key] = bucket[0]
+
+
+def _entries(bucket) -> list[_Entry]:
+    return bucket if isinstance(bucket, list) else [bucket]
+
+
 class SavedLedger:
     """Thread-safe map: storage key -> weakly held records with byte ranges ``[start, end)``."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._by_storage: dict[int, dict[int, tuple[weakref.ref, int, int]]] = {}
+        self._by_storage: dict[int, _Entry | list[_Entry]] = {}
+        self._self_ref = weakref.ref(self)  # shared by every entry: the ledger is never kept alive by them
         self.backward_passes = 0  # distinct backward passes that unpacked something, as seen by the hooks
         self._last_pass_id: object = None
 
     def add(self, record, storage_key: int, start: int, end: int) -> None:
-        rid = id(record)
-
-        def _drop(_ref, storage_key=storage_key, rid=rid, ledger_ref=weakref.ref(self)):
-            ledger = ledger_ref()
-            if ledger is None:
-                return
-            with ledger._lock:
-                bucket = ledger._by_storage.get(storage_key)
-                if bucket is not None:
-                    entry = bucket.get(rid)
-                    if entry is not None and entry[0] is _ref:
-                        del bucket[rid]
-                    if not bucket:
-                        del ledger._by_storage[storage_key]
-
-        ref = weakref.ref(record, _drop)
+        entry = _Entry(record, _drop)
+        entry.ledger, entry.key, entry.start, entry.end = self._self_ref, storage_key, start, end
         with self._lock:
-            self._by_storage.setdefault(storage_key, {})[rid] = (ref, start, end)
+            bucket = self._by_storage.get(storage_key)
+            if bucket is None:
+                self._by_storage[storage_key] = entry
+            elif isinstance(bucket, list):
+                bucket.append(entry)
+            else:
+                self._by_storage[storage_key] = [bucket, entry]
 
     def overlapping(self, storage_key: int, start: int, end: int) -> list:
         """Live records whose memory overlaps ``[start, end)`` of the given storage."""
@@ -54,11 +83,11 @@ class SavedLedger:
             bucket = self._by_storage.get(storage_key)
             if not bucket:
                 return []
-            entries = list(bucket.values())
+            entries = list(_entries(bucket))
         out = []
-        for ref, s, e in entries:
-            if s < end and start < e:
-                record = ref()
+        for entry in entries:
+            if entry.start < end and start < entry.end:
+                record = entry()
                 if record is not None:
                     out.append(record)
         return out
@@ -72,15 +101,15 @@ class SavedLedger:
 
     def live_records(self) -> Iterator:
         with self._lock:
-            entries = [entry for bucket in self._by_storage.values() for entry in bucket.values()]
-        for ref, _s, _e in entries:
-            record = ref()
+            entries = [entry for bucket in self._by_storage.values() for entry in _entries(bucket)]
+        for entry in entries:
+            record = entry()
             if record is not None:
                 yield record
 
     def __len__(self) -> int:
         with self._lock:
-            return sum(len(b) for b in self._by_storage.values())
+            return sum(len(_entries(b)) for b in self._by_storage.values())
 
     def note_backward_pass(self, pass_id: object) -> bool:
         """Count distinct backward passes (by the framework's graph-task id); True when ``pass_id`` is new."""
