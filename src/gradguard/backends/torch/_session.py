@@ -85,10 +85,24 @@ def _aten_name(func) -> str:
 
 
 def _byte_range(t: torch.Tensor) -> tuple[int, int, int]:
+    """(storage key: the storage's base address, first byte, end byte) of the memory ``t`` spans.
+
+    Once per saved tensor and per in-place call: the base address is read as ``data_ptr()`` less the offset,
+    which equals ``untyped_storage().data_ptr()`` without building a storage object (0.9 -> 0.4 us for a
+    contiguous tensor, timeit)."""
     itemsize = t.element_size()
-    span = 1 + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()) if size > 0)
     start = t.storage_offset() * itemsize
-    return t.untyped_storage().data_ptr(), start, start + span * itemsize
+    if t.is_contiguous():
+        span = t.numel()
+        if span == 0:  # an empty tensor's data_ptr may be null: ask the storage
+            return t.untyped_storage().data_ptr(), start, start
+    else:
+        span = 1
+        for size, stride in zip(t.shape, t.stride()):
+            if size == 0:
+                return t.untyped_storage().data_ptr(), start, start
+            span += (size - 1) * stride
+    return t.data_ptr() - start, start, start + span * itemsize
 
 
 def _is_owner(obj: object) -> bool:
