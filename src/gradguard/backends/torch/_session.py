@@ -278,6 +278,7 @@ class TorchGuardSession(ProbeBase):
                 self._hooks = None
 
     # -- hooks -> events -----------------------------------------------------------------------
+    @_step_aside.guard_pack
     def _pack(self, t: torch.Tensor):
         if t.layout != torch.strided or t.is_nested:  # NOTE [Tensors the fingerprint cannot read]
             return self._unwatched(t)
@@ -383,6 +384,7 @@ class TorchGuardSession(ProbeBase):
             self._note_node_site(record)
         return self._emit(TensorUnpacked(record))
 
+    @_step_aside.guard_pack
     def _pack_past_the_gate(self, t: torch.Tensor):
         # A custom Function's saves and backward's unpacks run with the call gate on the function-mode stack
         # (NOTE [Ops at the price of calls]); the guard's own reads of the tensor (version, fingerprint) are not

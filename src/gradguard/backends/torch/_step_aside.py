@@ -26,7 +26,7 @@ from ..._errors import NotWatched
 from ...core._patching import SharedPatches
 from ._compat import TOP_HOOKS
 
-__all__ = ["install", "uninstall", "not_watched", "unreadable_layout"]
+__all__ = ["install", "uninstall", "not_watched", "unreadable_layout", "guard_pack"]
 
 _sessions: list = []
 
@@ -49,14 +49,15 @@ def unreadable_layout(t: torch.Tensor) -> str | None:
     return None
 
 
+def guard_pack(fn):
+    """Mark a session method as a guard's own pack hook (plain, or lifting the call gate): popped for torch.func,
+    unlike a pack composed with the user's hooks, which carries the user's hooks along."""
+    fn._gradguard_guard_pack = True
+    return fn
+
+
 def _pure_guard_hooks(hooks) -> bool:
-    pack = hooks[0]
-    owner = getattr(pack, "__self__", None)
-    # the session's own pack hook (not one composed with the user's hooks): plain, or lifting the call gate
-    return type(owner).__name__ == "TorchGuardSession" and getattr(pack, "__name__", "") in _GUARD_PACKS
-
-
-_GUARD_PACKS = ("_pack", "_pack_past_the_gate")
+    return getattr(hooks[0], "_gradguard_guard_pack", False)  # a bound method reads its function's attributes
 
 
 def _stepping_aside(original):
