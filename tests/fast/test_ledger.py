@@ -65,3 +65,29 @@ def test_the_ledger_keeps_neither_records_nor_itself_alive():
     del ledger
     assert dead_ledger() is None
     del keep  # its entry's callback finds no ledger and does nothing
+
+
+def test_a_record_dying_while_the_lock_is_held_never_deadlocks():
+    # The garbage collector can free a record inside an allocation the ledger makes under its own lock; the weakref
+    # callback then runs on this thread with the lock taken. It must not wait for it (NOTE in core/_ledger.py).
+    import threading
+
+    ledger = SavedLedger()
+    keep, doomed = Record("keep"), Record("doomed")
+    ledger.add(keep, 1, 0, 64)
+    ledger.add(doomed, 1, 0, 64)
+    ledger.add(lone := Record("lone"), 2, 0, 64)
+    finished = threading.Event()
+
+    def die_under_the_lock():
+        nonlocal doomed, lone
+        with ledger._lock:
+            doomed = lone = None  # both callbacks run here, synchronously, with the lock held
+        finished.set()
+
+    worker = threading.Thread(target=die_under_the_lock, daemon=True)
+    worker.start()
+    worker.join(timeout=10)
+    assert finished.is_set(), "the weakref callback waited for the ledger's lock (deadlock)"
+    assert _names(ledger.overlapping(1, 0, 64)) == ["keep"]  # the deferred removal happened first
+    assert not ledger.has_storage(2) and len(ledger) == 1 and not ledger._dead
