@@ -150,3 +150,35 @@ def test_the_wrapper_is_removed_on_exit():
     with gradguard.guard():
         assert torch.autograd.grad is not original
     assert torch.autograd.grad is original
+
+
+def test_a_leaf_dying_while_the_entries_lock_is_held_never_deadlocks():
+    import threading
+
+    from gradguard.backends.torch import _second_order as so
+
+    leaf = torch.ones(2, requires_grad=True)
+    key = -12345  # not a real address: no other entry uses it
+    with so._lock:
+        so.entries[key] = so.Entry(weakref.ref(leaf, lambda ref: so._forget(key, ref)), 0, [False], None)
+    finished = threading.Event()
+
+    def die_under_the_lock():
+        nonlocal leaf
+        with so._lock:
+            leaf = None  # the weakref callback runs here, with the lock held
+        finished.set()
+
+    worker = threading.Thread(target=die_under_the_lock, daemon=True)
+    worker.start()
+    worker.join(timeout=10)
+    try:
+        assert finished.is_set(), "the weakref callback waited for _second_order's lock (deadlock)"
+        assert key in so.entries and key in so._unforgotten
+        with so._lock:
+            so._forget_deferred()  # what the next holder of the lock does first
+        assert key not in so.entries and not so._unforgotten
+    finally:
+        with so._lock:
+            so.entries.pop(key, None)
+            so._unforgotten.clear()
