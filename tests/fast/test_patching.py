@@ -107,3 +107,47 @@ def test_a_guard_leaves_a_profilers_patch_made_inside_it_in_place():
         assert torch.equal(x.grad, torch.full((3,), 2.0))
     finally:
         torch.Tensor.register_hook = real
+
+
+def test_a_second_guard_over_a_left_behind_wrapper_changes_nothing():
+    # After the test above's situation (a profiler's patch over gradguard's, kept at exit), a later guard wraps on
+    # top of the profiler: two gradguard wrappers in the chain. The user's hook still runs once, gradients are
+    # plain ones, and a real bug gives one finding.
+    import pytest
+
+    class Square(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x * x
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            return 2 * x * g
+
+    real = torch.Tensor.register_hook
+    try:
+        with gradguard.guard():
+            found = torch.Tensor.register_hook
+
+            def profiled(self, hook):
+                return found(self, hook)
+
+            torch.Tensor.register_hook = profiled
+        x = torch.randn(4, requires_grad=True)
+        seen = []
+        with gradguard.guard():
+            y = Square.apply(x)
+            y.register_hook(lambda g: seen.append(g.clone()))
+            y.sum().backward()
+        assert len(seen) == 1 and torch.equal(x.grad, 2 * x.detach())
+        z = torch.randn(4, requires_grad=True)
+        with pytest.raises(gradguard.InplaceModificationError) as caught:
+            with gradguard.guard():
+                s = z.sigmoid()
+                s.mul_(2)
+                s.sum().backward()
+        assert str(caught.value).count("modified by an inplace operation") == 1
+    finally:
+        torch.Tensor.register_hook = real
