@@ -69,7 +69,7 @@ def test_the_ledger_keeps_neither_records_nor_itself_alive():
 
 def test_a_record_dying_while_the_lock_is_held_never_deadlocks():
     # The garbage collector can free a record inside an allocation the ledger makes under its own lock; the weakref
-    # callback then runs on this thread with the lock taken. It must not wait for it (NOTE in core/_ledger.py).
+    # callback then runs on this thread with the lock taken. It must not wait for it (NOTE in core/_deferred.py).
     import threading
 
     ledger = SavedLedger()
@@ -90,4 +90,4 @@ def test_a_record_dying_while_the_lock_is_held_never_deadlocks():
     worker.join(timeout=10)
     assert finished.is_set(), "the weakref callback waited for the ledger's lock (deadlock)"
     assert _names(ledger.overlapping(1, 0, 64)) == ["keep"]  # the deferred removal happened first
-    assert not ledger.has_storage(2) and len(ledger) == 1 and not ledger._dead
+    assert not ledger.has_storage(2) and len(ledger) == 1 and not ledger._deferred.pending

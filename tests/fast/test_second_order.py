@@ -174,11 +174,11 @@ def test_a_leaf_dying_while_the_entries_lock_is_held_never_deadlocks():
     worker.join(timeout=10)
     try:
         assert finished.is_set(), "the weakref callback waited for _second_order's lock (deadlock)"
-        assert key in so.entries and key in so._unforgotten
+        assert key in so.entries and so._deferred.pending
         with so._lock:
-            so._forget_deferred()  # what the next holder of the lock does first
-        assert key not in so.entries and not so._unforgotten
+            so._deferred.drain()  # what the next holder of the lock does first
+        assert key not in so.entries and not so._deferred.pending
     finally:
         with so._lock:
+            so._deferred.drain()
             so.entries.pop(key, None)
-            so._unforgotten.clear()

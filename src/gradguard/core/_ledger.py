@@ -16,6 +16,8 @@ import threading
 import weakref
 from typing import Iterator
 
+from ._deferred import DeferredUnderLock
+
 __all__ = ["SavedLedger"]
 
 
@@ -33,25 +35,12 @@ class _Entry(weakref.ref):
     __slots__ = ("ledger", "key", "start", "end")
 
 
-# NOTE [A callback must never wait for the ledger's lock]
-# A record can die while this thread holds the lock: the garbage collector runs inside any allocation, including
-# the ones ``add`` makes under the lock, and frees a graph kept by a reference cycle; its weakref callbacks then
-# run right there. Waiting for the lock would deadlock the user's program. A callback that cannot take the lock
-# at once leaves its entry on ``_dead``; whoever takes the lock next removes it first.
-
-
 def _drop(entry: _Entry) -> None:
-    """The record died: remove its entry (the graph holding it was freed)."""
+    """The record died: remove its entry (the graph holding it was freed). NOTE [A callback must never wait for
+    a lock] (core/_deferred.py)."""
     ledger = entry.ledger()
-    if ledger is None:
-        return
-    if not ledger._lock.acquire(blocking=False):
-        ledger._dead.append(entry)  # atomic; see NOTE above
-        return
-    try:
-        ledger._remove(entry)
-    finally:
-        ledger._lock.release()
+    if ledger is not None:
+        ledger._deferred.run(ledger._remove, entry)
 
 
 def _entries(bucket) -> list[_Entry]:
@@ -65,7 +54,7 @@ class SavedLedger:
         self._lock = threading.Lock()
         self._by_storage: dict[int, _Entry | list[_Entry]] = {}
         self._self_ref = weakref.ref(self)  # shared by every entry: the ledger is never kept alive by them
-        self._dead: list[_Entry] = []  # entries whose record died while the lock was taken (NOTE above)
+        self._deferred = DeferredUnderLock(self._lock)  # removals whose callbacks found the lock taken
         self.backward_passes = 0  # distinct backward passes that unpacked something, as seen by the hooks
         self._last_pass_id: object = None
 
@@ -73,8 +62,7 @@ class SavedLedger:
         entry = _Entry(record, _drop)
         entry.ledger, entry.key, entry.start, entry.end = self._self_ref, storage_key, start, end
         with self._lock:
-            if self._dead:
-                self._purge()
+            self._deferred.drain()
             bucket = self._by_storage.get(storage_key)
             if bucket is None:
                 self._by_storage[storage_key] = entry
@@ -86,8 +74,7 @@ class SavedLedger:
     def overlapping(self, storage_key: int, start: int, end: int) -> list:
         """Live records whose memory overlaps ``[start, end)`` of the given storage."""
         with self._lock:
-            if self._dead:
-                self._purge()
+            self._deferred.drain()
             bucket = self._by_storage.get(storage_key)
             if not bucket:
                 return []
@@ -115,28 +102,18 @@ class SavedLedger:
             elif not bucket:
                 del self._by_storage[entry.key]
 
-    def _purge(self) -> None:
-        """Remove the entries whose callbacks found the lock taken (lock held)."""
-        while self._dead:
-            self._remove(self._dead.pop())
-
-    def _purged(self) -> None:
-        if self._dead:
-            with self._lock:
-                self._purge()
-
     def has_storage(self, storage_key: int) -> bool:
-        self._purged()
+        self._deferred.settle()
         return storage_key in self._by_storage
 
     def any_alive(self) -> bool:
         """Whether any record is alive (empty buckets are dropped when their last record dies)."""
-        self._purged()
+        self._deferred.settle()
         return bool(self._by_storage)
 
     def live_records(self) -> Iterator:
         with self._lock:
-            self._purge()
+            self._deferred.drain()
             entries = [entry for bucket in self._by_storage.values() for entry in _entries(bucket)]
         for entry in entries:
             record = entry()
@@ -145,7 +122,7 @@ class SavedLedger:
 
     def __len__(self) -> int:
         with self._lock:
-            self._purge()
+            self._deferred.drain()
             return sum(len(_entries(b)) for b in self._by_storage.values())
 
     def note_backward_pass(self, pass_id: object) -> bool:

@@ -29,6 +29,7 @@ import torch
 
 from ...core._findings import Finding, SourceLocation, TensorInfo, WriteRecord
 from ...core._frames import user_location
+from ...core._deferred import DeferredUnderLock
 from ...core._internal import log_fallback
 
 __all__ = ["Entry", "entries", "wrap_grad", "note_write", "watch_backward", "finding"]
@@ -87,38 +88,23 @@ def _note(inputs, result) -> None:
         g.grad_fn.register_prehook(_mark(used))
         key = x.untyped_storage().data_ptr()
         with _lock:
-            _forget_deferred()
+            _deferred.drain()
             if len(entries) >= _MAX_ENTRIES:
                 entries.pop(next(iter(entries)))
             entries[key] = Entry(weakref.ref(x, functools.partial(_forget, key)), x._version, used, site)
 
 
-_unforgotten: list[int] = []  # keys whose leaf died while _lock was taken (see _forget)
+_deferred = DeferredUnderLock(_lock)  # NOTE [A callback must never wait for a lock] (core/_deferred.py)
 
 
 def _forget(key: int, _ref) -> None:
-    # A weakref callback may run on a thread that holds _lock (the GC frees a leaf inside an allocation made under
-    # it): waiting would deadlock, so it leaves the key for the next holder (as core/_ledger.py's NOTE [A callback
-    # must never wait for the ledger's lock]).
-    if not _lock.acquire(blocking=False):
-        _unforgotten.append(key)
-        return
-    try:
-        _drop_dead(key)
-    finally:
-        _lock.release()
+    _deferred.run(_drop_dead, key)
 
 
 def _drop_dead(key: int) -> None:
     entry = entries.get(key)
     if entry is not None and entry.leaf() is None:
         del entries[key]
-
-
-def _forget_deferred() -> None:
-    """Drop the entries whose callbacks found _lock taken (_lock held)."""
-    while _unforgotten:
-        _drop_dead(_unforgotten.pop())
 
 
 def wrap_grad(original, active):
@@ -171,7 +157,7 @@ def watch_backward(raise_finding, backward: SourceLocation | None) -> None:
                 continue  # this backward did not reach the parameter
             entry.version_now = leaf._version
             with _lock:
-                _forget_deferred()
+                _deferred.drain()
                 for other, _ in stale:  # one finding per dropped update (the first parameter names it)
                     other_leaf = other.leaf()
                     if other_leaf is not None and entries.get(other_leaf.untyped_storage().data_ptr()) is other:
