@@ -69,15 +69,20 @@ def sample_spans(nbytes: int) -> tuple[tuple[int, int], ...]:
     return tuple((s, s + chunk) for s in starts)
 
 
+def _nbytes(raw) -> int:
+    nbytes = getattr(raw, "nbytes", None)  # numpy arrays and memoryviews say it without a new view
+    return memoryview(raw).nbytes if nbytes is None else nbytes
+
+
 def fingerprint_bytes(raw, mode: str = "full") -> int:
     """xxh3-64 of a C-contiguous buffer's bytes (all of them, or the sample spans)."""
-    view = memoryview(raw).cast("B")
-    if mode == "sample" and view.nbytes > SAMPLE_BYTES:
+    if mode == "sample" and _nbytes(raw) > SAMPLE_BYTES:
+        view = memoryview(raw).cast("B")  # byte offsets for the spans
         hasher = xxhash.xxh3_64()
         for start, end in sample_spans(view.nbytes):
             hasher.update(view[start:end])
         return hasher.intdigest()
-    return xxhash.xxh3_64_intdigest(view)
+    return xxhash.xxh3_64_intdigest(raw)  # the same bytes as its "B" cast, without building the view (~0.25 us)
 
 
 def phrase_fix(finding: Finding, phrasebook: dict[str, str]) -> Finding:

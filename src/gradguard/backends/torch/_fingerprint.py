@@ -226,10 +226,7 @@ def _fingerprint_cpu(t: torch.Tensor, mode: str) -> int:
         span = _span(t)
         return _hash_memory(span.data_ptr(), span.numel() * span.element_size(), mode)
     # gaps (e.g. LSTMCell's gate chunks): hash a packed copy of the values, at most the span's size
-    packed = _packed_values(t)
-    if mode != "sample" or packed.nbytes <= SAMPLE_BYTES:  # the whole copy: its buffer hashed as is
-        return xxhash.xxh3_64_intdigest(packed)
-    return fingerprint_bytes(packed, mode)
+    return fingerprint_bytes(_packed_values(t), mode)
 
 
 def fingerprint(t: torch.Tensor, mode: str = "full"):
