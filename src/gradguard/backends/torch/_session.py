@@ -87,23 +87,27 @@ def _aten_name(func) -> str:
     return func.name().replace("::", ".")  # "aten.add_.Tensor"
 
 
-def _byte_range(t: torch.Tensor) -> tuple[int, int, int]:
-    """(storage key: the storage's base address, first byte, end byte) of the memory ``t`` spans.
+def _storage_key(t: torch.Tensor) -> int:
+    """The ledger's key for ``t``'s memory: its storage's base address. Read as ``data_ptr()`` less the offset,
+    which equals ``untyped_storage().data_ptr()`` without building a storage object (once per saved tensor and
+    per in-place call: 0.9 -> 0.4 us, timeit); an empty tensor's data_ptr may be null, so its storage is asked."""
+    if t.numel() == 0:
+        return t.untyped_storage().data_ptr()
+    return t.data_ptr() - t.storage_offset() * t.element_size()
 
-    Once per saved tensor and per in-place call: the base address is read as ``data_ptr()`` less the offset,
-    which equals ``untyped_storage().data_ptr()`` without building a storage object (0.9 -> 0.4 us for a
-    contiguous tensor, timeit)."""
+
+def _byte_range(t: torch.Tensor) -> tuple[int, int, int]:
+    """(storage key, first byte, end byte) of the memory ``t`` spans; an empty tensor spans nothing."""
     itemsize = t.element_size()
     start = t.storage_offset() * itemsize
+    n = t.numel()
+    if n == 0:
+        return t.untyped_storage().data_ptr(), start, start
     if t.is_contiguous():
-        span = t.numel()
-        if span == 0:  # an empty tensor's data_ptr may be null: ask the storage
-            return t.untyped_storage().data_ptr(), start, start
+        span = n
     else:
         span = 1
-        for size, stride in zip(t.shape, t.stride()):
-            if size == 0:
-                return t.untyped_storage().data_ptr(), start, start
+        for size, stride in zip(t.shape, t.stride()):  # a loop: ~0.25 us less than sum() over a generator
             span += (size - 1) * stride
     return t.data_ptr() - start, start, start + span * itemsize
 
@@ -536,7 +540,7 @@ class TorchGuardSession(ProbeBase):
             return False
 
         def on_saved_storage(t) -> bool:  # a subclass or meta tensor: the op stream decides, as before the gate
-            return not _plain(t) or ledger.has_storage(t.untyped_storage().data_ptr())
+            return not _plain(t) or ledger.has_storage(_storage_key(t))
 
         for values in (args, kwargs.values()):
             for value in values:
