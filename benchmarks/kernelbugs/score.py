@@ -29,6 +29,7 @@ import argparse
 import importlib.util
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -177,12 +178,6 @@ def render(rows, seconds):
     return "\n".join(lines) + "\n"
 
 
-def _median(values):
-    values = sorted(values)
-    mid = len(values) // 2
-    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
-
-
 def _render_gradcheck(rows):
     """The same ops under gradcheck: what a kernel author gets instead, and check_op's time over it."""
     rows = [r for r in rows if "buggy_gradcheck" in r]
@@ -199,7 +194,7 @@ def _render_gradcheck(rows):
         "",
         f"gradcheck (float64 copies of the same inputs) fails on {caught}/{len(rows)} buggy versions and on "
         f"{alarms}/{len(rows)} fixed ones. check_op's time over gradcheck's, per run (both versions, with and without "
-        f"the reference): median **{_median(ratios):.2f}x**, {within}/{len(ratios)} runs within 2x, worst "
+        f"the reference): median **{statistics.median(ratios):.2f}x**, {within}/{len(ratios)} runs within 2x, worst "
         f"{max(ratios):.2f}x.",
         "",
         "| case | gradcheck on the buggy version | gradcheck on the fixed version | gradcheck s (buggy / fixed) | check_op s, reference (buggy / fixed) | check_op s, no reference (buggy / fixed) |",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import types
 
+import pytest
 import torch
 
 import gradguard
@@ -113,8 +114,6 @@ def test_a_second_guard_over_a_left_behind_wrapper_changes_nothing():
     # After the test above's situation (a profiler's patch over gradguard's, kept at exit), a later guard wraps on
     # top of the profiler: two gradguard wrappers in the chain. The user's hook still runs once, gradients are
     # plain ones, and a real bug gives one finding.
-    import pytest
-
     class Square(torch.autograd.Function):
         @staticmethod
         def forward(ctx, x):
