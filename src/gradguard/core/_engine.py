@@ -126,28 +126,94 @@ class Probe(Protocol):
     def restore_after_error(self) -> None: ...  # undo what a failed unpack may have left (Paddle's grad mode)
 
 
+# NOTE [A small record per saved tensor]
+# A record lives as long as the graph that saved its tensor, one per saved tensor (issue 17's target: Python
+# records within 0.2 KiB per saved tensor, measured by benchmarks/bench_records.py). Its Python memory is the
+# record itself, the ``detach()`` alias it keeps (80 bytes, NOTE [What pack keeps] in the torch probe) and the
+# fingerprint (a 64-bit int, 36 bytes). So the record keeps only what every saved tensor has in its own slots:
+# where it was saved (the user's line, the call around it, the producing node) is one ``SavePlace`` shared by
+# every record saved at the same place, and the fields most records never set (a custom function's names, a
+# ctx attribute, logged writes) live in one dict made on first use. Only the ledger's records (write tracking
+# on) take a weak-reference slot. 14 slots took 144 bytes; the six here take 80 (88 with the weak reference).
+
+
+class SavePlace:
+    """Where tensors were saved: the user's line, the user's call around it, and the node that produced them."""
+
+    __slots__ = ("site", "caller", "producer")
+
+    def __init__(self, site, caller, producer):
+        self.site, self.caller, self.producer = site, caller, producer
+
+
+_SAVE_PLACES: dict[tuple, SavePlace] = {}
+_SAVE_PLACES_MAX = 4096  # distinct places kept before the table starts over (records keep their own)
+
+
+def save_place(site, caller, producer) -> SavePlace:
+    """The shared ``SavePlace`` for this place. Keyed by the locations' identities: a ``SavePlace`` in the table
+    holds its locations, so their ids cannot be reused while it is there."""
+    key = (id(site), id(caller), producer)
+    found = _SAVE_PLACES.get(key)
+    if found is None:
+        if len(_SAVE_PLACES) >= _SAVE_PLACES_MAX:
+            _SAVE_PLACES.clear()
+        found = _SAVE_PLACES[key] = SavePlace(site, caller, producer)
+    return found
+
+
+def _seldom(name: str, default=None) -> property:
+    """A record field most records never set, kept in the record's ``_seldom`` dict."""
+
+    def get(record):
+        seldom = record._seldom
+        return default if seldom is None else seldom.get(name, default)
+
+    def set_(record, value):
+        if record._seldom is None:
+            record._seldom = {}
+        record._seldom[name] = value
+
+    return property(get, set_)
+
+
 class SavedRecord:
     """What a pack hook returns; the framework keeps it exactly as long as the graph needs the tensor.
-    Deliberately not a sequence: Paddle's PyLayer would iterate one."""
+    Deliberately not a sequence: Paddle's PyLayer would iterate one. NOTE [A small record per saved tensor]."""
 
-    __slots__ = ("tensor", "version", "fp", "site", "saver", "producer", "custom_function", "caller", "kept_on",
-                 "passes_at_save", "writes", "name_at_write", "reported", "__weakref__")
+    __slots__ = ("tensor", "version", "fp", "where", "passes_at_save", "_seldom")
 
     def __init__(self, tensor, version, fp, site, saver=None, producer=None, custom_function=None, caller=None,
                  kept_on=None, passes_at_save=0):
         self.tensor = tensor
         self.version = version
         self.fp = fp
-        self.site = site
-        self.saver = saver
-        self.producer = producer
-        self.custom_function = custom_function
-        self.caller = caller  # the user's call around ``site`` (the call of the model)
-        self.kept_on = kept_on  # (node, "ctx.x"): kept on a custom function's ctx, checked when its backward starts
+        where = _SAVE_PLACES.get((id(site), id(caller), producer))  # save_place(), inlined: once per saved tensor
+        self.where = where if where is not None else save_place(site, caller, producer)
         self.passes_at_save = passes_at_save  # backward passes seen when it was saved
-        self.writes: list[WriteRecord] | None = None
-        self.name_at_write: str | None = None  # NOTE [Naming a tensor where it is written]
-        self.reported = False
+        self._seldom = None
+        if saver is not None:
+            self.saver = saver
+        if custom_function is not None:
+            self.custom_function = custom_function
+        if kept_on is not None:
+            self.kept_on = kept_on  # (node, "ctx.x"): kept on a custom function's ctx, checked when its backward starts
+
+    site = property(lambda record: record.where.site)
+    caller = property(lambda record: record.where.caller)  # the user's call around ``site`` (the call of the model)
+    producer = property(lambda record: record.where.producer)
+    saver = _seldom("saver")
+    custom_function = _seldom("custom_function")
+    kept_on = _seldom("kept_on")
+    writes: "list[WriteRecord] | None" = _seldom("writes")
+    name_at_write: "str | None" = _seldom("name_at_write")  # NOTE [Naming a tensor where it is written]
+    reported = _seldom("reported", False)
+
+
+class LedgerRecord(SavedRecord):
+    """A record the ledger holds weakly (write tracking on)."""
+
+    __slots__ = ("__weakref__",)
 
 
 _WRITE_LOG_OFF = ("write tracking was off: re-run with track_writes=True (or `gradguard run`) to see which line "
@@ -269,8 +335,9 @@ class GuardEngine:
         t = event.tensor
         mode, own = self.fingerprint_mode, self._own_fingerprint
         fp = None if mode == "off" else own(t, mode) if own is not None else self.fingerprint(t)
-        record = SavedRecord(t, self._version(t), fp, event.location, event.saver, event.producer,
-                             event.custom_function, event.caller, event.kept_on, self.ledger.backward_passes)
+        record = (LedgerRecord if self.track_writes else SavedRecord)(
+            t, self._version(t), fp, event.location, event.saver, event.producer, event.custom_function,
+            event.caller, event.kept_on, self.ledger.backward_passes)
         if self.track_writes:
             span = self.probe.span(t)
             if span is not None:

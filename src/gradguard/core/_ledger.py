@@ -24,23 +24,48 @@ __all__ = ["SavedLedger"]
 # NOTE [A small entry per saved tensor]
 # The ledger holds one entry per live saved tensor, so its size is paid per saved tensor for as long as the
 # graph lives (issue 17's target: records within 0.2 KiB). An entry is one weak reference that carries its own
-# storage key and byte range (a weakref subclass with slots), its callback is one module-level function, and a
-# storage's entries are the entry itself while it is the only one (most storages hold one saved tensor), else a
-# plain list. A closure, a (ref, start, end) tuple and a dict per storage took ~250 bytes per saved tensor.
+# storage key and byte range (a weakref subclass with slots); its callback is one object per ledger, which
+# holds the ledger weakly; a storage's entries are the entry itself while it is the only one (most storages hold
+# one saved tensor), else a plain list. Entries of one storage share one key object, and byte offsets are
+# shared ints (``_shared_int``): a new int is 28-32 bytes, a saved tensor's range is usually one already seen.
+# A closure, a (ref, start, end) tuple and a dict per storage took ~500 bytes per saved tensor; now ~150.
 
 
 class _Entry(weakref.ref):
-    """A weak reference to a record, with where its memory lies and the ledger to drop it from."""
+    """A weak reference to a record, with where its memory lies."""
 
-    __slots__ = ("ledger", "key", "start", "end")
+    __slots__ = ("key", "start", "end")
 
 
-def _drop(entry: _Entry) -> None:
-    """The record died: remove its entry (the graph holding it was freed). NOTE [A callback must never wait for
-    a lock] (core/_deferred.py)."""
-    ledger = entry.ledger()
-    if ledger is not None:
-        ledger._deferred.run(ledger._remove, entry)
+class _DropFrom:
+    """An entry's weakref callback: the record died (the graph holding it was freed), so remove its entry. Holds
+    its ledger weakly: entries never keep the ledger alive. NOTE [A callback must never wait for a lock]
+    (core/_deferred.py)."""
+
+    __slots__ = ("ledger",)
+
+    def __init__(self, ledger: "SavedLedger") -> None:
+        self.ledger = weakref.ref(ledger)
+
+    def __call__(self, entry: _Entry) -> None:
+        ledger = self.ledger()
+        if ledger is not None:
+            ledger._deferred.run(ledger._remove, entry)
+
+
+_SHARED_INTS: dict[int, int] = {}
+
+
+def _shared_int(n: int) -> int:
+    """One int object per value (bounded): byte offsets and sizes repeat across saved tensors."""
+    if -5 <= n <= 256:  # CPython's own small ints
+        return n
+    found = _SHARED_INTS.get(n)
+    if found is None:
+        if len(_SHARED_INTS) >= 4096:
+            _SHARED_INTS.clear()
+        found = _SHARED_INTS[n] = n
+    return found
 
 
 def _entries(bucket) -> list[_Entry]:
@@ -53,22 +78,25 @@ class SavedLedger:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._by_storage: dict[int, _Entry | list[_Entry]] = {}
-        self._self_ref = weakref.ref(self)  # shared by every entry: the ledger is never kept alive by them
+        self._drop = _DropFrom(self)  # every entry's callback
         self._deferred = DeferredUnderLock(self._lock)  # removals whose callbacks found the lock taken
         self.backward_passes = 0  # distinct backward passes that unpacked something, as seen by the hooks
         self._last_pass_id: object = None
 
     def add(self, record, storage_key: int, start: int, end: int) -> None:
-        entry = _Entry(record, _drop)
-        entry.ledger, entry.key, entry.start, entry.end = self._self_ref, storage_key, start, end
+        entry = _Entry(record, self._drop)
+        entry.start, entry.end = _shared_int(start), _shared_int(end)
         with self._lock:
             self._deferred.drain()
             bucket = self._by_storage.get(storage_key)
             if bucket is None:
+                entry.key = storage_key
                 self._by_storage[storage_key] = entry
             elif isinstance(bucket, list):
+                entry.key = bucket[0].key
                 bucket.append(entry)
             else:
+                entry.key = bucket.key
                 self._by_storage[storage_key] = [bucket, entry]
 
     def overlapping(self, storage_key: int, start: int, end: int) -> list:
