@@ -28,7 +28,8 @@ __all__ = ["SavedLedger"]
 # holds the ledger weakly; a storage's entries are the entry itself while it is the only one (most storages hold
 # one saved tensor), else a plain list. Entries of one storage share one key object, and byte offsets are
 # shared ints (``_shared_int``): a new int is 28-32 bytes, a saved tensor's range is usually one already seen.
-# A closure, a (ref, start, end) tuple and a dict per storage took ~500 bytes per saved tensor; now ~150.
+# A closure, a (ref, start, end) tuple and a dict per storage took ~550 bytes per saved tensor; now 130-200
+# (benchmarks/bench_records.py, forensic less sentinel).
 
 
 class _Entry(weakref.ref):
