@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import statistics
 import weakref
 
 import pytest
@@ -20,13 +21,18 @@ _spec.loader.exec_module(bench_records)
 
 SENTINEL = dict(fingerprint="sample", track_writes=False)
 KIB = 1024
+LINKS = (100, 400)
 
 
 @pytest.mark.parametrize("program", list(bench_records.PROGRAMS))
 def test_the_sentinel_keeps_at_most_a_fifth_of_a_kib_per_saved_tensor(program):
     make = bench_records.PROGRAMS[program]
-    sentinel = bench_records.per_saved_tensor(make, lambda: gradguard.guard(**SENTINEL), (25, 100))
-    forensic = bench_records.per_saved_tensor(make, gradguard.guard, (25, 100))
+    # 300 saved tensors between the two graphs and the median of three runs: a one-off allocation in the window
+    # (a cache's first entry) moves the figure by a byte or two, not past the bound (torch 2.13: 171-188 B,
+    # torch 2.4: up to 196 B, its tensor object is 8 bytes larger)
+    sentinel = statistics.median(bench_records.per_saved_tensor(make, lambda: gradguard.guard(**SENTINEL), LINKS)
+                                 for _ in range(3))
+    forensic = bench_records.per_saved_tensor(make, gradguard.guard, LINKS)
     assert 100 < sentinel <= 0.2 * KIB, sentinel  # a record, a detach() alias (80 B) and a fingerprint (36 B)
     assert sentinel < forensic < 0.5 * KIB, forensic  # forensic adds the ledger's entry
 

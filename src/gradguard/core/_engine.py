@@ -131,34 +131,36 @@ class Probe(Protocol):
 # records within 0.2 KiB per saved tensor, measured by benchmarks/bench_records.py). Its Python memory is the
 # record itself, the ``detach()`` alias it keeps (80 bytes, NOTE [What pack keeps] in the torch probe) and the
 # fingerprint (a 64-bit int, 36 bytes). So the record keeps only what every saved tensor has in its own slots:
-# where it was saved (the user's line, the call around it, the producing node) is one ``SavePlace`` shared by
-# every record saved at the same place, and the fields most records never set (a custom function's names, a
-# ctx attribute, logged writes) live in one dict made on first use. Only the ledger's records (write tracking
-# on) take a weak-reference slot. 14 slots took 144 bytes; the six here take 80 (88 with the weak reference).
+# where it was saved (the user's line, the call around it, the producing node, and how many backward passes
+# had run) is one ``SavePlace`` shared by every record saved there in the same pass, and the fields most records
+# never set (a custom function's names, a ctx attribute, logged writes) live in one dict made on first use. Only
+# the ledger's records (write tracking on) take a weak-reference slot. 14 slots took 144 bytes; the five here
+# take 72 (80 with the weak reference). On torch 2.4 the alias is 88 bytes.
 
 
 class SavePlace:
-    """Where tensors were saved: the user's line, the user's call around it, and the node that produced them."""
+    """Where tensors were saved: the user's line, the user's call around it, the node that produced them, and
+    how many backward passes had run by then."""
 
-    __slots__ = ("site", "caller", "producer")
+    __slots__ = ("site", "caller", "producer", "passes_at_save")
 
-    def __init__(self, site, caller, producer):
-        self.site, self.caller, self.producer = site, caller, producer
+    def __init__(self, site, caller, producer, passes_at_save):
+        self.site, self.caller, self.producer, self.passes_at_save = site, caller, producer, passes_at_save
 
 
 _SAVE_PLACES: dict[tuple, SavePlace] = {}
 _SAVE_PLACES_MAX = 4096  # distinct places kept before the table starts over (records keep their own)
 
 
-def save_place(site, caller, producer) -> SavePlace:
-    """The shared ``SavePlace`` for this place. Keyed by the locations' identities: a ``SavePlace`` in the table
-    holds its locations, so their ids cannot be reused while it is there."""
-    key = (id(site), id(caller), producer)
+def save_place(site, caller, producer, passes_at_save) -> SavePlace:
+    """The shared ``SavePlace`` for this place and pass. Keyed by the locations' identities: a ``SavePlace`` in
+    the table holds its locations, so their ids cannot be reused while it is there."""
+    key = (id(site), id(caller), producer, passes_at_save)
     found = _SAVE_PLACES.get(key)
     if found is None:
         if len(_SAVE_PLACES) >= _SAVE_PLACES_MAX:
             _SAVE_PLACES.clear()
-        found = _SAVE_PLACES[key] = SavePlace(site, caller, producer)
+        found = _SAVE_PLACES[key] = SavePlace(site, caller, producer, passes_at_save)
     return found
 
 
@@ -181,16 +183,15 @@ class SavedRecord:
     """What a pack hook returns; the framework keeps it exactly as long as the graph needs the tensor.
     Deliberately not a sequence: Paddle's PyLayer would iterate one. NOTE [A small record per saved tensor]."""
 
-    __slots__ = ("tensor", "version", "fp", "where", "passes_at_save", "_seldom")
+    __slots__ = ("tensor", "version", "fp", "where", "_seldom")
 
     def __init__(self, tensor, version, fp, site, saver=None, producer=None, custom_function=None, caller=None,
                  kept_on=None, passes_at_save=0):
         self.tensor = tensor
         self.version = version
         self.fp = fp
-        where = _SAVE_PLACES.get((id(site), id(caller), producer))  # save_place(), inlined: once per saved tensor
-        self.where = where if where is not None else save_place(site, caller, producer)
-        self.passes_at_save = passes_at_save  # backward passes seen when it was saved
+        where = _SAVE_PLACES.get((id(site), id(caller), producer, passes_at_save))  # save_place(), inlined
+        self.where = where if where is not None else save_place(site, caller, producer, passes_at_save)
         self._seldom = None
         if saver is not None:
             self.saver = saver
@@ -202,6 +203,7 @@ class SavedRecord:
     site = property(lambda record: record.where.site)
     caller = property(lambda record: record.where.caller)  # the user's call around ``site`` (the call of the model)
     producer = property(lambda record: record.where.producer)
+    passes_at_save = property(lambda record: record.where.passes_at_save)  # backward passes seen when it was saved
     saver = _seldom("saver")
     custom_function = _seldom("custom_function")
     kept_on = _seldom("kept_on")
