@@ -3,18 +3,29 @@ scripts under plain Python in one batch process (used by score.py and tests/slow
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
 import sys
 from dataclasses import dataclass
 
-__all__ = ["CASES_DIR", "KINDS", "Case", "load_cases", "key_problems", "run_plain_batch"]
+__all__ = ["CASES_DIR", "KINDS", "SPLITS", "Case", "load_cases", "key_problems", "run_plain_batch", "split_of"]
 
 CASES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cases")
 KINDS = ("inplace_modification", "backward_twice", "leaf_inplace", "view_inplace", "silent_write", "none")
+SPLITS = ("development", "validation")
 _REQUIRED = {"id": str, "source": str, "title": str, "framework": str, "loud": bool, "kind": str,
              "tensor_names": list, "saver_lines": list, "writes": list, "fix_lines": list, "fix": str, "notes": str}
+
+
+# NOTE [The validation split is drawn, not chosen]
+# A case's half is a function of its id alone (the low bit of the first byte of sha256(id)): nobody picks which
+# reports go where, adding a case never moves another, and a tool can compute the split without reading keys.
+# Development cases are what diagnosis and repair work looks at; validation cases are scored only when a piece of
+# work is finished and never tuned to, so the gap between the two halves measures how well the work generalises.
+def split_of(case_id: str) -> str:
+    return SPLITS[hashlib.sha256(case_id.encode("utf-8")).digest()[0] & 1]
 
 
 @dataclass
@@ -25,6 +36,10 @@ class Case:
     @property
     def id(self) -> str:
         return self.key["id"]
+
+    @property
+    def split(self) -> str:
+        return split_of(self.id)
 
     @property
     def buggy(self) -> str:
@@ -130,3 +145,10 @@ def run_plain_batch(paths: list[str], timeout: float = 600) -> dict[str, dict]:
     if proc.returncode != 0:
         raise RuntimeError(f"batch runner failed ({proc.returncode}): {proc.stderr[-2000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+if __name__ == "__main__":  # list each case's half: python benchmarks/realworld/corpus.py [development|validation]
+    wanted = sys.argv[1:] or list(SPLITS)
+    for found in load_cases():
+        if found.split in wanted:
+            print(f"{found.split:<12} {found.id}")

@@ -1,6 +1,11 @@
 """Score gradguard's diagnoses on the real-world corpus (benchmarks/realworld/cases).
 
     .venv/bin/python benchmarks/realworld/score.py [--jobs 2] [--timeout 180] [--only 001,019] [--src DIR]
+                                                   [--split development|validation|all]
+
+The corpus is split in two halves by a hash of each case id (corpus.split_of): work on the development half
+(`--split development`); score the validation half only when a piece of work is finished, and never tune to it.
+Totals are reported for each half and for the whole, so the gap between the halves is visible.
 
 Each case's buggy.py is copied to a temporary folder and run under `python -m gradguard run --json`; the
 findings are compared with the case's key.json. Prints a per-case table and totals, writes results.md and
@@ -39,7 +44,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from corpus import Case, key_problems, load_cases, run_plain_batch  # noqa: E402
+from corpus import SPLITS, Case, key_problems, load_cases, run_plain_batch  # noqa: E402
 
 __all__ = ["main", "score_case"]
 
@@ -187,7 +192,7 @@ def score_case(case: Case, src: str, timeout: float, with_fix: bool) -> dict:
         shutil.copy(case.buggy, script)
         path = os.path.realpath(script)
         findings, code, stderr, seconds = _run_guarded(script, src, timeout)
-    row = {"id": case.id, "kind": key["kind"], "loud": key["loud"], "exit": code, "seconds": round(seconds, 2),
+    row = {"id": case.id, "split": case.split, "kind": key["kind"], "loud": key["loud"], "exit": code, "seconds": round(seconds, 2),
            "n_findings": len(findings), "found_kinds": [f.get("kind") for f in findings],
            "rules": [f.get("rule") for f in findings]}
     texts = [s for f in findings for s in _strings(f)] + [stderr]
@@ -251,12 +256,26 @@ def _mark(value) -> str:
     return "n/a" if value is None else ("yes" if value else "**no**")
 
 
-def render_markdown(rows: list[dict], summary: dict, header: str) -> str:
+def totals_by_split(rows: list[dict]) -> dict:
+    """Totals for the whole run and for each half present in it."""
+    out = {"all": totals(rows)}
+    for split in SPLITS:
+        half = [r for r in rows if r["split"] == split]
+        if half:
+            out[split] = totals(half)
+    return out
+
+
+def render_markdown(rows: list[dict], by_split: dict, header: str) -> str:
     def frac(pair):
         n, d = pair
         return f"{n}/{d} ({100 * n / d:.0f}%)" if d else "n/a"
 
-    out = [f"# gradguard on the real-world corpus\n\n{header}\n", "## Totals\n", "| metric | result |", "|---|---|"]
+    columns = [c for c in ("development", "validation", "all") if c in by_split]
+    if len(columns) == 2:  # one half only: its column equals the whole
+        columns = columns[:1]
+    out = [f"# gradguard on the real-world corpus\n\n{header}\n", "## Totals\n",
+           "| metric | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
     labels = [("raised_loud", "finding raised, loud cases"), ("raised_silent", "finding raised, silent cases"),
               ("kind", "kind right"), ("tensor", "tensor named (parameter/variable name)"),
               ("saver", "saver line (or enclosing call)"), ("writes", "every write line named"),
@@ -264,15 +283,18 @@ def render_markdown(rows: list[dict], summary: dict, header: str) -> str:
               ("fix_silent", "silent cases with a verified fix (gradguard fix refuses to claim one)"),
               ("quiet_on_correct", "no finding on correct programs")]
     for field, label in labels:
-        out.append(f"| {label} | {frac(summary[field])} |")
-    out += [f"| cases with placeholder text | {summary['placeholder_cases']} |",
-            f"| cases with a code suggestion that is not valid Python | {summary['bad_code_cases']} |",
-            f"| cases with GAN wording for non-GAN code | {summary['gan_wording_cases']} |",
-            f"\n{summary['cases']} cases: {summary['loud']} loud, {summary['silent']} silent, "
-            f"{summary['correct_programs']} correct programs.\n",
-            "## Per case\n",
-            "| case | kind | raised | kind ok | tensor (named) | saver (named) | writes | fix line | fix | notes |",
-            "|---|---|---|---|---|---|---|---|---|---|"]
+        out.append(f"| {label} | " + " | ".join(frac(by_split[c][field]) for c in columns) + " |")
+    for field, label in (("placeholder_cases", "cases with placeholder text"),
+                         ("bad_code_cases", "cases with a code suggestion that is not valid Python"),
+                         ("gan_wording_cases", "cases with GAN wording for non-GAN code")):
+        out.append(f"| {label} | " + " | ".join(str(by_split[c][field]) for c in columns) + " |")
+    for c in columns:
+        t = by_split[c]
+        out.append(f"\n{c}: {t['cases']} cases: {t['loud']} loud, {t['silent']} silent, "
+                   f"{t['correct_programs']} correct programs.")
+    out += ["\n## Per case\n",
+            "| case | half | kind | raised | kind ok | tensor (named) | saver (named) | writes | fix line | fix | notes |",
+            "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         notes = []
         if r["placeholders"]:
@@ -286,12 +308,12 @@ def render_markdown(rows: list[dict], summary: dict, header: str) -> str:
         notes.append(f"{r['seconds']:.1f}s")
         if r["kind"] == "none":
             found = ", ".join(k or "?" for k in r["found_kinds"]) or "-"
-            out.append(f"| {r['id']} | none | {'quiet' if r['raised'] else '**' + found + '**'} | | | | | | | "
+            out.append(f"| {r['id']} | {r['split'][:3]} | none | {'quiet' if r['raised'] else '**' + found + '**'} | | | | | | | "
                        f"{'; '.join(notes)} |")
             continue
         tensor = ", ".join(dict.fromkeys(r["tensor_named"]))[:40] or "-"
         out.append(
-            f"| {r['id']} | {r['kind']} | {_mark(r['raised'])} | {_mark(r['kind_ok'])} | {_mark(r['tensor_ok'])} "
+            f"| {r['id']} | {r['split'][:3]} | {r['kind']} | {_mark(r['raised'])} | {_mark(r['kind_ok'])} | {_mark(r['tensor_ok'])} "
             f"({tensor}) | {_mark(r['saver_ok'])} ({','.join(map(str, r['saver_named'])) or '-'}) | "
             f"{r['writes_found']} ({','.join(map(str, r['writes_named'])) or '-'}) | {_mark(r['fixline_ok'])} | "
             f"{_mark(r['fix_ok']) if r['fix_ok'] is not None else r['fix_note']} | {'; '.join(notes)} |")
@@ -316,6 +338,8 @@ def main(argv=None) -> int:
     parser.add_argument("--src", default=os.path.join(REPO, "src"), help="gradguard sources to score (first on PYTHONPATH)")
     parser.add_argument("--out", default=HERE, help="folder for results.md and results.json")
     parser.add_argument("--no-fix", action="store_true", help="skip the `gradguard fix` check")
+    parser.add_argument("--split", choices=SPLITS + ("all",), default="all",
+                        help="score one half only (development while working; validation only when work is done)")
     options = parser.parse_args(argv)
     cases = load_cases()
     problems = {c.id: key_problems(c) for c in cases}
@@ -327,22 +351,25 @@ def main(argv=None) -> int:
     if options.only:
         prefixes = options.only.split(",")
         cases = [c for c in cases if any(c.id.startswith(p) for p in prefixes)]
+    if options.split != "all":
+        cases = [c for c in cases if c.split == options.split]
     with_fix = not options.no_fix and fix_available(options.src)
     start = time.perf_counter()
     with ThreadPoolExecutor(max_workers=options.jobs) as pool:
         rows = list(pool.map(lambda c: score_case(c, options.src, options.timeout, with_fix), cases))
-    summary = totals(rows)
+    by_split = totals_by_split(rows)
     commit = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     header = (f"Scored by `benchmarks/realworld/score.py` against gradguard at `{commit or '?'}` (sources: "
-              f"`{os.path.relpath(options.src, REPO)}`), {len(rows)} cases, {time.perf_counter() - start:.0f} s with "
+              f"`{os.path.relpath(options.src, REPO)}`), {len(rows)} cases ({options.split}), "
+              f"{time.perf_counter() - start:.0f} s with "
               f"{options.jobs} jobs. `gradguard fix`: {'checked' if with_fix else 'not available (fix column n/a)'}.")
-    text = render_markdown(rows, summary, header)
+    text = render_markdown(rows, by_split, header)
     print(text)
     os.makedirs(options.out, exist_ok=True)
     with open(os.path.join(options.out, "results.md"), "w", encoding="utf-8") as handle:
         handle.write(text)
     with open(os.path.join(options.out, "results.json"), "w", encoding="utf-8") as handle:
-        json.dump({"summary": summary, "cases": rows}, handle, indent=1)
+        json.dump({"summary": by_split["all"], "summary_by_split": by_split, "cases": rows}, handle, indent=1)
         handle.write("\n")
     return 0
 
