@@ -47,6 +47,7 @@ from . import _numerical as num
 from ._composition import audit_composition
 from ._mutation import audit_mutation
 from ._op_raised import OpRaised
+from ._arguments import check_vary, discover_arguments
 from ._regimes import REGIME_NAMES, Regime, Spec, build_regimes, shrink_candidates
 from ._report import CheckResult, Failure, OpReport, verdict_order
 from ..core._internal import log_fallback
@@ -66,6 +67,7 @@ DEFAULT_OPTIONS: dict[str, Any] = {
     "reference_factor": 5.0,  # the op may be this many times less accurate than the reference
     "shrink": True,  # look for a smaller reproducing input for failures
     "name": None,  # name shown in the report
+    "vary": None,  # {argument name: False | list of values}: NOTE [Argument regimes]
 }
 # NOTE [Which inputs]
 # Floating-point tensor inputs are differentiated. If some of them have requires_grad=True, only those
@@ -121,6 +123,8 @@ class _Audit:
         self.names = B.parameter_names(fn, len(args))
         self.defaults = B.signature_defaults(fn)
         self.wrt = self._choose_wrt()
+        self.arguments = discover_arguments(B, fn, self.args, self.kwargs)
+        self.vary = check_vary(opts["vary"], self.arguments, B.op_name(fn))
         self.findings: list[Failure] = []
         self.checks: list[CheckResult] = []
         self.notes: list[str] = []
@@ -949,7 +953,7 @@ class _Audit:
                 selected = set(self.opts["regimes"])
                 for name in sorted(selected & set(unsupported)):
                     self.checks.append(CheckResult(f"regime.{name}", name, "skip", unsupported[name]))
-                regimes, skipped = build_regimes(self.B, self.args, self.wrt, self.kwargs, self.defaults,
+                regimes, skipped = build_regimes(self.B, self.args, self.wrt, self.kwargs, self.arguments, self.vary,
                                                  selected - set(unsupported), self.names)
                 for name, why in skipped.items():
                     self.checks.append(CheckResult(f"regime.{name}", name, "skip", why))
@@ -1113,6 +1117,11 @@ class _Audit:
             return
         except OpRaised as exc:
             err = exc.error
+            if regime.new_argument:
+                # NOTE [Argument regimes]: an argument value the op does not support says nothing about its gradients
+                self.checks.append(CheckResult(check, regime.name, "skip",
+                                               f"fn rejects {regime.argument} ({type(err).__name__}: {str(err)[:120]})"))
+                return
             if self.reference is not None and self._reference_raises(regime.args):
                 self.checks.append(CheckResult(check, regime.name, "skip", "regime not applicable: the reference raises on these inputs too"))
                 return
@@ -1148,6 +1157,8 @@ class _Audit:
             text = self.repro(small, regime)
             for f in run.failures:
                 f.message = f"[{f.check}] {f.message} ({regime.description})"
+                if regime.argument:
+                    f.message += f"; fails only with {regime.argument}"
                 f.check = check
                 f.repro = text
             self.findings += run.failures

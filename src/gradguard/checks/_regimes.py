@@ -14,11 +14,12 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from ._arguments import BOUND, Argument, apply_variant, argument_regimes
 
 __all__ = ["Spec", "Regime", "build_regimes", "REGIME_NAMES", "SENTINEL_KWARGS"]
 
@@ -35,9 +36,12 @@ REGIME_NAMES = (
     "singleton_dim",
     "reduction_dim",
     "grad_subset",
+    "flags",
+    "thresholds",
+    "offsets",
+    "arguments",
 )
 SENTINEL_KWARGS = ("ignore_index", "padding_idx")
-_KINK_KWARG = re.compile(r"(^|_)(min|max|threshold|lambd|limit|clip|bound|beta|cutoff|lower|upper)($|_)")
 LARGE_SCALE = 1e3
 NEAR_CONSTANT_SPREAD = 1e-3
 
@@ -59,6 +63,8 @@ class Regime:
     spec: Spec
     kwargs: dict[str, Any] | None = None  # replaces the call's keyword arguments (a different ``dim``)
     wrt: list[int] | None = None  # differentiate only these inputs (the others do not require grad)
+    argument: str | None = None  # an argument regime: the argument value it needs ("`causal=True`")
+    new_argument: bool = False  # it passes fn an argument value the caller did not (fn may reject it: skipped)
 
 
 def _is_pow2(n: int) -> bool:
@@ -81,19 +87,21 @@ def _with(B, args, i, values):
     return out
 
 
-def kink_points(kwargs: dict[str, Any], defaults: dict[str, Any]) -> list[float]:
+def kink_points(arguments: list[Argument]) -> list[float]:
     points = {0.0}
-    for key, value in {**defaults, **kwargs}.items():
+    for a in arguments:
+        key, value = a.name, a.value
         if isinstance(value, bool) or not isinstance(value, (int, float)) or key in SENTINEL_KWARGS:
             continue
-        if _KINK_KWARG.search(key):
+        if BOUND.search(key):
             points.add(float(value))
             if key in ("lambd", "beta", "threshold"):
                 points.add(-float(value))
     return sorted(points)
 
 
-def build_regimes(B, args, wrt, kwargs, defaults, selected, names=None) -> tuple[list[Regime], dict[str, str]]:
+def build_regimes(B, args, wrt, kwargs, arguments: list[Argument], vary: dict, selected, names=None
+                  ) -> tuple[list[Regime], dict[str, str]]:
     """Applicable regimes and, for the others, why they do not apply.
 
     # NOTE [Regimes real bugs needed]
@@ -101,14 +109,11 @@ def build_regimes(B, args, wrt, kwargs, defaults, selected, names=None) -> tuple
     # masks), a ``dim`` other than the last, only some inputs requiring grad (``ctx.needs_input_grad``
     # paths), ignore/padding values passed positionally, and a size-1 dimension among the others (a
     # ``squeeze()`` that drops it: entmax's sparsemax on attention scores shaped (B, 1, L)). ``feature_dim``,
-    # ``singleton_dim``, ``reduction_dim``, ``grad_subset`` and positional sentinels cover them.
+    # ``singleton_dim``, ``grad_subset`` and the argument regimes (NOTE [Argument regimes]) cover them.
     """
     regimes: list[Regime] = []
     skipped: dict[str, str] = {}
     names = list(names or [])
-    # ignore_index / padding_idx passed positionally are sentinels too
-    positional = {n: a for n, a in zip(names, args) if n in SENTINEL_KWARGS and isinstance(a, int) and not isinstance(a, bool)}
-    defaults = {**defaults, **positional}
     tensors = [i for i, a in enumerate(args) if B.is_tensor(a)]
     ints = _int_positions(B, args)
     floats = [i for i in wrt if B.numel(args[i]) >= 1]
@@ -136,7 +141,8 @@ def build_regimes(B, args, wrt, kwargs, defaults, selected, names=None) -> tuple
         else:
             skipped["channels_last"] = "no 4-D input"
 
-    sentinels = {k: v for k, v in {**defaults, **kwargs}.items() if k in SENTINEL_KWARGS and isinstance(v, int) and not isinstance(v, bool)}
+    variants, arg_skipped = argument_regimes(B, args, wrt, names, arguments, vary, set(selected))
+    sentinels = {v.argument.name: v.value for v in variants if v.strategy == "sentinel_indices"}
 
     if want("repeated_indices"):
         cand = [i for i in ints if B.numel(args[i]) >= 2]
@@ -153,26 +159,9 @@ def build_regimes(B, args, wrt, kwargs, defaults, selected, names=None) -> tuple
         else:
             skipped["repeated_indices"] = "no integer input with two or more entries"
 
-    if want("sentinel_indices"):
-        if sentinels and ints:
-            for key, value in sentinels.items():
-                if key == "padding_idx" and value < 0:
-                    continue
-                new = list(args)
-                for i in ints:
-                    v = B.to_numpy(args[i]).reshape(-1).copy()
-                    v[:: 3] = value
-                    new = _with(B, new, i, v)
-                # padding_idx is a convention (the padding row gets no gradient although the forward reads it):
-                # finite differences disagree with it by design.
-                spec = Spec(numerical=key != "padding_idx", convention=key == "padding_idx")
-                regimes.append(Regime("sentinel_indices", f"every third entry of each integer input set to {key}={value}", new, spec))
-        else:
-            skipped["sentinel_indices"] = "fn declares no ignore_index/padding_idx" if not sentinels else "no integer input"
-
     if want("kinks"):
         if floats:
-            points = kink_points(kwargs, defaults)
+            points = kink_points(arguments)
             new = list(args)
             for i in floats:
                 v = B.to_numpy(args[i]).reshape(-1).copy()
@@ -249,23 +238,25 @@ def build_regimes(B, args, wrt, kwargs, defaults, selected, names=None) -> tuple
         else:
             skipped["singleton_dim"] = "no differentiated input with 2+ dimensions, or one already has a size-1 dimension"
 
-    if want("reduction_dim"):
-        merged = {**defaults, **kwargs}
-        dim = merged.get("dim")
-        target = next((i for i in floats if B.ndim(args[i]) >= 2), None)
-        if isinstance(dim, int) and not isinstance(dim, bool) and target is not None and "dim" in kwargs:
-            nd = B.ndim(args[target])
-            other = 0 if dim % nd != 0 else nd - 1
-            regimes.append(Regime("reduction_dim", f"dim={dim} -> dim={other}", list(args), Spec(), kwargs={**kwargs, "dim": other}))
-        else:
-            skipped["reduction_dim"] = "fn takes no dim= keyword in kwargs, or no differentiated input has 2+ dimensions"
-
     if want("grad_subset"):
         if len(floats) >= 2:
             for i in floats:
                 regimes.append(Regime("grad_subset", f"only {names[i] if i < len(names) else i} requires grad", list(args), Spec(), wrt=[i]))
         else:
             skipped["grad_subset"] = "fewer than two differentiated inputs"
+
+    for v in variants:  # NOTE [Argument regimes]
+        try:
+            new_args, new_kwargs = apply_variant(B, args, kwargs, arguments, v)
+        except ValueError as exc:
+            skipped.setdefault(v.strategy, f"{v.description}: {exc}")
+            continue
+        spec = Spec(numerical=v.numerical, convention=v.convention)
+        regimes.append(Regime(v.strategy, v.description, new_args, spec,
+                              kwargs=new_kwargs if new_kwargs != kwargs else None,
+                              argument=v.needs, new_argument=v.value is not v.argument.value))
+    for name, why in arg_skipped.items():
+        skipped.setdefault(name, why)
     return regimes, skipped
 
 
