@@ -31,9 +31,14 @@ import tempfile
 from .core._findings import Finding
 from .report._json import read_findings
 
-__all__ = ["diagnose_by_rerun", "RERUN_ENV", "DEFAULT_RERUN_TIMEOUT", "RerunInterrupted"]
+__all__ = ["diagnose_by_rerun", "in_diagnosing_rerun", "RERUN_ENV", "DEFAULT_RERUN_TIMEOUT", "RerunInterrupted"]
 
 RERUN_ENV = "GRADGUARD_RERUN"
+
+
+def in_diagnosing_rerun() -> bool:
+    """True inside the re-run ``gradguard run`` starts to name a writer (NOTE [The re-run looks for one finding])."""
+    return bool(os.environ.get(RERUN_ENV))
 DEFAULT_RERUN_TIMEOUT = 600.0
 
 

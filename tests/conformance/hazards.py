@@ -1,6 +1,6 @@
 """The cross-framework conformance table: one hazard, the same finding fields expected in every framework.
 
-Each framework's test file (``tests/paddle/test_conformance.py``, ``tests/mindspore/test_conformance.py``)
+Each framework's test file (``tests/paddle/test_paddle_conformance.py``, ``tests/mindspore/test_mindspore_conformance.py``)
 writes the hazards below in its own API and checks its findings with :func:`check_finding`. Where a
 framework's semantics make a hazard impossible (``y += 1`` rebinds in Paddle and MindSpore), the expected
 outcome is "no finding and gradients identical to the unguarded run", and the reason is stated here.

@@ -155,9 +155,12 @@ class ProbeBase:
     def __init__(self, *, fingerprint: str = "full", track_writes: bool = True, bisect: bool = False) -> None:
         import threading
 
+        from .._errors import error_for
+        from .._rerun import in_diagnosing_rerun
         from ..core._engine import GuardEngine
 
-        self.engine = GuardEngine(self, fingerprint=fingerprint, track_writes=track_writes, bisect=bisect)
+        self.engine = GuardEngine(self, error_for=error_for, fingerprint=fingerprint, track_writes=track_writes,
+                                  bisect=bisect, keep_extras=in_diagnosing_rerun)
         self.fingerprint_mode = self.engine.fingerprint_mode
         self.track_writes = self.engine.track_writes
         self._local = threading.local()  # per-thread "inside one of our wrappers" flags

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 import sys
 import threading
 import weakref
@@ -226,7 +225,14 @@ _MORE_STALE = 8  # other stale saved tensors named in one error
 class GuardEngine:
     """Consumes a probe's events; owns records, the ledger, checks, findings and raising."""
 
-    def __init__(self, probe: Probe, *, fingerprint: str = "full", track_writes: bool = True, bisect: bool = False):
+    def __init__(self, probe: Probe, *, error_for: Callable[[str], type], fingerprint: str = "full",
+                 track_writes: bool = True, bisect: bool = False, keep_extras: Callable[[], bool] = lambda: False):
+        # NOTE [The engine raises what it is given]
+        # Which exception class a finding kind becomes (``error_for``), and whether a hazard outside saved tensors
+        # is raised or only recorded (``keep_extras``: true in ``gradguard run``'s diagnosing re-run), are policies
+        # injected by the caller: core imports no error class, renderer or CLI.
+        self._error_for = error_for
+        self._keep_extras = keep_extras
         if bisect:  # bisect needs the write log (to tell explained changes apart) and full fingerprints
             fingerprint, track_writes = "full", True
         self.probe = probe
@@ -245,6 +251,8 @@ class GuardEngine:
         self._version = probe.version
         self._own_fingerprint = getattr(probe, "fingerprint", None)
         self._own_same = getattr(probe, "same_fingerprint", None)
+        # defer_fingerprint_check(record, now) -> bool: compare later, without a host sync (torch on a GPU)
+        self._defer = getattr(probe, "defer_fingerprint_check", None)
         self._allowed_change = getattr(probe, "allowed_change", None)
         self._annotate = getattr(probe, "annotate", None)
         self._name_at_write = getattr(probe, "name_at_write", None)
@@ -381,6 +389,8 @@ class GuardEngine:
         if record.fp is not None:
             own, same = self._own_fingerprint, self._own_same
             now = own(t, self.fingerprint_mode) if own is not None else self.fingerprint(t)
+            if self._defer is not None and type(now) is not int and self._defer(record, now):
+                return None  # a device fingerprint: compared when backward ends (the probe raises then)
             if not (same(now, record.fp) if same is not None else now == record.fp):
                 if self._allowed_change is not None and self._allowed_change(record):
                     record.fp = now
@@ -410,10 +420,8 @@ class GuardEngine:
             elif not record.reported:  # raised once backward returns (NOTE [Raising: at unpack or after backward])
                 record.reported = True
                 finding = self._diagnosed(record, kind)
-                from .._errors import error_for
-
                 with self._lock:
-                    self._pending.append((finding, error_for(kind)))
+                    self._pending.append((finding, self._error_for(kind)))
         return record.tensor
 
     def _backward_started(self, event: BackwardStarted) -> None:
@@ -445,28 +453,29 @@ class GuardEngine:
             self.raise_record(record, "unchecked_write")
 
     # -- findings ---------------------------------------------------------------------------------
-    def _diagnosed(self, record: SavedRecord, kind: str, note: str | None = None, context: dict | None = None):
+    def _diagnosed(self, record: SavedRecord, kind: str, note: str | None = None, context: dict | None = None,
+                   saver: tuple | None = None):
         t = record.tensor
 
         def build() -> Finding:
-            finding = self.build_finding(record, kind, context=context)
+            finding = self.build_finding(record, kind, current=saver is None, context=context, saver=saver)
             if note:
                 finding.notes.append(note)
             return finding
 
         return diagnose_or_fallback(build, kind=kind, shape=t.shape, dtype=t.dtype, backend=self.probe.backend)
 
-    def raise_record(self, record: SavedRecord, kind: str, note: str | None = None, context: dict | None = None):
+    def raise_record(self, record: SavedRecord, kind: str, note: str | None = None, context: dict | None = None,
+                     saver: tuple | None = None):
         """Build the finding of a stale record and raise it, with every other stale saved tensor whose write was
-        seen (``inplace_modification``)."""
-        finding = self._diagnosed(record, kind, note, context)
+        seen (``inplace_modification``). ``saver``: (node, argument) when no node is unpacking the record now
+        (a comparison made when backward ended)."""
+        finding = self._diagnosed(record, kind, note, context, saver)
         others = self._other_stale_findings(record, finding) if kind == "inplace_modification" else []
         with self._lock:
             self.findings.append(finding)
             self.findings.extend(others)
-        from .._errors import error_for
-
-        error = error_for(kind)(finding)
+        error = self._error_for(kind)(finding)
         error.findings = [finding, *others]
         raise error
 
@@ -480,17 +489,13 @@ class GuardEngine:
 
     def raise_finding(self, finding: Finding):
         """Diagnose and raise a finding a probe built itself."""
-        from .._errors import error_for
-
-        raise error_for(finding.kind)(self.keep(finding))  # the error's findings: [finding]
+        raise self._error_for(finding.kind)(self.keep(finding))  # the error's findings: [finding]
 
     def report_extra(self, finding: Finding) -> None:
         """A hazard outside saved tensors (a module writing its caller's input, a dropped inner update): raised,
         except in ``gradguard run``'s diagnosing re-run, which looks for the first run's finding; there it is
         recorded and the program goes on to reach that finding (NOTE [The re-run looks for one finding])."""
-        from .._rerun import RERUN_ENV
-
-        if os.environ.get(RERUN_ENV):
+        if self._keep_extras():
             self.keep(finding)
             return
         self.raise_finding(finding)
@@ -554,9 +559,10 @@ class GuardEngine:
         return out
 
     def build_finding(self, record: SavedRecord, kind: str, current: bool = True,
-                      context: dict | None = None) -> Finding:
+                      context: dict | None = None, saver: tuple | None = None) -> Finding:
         """The finding of a stale record. ``current``: the framework is unpacking this record now (its graph
-        node is the one running); False for the other stale records named in the same error."""
+        node is the one running); False for the other stale records named in the same error. ``saver``: the
+        (node, argument) that unpacked it, when known without the node running."""
         probe = self.probe
         t = record.tensor
         tensor = probe.describe(t)
@@ -566,7 +572,7 @@ class GuardEngine:
             tensor.role = "leaf" if record.producer == "leaf" else "activation"
             if tensor.name is None:
                 tensor.name = record.name_at_write
-        node, argument = record.kept_on or (probe.saver(record, tensor) if current else (None, None))
+        node, argument = record.kept_on or saver or (probe.saver(record, tensor) if current else (None, None))
         finding = Finding(
             kind=kind,
             tensor=tensor,

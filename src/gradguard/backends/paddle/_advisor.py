@@ -48,7 +48,7 @@ from ...core._findings import SourceLocation
 from ._advisor_record import MEMORY_METHOD_CPU, MEMORY_METHOD_GPU, _Call, _Operand, _Patches, _Run, candidate_ops
 from ._advisor_state import _difference, _Meter, _Outcome, _State, _Step
 
-__all__ = ["advise_paddle", "RULES", "candidate_ops"]
+__all__ = ["advise_paddle", "candidate_ops"]
 
 
 # -- rules ------------------------------------------------------------------------------------------------
