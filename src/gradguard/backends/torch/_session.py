@@ -23,7 +23,10 @@ graph nodes and their argument names, the forward lines of freed graphs.
 # stack (segfault, measured on torch 2.13 with a 60k-op chain; plain PyTorch code that reads ``grad_fn`` on
 # every step crashes the same way). Pack therefore asks ``is_leaf`` (no Python node object) and reads the
 # producer's name for at most ``_PRODUCER_NAMES`` saves per backward pass; later saves of a very long forward
-# go without "output of X" in their finding, nothing else changes.
+# go without "output of X" in their finding, nothing else changes. ``torch._C._current_autograd_node()`` makes
+# the same Python object for the node that is unpacking, so the unpack hook asks it for at most
+# ``_PRODUCER_NAMES`` unpacks per backward pass too (NOTE [Where a freed graph was made]): a 100k-op graph freed
+# inside a function segfaulted with one per unpack.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from ...core._data_statements import may_write_data
 from .._adapter import ProbeBase
 from . import (_attribution, _backward_calls, _call_gate, _compat, _data_in_forward, _function_hygiene, _module_inputs,
                _second_order, _step_aside, _user_hooks)
+from . import _device_check
 from ._fingerprint import fingerprint as _fingerprint
 from ._fingerprint import same as _same_fingerprint
 from ._naming import name_by_variable, name_in_writing_frame, name_tensor
@@ -190,6 +194,7 @@ class TorchGuardSession(ProbeBase):
         self._attribution = False
         self._triton_pending = False
         self._names_pass, self._names_left = -1, _PRODUCER_NAMES
+        self._sites_pass, self._sites_left = -1, _PRODUCER_NAMES  # nodes asked for per backward pass (_note_node_site)
         self._user_hooks = False
         # (node name, sequence number) -> (forward line of its first saved tensor, backward pass that unpacked it):
         # names the forward of a graph part an earlier backward freed (NOTE [Where a freed graph was made]).
@@ -431,6 +436,14 @@ class TorchGuardSession(ProbeBase):
         # neither its saved tensors nor gradguard's records of them. While a backward unpacks, the node running is
         # known: keep its forward line under (name, sequence number), which a node keeps for life, so the eager
         # diagnosis can name the line that made the freed part the failing backward reached (~0.3 us per unpack).
+        # Only the first ``_PRODUCER_NAMES`` unpacks of a pass ask (NOTE [Reading grad_fn crashes deep graphs]);
+        # a longer backward names the freed part only where it is within those nodes.
+        passes = self.engine.ledger.backward_passes
+        if passes != self._sites_pass:
+            self._sites_pass, self._sites_left = passes, _PRODUCER_NAMES
+        if self._sites_left <= 0:
+            return
+        self._sites_left -= 1
         node = torch._C._current_autograd_node()
         if node is None:
             return
@@ -677,6 +690,7 @@ class TorchGuardSession(ProbeBase):
         return _fingerprint(t, mode) if _plain(t) else None
 
     same_fingerprint = staticmethod(_same_fingerprint)
+    defer_fingerprint_check = _device_check.defer  # NOTE [No host sync per saved tensor] (_device_check.py)
     name_at_write = staticmethod(name_in_writing_frame)  # NOTE [Naming a tensor where it is written]
 
     # describe(): ProbeBase's (a module's parameter or buffer, else the user variable holding it: `out`, `labels`)
