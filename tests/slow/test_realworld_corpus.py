@@ -11,7 +11,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks", "realworld"))
 
-from corpus import KINDS, key_problems, load_cases, run_plain_batch  # noqa: E402
+from corpus import KINDS, SPLITS, key_problems, load_cases, run_plain_batch, split_of  # noqa: E402
 
 pytestmark = pytest.mark.slow
 CASES = load_cases()
@@ -31,6 +31,18 @@ def test_corpus_size_and_coverage():
     assert set(kinds) == set(KINDS), sorted(set(KINDS) - set(kinds))
     assert len({c.key["source"] for c in hazards}) == len(hazards), "each hazard reproduces a different report"
     assert len({c.id for c in CASES}) == len(CASES)
+
+
+def test_both_halves_hold_every_class_of_case():
+    """The development/validation split is drawn from the case id (never chosen) and each half has loud hazards,
+    silent hazards and correct programs, so each half's figures mean something."""
+    assert split_of("001_recurrence_in_preallocated_vector") == split_of("001_recurrence_in_preallocated_vector")
+    for split in SPLITS:
+        half = [c for c in CASES if c.split == split]
+        assert len(half) >= len(CASES) // 3, (split, len(half))
+        assert any(c.key["loud"] for c in half), split
+        assert any(c.correct for c in half), split
+        assert any(not c.key["loud"] and not c.correct for c in half), split
 
 
 def test_every_key_is_well_formed():
