@@ -13,7 +13,7 @@ import gradguard  # noqa: E402
 def show(title: str, fn, *inputs, **options):
     from rich.console import Console
 
-    console = Console(width=120)
+    console = Console()  # the width it is given: COLUMNS, else the terminal, else 80
     console.rule(title)
     report = gradguard.check_op(fn, *inputs, **options)
     console.print(report)

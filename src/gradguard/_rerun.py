@@ -30,6 +30,7 @@ import tempfile
 
 from .core._findings import Finding
 from .report._json import read_findings
+from .report._text import wrap_notice
 
 __all__ = ["diagnose_by_rerun", "in_diagnosing_rerun", "RERUN_ENV", "DEFAULT_RERUN_TIMEOUT", "RerunInterrupted"]
 
@@ -54,10 +55,17 @@ def _modes_for(finding: Finding) -> list[str]:
     return ["forensic", "bisect"] if finding.kind in ("silent_write", "unchecked_write") else ["forensic"]
 
 
-def _run_child(command: list[str], cwd: str, timeout: float) -> bool:
-    """Run the re-run child; True when it finished within ``timeout``. Kills it on timeout, SIGINT, SIGTERM."""
-    child = subprocess.Popen(command, cwd=cwd, env={**os.environ, RERUN_ENV: "1"}, stdin=subprocess.DEVNULL,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+def _run_child(command: list[str], cwd: str, timeout: float, stdin_source: bytes | None = None) -> bool:
+    """Run the re-run child; True when it finished within ``timeout``. Kills it on timeout, SIGINT, SIGTERM.
+    Its stdin is empty, or ``stdin_source`` for a program read from stdin (``gradguard run -``: python reads all
+    of stdin as the source, so the script itself then reads an empty stdin, as here)."""
+    with tempfile.TemporaryFile() as source:
+        if stdin_source is not None:
+            source.write(stdin_source)
+            source.seek(0)
+        child = subprocess.Popen(command, cwd=cwd, env={**os.environ, RERUN_ENV: "1"},
+                                 stdin=subprocess.DEVNULL if stdin_source is None else source,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
     def on_signal(signum, _frame):
         raise RerunInterrupted(signum)
@@ -91,25 +99,27 @@ def _run_child(command: list[str], cwd: str, timeout: float) -> bool:
 
 
 def diagnose_by_rerun(finding: Finding, program: list[str], args: list[str], fingerprint: str, *, cwd: str,
-                      timeout: float = DEFAULT_RERUN_TIMEOUT) -> list[Finding] | None:
+                      timeout: float = DEFAULT_RERUN_TIMEOUT,
+                      stdin_source: bytes | None = None) -> list[Finding] | None:
     """The same finding with its writers named, from a re-run of ``program`` (``[script]`` or ``["-m", mod]``)
     started in ``cwd``, followed by the other stale tensors that re-run found already overwritten (PyTorch stops
     at the first; NOTE [All hazards in one error]); None if not reproduced (then a note on ``finding`` says why)."""
     if os.environ.get(RERUN_ENV):
         return None
     shown = " ".join(program)
-    print(f"gradguard: re-running {shown} with write tracking to name the writer (its side effects happen "
-          f"again; at most {timeout:g} s; --no-rerun skips this)", file=sys.stderr, flush=True)
+    sys.stderr.write(wrap_notice(f"re-running {shown} with write tracking to name the writer (its side effects "
+                                 f"happen again; at most {timeout:g} s; --no-rerun skips this)"))
+    sys.stderr.flush()
     for mode in _modes_for(finding):
         found = []
         with tempfile.TemporaryDirectory(prefix="gradguard-rerun-") as tmp:
             out = os.path.join(tmp, "findings.json")
             command = [sys.executable, "-m", "gradguard", "run", "--mode", mode, "--fingerprint", fingerprint,
                        "--json", out, *program, *args]
-            if not _run_child(command, cwd, timeout):
+            if not _run_child(command, cwd, timeout, stdin_source):
                 note = (f"the re-run to name the writer was stopped after {timeout:g} s (--rerun-timeout); "
                         "this is the first run's finding")
-                print(f"gradguard: {note}", file=sys.stderr)
+                sys.stderr.write(wrap_notice(note))
                 finding.notes.append(note)
                 return None
             try:

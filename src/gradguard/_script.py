@@ -9,6 +9,12 @@
 # what ``python script.py`` / ``python -m mod`` (runpy) do: a fresh ``types.ModuleType("__main__")`` installed
 # in ``sys.modules`` for the rest of the process, with ``__file__`` / ``__spec__`` as Python sets them (spawn
 # children re-import the main module from these).
+#
+# NOTE [What python runs]
+# ``python PATH`` runs a file; a directory or a zip archive (a zipapp) whose ``__main__.py`` it imports with
+# PATH first on sys.path (runpy.run_path's rule: PATH has an importer); ``python -`` the source read from stdin,
+# compiled as ``<stdin>``, with '' first on sys.path. gradguard follows the same rules, so whatever python
+# starts, ``gradguard run`` starts the same way.
 """
 
 from __future__ import annotations
@@ -46,20 +52,34 @@ class Program:
     spec: object = None
     args: list = field(default_factory=list)
     keep: list = field(default_factory=list)
+    stdin_source: bytes | None = None  # ``gradguard run -``: the source read from stdin (a re-run needs it again)
 
     @property
     def command_words(self) -> list[str]:
-        """How to name this program again on a command line (``-m mod`` or the path)."""
+        """How to name this program again on a command line (``-m mod``, the path, or ``-``)."""
         return ["-m", self.target] if self.is_module else [self.target]
+
+    @property
+    def input_files(self) -> list[str]:
+        """The files this program is read from (a report must never overwrite one)."""
+        if self.stdin_source is not None:
+            return []
+        candidates = [self.origin] + ([] if self.is_module else [os.path.abspath(self.target)])  # a zip archive
+        return [path for path in dict.fromkeys(candidates) if os.path.isfile(path)]
 
     def install_main(self, args: list[str]) -> dict:
         """Make this program the process's ``__main__`` (argv, sys.path[0], sys.modules); its globals."""
         module = types.ModuleType("__main__")
         module.__dict__["__builtins__"] = builtins  # the module, as in Python's own __main__ (not a dict)
-        if self.is_module:
+        if self.spec is not None:  # -m module, or a directory / zip archive's __main__
             spec = self.spec
             module.__dict__.update(__file__=self.origin, __cached__=getattr(spec, "cached", None),
                                    __loader__=spec.loader, __package__=spec.parent, __spec__=spec)
+        elif self.stdin_source is not None:
+            from importlib.machinery import BuiltinImporter
+
+            module.__dict__.update(__file__="<stdin>", __cached__=None, __loader__=BuiltinImporter,
+                                   __package__=None, __spec__=None)
         else:
             module.__dict__.update(__file__=self.origin, __cached__=None, __loader__=None, __package__=None,
                                    __spec__=None)
@@ -80,7 +100,21 @@ def load_program(target: str, is_module: bool) -> Program:
         except _ModuleNotRunnable as error:
             raise ProgramError(f"{sys.executable}: {error}", 1) from None
         return Program(target, True, os.path.abspath(spec.origin), code, spec)
-    path = os.path.abspath(target)  # like `python script.py` since 3.9: code and __file__ use the absolute path
+    if target == "-":
+        source = sys.stdin.buffer.read()
+        code = compile(source, "<stdin>", "exec")
+        sys.path[0] = ""
+        return Program(target, False, "<stdin>", code, stdin_source=source)
+    path = os.path.abspath(target)
+    from pkgutil import get_importer
+
+    if os.path.exists(path) and get_importer(path) is not None:  # a directory or zip archive with __main__.py
+        sys.path[0] = path
+        try:
+            _name, spec, code = runpy._get_main_module_details(_ModuleNotRunnable)
+        except _ModuleNotRunnable as error:
+            raise ProgramError(f"gradguard: {error}", 1) from None
+        return Program(target, False, spec.origin, code, spec)  # like `python script.py` since 3.9: code and __file__ use the absolute path
     if not os.path.isfile(path):
         # The same words and exit code as `python missing.py`.
         raise ProgramError(f"gradguard: can't open file {path!r}: [Errno 2] No such file or directory", 2)

@@ -30,10 +30,36 @@ def trim_traceback(tb: types.TracebackType | None) -> types.TracebackType | None
 
 def format_user_exception(error: BaseException) -> str:
     """Format like Python's default hook, with plumbing frames removed from every exception in the chain."""
+    for current in _chain(error):
+        current.__traceback__ = trim_traceback(current.__traceback__)
+    return "".join(traceback.format_exception(error))
+
+
+def call_users_excepthook(error: BaseException) -> bool:
+    """Hand an uncaught ``error`` to the ``sys.excepthook`` the script installed (rich's traceback, Sentry,
+    loguru), as python does; False when the hook is Python's own (the caller prints the traceback itself).
+
+    The hook gets the trimmed traceback. If the hook raises, the two errors are printed as Python prints them.
+    """
+    import sys
+
+    hook = sys.excepthook
+    if hook is sys.__excepthook__:
+        return False
+    for current in _chain(error):
+        current.__traceback__ = trim_traceback(current.__traceback__)
+    try:
+        hook(type(error), error, error.__traceback__)
+    except BaseException as failure:  # Python's words when a hook fails (sys.excepthook's documentation)
+        sys.stderr.write("Error in sys.excepthook:\n" + "".join(traceback.format_exception(failure))
+                         + "\nOriginal exception was:\n" + "".join(traceback.format_exception(error)))
+    return True
+
+
+def _chain(error: BaseException):
     seen = set()
     current: BaseException | None = error
     while current is not None and id(current) not in seen:
         seen.add(id(current))
-        current.__traceback__ = trim_traceback(current.__traceback__)
+        yield current
         current = current.__cause__ or (None if current.__suppress_context__ else current.__context__)
-    return "".join(traceback.format_exception(error))

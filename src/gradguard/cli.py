@@ -4,23 +4,18 @@ under the guard, and explain any gradient hazard it hits."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 
+from ._cli_args import report_path_problem, seconds
 from ._overlay import COVERAGE_ENV
 from ._rerun import DEFAULT_RERUN_TIMEOUT
 
 __all__ = ["main"]
 
 
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
-    return value
+_seconds = seconds  # the name the options below (and other helpers' options) use
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -98,47 +93,99 @@ def _report_targets(options) -> list[tuple[str, str]]:
 def _check_report_paths(options, program) -> str | None:
     """Why a report path cannot be used (checked before the script runs, so a typo costs no training run);
     None when they are fine. A report never overwrites the script or a file named among its arguments."""
-    targets = _report_targets(options)
-    if len(targets) == 2 and os.path.abspath(targets[0][1]) == os.path.abspath(targets[1][1]):
-        return (f"--json and --html name the same file {targets[0][1]!r}: each report needs its own file")
-    inputs = [program.origin, *(arg for arg in program.args if os.path.isfile(arg))]
-    for flag, path in targets:
-        full = os.path.abspath(path)
-        if os.path.isdir(full):
-            return f"argument {flag}: {path!r} is a directory; expected a file name"
-        folder = os.path.dirname(full)
-        if not os.path.isdir(folder):
-            return f"argument {flag}: the directory {folder!r} does not exist; create it or choose another path"
-        if not os.access(folder, os.W_OK) or (os.path.exists(full) and not os.access(full, os.W_OK)):
-            return f"argument {flag}: {path!r} is not writable"
-        for source in inputs:
-            if os.path.exists(full) and os.path.samefile(full, source):
-                return (f"argument {flag}: {path!r} is the file being run or one of its arguments; "
-                        "gradguard never writes a report over an input file (did you swap the arguments?)")
-    return None
+    inputs = [*program.input_files, *(arg for arg in program.args if os.path.isfile(arg))]
+    return report_path_problem(_report_targets(options), inputs)
 
 
-def _write_json(path: str | None, findings, script: str, options=None, exit_code: int | None = None) -> None:
+def _json_text(findings, script: str) -> str:
     # Under torchrun: findings tagged with the rank, one file per rank (report.rank1.json, report.rank1.html).
-    from .integrations.distributed import rank_info, rank_path, tag_findings
+    from .integrations.distributed import rank_info, tag_findings
+    from .report._json import findings_to_json
 
     info = rank_info()
     tag_findings(findings, info)
     extra = {"rank": info.rank, "world_size": info.world_size} if info else {}
-    if path:
-        from .report._json import findings_to_json
+    return findings_to_json(findings, script=script, **extra)
 
-        with open(rank_path(path, info), "w", encoding="utf-8") as handle:
-            handle.write(findings_to_json(findings, script=script, **extra))
+
+def _replace_file(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` whole or not at all: a reader (or a process killed mid-write) never sees half."""
+    partial = f"{path}.{os.getpid()}.partial"
+    try:
+        with open(partial, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(partial, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(partial)
+        raise
+
+
+def _report_failed(flag: str, path: str, error: BaseException) -> None:
+    # Checked writable before the run; a later failure (disk full, directory removed) costs the report, never the
+    # script's exit code, and is said on stderr.
+    from .report._text import wrap_notice
+
+    sys.stderr.write(wrap_notice(f"could not write the {flag} report to {path!r} ({type(error).__name__}: "
+                                 f"{error}); the run itself is unaffected"))
+
+
+def _write_json(path: str | None, findings, script: str, options=None, exit_code: int | None = None) -> None:
+    from .integrations.distributed import rank_info, rank_path
+
+    info = rank_info()
+    if path:
+        target = rank_path(path, info)
+        try:
+            _replace_file(target, _json_text(findings, script))
+        except OSError as error:
+            _report_failed("--json", target, error)
     html = getattr(options, "html", None)
     if html:
         from .report._html import render_html
+        from .report._text import wrap_notice
 
         target = rank_path(html, info)
-        with open(target, "w", encoding="utf-8") as handle:
-            handle.write(render_html(findings, script=script, rank=info.rank if info else None,
-                                     world_size=info.world_size if info else None, exit_code=exit_code))
-        print(f"gradguard: HTML report: {os.path.abspath(target)}", file=sys.stderr)
+        try:
+            _replace_file(target, render_html(findings, script=script, rank=info.rank if info else None,
+                                              world_size=info.world_size if info else None, exit_code=exit_code))
+        except OSError as error:
+            _report_failed("--html", target, error)
+        else:
+            sys.stderr.write(wrap_notice(f"HTML report: {os.path.abspath(target)}"))
+
+
+# NOTE [The JSON report is written as findings occur]
+# A script may catch the hazard's error and leave by os._exit (a launcher, a watchdog), or be killed: no code of
+# ours runs after that. So with --json the file is rewritten (whole, by rename) each time the guard records a
+# finding, not only at the end; the end writes it once more with what the run's last moments added.
+class _Recorded(list):
+    """The guard's findings list, calling ``on_change(self)`` after each finding added."""
+
+    def __init__(self, items, on_change):
+        super().__init__(items)
+        self._on_change = on_change
+
+    def append(self, item) -> None:
+        super().append(item)
+        self._on_change(self)
+
+    def extend(self, items) -> None:
+        super().extend(items)
+        self._on_change(self)
+
+
+def _live_json(path: str, script: str):
+    """The ``on_change`` that writes the JSON report of ``path``; it never raises into the guard's hooks."""
+    from .integrations.distributed import rank_info, rank_path
+
+    def write(findings) -> None:
+        try:
+            _replace_file(rank_path(path, rank_info()), _json_text(list(findings), script))
+        except Exception as error:  # called inside the framework's hooks: say it, never raise there
+            _report_failed("--json", path, error)
+
+    return write
 
 
 class _GuardOnFrameworkImport:
@@ -146,10 +193,11 @@ class _GuardOnFrameworkImport:
     if one already is), so no framework is imported before the script asks for one. See the NOTE in
     ``gradguard.backends``."""
 
-    def __init__(self, block):
+    def __init__(self, block, on_finding=None):
         self.block = block
         self.entered = False
         self._watch = None
+        self._on_finding = on_finding
 
     def _enter(self, backend: str) -> None:
         import threading
@@ -167,6 +215,9 @@ class _GuardOnFrameworkImport:
                   file=sys.stderr)
             return
         self.entered = True
+        engine = getattr(getattr(self.block, "session", None), "engine", None)
+        if self._on_finding is not None and type(getattr(engine, "findings", None)) is list:
+            engine.findings = _Recorded(engine.findings, self._on_finding)
         if backend == "torch" and os.environ.get(COVERAGE_ENV):  # a `gradguard fix` run
             from .backends.torch._coverage import install_coverage_probe
 
@@ -234,7 +285,7 @@ def run_script(options) -> int:
 
     from . import guard
     from ._errors import GradientHazardError
-    from ._traceback import format_user_exception
+    from ._traceback import call_users_excepthook, format_user_exception
 
     mode = "sentinel" if options.no_track_writes else options.mode
     from .integrations.distributed import rank_info
@@ -254,8 +305,9 @@ def run_script(options) -> int:
     rank_report = report_on_termination(
         lambda code: _write_json(options.json, guard_block.findings, script, options, code), rank_info())
     globals_ = program.install_main(args)
+    live = _live_json(options.json, script) if options.json else None
     try:
-        with _GuardOnFrameworkImport(guard_block):
+        with _GuardOnFrameworkImport(guard_block, on_finding=live):
             exec(program.code, globals_)
     except SystemExit as stop:
         rank_report.write()
@@ -279,7 +331,7 @@ def run_script(options) -> int:
 
             try:
                 better = diagnose_by_rerun(finding, program.command_words, args, options.fingerprint, cwd=cwd,
-                                           timeout=options.rerun_timeout)
+                                           timeout=options.rerun_timeout, stdin_source=program.stdin_source)
             except RerunInterrupted as stop:  # Ctrl-C / SIGTERM during the re-run: the first run's finding
                 better, exit_code = None, 128 + stop.signum
             if better:
@@ -287,12 +339,15 @@ def run_script(options) -> int:
                 guard_block.findings = [first if f is finding else f for f in guard_block.findings] + others
                 finding = first
         tag_findings([finding], info)
-        sys.stderr.write(_traceback_head(error))
+        if not call_users_excepthook(error):
+            sys.stderr.write(_traceback_head(error))
         print_findings([finding], sys.stderr, type(error).__name__ + (f" on rank {info.rank}" if info else ""))
         exit_code = exit_code or 1
-    except BaseException as error:  # the user's own error: their traceback, Python's exit code
+    except BaseException as error:  # the user's own error: their traceback (or their excepthook), Python's exit code
         sys.stdout.flush()
-        sys.stderr.write(format_user_exception(error) + _missing_framework_hint(error))
+        if not call_users_excepthook(error):
+            sys.stderr.write(format_user_exception(error))
+        sys.stderr.write(_missing_framework_hint(error))
         exit_code = 1
     rank_report.write(exit_code)
     sys.stdout.flush()
@@ -305,8 +360,10 @@ def _usage_error(message: str) -> int:
     """``gradguard run: error: ...`` with the usage line, exit status 2 (argparse's convention)."""
     parser = _parser()
     run = next(action for action in parser._subparsers._group_actions).choices["run"]
+    from .report._text import wrap_notice
+
     run.print_usage(sys.stderr)
-    print(f"{run.prog}: error: {message}", file=sys.stderr)
+    sys.stderr.write(wrap_notice(message, prefix=f"{run.prog}: error: "))
     return 2
 
 

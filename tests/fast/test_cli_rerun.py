@@ -59,8 +59,10 @@ def test_rerun_is_announced_once_and_names_the_writer(tmp_path):
     result = _run(tmp_path, "--json", "out.json", "script.py")
     assert result.returncode == 1
     assert result.stderr.count(ANNOUNCE) == 1
-    announce = next(line for line in result.stderr.splitlines() if line.startswith(ANNOUNCE))
+    start = result.stderr.index(ANNOUNCE)  # one notice, wrapped at the width (80 columns in a pipe)
+    announce = " ".join(result.stderr[start:result.stderr.index("Traceback")].split())
     assert "side effects happen again" in announce and "--no-rerun" in announce
+    assert max(len(line) for line in result.stderr[start:result.stderr.index("Traceback")].splitlines()) <= 80
     assert result.stderr.index(ANNOUNCE) < result.stderr.index("Traceback")  # before it starts, not after
     assert _writes(tmp_path / "out.json")[0] == [("aten.add_.Tensor", 13)]
 
@@ -133,12 +135,14 @@ def test_signal_during_rerun_kills_child_and_reports_first_finding(tmp_path, sig
 
 
 @pytest.mark.parametrize("arguments, message", [
-    (["--html", "script.py", "script.py"], "argument --html: 'script.py' is the file being run or one of its "
-                                           "arguments; gradguard never writes a report over an input file"),
-    (["--json", "data.txt", "script.py", "data.txt"], "argument --json: 'data.txt' is the file being run or one"),
+    (["--html", "script.py", "script.py"], "argument --html: expected a new report file, got 'script.py', which is "
+                                           "the file being run or one of its arguments; gradguard never writes a "
+                                           "report over an input file"),
+    (["--json", "data.txt", "script.py", "data.txt"], "argument --json: expected a new report file, got 'data.txt'"),
     (["--json", "r", "--html", "r", "script.py"], "--json and --html name the same file 'r'"),
-    (["--json", "missing/out.json", "script.py"], "argument --json: the directory"),
-    (["--json", ".", "script.py"], "argument --json: '.' is a directory"),
+    (["--json", "missing/out.json", "script.py"], "argument --json: expected a file in an existing directory, got "
+                                                  "'missing/out.json'"),
+    (["--json", ".", "script.py"], "argument --json: expected a file name, got '.', which is a directory"),
 ])
 def test_report_paths_are_checked_before_the_script_runs(tmp_path, arguments, message):
     _script(tmp_path)
@@ -147,7 +151,7 @@ def test_report_paths_are_checked_before_the_script_runs(tmp_path, arguments, me
     result = _run(tmp_path, *arguments)
     assert result.returncode == 2
     assert result.stderr.startswith("usage: gradguard run")
-    assert f"gradguard run: error: {message}" in result.stderr
+    assert f"gradguard run: error: {message}" in " ".join(result.stderr.split())  # wrapped at the width
     assert not (tmp_path / "marker").exists()  # the script never ran
     assert (tmp_path / "script.py").read_text() == source and (tmp_path / "data.txt").read_text() == "data"
 

@@ -373,7 +373,8 @@ VALUE_MADE_FROM_THE_STEPPED_MODEL_DIFF = """\
 
 
 def run(args, cwd, **kw):
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+    # wide enough that hunk headings and notices are compared whole (test_output_width checks 80 columns)
+    env = dict(os.environ, OMP_NUM_THREADS="1", COLUMNS="1000")
     return subprocess.run([*FIX, *args], cwd=cwd, capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL,
                           timeout=600, **kw)
 

@@ -13,7 +13,16 @@ from typing import Any
 __all__ = ["Failure", "CheckResult", "OpReport", "OP_REPORT_FORMAT_VERSION", "verdict_order"]
 
 OP_REPORT_FORMAT_VERSION = 1
-_WIDTH = 100
+_WIDTH = 100  # at most; the text follows the width it is given (``COLUMNS``, else the terminal, else 80)
+_FRAME = 4  # a rich panel's "│ " and " │"
+
+
+def _width(width: int | None) -> int:
+    if width is None:
+        from ..report._text import output_width
+
+        width = output_width()
+    return max(min(int(width), _WIDTH), 40)
 
 
 @dataclass
@@ -54,12 +63,13 @@ class Failure:
             "repro": self.repro,
         }
 
-    def lines(self) -> list[str]:
+    def lines(self, width: int = _WIDTH) -> list[str]:
         tag = "FAIL" if self.severity == "failure" else "WARN"
         head = f"{tag} {self.check} [{self.regime}]"
         if self.input:
             head += f" {self.input}"
-        out = [head + ": " + self.message]
+        out = textwrap.wrap(head + ": " + self.message, width=width, subsequent_indent="     ",
+                            break_on_hyphens=False) or [head]
         errs = []
         if self.max_abs_err is not None:
             errs.append(f"max abs err {self.max_abs_err:.3g}")
@@ -68,22 +78,22 @@ class Failure:
         if self.tolerance:
             errs.append(f"allowed: {self.tolerance}")
         if errs:
-            out += _field("error", ", ".join(errs))
+            out += _field("error", ", ".join(errs), width)
         if self.where:
-            out += _field("worst", self.where)
+            out += _field("worst", self.where, width)
         if self.why:
-            out += _field("why", self.why)
+            out += _field("why", self.why, width)
         if self.fix:
-            out += _field("fix", self.fix)
+            out += _field("fix", self.fix, width)
         if self.repro:
             out.append("     repro:")
             out += ["       " + line for line in self.repro.splitlines()]
         return out
 
 
-def _field(label: str, text: str) -> list[str]:
+def _field(label: str, text: str, width: int = _WIDTH) -> list[str]:
     head = f"     {label:<6}: "
-    body = textwrap.wrap(text, width=_WIDTH - len(head), break_on_hyphens=False) or [""]
+    body = textwrap.wrap(text, width=width - len(head), break_on_hyphens=False) or [""]
     return [head + body[0]] + [" " * len(head) + line for line in body[1:]]
 
 
@@ -181,44 +191,67 @@ class OpReport:
         return f"gradguard.check_op {status}: {self.op}  ({'; '.join(parts)})"
 
     def __str__(self) -> str:
-        lines = [self.summary()]
-        lines += _field("inputs", "; ".join(self.inputs))
-        lines += _field("ref", self.reference or "none (pass reference= to compare values, conventions and precision)")
+        return self.render()
+
+    def render(self, width: int | None = None) -> str:
+        """The report as text, every line at most ``width`` columns (default: ``COLUMNS``, else the terminal,
+        else 80; 100 at most); a reproducer's code lines are kept whole."""
+        width = _width(width)
+        lines = textwrap.wrap(self.summary(), width=width, subsequent_indent="  ", break_on_hyphens=False)
+        lines += self._body(width)
+        return "\n".join(lines)
+
+    def _body(self, width: int) -> list[str]:
+        lines = _field("inputs", "; ".join(self.inputs), width)
+        lines += _field("ref", self.reference or "none (pass reference= to compare values, conventions and precision)",
+                        width)
         if self.failures:
             lines.append("  root cause (first check failing on the simplest input):")
-            lines += ["  " + line for line in self.failures[0].lines()]
+            lines += ["  " + line for line in self.failures[0].lines(width - 2)]
             rest = self.failures[1:]
             if rest:
                 lines.append(f"  consequences and further failures ({len(rest)}):")
                 for f in rest:
                     err = f" (max abs err {f.max_abs_err:.3g})" if f.max_abs_err is not None else ""
                     body = textwrap.wrap(f"FAIL {f.check} [{f.regime}]{' ' + f.input if f.input else ''}: {f.message}{err}",
-                                         width=_WIDTH - 7, break_on_hyphens=False)
+                                         width=width - 7, break_on_hyphens=False)
                     lines += ["     - " + body[0]] + ["       " + line for line in body[1:]]
         for f in self.warnings:
-            flines = f.lines()
+            flines = f.lines(width - 2)
             if "     repro:" in flines:
                 flines = flines[: flines.index("     repro:")]
             lines += ["  " + line for line in flines]
         passed = sorted({c.check for c in self.checks if c.status == "pass"} - self.failed_checks())
         if passed:
-            lines += _field("passed", ", ".join(passed))
+            lines += _field("passed", ", ".join(passed), width)
         skipped = sorted({f"{c.check} ({c.detail})" for c in self.checks if c.status == "skip"})
         if skipped:
-            lines += _field("skipped", "; ".join(skipped))
+            lines += _field("skipped", "; ".join(skipped), width)
         for note in self.notes:
-            lines += _field("note", note)
-        return "\n".join(lines)
+            lines += _field("note", note, width)
+        return lines
 
     def __repr__(self) -> str:
         return f"<OpReport {self.op}: {'passed' if self.passed else 'FAILED ' + ', '.join(sorted(self.failed_checks()))}>"
 
-    def __rich__(self):
+    def __rich_console__(self, console, options):
         from rich.panel import Panel
         from rich.text import Text
 
+        # NOTE [The panel fits the width it is given]: the text is wrapped for the room inside the frame (rich
+        # never re-wraps it, so the border stays whole); a summary longer than the top border goes in the body.
+        width = _width(options.max_width - _FRAME)
+        summary = self.summary()
+        colour = "green" if self.passed else "red"
         body = Text()
-        for line in str(self).splitlines()[1:]:
+        lines = self._body(width)
+        if len(summary) + 6 > width + _FRAME:
+            title = f"gradguard.check_op {'PASSED' if self.passed else 'FAILED'}"
+            for line in textwrap.wrap(summary[len(title) + 2:], width=width, break_on_hyphens=False):
+                body.append(line + "\n", style=f"bold {colour}")
+        else:
+            title = summary
+        for line in lines:
             style = ""
             stripped = line.strip()
             if stripped.startswith("FAIL"):
@@ -233,8 +266,7 @@ class OpReport:
                 style = "cyan"
             body.append(line + "\n", style=style)
         body.rstrip()
-        colour = "green" if self.passed else "red"
-        return Panel(body, title=Text(self.summary(), style=f"bold {colour}"), title_align="left", expand=False)
+        yield Panel(body, title=Text(title, style=f"bold {colour}"), title_align="left", expand=False)
 
     def to_html(self) -> str:
         colour = "#1a7f37" if self.passed else "#cf222e"

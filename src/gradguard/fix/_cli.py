@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import json
 import os
 import re
 import sys
@@ -15,7 +14,7 @@ DEFAULT_RUN_TIMEOUT = 900.0
 
 
 def add_fix_parser(sub) -> None:
-    from ..cli import _seconds
+    from .._cli_args import seconds
 
     fix = sub.add_parser(
         "fix", help="repair the hazards a script hits: each edit is verified by re-running the script",
@@ -29,7 +28,7 @@ def add_fix_parser(sub) -> None:
                      help="write an HTML report: each finding with the verified edit that removes it (or why none)")
     fix.add_argument("--max-rounds", type=int, default=6, metavar="N",
                      help="at most N hazards repaired one after another (default: 6)")
-    fix.add_argument("--timeout", type=_seconds, default=DEFAULT_RUN_TIMEOUT, metavar="SECONDS",
+    fix.add_argument("--timeout", type=seconds, default=DEFAULT_RUN_TIMEOUT, metavar="SECONDS",
                      help=f"stop one run of the script after SECONDS (default: {DEFAULT_RUN_TIMEOUT:g})")
     fix.add_argument("--mode", choices=("auto", "sentinel", "forensic"), default="auto",
                      help="the guard mode of each run (as in gradguard run); forensic also sees a module writing "
@@ -41,8 +40,10 @@ def add_fix_parser(sub) -> None:
 
 
 def _usage(message: str) -> int:
-    print(f"usage: gradguard fix [--apply] [--backup] [--json FILE] script.py [args...]\ngradguard fix: error: "
-          f"{message}", file=sys.stderr)
+    from ..report._text import wrap_notice
+
+    sys.stderr.write("usage: gradguard fix [--apply] [--backup] [--json FILE] [--html FILE] script.py [args...]\n"
+                     + wrap_notice(message, prefix="gradguard fix: error: "))
     return 2
 
 
@@ -98,21 +99,30 @@ def _summary(finding: dict) -> str:
     return f"{headline} [{finding.get('rule') or finding.get('kind')}]"
 
 
-def _document(script, first, outcome, diff) -> dict:
-    def intent_list(edit):
-        return [i.to_dict() for i in edit.intents]
+def _document(script, first, outcome, diff) -> str:
+    """The ``--json`` document: gradguard's envelope (``report: "fix"``, schema ``fix.schema.json``); its
+    ``findings`` are the findings met, each once, the repaired ones first."""
+    from ..report._json import dumps, envelope
 
-    return {
-        "format_version": 1, "script": script, "clean": outcome.clean, "runs": outcome.runs,
-        "exit_code_before": first.exit_code,
-        "edits": [{"finding": {"rule": e.finding.get("rule"), "kind": e.finding.get("kind"),
-                               "headline": e.finding.get("headline")},
-                   "reason": e.reason, "intents": intent_list(e),
-                   "alternatives": [a.to_dict() for a in e.alternatives]} for e in outcome.accepted],
-        "unfixed": [{"rule": u.finding.get("rule"), "kind": u.finding.get("kind"),
-                     "headline": u.finding.get("headline"), "why": u.why} for u in outcome.unfixed],
-        "diff": diff,
-    }
+    def summary(finding: dict) -> dict:
+        return {"rule": finding.get("rule"), "kind": finding.get("kind"), "headline": finding.get("headline")}
+
+    met = [e.finding for e in outcome.accepted if e.finding] + [u.finding for u in outcome.unfixed if u.finding]
+    return dumps(envelope(
+        "fix", met, script=script, clean=outcome.clean, runs=outcome.runs, exit_code_before=first.exit_code,
+        edits=[{"finding": summary(e.finding), "reason": e.reason, "intents": [i.to_dict() for i in e.intents],
+                "alternatives": [a.to_dict() for a in e.alternatives]} for e in outcome.accepted],
+        unfixed=[{**summary(u.finding), "why": u.why} for u in outcome.unfixed],
+        diff=diff), indent=1)
+
+
+def _fit(diff: str, width: int) -> str:
+    """The diff with each hunk heading cut to ``width`` columns (``...``): the heading is free text that
+    ``git apply`` and ``patch`` ignore, and each reason is also printed in full (``verified: ...``) and in
+    ``--json``. Changed lines are the user's own and stay as they are."""
+    return "".join(line if not line.startswith("@@") or len(line.rstrip("\n")) <= width
+                   else line[:max(width - 3, line.index("@@", 2) + 2)].rstrip() + "...\n"
+                   for line in diff.splitlines(keepends=True))
 
 
 def _write_html(path: str, script: str, outcome, cwd: str) -> None:
@@ -136,7 +146,6 @@ def _write_html(path: str, script: str, outcome, cwd: str) -> None:
             findings.append(finding)
     with open(path, "w", encoding="utf-8") as handle:
         handle.write(render_html(findings, script=script))
-    print(f"gradguard fix: HTML report: {os.path.abspath(path)}", file=sys.stderr)
 
 
 def fix_script(options) -> int:
@@ -164,18 +173,29 @@ def fix_script(options) -> int:
         return _usage(f"argument --max-rounds: expected a positive number of rounds, got {options.max_rounds}")
     if options.backup and not options.apply:
         return _usage("argument --backup: only meaningful with --apply")
+    if target == "-" and not is_module:
+        return _usage("expected a script file to edit, got '-' (stdin): save the program to a file first")
     try:
-        load_program(target, is_module)  # the same "can't open file" words as gradguard run, before any run
+        program = load_program(target, is_module)  # the same "can't open file" words as gradguard run, before any run
     except ProgramError as error:
         print(error, file=sys.stderr)
         return error.exit_code
     except SyntaxError as error:
         print(f"gradguard fix: {target} does not parse ({error.msg}, line {error.lineno})", file=sys.stderr)
         return 1
+    from .._cli_args import report_path_problem
+
+    inputs = [*program.input_files, *(a for a in command[2 if is_module else 1:] if os.path.isfile(a))]
+    problem = report_path_problem([(flag, path) for flag, path in (("--json", options.json), ("--html", options.html))
+                                   if path], inputs)
+    if problem:
+        return _usage(problem)
     cwd = os.getcwd()
+    from ..report._text import wrap_notice
 
     def say(text: str) -> None:
-        print(f"gradguard fix: {text}", file=sys.stderr, flush=True)
+        sys.stderr.write(wrap_notice(text, prefix="gradguard fix: "))
+        sys.stderr.flush()
 
     say(f"running {' '.join(command)} under the guard; each candidate edit is verified by running it again "
         f"(its side effects, such as files it writes, happen again on every run)")
@@ -188,17 +208,27 @@ def fix_script(options) -> int:
         say(f"the script exits {first.exit_code} with an error of its own, not a gradient hazard; nothing to fix")
         return 1
     diff = unified_diff(outcome.original, outcome.edited, _reasons(outcome), cwd)
-    sys.stdout.write(diff)
+    from ..report._text import output_width
+
+    sys.stdout.write(_fit(diff, output_width(sys.stdout)))
     sys.stdout.flush()
     for edit in outcome.accepted:
         say(f"verified: {edit.reason} (removes: {_summary(edit.finding)})")
     for item in outcome.unfixed:
         say(f"not fixed: {_summary(item.finding)}: {item.why}")
     if options.json:
-        with open(options.json, "w", encoding="utf-8") as handle:
-            json.dump(_document(target, first, outcome, diff), handle, indent=1)
+        try:
+            with open(options.json, "w", encoding="utf-8") as handle:
+                handle.write(_document(target, first, outcome, diff))
+        except OSError as error:  # checked writable before the runs: the report is lost, never the outcome
+            say(f"could not write the --json report to {options.json!r} ({type(error).__name__}: {error})")
     if options.html:
-        _write_html(options.html, target, outcome, cwd)
+        try:
+            _write_html(options.html, target, outcome, cwd)
+        except OSError as error:
+            say(f"could not write the --html report to {options.html!r} ({type(error).__name__}: {error})")
+        else:
+            say(f"HTML report: {os.path.abspath(options.html)}")
     if options.apply and outcome.accepted:
         for path, text in outcome.edited.items():
             if options.backup:

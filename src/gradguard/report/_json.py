@@ -1,13 +1,14 @@
 """JSON rendering: one versioned envelope for every JSON document gradguard writes.
 
 # NOTE [JSON envelope]
-# Every JSON output (``gradguard run --json``, ``OpReport.to_json()``, ``gradguard advise --json``) is one
+# Every JSON output (``gradguard run --json``, ``OpReport.to_json()``, ``gradguard advise --json``,
+# ``gradguard fix --json``) is one
 # object::
 #
 #     {"format_version": 2, "tool": "gradguard", "version": "0.1.0", "report": "guard",
 #      ...report fields..., "findings": [...]}
 #
-# ``report`` says which document it is ("guard", "check_op", "advise") and which schema in
+# ``report`` says which document it is ("guard", "check_op", "advise", "fix") and which schema in
 # ``gradguard/schemas/`` describes it; ``findings`` is always there, also when empty. Format 1 was a bare list
 # of findings (``read_findings`` still reads it). The JSON is strict (RFC 8259): a non-finite float is
 # written as the string "NaN", "Infinity" or "-Infinity", never as a bare NaN/Infinity token that
@@ -49,7 +50,7 @@ def _strict(value: Any) -> Any:
 
 
 def envelope(report: str, findings: Iterable[dict[str, Any]], **fields: Any) -> dict[str, Any]:
-    """The JSON document for ``report`` ("guard", "check_op", "advise"): header, ``fields``, then findings."""
+    """The JSON document for ``report`` ("guard", "check_op", "advise", "fix"): header, ``fields``, then findings."""
     return {"format_version": FORMAT_VERSION, "tool": "gradguard", "version": __version__, "report": report,
             **fields, "findings": list(findings)}
 

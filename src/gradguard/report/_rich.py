@@ -6,16 +6,15 @@
 # columns), so rich never re-wraps it. Where the output is not a terminal (piped, a CI log, a file) or the
 # terminal is ``TERM=dumb``, the same text is written without box characters or colour, headed by the same
 # title line, with one blank line after each finding. ``NO_COLOR`` (https://no-color.org) turns colour off and
-# keeps the frame; rich reads it. ``COLUMNS`` sets the width where there is no terminal to ask.
+# keeps the frame; rich reads it. ``COLUMNS`` sets the width where there is no terminal to ask (else 80).
 """
 
 from __future__ import annotations
 
-import os
 from typing import IO
 
 from ..core._findings import Finding
-from ._text import _WIDTH, render_finding
+from ._text import _WIDTH, output_width, render_finding
 
 __all__ = ["print_findings", "terminal_console", "uses_plain_text", "text_width"]
 
@@ -36,14 +35,11 @@ def uses_plain_text(console) -> bool:
 
 
 def text_width(console) -> int:
-    """Columns for the finding's text inside a panel on ``console`` (the exception message's width at most).
-
-    Off a terminal, rich guesses 80 columns; the text then keeps the exception message's width unless
-    ``COLUMNS`` says otherwise.
-    """
-    if console.is_terminal or os.environ.get("COLUMNS"):
-        return min(_WIDTH, console.width - _FRAME)
-    return _WIDTH
+    """Columns for the finding's text on ``console``: inside the panel on a terminal, the whole line elsewhere
+    (``COLUMNS``, else 80 off a terminal); the exception message's width at most."""
+    if uses_plain_text(console):
+        return min(_WIDTH, output_width(console.file))
+    return min(_WIDTH, console.width - _FRAME)
 
 
 def print_findings(findings: list[Finding], file: IO[str], error_name: str = "") -> None:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 import textwrap
 
 from ..core._findings import SAVED_TENSOR_KINDS, Finding, WriteRecord
 
-__all__ = ["render_finding", "printable"]
+__all__ = ["render_finding", "printable", "output_width", "wrap_notice", "fit_lines"]
 
 _WIDTH = 100  # the exception message's width; terminals get their own (``render_finding(width=...)``)
 _MIN_WIDTH = 40
@@ -24,6 +26,42 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 def printable(text: str) -> str:
     """``text`` with control characters (but newlines and tabs) written as visible ``\\xNN`` escapes."""
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group(0)):02x}", text)
+
+
+def output_width(file=None) -> int:
+    """The columns gradguard's lines may use on ``file`` (stdout by default): ``COLUMNS``, else the terminal's
+    width, else 80 (a pipe, a CI log, a file)."""
+    columns = os.environ.get("COLUMNS", "").strip()
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    stream = sys.stdout if file is None else file
+    try:
+        if stream.isatty():
+            return os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, ValueError, OSError):  # a replaced or closed stream: no terminal to ask
+        pass
+    return 80
+
+
+def wrap_notice(text: str, prefix: str = "gradguard: ", file=None) -> str:
+    """``prefix + text`` wrapped at ``file``'s output width (stderr by default), later lines indented by two;
+    a word longer than the line (a path) stays whole. Ends with a newline."""
+    width = max(output_width(sys.stderr if file is None else file), 20)
+    return "\n".join(textwrap.wrap(prefix + " ".join(text.split()), width=width, subsequent_indent="  ",
+                                   break_long_words=False, break_on_hyphens=False)) + "\n"
+
+
+def fit_lines(text: str, width: int) -> str:
+    """``text`` with each line longer than ``width`` wrapped under its own indent (continuations two deeper)."""
+    out = []
+    for line in text.splitlines():
+        if len(line) <= width:
+            out.append(line)
+            continue
+        indent = line[:len(line) - len(line.lstrip())]
+        out += textwrap.wrap(line.strip(), width=max(width, 20), initial_indent=indent,
+                             subsequent_indent=indent + "  ", break_long_words=False, break_on_hyphens=False)
+    return "\n".join(out) + ("\n" if text.endswith("\n") else "")
 
 
 def _field(label: str, text: str, width: int) -> list[str]:

@@ -1,7 +1,8 @@
 """JSON Schemas (draft 2020-12) of gradguard's JSON documents, shipped with the package.
 
 One schema per document (the ``report`` field of the envelope): ``guard`` (``gradguard run --json``),
-``check_op`` (``OpReport.to_json()``), ``advise`` (``gradguard advise --json``). ``load_schema`` reads
+``check_op`` (``OpReport.to_json()``), ``advise`` (``gradguard advise --json``), ``fix`` (``gradguard fix
+--json``). ``load_schema`` reads
 one; validate with any JSON Schema validator, e.g. ``jsonschema.validate(document, load_schema("guard"))``.
 """
 
@@ -15,7 +16,7 @@ from .._errors import InvalidArgument
 
 __all__ = ["REPORTS", "load_schema", "schema_path"]
 
-REPORTS = ("guard", "check_op", "advise")
+REPORTS = ("guard", "check_op", "advise", "fix")
 
 
 def schema_path(report: str):
