@@ -18,6 +18,7 @@ exactly as without gradguard.
 from __future__ import annotations
 
 import contextlib
+import sys
 import warnings
 
 import torch
@@ -37,7 +38,31 @@ def not_watched(session, kind: str, message: str) -> None:
     if kind in seen:
         return
     seen.add(kind)
-    warnings.warn(f"gradguard: {message}", NotWatched, stacklevel=3)
+    notice(f"gradguard: {message}", NotWatched, stacklevel=4)
+
+
+def notice(message: str, category: type[Warning], stacklevel: int = 2) -> None:
+    """``warnings.warn`` that never raises.
+
+    # NOTE [A notice never raises inside torch]
+    # Notices are emitted from saved-tensor hooks and from torch.func's hook switch. Under ``-W error`` or
+    # ``PYTHONWARNINGS=error`` the user's filters turn a warning into an exception, which then unwinds through
+    # PyTorch's hook stack (an INTERNAL ASSERT in SavedTensorHooks.cpp) and fails a legal program. The user's
+    # filters still decide ("ignore" hides the notice); an "error" filter is shown as the warning it is, on
+    # stderr, instead of raising.
+    """
+    try:
+        warnings.warn(message, category, stacklevel=stacklevel)
+    except Warning as raised:
+        frame = sys._getframe(min(stacklevel - 1, _depth() - 1))
+        warnings.showwarning(raised, category, frame.f_code.co_filename, frame.f_lineno)
+
+
+def _depth() -> int:
+    depth, frame = 0, sys._getframe(1)
+    while frame is not None:
+        depth, frame = depth + 1, frame.f_back
+    return depth
 
 
 def unreadable_layout(t: torch.Tensor) -> str | None:
@@ -87,12 +112,12 @@ def _stepping_aside_of_guards():
         if session is not None and session._hooks is not None and not _user_entered_hooks(session):
             torch._C._autograd._pop_saved_tensors_default_hooks()
             popped.append((session._hooks.pack_hook, session._hooks.unpack_hook))
-    if popped:
-        session = popped[0][0].__self__
-        not_watched(session, "torch.func",
-                    "not watching inside torch.func transforms (grad, vjp, jacrev, hessian refuse saved-tensor "
-                    "hooks); that region runs unchecked, exactly as without gradguard")
     try:
+        if popped:
+            session = popped[0][0].__self__
+            not_watched(session, "torch.func",
+                        "not watching inside torch.func transforms (grad, vjp, jacrev, hessian refuse saved-tensor "
+                        "hooks); that region runs unchecked, exactly as without gradguard")
         yield
     finally:
         for pack, unpack in reversed(popped):
