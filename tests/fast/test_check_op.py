@@ -87,7 +87,12 @@ def test_buggy_ops_fail_with_the_right_checks(name, dtype):
     assert not report.passed
     assert with_ref <= report.failed_checks(), str(report)
     report = gradguard.check_op(fn, *make(dtype))
-    if without_ref is None:
+    if name == "softmax_naive" and dtype == torch.float64:
+        # exp overflows float64 too at x1000: outputs NaN in float64 are outside what can be judged without a
+        # reference (a skipped regime, as for log-probabilities x1000); float32 overflows at x59 and float64 not
+        (large,) = [c for c in report.checks if c.check == "regime.large_magnitude" and "x1000" not in c.detail][-1:]
+        assert large.status == "skip" and "domain" in large.detail, str(report)
+    elif without_ref is None:
         assert report.passed, "a bug consistent in forward and backward needs a reference to be seen"
     else:
         assert without_ref <= report.failed_checks(), str(report)

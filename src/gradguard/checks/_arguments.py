@@ -34,7 +34,7 @@ __all__ = ["Argument", "discover_arguments", "argument_regimes", "check_vary", "
 
 _DIM = re.compile(r"^(dim|axis|dimension)$|_(dim|axis)$")
 _SENTINEL = re.compile(r"^(ignore|pad|padding|blank|sentinel)(_?(index|idx|id|token|label|value))?$|^(ignore|padding)_")
-_OFFSET = re.compile(r"(^|_)(offset|offsets|position|pos|start|shift|past_len|seqlen_offset|cache_len)($|_)")
+_OFFSET = re.compile(r"(^|_)(offset|offsets|position|pos|start|shift|shifts|diagonal|past_len|cache_len)($|_)")
 _EPS = re.compile(r"(^|_)(eps|epsilon)($|_)")
 BOUND = re.compile(r"(^|_)(min|max|threshold|lambd|limit|clip|bound|beta|cutoff|lower|upper)($|_)")
 
@@ -167,7 +167,7 @@ def _flags(B, args, wrt, names, arg: Argument) -> list[Variant]:
 
 
 def _offsets(B, args, wrt, names, arg: Argument) -> list[Variant]:
-    new = 3 if arg.value == 0 else 0
+    new = (3 if arg.value == 0 else 0) if isinstance(arg.value, (int, np.integer)) else (1.0 if arg.value == 0 else 0.0)
     return [Variant("offsets", arg, new, f"{_fmt(arg.name, new)} (given {arg.value!r})")]
 
 
@@ -246,6 +246,8 @@ def classify(B, arg: Argument, args, int_values: set) -> str | None:
         if is_sentinel_name(arg.name) or (int(v) < 0 and int(v) in int_values):
             return "sentinel_indices"
         return None
+    if isinstance(v, float) and _OFFSET.search(arg.name):
+        return "offsets"
     if isinstance(v, float) and (_EPS.search(arg.name) or BOUND.search(arg.name)):
         return "thresholds"
     return None

@@ -29,7 +29,9 @@
 # NOTE [Tolerance floor]
 # Tolerances relative to max|gradient| vanish when the gradient does (saturated softmax: 5e-10 x 1e-9).
 # Every gradient comparison adds an absolute floor in gradient units from the scales of the problem:
-# 64 ulp (1e-9 in float64) x max|u| x max|f| / max(1, max|x|): rounding a correct implementation makes anyway.
+# 64 ulp (1e-9 in float64) x max|u| x max(max|f|, max|inputs|) / max(1, max|x|): rounding a correct implementation
+# makes anyway. The inputs count too: outputs that cancel to exactly 0 (layer norm over one feature) leave the
+# gradient at rounding noise of the inputs' scale, which a floor of 0 would call a 100% error.
 """
 
 from __future__ import annotations
@@ -134,6 +136,7 @@ class _Audit:
             self._one_probe_for_large_inputs()
         self._eff: str | None = None
         self._given_ref_outputs: list[np.ndarray] = []
+        self._given_finite = True
         self._input_scales: dict[int, tuple[Any, float]] = {}  # id -> (tensor, max|x|) for ``_floor``
 
     def _one_probe_for_large_inputs(self) -> None:
@@ -351,15 +354,22 @@ class _Audit:
             run.scales = (max((float(np.max(np.abs(x), initial=0.0)) for x in run.U[0]), default=1.0),
                           max((_scale(o) for o in run.lin_d.outputs), default=1.0))
         u, f = run.scales
-        t = self.args[self.wrt[i]]
-        held, x = self._input_scales.get(id(t), (None, None))
-        if held is not t:  # once per input tensor
-            x = _scale(self.B.to_numpy(t)) if self.B.numel(t) else 1.0
-            self._input_scales[id(t)] = (t, x)
+        xs = [self._input_scale(self.args[j]) for j in self.wrt]
+        x = xs[i]
+        # outputs that cancel to 0 (layer norm over one feature) say nothing of the scale the gradient was built at:
+        # the inputs do (a weight's gradient there is rounding noise of x - mean(x), about eps x max|x|)
+        f = max(f, max(xs, default=0.0))
         # float64 comparisons are made at 1e-9 relative (not at 64 ulp): the floor matches that level, so
         # rounding amplified inside a correct op (1/sqrt(var + eps) with var = 0) is not a failure
         rel = max(64.0 * self.B.eps(dt), 1e-9)
         return rel * u * f / max(x, 1.0)
+
+    def _input_scale(self, t) -> float:
+        held, x = self._input_scales.get(id(t), (None, None))
+        if held is not t:  # once per input tensor
+            x = _scale(self.B.to_numpy(t)) if self.B.numel(t) else 1.0
+            self._input_scales[id(t)] = (t, x)
+        return x
 
     def _where(self, i, m: num.Mismatch, got_label, exp_label) -> str:
         idx = ", ".join(map(str, m.index or ()))
@@ -387,6 +397,16 @@ class _Audit:
             if lin is not None:
                 lin.release()
         run.eff = self._effective_dtype(args, run) if run.lin_64 is not None else None
+        if regime == "given":
+            self._given_finite = all(np.all(np.isfinite(o)) for o in (run.lin_64 or lin_d).outputs)
+        elif ref is None and run.lin_64 is not None and self._given_finite and \
+                not all(np.all(np.isfinite(o)) for o in run.lin_64.outputs):
+            # NOTE [Outside the domain]: fn's own float64 outputs are NaN/inf here (log-probabilities x1000 are no
+            # log-probabilities): backward and finite differences are both NaN, and without a reference nothing says
+            # whether the op should have handled these inputs; with one, the reference decides (NOTE [Regime not
+            # applicable])
+            raise _NotApplicable("outside fn's domain: its float64 outputs are NaN/inf on these inputs, and there is no "
+                                 "reference to say whether they should be finite")
 
         lin_rd = lin_r64 = g_rd = g_r64 = None
         if ref is not None:
@@ -1114,6 +1134,8 @@ class _Audit:
         except (_NotApplicable, _ReferenceRaised) as exc:
             why = str(exc) if isinstance(exc, _NotApplicable) else f"the reference raised on these inputs ({exc})"
             self.checks.append(CheckResult(check, regime.name, "skip", f"regime not applicable: {why}"))
+            if regime.fallback is not None:
+                self._run_regime_inner(regime.fallback, base, n)
             return
         except OpRaised as exc:
             err = exc.error

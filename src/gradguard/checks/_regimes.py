@@ -43,6 +43,8 @@ REGIME_NAMES = (
 )
 SENTINEL_KWARGS = ("ignore_index", "padding_idx")
 LARGE_SCALE = 1e3
+# past 1.13 x log(largest finite value) exp overflows the dtype (float32: 100), and float64 not
+_DTYPE_MAX = {"float16": 65504.0, "bfloat16": 3.39e38, "float32": 3.4e38, "float64": 1.79e308}
 NEAR_CONSTANT_SPREAD = 1e-3
 
 
@@ -65,16 +67,28 @@ class Regime:
     wrt: list[int] | None = None  # differentiate only these inputs (the others do not require grad)
     argument: str | None = None  # an argument regime: the argument value it needs ("`causal=True`")
     new_argument: bool = False  # it passes fn an argument value the caller did not (fn may reject it: skipped)
+    fallback: "Regime | None" = None  # run instead when these inputs are outside fn's domain (NOTE [Outside the domain])
 
 
 def _is_pow2(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
 
 
-def _resize_last(v: np.ndarray, size: int) -> np.ndarray:
-    """``v`` with its last dimension cut or cyclically extended to ``size``."""
+def _resize_last(v: np.ndarray, size: int, distinct: bool = False) -> np.ndarray:
+    """``v`` with its last dimension cut or cyclically extended to ``size``; ``distinct``: each further copy scaled by
+    0.9 (float inputs: a copied column would tie with its original, and ties are kinks for sort, max, top-k)."""
     idx = np.arange(size) % v.shape[-1]
-    return v[..., idx]
+    out = v[..., idx]
+    return out * 0.9 ** (np.arange(size) // v.shape[-1]) if distinct else out
+
+
+def _grow_rows(v: np.ndarray, size: int, distinct: bool) -> np.ndarray:
+    """``v`` with its leading dimension cut or cyclically extended to ``size`` (copies scaled as in _resize_last)."""
+    idx = np.arange(size) % v.shape[0]
+    out = v[idx]
+    if distinct:
+        out = out * (0.9 ** (np.arange(size) // v.shape[0])).reshape((-1,) + (1,) * (v.ndim - 1))
+    return out
 
 
 def _int_positions(B, args) -> list[int]:
@@ -175,7 +189,22 @@ def build_regimes(B, args, wrt, kwargs, arguments: list[Argument], vary: dict, s
             new = list(args)
             for i in floats:
                 new = _with(B, new, i, B.to_numpy(args[i]) * LARGE_SCALE)
-            regimes.append(Regime("large_magnitude", f"differentiated inputs multiplied by {LARGE_SCALE:g}", new, Spec()))
+            regime = Regime("large_magnitude", f"differentiated inputs multiplied by {LARGE_SCALE:g}", new, Spec())
+            # NOTE [Outside the domain]: where fn's float64 outputs are not finite at x1000 (log-probabilities
+            # x1000 are no log-probabilities), the inputs scaled so that the largest is 100 in float32, 12.5 in float16 (or the largest magnitude,
+            # when none is positive) still overflow exp in float32 and not in float64, which is the bug this regime
+            # is for
+            top = max((float(np.max(B.to_numpy(args[i]), initial=0.0)) for i in floats), default=0.0) or \
+                max((float(np.max(np.abs(B.to_numpy(args[i])), initial=0.0)) for i in floats), default=0.0)
+            largest = 1.13 * np.log(_DTYPE_MAX.get(B.dtype_name(args[floats[0]]), _DTYPE_MAX["float32"]))
+            if top > 0 and 1.0 < largest / top < LARGE_SCALE:
+                scale = largest / top
+                moderate = list(args)
+                for i in floats:
+                    moderate = _with(B, moderate, i, B.to_numpy(args[i]) * scale)
+                regime.fallback = Regime("large_magnitude", f"differentiated inputs multiplied by {scale:.3g} (largest "
+                                                            f"{largest:.3g})", moderate, Spec())
+            regimes.append(regime)
 
     if want("near_constant_rows"):
         cand = [i for i in floats if B.ndim(args[i]) >= 2 and B.shape(args[i])[-1] >= 2]
@@ -200,9 +229,7 @@ def build_regimes(B, args, wrt, kwargs, arguments: list[Argument], vary: dict, s
             for size in sizes:
                 new = list(args)
                 for i in batched:
-                    v = B.to_numpy(args[i])
-                    v = v[:size] if size <= b else np.concatenate([v, v[: size - b]], axis=0)
-                    new[i] = B.from_numpy(v, args[i])
+                    new[i] = B.from_numpy(_grow_rows(B.to_numpy(args[i]), size, B.kind(args[i]) == "float"), args[i])
                 regimes.append(Regime("batch_size", f"leading dimension {b} -> {size} on every input that has it", new, Spec()))
         else:
             skipped["batch_size"] = "no input with a leading dimension"
@@ -210,16 +237,26 @@ def build_regimes(B, args, wrt, kwargs, arguments: list[Argument], vary: dict, s
         first = next((i for i in floats if B.ndim(args[i]) >= 1 and B.shape(args[i])[-1] >= 1), None)
         if first is not None:
             d = B.shape(args[first])[-1]
+            nd = B.ndim(args[first])
             same = [i for i in tensors if B.kind(args[i]) == "float" and B.ndim(args[i]) >= 1 and B.shape(args[i])[-1] == d]
+            # NOTE [Shape relations]: tensors that share the dimension grow with it, integer ones too when shaped like
+            # the input (gather/scatter indices); integer values are remapped only where they can index into it (they
+            # all fit in it, and the tensor is such an index or the input's shape without its last dimension, as
+            # class labels are). An embedding's row indices keep their values: the vocabulary did not change.
+            grow_ints = [i for i in ints if B.ndim(args[i]) == nd and B.shape(args[i])[-1] == d]
+            labels = [i for i in ints if tuple(B.shape(args[i])) == tuple(B.shape(args[first]))[:-1]]
             sizes = [s for s in ([1] if d > 1 else []) + [d + 3 if _is_pow2(d) else 1 << d.bit_length()] if s != d]
             for size in sizes:
                 new = list(args)
                 for i in same:
-                    new[i] = B.from_numpy(_resize_last(B.to_numpy(args[i]), size), args[i])
-                for i in ints:  # class indices into the feature dimension stay valid (sentinels < 0 kept)
+                    new[i] = B.from_numpy(_resize_last(B.to_numpy(args[i]), size, distinct=True), args[i])
+                for i in grow_ints + [i for i in labels if i not in grow_ints]:
                     v = B.to_numpy(args[i])
-                    if v.max(initial=-1) >= size:
-                        new[i] = B.from_numpy(np.where(v >= 0, v % size, v), args[i])
+                    if i in grow_ints:
+                        v = _resize_last(v, size)
+                    if B.to_numpy(args[i]).max(initial=-1) < d:  # indices into this dimension (sentinels < 0 kept)
+                        v = np.where(v >= 0, v % size, v)
+                    new[i] = B.from_numpy(v, args[i])
                 kind = "size 1" if size == 1 else ("not a power of two" if not _is_pow2(size) else "a power of two")
                 regimes.append(Regime("feature_dim", f"last dimension {d} -> {size} ({kind}) on every float input that has it", new, Spec()))
         else:
@@ -255,8 +292,6 @@ def build_regimes(B, args, wrt, kwargs, arguments: list[Argument], vary: dict, s
         regimes.append(Regime(v.strategy, v.description, new_args, spec,
                               kwargs=new_kwargs if new_kwargs != kwargs else None,
                               argument=v.needs, new_argument=v.value is not v.argument.value))
-    for name, why in arg_skipped.items():
-        skipped.setdefault(name, why)
     return regimes, skipped
 
 

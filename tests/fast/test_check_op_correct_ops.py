@@ -1,0 +1,144 @@
+"""Correct ops that check_op's own regimes used to fail: each passes in float32, float64, bfloat16 and float16, with
+and without a reference (the false failures measured on a corpus of correct ops; see docs/check_op.md)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import gradguard
+
+DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
+
+
+class _LayerNormNoBias(torch.autograd.Function):
+    """Correct layer norm without bias: with a feature dim of 1 every output is 0 and the weight's gradient is
+    rounding noise of a cancelled quantity."""
+
+    @staticmethod
+    def forward(ctx, x, w):  # statistics in float32 at least, as every real kernel does
+        xf = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+        mu = xf.mean(-1, keepdim=True)
+        rstd = (xf.var(-1, unbiased=False, keepdim=True) + 1e-5).rsqrt()
+        xhat = (xf - mu) * rstd
+        ctx.save_for_backward(xhat, w, rstd)
+        return (xhat * w).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        xhat, w, rstd = ctx.saved_tensors
+        gw = g.to(xhat.dtype) * w
+        dx = rstd * (gw - gw.mean(-1, keepdim=True) - xhat * (gw * xhat).mean(-1, keepdim=True))
+        return dx.to(g.dtype), (g.to(xhat.dtype) * xhat).sum(0).to(w.dtype)
+
+
+def layer_norm(x, w):
+    return _LayerNormNoBias.apply(x, w)
+
+
+def layer_norm_ref(x, w):
+    return F.layer_norm(x, (x.shape[-1],), w)
+
+
+class _ScatterAdd(torch.autograd.Function):
+    """out[i, index[i, j]] += src[i, j]; the backward gathers (and, like a kernel, insists on matching shapes)."""
+
+    @staticmethod
+    def forward(ctx, src, index, size):
+        ctx.save_for_backward(index)
+        return torch.zeros(src.shape[0], size, dtype=src.dtype).scatter_add(1, index, src)
+
+    @staticmethod
+    def backward(ctx, g):
+        (index,) = ctx.saved_tensors
+        if index.shape[1] > g.shape[1] and index.max() >= g.shape[1]:
+            raise RuntimeError("index out of range for grad_output")
+        return g.gather(1, index), None, None
+
+
+def scatter_add(src, index, size=5):
+    return _ScatterAdd.apply(src, index, size)
+
+
+def scatter_add_ref(src, index, size=5):
+    return torch.zeros(src.shape[0], size, dtype=src.dtype).scatter_add(1, index, src)
+
+
+def jsd(log_q, log_p):
+    """Jensen-Shannon divergence of log-probabilities (Liger's formula): NaN where exp underflows to 0 in both."""
+    p, q = log_p.exp(), log_q.exp()
+    log_m = (0.5 * (p + q)).log()
+    return 0.5 * ((p * (log_p - log_m)).sum(-1) + (q * (log_q - log_m)).sum(-1)).mean()
+
+
+class _Embedding(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, index, weight, padding_idx):
+        ctx.save_for_backward(index)
+        ctx.padding_idx, ctx.rows = padding_idx, weight.shape[0]
+        return weight[index]
+
+    @staticmethod
+    def backward(ctx, g):
+        (index,) = ctx.saved_tensors
+        gw = torch.zeros(ctx.rows, g.shape[-1], dtype=g.dtype).index_add(0, index.reshape(-1), g.reshape(-1, g.shape[-1]))
+        gw[ctx.padding_idx] = 0
+        return None, gw, None
+
+
+def embedding(index, weight, padding_idx=0):
+    return _Embedding.apply(index, weight, padding_idx)
+
+
+def embedding_ref(index, weight, padding_idx=0):
+    return F.embedding(index, weight, padding_idx)
+
+
+def _inputs(name, dtype):
+    g = torch.Generator().manual_seed(0)
+    rand = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64).to(dtype)  # noqa: E731
+    if name == "layer_norm":
+        return layer_norm, layer_norm_ref, (rand(4, 8), 1 + 0.1 * rand(8))
+    if name == "scatter_add":
+        return scatter_add, scatter_add_ref, (rand(3, 5), torch.randint(0, 5, (3, 5), generator=g))
+    if name == "jsd":
+        return jsd, None, (torch.log_softmax(rand(4, 6).double(), -1).to(dtype),
+                           torch.log_softmax(rand(4, 6).double(), -1).to(dtype))
+    if name == "embedding":
+        return embedding, embedding_ref, (torch.tensor([[1, 5, 2], [7, 3, 0]]), rand(9, 3))
+    raise KeyError(name)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("name", ["layer_norm", "scatter_add", "jsd", "embedding"])
+@pytest.mark.parametrize("with_reference", [True, False], ids=["reference", "no_reference"])
+def test_correct_op_passes(name, dtype, with_reference):
+    fn, ref, args = _inputs(name, dtype)
+    if with_reference and ref is None:
+        pytest.skip("no trusted reference for this op")
+    report = gradguard.check_op(fn, *args, reference=ref if with_reference else None)
+    assert report.passed, str(report)
+
+
+def test_layer_norm_feature_dim_one_is_judged_at_the_scale_of_its_inputs():
+    fn, ref, args = _inputs("layer_norm", torch.float32)
+    report = gradguard.check_op(fn, *args, reference=ref, regimes=["feature_dim"])
+    ran = {c.detail: c.status for c in report.checks if c.check == "regime.feature_dim"}
+    assert ran["last dimension 8 -> 1 (size 1) on every float input that has it"] == "pass", ran
+
+
+def test_scatter_add_index_grows_with_the_source():
+    fn, ref, args = _inputs("scatter_add", torch.float32)
+    report = gradguard.check_op(fn, *args, reference=ref, regimes=["feature_dim"])
+    statuses = [c.status for c in report.checks if c.check == "regime.feature_dim"]
+    assert statuses == ["pass", "pass"], str(report)
+
+
+def test_input_outside_the_domain_is_a_skipped_regime():
+    fn, _, args = _inputs("jsd", torch.float32)
+    report = gradguard.check_op(fn, *args, regimes=["large_magnitude"])
+    x1000, moderate = [c for c in report.checks if c.check == "regime.large_magnitude"]
+    assert x1000.status == "skip" and "outside fn's domain" in x1000.detail, str(report)
+    # then the inputs are scaled only as far as exp overflows float32 and not float64: still judged, and right
+    assert moderate.status == "pass" and "(largest 100)" in moderate.detail and report.passed, str(report)
