@@ -1,15 +1,16 @@
 # Two commands do all set-up on a fresh machine:
-#   make demo   creates .venv, installs gradguard and its pinned dev stack, runs the bundled PyTorch examples
-#               (make demo-all: also the PaddlePaddle and MindSpore demos, ~3.7 GB of frameworks)
+#   make demo   creates .venv, installs gradguard and its pinned dev stack, shows the headline (under a minute)
+#               (make examples: every bundled PyTorch example; make demo-all: also the PaddlePaddle and MindSpore
+#               demos, ~3.7 GB of frameworks)
 #   make test   installs everything (PyTorch stack; PaddlePaddle and MindSpore in their own venvs), runs every test
-#               and builds the documentation (make docs) with warnings as errors
+#               and the examples, and builds the documentation (make docs) with warnings as errors
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 PIP_FLAGS := -q --disable-pip-version-check
 PYTEST_FLAGS ?= -q -ra
 
-.PHONY: chromium install install-paddle install-mindspore demo demo-all docs docs-pictures test test-torch test-paddle \
+.PHONY: chromium install install-paddle install-mindspore demo examples demo-all docs docs-pictures test test-torch test-paddle \
 	test-mindspore test-torch-oldest test-torch-newest bench clean
 
 $(VENV)/.installed: pyproject.toml requirements-dev.txt requirements-integrations.txt requirements-docs.txt
@@ -36,21 +37,34 @@ install: $(VENV)/.installed
 install-paddle: .venv-paddle/.installed
 install-mindspore: .venv-mindspore/.installed
 
-# The PyTorch demo first: minutes on a fresh machine (one venv, torch CPU), no other framework downloaded.
+# The headline in under a minute after the install (torch on CPU): seed 000's finding and its verified fix, one
+# silent write (Liger-Kernel's Triton cross entropy, run on CPU by Triton's interpreter), one check_op report and
+# the HTML report's path. Every other example: make examples.
 demo: install
+	@echo "== seed 000: an RNN that keeps its graph across steps (python stops at backward; gradguard says why) =="
+	@$(PY) -m gradguard run --no-rerun examples/seed000/rnn_blog.py > /dev/null; test $$? -eq 1
+	@echo; echo "== gradguard fix: the same script; each edit verified by a re-run (a diff; the file is not changed) =="
+	$(PY) -m gradguard fix examples/seed000/rnn_blog.py
+	@echo; echo "== a silent write: plain PyTorch gives a wrong gradient without a word (Triton on CPU) =="
+	TRITON_INTERPRET=1 $(PY) examples/silent/liger_cross_entropy_after_softmax.py
+	@echo; echo "== check_op: seed 003's x*sin(x), a right and a wrong backward =="
+	TRITON_INTERPRET=1 $(PY) examples/ops/xsin_seed003.py
+	@echo; echo "== HTML report (the script fails on purpose) =="
+	@$(PY) -m gradguard run --no-rerun --html gradguard-report.html examples/integrations/html_report_demo.py \
+		> /dev/null 2> gradguard-report.log; status=$$?; grep "HTML report" gradguard-report.log; \
+		rm -f gradguard-report.log; test $$status -eq 1
+	@echo; echo "More: make examples (every bundled example, checked), make demo-all (PaddlePaddle and MindSpore)"
+
+# Every bundled PyTorch example under gradguard, each checked against what it must report (exit 1 otherwise).
+examples: install
 	$(PY) examples/run_examples.py
 	@echo; echo "== silent writes (Triton kernels run on CPU under TRITON_INTERPRET=1) =="
 	@for f in examples/silent/*.py; do echo "--- $$f"; TRITON_INTERPRET=1 $(PY) $$f || exit 1; done
-	@echo; echo "== check_op: seed 003's x*sin(x), Liger's cross entropy =="
-	TRITON_INTERPRET=1 $(PY) examples/ops/xsin_seed003.py
-	TRITON_INTERPRET=1 $(PY) examples/ops/liger_cross_entropy.py
-	@echo; echo "== HTML report (the demo script fails on purpose) =="
-	-$(PY) -m gradguard run --html gradguard-report.html examples/integrations/html_report_demo.py
-	@echo; echo "== gradguard fix: seed 000, each edit verified by a re-run (prints a diff; the file is not changed) =="
-	$(PY) -m gradguard fix examples/seed000/rnn_blog.py
-	@echo; echo "PaddlePaddle and MindSpore demos: make demo-all (installs both frameworks in their own venvs)"
+	@echo; echo "== check_op =="
+	@for f in $(filter-out examples/ops/kernels.py,$(wildcard examples/ops/[a-z]*.py)); do \
+		echo "--- $$f"; TRITON_INTERPRET=1 $(PY) $$f || exit 1; done
 
-# Everything in `make demo`, then the PaddlePaddle and MindSpore demos (each framework in its own venv).
+# `make demo`, then the PaddlePaddle and MindSpore demos (each framework in its own venv).
 demo-all: demo install-paddle install-mindspore
 	@echo; echo "== seed 001 (PaddlePaddle) =="
 	.venv-paddle/bin/python examples/seed001/paddle_inplace.py
@@ -112,8 +126,8 @@ test-torch-newest: .venv-torch-newest/.installed
 	.venv-torch-newest/bin/python -m pytest $(PYTEST_FLAGS) $(TORCH_MATRIX_TESTS)
 
 # Every backend, each in its own venv (they cannot share a process); none is optional. Then the oldest and newest
-# torch the package declares, then the docs build.
-test: test-torch test-paddle test-mindspore test-torch-oldest test-torch-newest docs
+# torch the package declares, the bundled examples, then the docs build.
+test: test-torch test-paddle test-mindspore test-torch-oldest test-torch-newest examples docs
 
 bench: install
 	$(PY) benchmarks/run.py

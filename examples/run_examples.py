@@ -1,4 +1,4 @@
-"""Run every bundled example under ``gradguard run`` and show what gradguard says (``make demo``).
+"""Run every bundled example under ``gradguard run`` and show what gradguard says (``make examples``).
 
 Each ``*_buggy.py`` example must produce a finding and each ``*_fixed.py`` must run clean (exit 0, no
 finding); the exit status is 1 otherwise, so this doubles as a smoke test. Seed 000 (the blog post's RNN)

@@ -27,7 +27,7 @@ CASES = {
         y = x.exp()
         y += 1
         y.sum().backward()
-    """).replace("\n", "\n    ")),
+    """)),
 }
 
 
