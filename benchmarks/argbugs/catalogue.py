@@ -195,12 +195,12 @@ class SortBug(Sort):
 def _ce_backward(logits, target, ignore_index, g, mask_rows=True, denominator_all=False):
     keep = target != ignore_index
     safe = torch.where(keep, target, torch.zeros_like(target))
-    p = torch.softmax(logits.float(), -1)
+    p = torch.softmax(_up(logits), -1)
     grad = p - F.one_hot(safe, logits.shape[-1]).to(p.dtype)
     if mask_rows:
         grad = grad * keep.unsqueeze(-1)
     count = target.numel() if denominator_all else keep.sum().clamp(min=1)
-    return (grad * (g.float() / count)).to(logits.dtype)
+    return grad * (g.to(p.dtype) / count)
 
 
 class CrossEntropy(torch.autograd.Function):
@@ -210,12 +210,13 @@ class CrossEntropy(torch.autograd.Function):
     def forward(cls, ctx, logits, target, ignore_index):
         ctx.save_for_backward(logits, target)
         ctx.ignore_index = ignore_index
-        return F.cross_entropy(logits.float(), target, ignore_index=ignore_index).to(logits.dtype)
+        return F.cross_entropy(_up(logits), target, ignore_index=ignore_index).to(logits.dtype)
 
     @classmethod
     def backward(cls, ctx, g):
         logits, target = ctx.saved_tensors
-        return _ce_backward(logits, target, ctx.ignore_index, g, cls.mask_rows, cls.denominator_all), None, None
+        grad = _ce_backward(logits, target, ctx.ignore_index, g, cls.mask_rows, cls.denominator_all)
+        return grad.to(logits.dtype), None, None
 
 
 class CrossEntropyUnmasked(CrossEntropy):
@@ -231,19 +232,19 @@ class FusedLinearCrossEntropy(torch.autograd.Function):
 
     @classmethod
     def forward(cls, ctx, h, w, target, ignore_index):
-        logits = h @ w.t()
+        logits = _up(h) @ _up(w).t()
         ctx.save_for_backward(h, w, logits, target)
         ctx.ignore_index = ignore_index
-        return F.cross_entropy(logits.float(), target, ignore_index=ignore_index).to(h.dtype)
+        return F.cross_entropy(logits, target, ignore_index=ignore_index).to(h.dtype)
 
     @classmethod
     def backward(cls, ctx, g):
         h, w, logits, target = ctx.saved_tensors
         dlogits = _ce_backward(logits, target, ctx.ignore_index, g)
-        dh = dlogits @ w
+        dh = dlogits @ _up(w)
         if cls.bug:  # bug: the weight gradient recomputed without the ignore mask
             dlogits = _ce_backward(logits, target, ctx.ignore_index, g, mask_rows=False)
-        return dh, dlogits.t() @ h, None, None
+        return dh.to(h.dtype), (dlogits.t() @ _up(h)).to(w.dtype), None, None
 
 
 class FusedLinearCrossEntropyBug(FusedLinearCrossEntropy):
@@ -273,12 +274,17 @@ class EmbeddingBug(Embedding):
 
 
 # ---- attention and positions -----------------------------------------------------------------------------------
+def _up(t):
+    """float32 for float16/bfloat16 tensors: the math of every real low-precision kernel accumulates in float32."""
+    return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
+
+
 def _attention_probs(q, k, causal, diagonal=1):
-    s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    s = _up(q) @ _up(k).transpose(-1, -2) / math.sqrt(q.shape[-1])
     if causal:
         L = q.shape[-2]
         s = s.masked_fill(torch.ones(L, L, dtype=torch.bool).triu(diagonal), float("-inf"))
-    return torch.softmax(s.float(), -1).to(q.dtype)
+    return torch.softmax(s, -1)
 
 
 class Attention(torch.autograd.Function):
@@ -289,16 +295,17 @@ class Attention(torch.autograd.Function):
     def forward(cls, ctx, q, k, v, causal):
         ctx.save_for_backward(q, k, v)
         ctx.causal = causal
-        return _attention_probs(q, k, causal) @ v
+        return (_attention_probs(q, k, causal) @ _up(v)).to(q.dtype)
 
     @classmethod
     def backward(cls, ctx, g):
         q, k, v = ctx.saved_tensors
+        dt, g, q, k, v = q.dtype, _up(g), _up(q), _up(k), _up(v)
         p = _attention_probs(q, k, ctx.causal and cls.backward_mask, cls.diagonal)
         dv = p.transpose(-1, -2) @ g
         dp = g @ v.transpose(-1, -2)
         ds = p * (dp - (dp * p).sum(-1, keepdim=True)) / math.sqrt(q.shape[-1])
-        return ds @ k, ds.transpose(-1, -2) @ q, dv, None
+        return (ds @ k).to(dt), (ds.transpose(-1, -2) @ q).to(dt), dv.to(dt), None
 
 
 class AttentionNoMask(Attention):
@@ -486,23 +493,25 @@ class LayerNorm(torch.autograd.Function):
 
     @classmethod
     def forward(cls, ctx, x, w, b, eps):
-        mu = x.mean(-1, keepdim=True)
-        var = x.var(-1, unbiased=False, keepdim=True)
+        xf = _up(x)
+        mu = xf.mean(-1, keepdim=True)
+        var = xf.var(-1, unbiased=False, keepdim=True)
         rstd = (var + eps).rsqrt()
-        xhat = (x - mu) * rstd
-        ctx.save_for_backward(x, w, mu, var)
+        xhat = (xf - mu) * rstd
+        ctx.save_for_backward(xf, _up(w), mu, var)
         ctx.eps = eps
-        return xhat * w + b
+        return (xhat * _up(w) + _up(b)).to(x.dtype)
 
     @classmethod
     def backward(cls, ctx, g):
         x, w, mu, var = ctx.saved_tensors
+        dt, g = g.dtype, _up(g)
         rstd = (var + (0.0 if cls.bug else ctx.eps)).rsqrt()  # bug: eps left out of the backward's rstd
         xhat = (x - mu) * rstd
         gw = g * w
         dx = rstd * (gw - gw.mean(-1, keepdim=True) - xhat * (gw * xhat).mean(-1, keepdim=True))
         rows = tuple(range(g.ndim - 1))
-        return dx, (g * xhat).sum(rows), g.sum(rows), None
+        return dx.to(dt), (g * xhat).sum(rows).to(dt), g.sum(rows).to(dt), None
 
 
 class LayerNormBug(LayerNorm):
@@ -520,18 +529,20 @@ class RMSNormOffset(torch.autograd.Function):
 
     @classmethod
     def forward(cls, ctx, x, w, offset):
-        rstd = (x.pow(2).mean(-1, keepdim=True) + 1e-6).rsqrt()
-        ctx.save_for_backward(x, w, rstd)
+        xf, wf = _up(x), _up(w)
+        rstd = (xf.pow(2).mean(-1, keepdim=True) + 1e-6).rsqrt()
+        ctx.save_for_backward(xf, wf, rstd)
         ctx.offset = offset
-        return x * rstd * (offset + w)
+        return (xf * rstd * (offset + wf)).to(x.dtype)
 
     @classmethod
     def backward(cls, ctx, g):
         x, w, rstd = ctx.saved_tensors
+        dt, g = g.dtype, _up(g)
         xhat = x * rstd
         gw = g * (w if cls.bug else ctx.offset + w)  # bug: the offset is left out of the input gradient
         dx = rstd * (gw - xhat * (gw * xhat).mean(-1, keepdim=True))
-        return dx, (g * xhat).sum(tuple(range(g.ndim - 1))), None
+        return dx.to(dt), (g * xhat).sum(tuple(range(g.ndim - 1))).to(dt), None
 
 
 class RMSNormOffsetBug(RMSNormOffset):
@@ -539,7 +550,8 @@ class RMSNormOffsetBug(RMSNormOffset):
 
 
 def rms_norm_offset_ref(x, w, offset=0.0):
-    return x * (x.pow(2).mean(-1, keepdim=True) + 1e-6).rsqrt() * (offset + w)
+    xf = _up(x)
+    return (xf * (xf.pow(2).mean(-1, keepdim=True) + 1e-6).rsqrt() * (offset + _up(w))).to(x.dtype)
 
 
 # ---- the catalogue --------------------------------------------------------------------------------------------
@@ -573,15 +585,15 @@ CASES: list[Case] = [
           lambda x, descending=False: torch.sort(x, -1, descending=descending).values,
           lambda dt, g: (_randn(g, dt, 3, 6),), "`descending=True`"),
     _case("cross_entropy_ignore_index_rows", CrossEntropy, CrossEntropyUnmasked, ["logits", "target", "ignore_index=-100"],
-          lambda logits, target, ignore_index=-100: F.cross_entropy(logits.float(), target, ignore_index=ignore_index).to(logits.dtype),
+          lambda logits, target, ignore_index=-100: F.cross_entropy(_up(logits), target, ignore_index=ignore_index).to(logits.dtype),
           lambda dt, g: (_randn(g, dt, 6, 5), torch.randint(0, 5, (6,), generator=g)), "`ignore_index=-100`"),
     _case("cross_entropy_ignore_index_denominator", CrossEntropy, CrossEntropyDenominator,
           ["logits", "target", "ignore_index=-100"],
-          lambda logits, target, ignore_index=-100: F.cross_entropy(logits.float(), target, ignore_index=ignore_index).to(logits.dtype),
+          lambda logits, target, ignore_index=-100: F.cross_entropy(_up(logits), target, ignore_index=ignore_index).to(logits.dtype),
           lambda dt, g: (_randn(g, dt, 6, 5), torch.randint(0, 5, (6,), generator=g)), "`ignore_index=-100`"),
     _case("fused_linear_cross_entropy_ignore_index", FusedLinearCrossEntropy, FusedLinearCrossEntropyBug,
           ["h", "w", "target", "ignore_index=-100"],
-          lambda h, w, target, ignore_index=-100: F.cross_entropy((h @ w.t()).float(), target, ignore_index=ignore_index).to(h.dtype),
+          lambda h, w, target, ignore_index=-100: F.cross_entropy(_up(h) @ _up(w).t(), target, ignore_index=ignore_index).to(h.dtype),
           lambda dt, g: (_randn(g, dt, 6, 4), _randn(g, dt, 5, 4), torch.randint(0, 5, (6,), generator=g)),
           "`ignore_index=-100`"),
     _case("embedding_padding_idx", Embedding, EmbeddingBug, ["index", "weight", "padding_idx"],
@@ -609,7 +621,8 @@ CASES: list[Case] = [
     _case("l2_normalize_eps", L2Normalize, L2NormalizeBug, ["x", "eps=1e-12"],
           lambda x, eps=1e-12: F.normalize(x, dim=-1, eps=eps), lambda dt, g: (_randn(g, dt, 4, 5),), "`eps="),
     _case("layer_norm_eps", LayerNorm, LayerNormBug, ["x", "w", "b", "eps=1e-5"], layer_norm_ref,
-          lambda dt, g: (_randn(g, dt, 4, 6), 1 + _randn(g, dt, 6, scale=0.1), _randn(g, dt, 6, scale=0.1)), "`eps="),
+          lambda dt, g: (_randn(g, dt, 4, 6, scale=10.0), 1 + _randn(g, dt, 6, scale=0.1), _randn(g, dt, 6, scale=0.1)),
+          "`eps="),
     _case("rms_norm_offset", RMSNormOffset, RMSNormOffsetBug, ["x", "w", "offset=0.0"], rms_norm_offset_ref,
           lambda dt, g: (_randn(g, dt, 4, 6), _randn(g, dt, 6, scale=0.1) + 1), "`offset=1.0`"),
 ]

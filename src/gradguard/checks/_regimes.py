@@ -82,6 +82,12 @@ def _resize_last(v: np.ndarray, size: int, distinct: bool = False) -> np.ndarray
     return out * 0.9 ** (np.arange(size) // v.shape[-1]) if distinct else out
 
 
+def _ties(rounded: np.ndarray, original: np.ndarray) -> bool:
+    """Whether some row of ``rounded`` has fewer distinct values than the same row of ``original``."""
+    r, o = rounded.reshape(-1, rounded.shape[-1]), original.reshape(-1, original.shape[-1])
+    return any(len(np.unique(a)) < len(np.unique(b)) for a, b in zip(r, o))
+
+
 def _grow_rows(v: np.ndarray, size: int, distinct: bool) -> np.ndarray:
     """``v`` with its leading dimension cut or cyclically extended to ``size`` (copies scaled as in _resize_last)."""
     idx = np.arange(size) % v.shape[0]
@@ -212,11 +218,20 @@ def build_regimes(B, args, wrt, kwargs, arguments: list[Argument], vary: dict, s
             cand = [i for i in floats if B.ndim(args[i]) >= 1 and B.shape(args[i])[-1] >= 2][:1]
         if cand:
             new = list(args)
+            spreads = []
             for i in cand:
                 v = B.to_numpy(args[i])
                 mean = v.mean(axis=-1, keepdims=True)
-                new = _with(B, new, i, mean + NEAR_CONSTANT_SPREAD * (v - mean))
-            regimes.append(Regime("near_constant_rows", f"rows (last dim) squeezed to their mean +- {NEAR_CONSTANT_SPREAD:g} x deviation (variance near eps)", new, Spec(precision=False)))
+                spread = NEAR_CONSTANT_SPREAD
+                # NOTE [No ties made]: squeezed rows rounded to bfloat16/float16 collapse onto a few values, and ties
+                # are kinks (sort, max, top-k) where finite differences mean nothing: the spread grows until the row's
+                # distinct values stay distinct in the input's dtype
+                while spread < 0.25 and _ties(B.round_to(mean + spread * (v - mean), B.dtype_name(args[i])), v):
+                    spread *= 2
+                spreads.append(spread)
+                new = _with(B, new, i, mean + spread * (v - mean))
+            spread = max(spreads)
+            regimes.append(Regime("near_constant_rows", f"rows (last dim) squeezed to their mean +- {spread:g} x deviation (variance near eps)", new, Spec(precision=False)))
         else:
             skipped["near_constant_rows"] = "no differentiated input with rows of two or more elements"
 
