@@ -70,7 +70,15 @@ DEFAULT_OPTIONS: dict[str, Any] = {
     "shrink": True,  # look for a smaller reproducing input for failures
     "name": None,  # name shown in the report
     "vary": None,  # {argument name: False | list of values}: NOTE [Argument regimes]
+    "budget": None,  # seconds, or "quick": NOTE [Budget]
 }
+# NOTE [Budget]
+# ``budget=`` bounds the audit's time: the given inputs always get the gradient suite; then the argument regimes
+# (what no other tool explores), the other regimes, mutation, aliasing and composition run in that order while time
+# is left, and whatever the budget did not reach is listed as skipped ("budget spent"), never as passed.
+# ``budget="quick"`` is QUICK_FACTOR times what the given inputs' gradient suite took (about gradcheck's own cost on
+# small inputs: a full Jacobian in float64).
+QUICK_FACTOR = 2.0
 # NOTE [Which inputs]
 # Floating-point tensor inputs are differentiated. If some of them have requires_grad=True, only those
 # are (so an input can be excluded by passing it with requires_grad=False next to ones with True);
@@ -951,6 +959,14 @@ class _Audit:
             self.checks.append(CheckResult(group, "given", "skip", unsupported[group]))
         groups -= set(unsupported)
 
+        deadline = self._deadline(t0)
+        if deadline is not None:  # NOTE [Budget]: the regimes first, the audits of the op's memory after them
+            self._regime_stage(groups, unsupported, base, t0, deadline)
+            if time.perf_counter() > deadline:
+                for group in ("mutation", "aliasing", "composition"):
+                    if group in groups:
+                        self.checks.append(CheckResult(group, "given", "skip", self._spent()))
+                return self._report(t0)
         if "mutation" in groups or "aliasing" in groups:
             found, checks = audit_mutation(self.B, self.fn, self.args, self.kwargs, self.wrt, self.names, base.U[0])
             keep = lambda c: c.split(".")[0] in groups
@@ -983,35 +999,54 @@ class _Audit:
             self.findings += found
             self.checks += checks
 
-        if "regime" in groups:
-            full_args = self.args
-            try:
-                base = self._slice_for_regimes(base)
-                selected = set(self.opts["regimes"])
-                for name in sorted(selected & set(unsupported)):
-                    self.checks.append(CheckResult(f"regime.{name}", name, "skip", unsupported[name]))
-                regimes, skipped = build_regimes(self.B, self.args, self.wrt, self.kwargs, self.arguments, self.vary,
-                                                 selected - set(unsupported), self.names)
-                for name, why in skipped.items():
-                    self.checks.append(CheckResult(f"regime.{name}", name, "skip", why))
-                given_s = time.perf_counter() - t0
-                progress = _Progress(self.opts["name"] or self.B.op_name(self.fn), len(regimes), given_s)
-                ran: dict = {}  # NOTE [Same inputs, one run]
-                for n, regime in enumerate(regimes, start=1):
-                    progress.step(n, regime.name)
-                    key = self._regime_key(regime)
-                    if key is not None and key in ran:
-                        self._reuse_regime(regime, *ran[key])
-                        continue
-                    n_checks, n_findings, n_notes = len(self.checks), len(self.findings), len(self.notes)
-                    self._run_regime(regime, base, n)
-                    if key is not None:
-                        ran[key] = (regime, self.checks[n_checks:], self.findings[n_findings:], self.notes[n_notes:])
-                progress.done()
-            finally:
-                self.args = full_args
-
+        if deadline is None:
+            self._regime_stage(groups, unsupported, base, t0, None)
         return self._report(t0)
+
+    def _deadline(self, t0: float) -> float | None:
+        budget = self.opts["budget"]
+        if budget is None:
+            return None
+        return t0 + (QUICK_FACTOR * (time.perf_counter() - t0) if budget == "quick" else float(budget))
+
+    def _spent(self) -> str:
+        return f"budget spent (budget={self.opts['budget']!r}); pass a larger budget, or none, to run it"
+
+    def _regime_stage(self, groups, unsupported, base, t0: float, deadline: float | None) -> None:
+        if "regime" not in groups:
+            return
+        full_args = self.args
+        try:
+            base = self._slice_for_regimes(base)
+            selected = set(self.opts["regimes"])
+            for name in sorted(selected & set(unsupported)):
+                self.checks.append(CheckResult(f"regime.{name}", name, "skip", unsupported[name]))
+            regimes, skipped = build_regimes(self.B, self.args, self.wrt, self.kwargs, self.arguments, self.vary,
+                                             selected - set(unsupported), self.names)
+            for name, why in skipped.items():
+                self.checks.append(CheckResult(f"regime.{name}", name, "skip", why))
+            if deadline is not None:  # NOTE [Budget]: the argument regimes first
+                regimes = _budget_order(regimes)
+            given_s = time.perf_counter() - t0
+            progress = _Progress(self.opts["name"] or self.B.op_name(self.fn), len(regimes), given_s)
+            ran: dict = {}  # NOTE [Same inputs, one run]
+            for n, regime in enumerate(regimes, start=1):
+                if deadline is not None and time.perf_counter() > deadline:
+                    self.checks.append(CheckResult(f"regime.{regime.name}", regime.name, "skip",
+                                                   f"{regime.description}: {self._spent()}"))
+                    continue
+                progress.step(n, regime.name)
+                key = self._regime_key(regime)
+                if key is not None and key in ran:
+                    self._reuse_regime(regime, *ran[key])
+                    continue
+                n_checks, n_findings, n_notes = len(self.checks), len(self.findings), len(self.notes)
+                self._run_regime(regime, base, n)
+                if key is not None:
+                    ran[key] = (regime, self.checks[n_checks:], self.findings[n_findings:], self.notes[n_notes:])
+            progress.done()
+        finally:
+            self.args = full_args
 
     def _regime_key(self, regime: Regime):
         """What a value regime's run depends on besides its seed: spec, inputs (dtype, shape, layout, bytes) and which
@@ -1231,6 +1266,24 @@ class _Progress:
             print("\r" + " " * 60 + "\r", end="", file=sys.stderr, flush=True)
 
 
+def _budget_order(regimes: list[Regime]) -> list[Regime]:
+    """NOTE [Budget]: argument regimes first, one value of each argument in turn (negative dims first: the mapping of
+    negative dims is where dim bugs hide), then the others in their usual order."""
+    by_arg: dict[str, list[Regime]] = {}
+    for r in regimes:
+        if r.arg_name is not None:
+            by_arg.setdefault(r.arg_name, []).append(r)
+    for rs in by_arg.values():
+        rs.sort(key=lambda r: r.name == "reduction_dim" and "-> " in r.description
+                and not r.description.split("-> ")[-1].split("=")[-1].startswith("-"))
+    turns = []
+    while any(by_arg.values()):
+        for rs in by_arg.values():
+            if rs:
+                turns.append(rs.pop(0))
+    return turns + [r for r in regimes if r.arg_name is None]
+
+
 def _scale(a: np.ndarray) -> float:
     a = np.asarray(a)
     fin = a[np.isfinite(a)]
@@ -1276,6 +1329,10 @@ def run_check_op(B, fn: Callable, inputs: tuple, reference, options: dict) -> Op
     bad_regimes = sorted(set(opts["regimes"]) - set(REGIME_NAMES)) if not isinstance(opts["regimes"], str) else [opts["regimes"]]
     if bad_regimes:
         raise InvalidArgument(f"check_op: regimes contains {bad_regimes[0]!r}; expected a sequence drawn from {list(REGIME_NAMES)}.")
+    budget = opts["budget"]
+    if budget is not None and budget != "quick" and (isinstance(budget, bool) or not isinstance(budget, (int, float))
+                                                     or not budget > 0):
+        raise InvalidArgument(f"check_op: budget must be a positive number of seconds or 'quick'; got {budget!r}.")
     if not isinstance(opts["probes"], int) or opts["probes"] < 1:
         raise InvalidArgument(f"check_op: probes must be a positive int; got {opts['probes']!r}.")
     with B.audit_threads(inputs):

@@ -67,6 +67,7 @@ class Regime:
     wrt: list[int] | None = None  # differentiate only these inputs (the others do not require grad)
     argument: str | None = None  # an argument regime: the argument value it needs ("`causal=True`")
     new_argument: bool = False  # it passes fn an argument value the caller did not (fn may reject it: skipped)
+    arg_name: str | None = None  # an argument regime: the argument it varies
     fallback: "Regime | None" = None  # run instead when these inputs are outside fn's domain (NOTE [Outside the domain])
 
 
@@ -306,7 +307,8 @@ def build_regimes(B, args, wrt, kwargs, arguments: list[Argument], vary: dict, s
         spec = Spec(numerical=v.numerical, convention=v.convention)
         regimes.append(Regime(v.strategy, v.description, new_args, spec,
                               kwargs=new_kwargs if new_kwargs != kwargs else None,
-                              argument=v.needs, new_argument=v.value is not v.argument.value))
+                              argument=v.needs, new_argument=v.value is not v.argument.value,
+                              arg_name=v.argument.name))
     return regimes, skipped
 
 
