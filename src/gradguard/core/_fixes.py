@@ -16,6 +16,7 @@ from ._source_ast import _statement_at
 
 __all__ = [
     "out_of_place",
+    "out_of_place_method",
     "carried_state",
     "CarriedState",
     "step_receivers",
@@ -25,16 +26,6 @@ __all__ = [
     "keyword_calls",
     "is_valid_python",
 ]
-
-# Operators whose augmented form `x op= y` has the out-of-place form `x = x op y`.
-_AUG_SYMBOLS = {
-    ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%",
-    ast.Pow: "**", ast.MatMult: "@", ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^",
-    ast.LShift: "<<", ast.RShift: ">>",
-}
-# Nodes that need no parentheses on the right of a binary operator.
-_ATOMIC = (ast.Name, ast.Constant, ast.Attribute, ast.Call, ast.Subscript)
-
 
 def _parse_line(code: str) -> ast.stmt | None:
     try:
@@ -55,46 +46,67 @@ def statement_code(location: SourceLocation | None) -> str:
     return " ".join(lines)
 
 
-def out_of_place(code: str) -> str | None:
-    """``h *= 0.5`` -> ``h = h * 0.5``; ``a.mul_(2)`` -> ``a = a.mul(2)``; ``torch.relu_(x)`` -> ``x = torch.relu(x)``."""
-    code = code.strip()
-    stmt = _parse_line(code)
-    if isinstance(stmt, ast.AugAssign) and type(stmt.op) in _AUG_SYMBOLS:
-        target = ast.unparse(stmt.target)
-        value = ast.get_source_segment(code, stmt.value) or ast.unparse(stmt.value)
-        if not isinstance(stmt.value, _ATOMIC):
-            value = f"({value})"
-        return f"{target} = {target} {_AUG_SYMBOLS[type(stmt.op)]} {value}"
-    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and isinstance(stmt.value.func, ast.Attribute):
-        call = stmt.value
-        name = call.func.attr
-        if not name.endswith("_") or name.endswith("__"):
-            return None
-        base = call.func.value
-        if isinstance(base, ast.Name) and base.id in ("torch", "F") and call.args:
-            target = ast.unparse(call.args[0])
-            call.func.attr = name[:-1]
-            return f"{target} = {ast.unparse(call)}"
-        # a chain of in-place methods (`c.mul_(s).add_(m)`): every link out of place, assigned to the receiver
-        links = [call]
-        while isinstance(base, ast.Call) and isinstance(base.func, ast.Attribute) and base.func.attr.endswith("_") \
-                and not base.func.attr.endswith("__"):
-            links.append(base)
-            base = base.func.value
-        if not isinstance(base, (ast.Name, ast.Attribute)):
-            return None  # never a suggestion that is not valid Python (an assignment to a call)
-        for link in links:
-            link.func.attr = link.func.attr[:-1]
-        return f"{ast.unparse(base)} = {ast.unparse(call)}"
-    if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.value, ast.Call):
-        # `x = F.relu(x, inplace=True)` -> `x = F.relu(x)`
-        call = stmt.value
-        kept = [k for k in call.keywords if not (k.arg == "inplace" and isinstance(k.value, ast.Constant)
-                                                 and k.value.value is True)]
-        if len(kept) != len(call.keywords):
-            call.keywords = kept
-            return f"{ast.unparse(stmt.targets[0])} = {ast.unparse(call)}"
+# NOTE [Out-of-place methods come from the framework]
+# `x.div_(n)` becomes `x = x.div(n)` only when the tensor type has a method `div`: the table is the framework
+# itself, not a list kept here. `normal_`, `uniform_`, `zero_`, `fill_`, `copy_` have no out-of-place method, so
+# the repair for them writes into a clone instead (`x = x.clone()` first). `bernoulli_(p)` has a namesake with
+# another meaning (`x.bernoulli()` draws with x as the probabilities), so it is treated as having none.
+_OTHER_MEANING = {"bernoulli_"}
+
+
+def _framework_types() -> list[tuple[object, object]]:
+    """(module, tensor type) of each framework loaded here; torch imported when none is (``gradguard fix``)."""
+    import sys
+
+    found = [(sys.modules[m], getattr(sys.modules[m], "Tensor", None)) for m in ("torch", "paddle", "mindspore")
+             if m in sys.modules]
+    if not found:
+        try:
+            import torch
+        except ImportError:
+            return []
+        found = [(torch, torch.Tensor)]
+    return found
+
+
+def out_of_place_method(name: str, namespace: bool = False) -> str | None:
+    """``div_`` -> ``div``; None when the framework has no out-of-place method of that name (``normal_``).
+    ``namespace``: look for a function of the module (``torch.relu`` for ``torch.relu_``) instead."""
+    if not name.endswith("_") or name.endswith("__") or name in _OTHER_MEANING:
+        return None
+    base = name[:-1]
+    frameworks = _framework_types()
+    if not frameworks:
+        return base  # no framework to ask: trust the naming convention
+    if any(callable(getattr(module if namespace else tensor, base, None)) for module, tensor in frameworks):
+        return base
     return None
+
+
+def out_of_place(code: str) -> str | None:
+    """``h *= 0.5`` -> ``h = h * 0.5``; ``a.mul_(2)`` -> ``a = a.mul(2)``; ``torch.relu_(x)`` -> ``x = torch.relu(x)``;
+    ``y = x.div_(n)`` -> ``x = x.div(n); y = x``. The text is the edit ``gradguard fix`` makes (the same libcst
+    rewrite); None when there is none (``x.normal_()``: no out-of-place method, see NOTE [Out-of-place methods
+    come from the framework])."""
+    from ..fix._edits import EditNotApplicable, apply_intent
+
+    code = code.strip()
+    if _parse_line(code) is None:
+        return None
+    try:
+        edited = apply_intent(code + "\n", FixIntent("inplace_to_out_of_place", None, 1))
+    except EditNotApplicable:
+        return None
+    return statements_text(edited)
+
+
+def statements_text(source: str) -> str:
+    """The statements of ``source`` on one line, comments left out: ``x = x.div(n); y = x``."""
+    import libcst as cst
+
+    empty = cst.Module(body=[])
+    return "; ".join(empty.code_for_node(small) for line in cst.parse_module(source).body
+                     if isinstance(line, cst.SimpleStatementLine) for small in line.body)
 
 
 def mask_assignment(code: str) -> str | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 
 from ._findings import Finding, SourceLocation, WriteRecord
-from ._fixes import (carried_state, crossing_recompute, is_valid_python, keyword_calls, mask_assignment, out_of_place,
+from ._fixes import (carried_state, crossing_recompute, is_valid_python, mask_assignment, out_of_place,
                      statement_code, step_receivers)
 from ._intents import FixIntent, Verdict
 from ._source_ast import callee_of
@@ -381,42 +381,50 @@ def retained_graph_rule(f: Finding, opt: WriteRecord) -> Verdict:
 # -- in-place activations --------------------------------------------------------------------------------
 
 
-def _construction_sites(f: Finding, act: WriteRecord, module_class: str) -> list[SourceLocation]:
-    """Where ``ModuleClass(inplace=True)`` was written: searched in the files of the write and the save."""
+def _construction_sites(f: Finding, act: WriteRecord):
+    """Where the module that wrote was built (searched in the files of the write and the save), the statements
+    that switched it to in-place later, and whether the instance was resolved (see NOTE [Resolving the writing
+    instance to its construction]); None for a write no module made."""
+    from ._module_sites import writer_sites
+
     files: list[str] = []
-    for location in (act.location, f.saved_at.location):
+    for location in (act.location, f.saved_at.location, *f.saved_at.chain):
         if location is not None and location.file not in files:
             files.append(location.file)
-    for extra in f.context.get("module_files") or ():
-        if extra not in files:
-            files.append(extra)
-    sites: list[SourceLocation] = []
-    for name in files:
-        for site in keyword_calls(name, module_class, "inplace", True):
-            if all((site.file, site.line) != (s.file, s.line) for s in sites):
-                sites.append(site)
-    return sites
+    files += [extra for extra in f.context.get("module_files") or () if extra not in files]
+    return writer_sites(files, act.via)
 
 
 def activation_rule(f: Finding, act: WriteRecord) -> Verdict:
+    from ._module_sites import inplace_position
+
     saver = f.saved_at.op or "an autograd node"
     via = act.via or act.op
     module = _INPLACE_MODULE.search(via)
     written_op = act.op.split(".")[1] if act.op.count(".") >= 1 else act.op  # "relu_"
     saver_op = (_op_of(f.saved_at.node) or "").lower()
-    sites = _construction_sites(f, act, module.group(1)) if module else []
-    # One intent per construction (several on one line: one per call, the later first when two in-place
-    # activations follow each other, since the second is the one that overwrites). Several candidates: none is
-    # preferred, gradguard fix tries them one at a time.
+    found = _construction_sites(f, act) if module else None
+    resolved, switches = bool(found and found[2]), found[1] if found else []
+    site_list = found[0] if found else []
+    sites = [s.location for s in site_list]
+    # One intent per construction. Unresolved (the instance unknown): one per call of the class on each line with
+    # inplace=True, the later first when two in-place activations follow each other, since the second is the one
+    # that overwrites. Several candidates: none is preferred, gradguard fix tries them one at a time.
     consecutive = f.saved_at.argument == "result" and written_op.rstrip("_") == saver_op
-    fixes = []
-    for site in sites if module else []:
-        calls = max(1, site.code.count(f"{module.group(1)}("))
-        for k in (range(calls - 1, -1, -1) if consecutive else range(calls)):
+    fixes = [FixIntent("remove_statement", *_loc(s), target=s.code, preferred=False,
+                       reason=f"`{s.code}` made it write in place") for s in switches]
+    position = inplace_position(module.group(1)) if module else None
+    for site in site_list:
+        occurrences = ([site.occurrence] if resolved else
+                       [None] if site.location.code.count(f"{module.group(1)}(") <= 1 else
+                       list(range(site.location.code.count(f"{module.group(1)}(")))[::-1 if consecutive else 1])
+        for k in occurrences:
             detail = {"call": module.group(1), "keyword": "inplace", "value": False}
-            if calls > 1:
+            if k is not None:
                 detail["occurrence"] = k
-            fixes.append(FixIntent("set_keyword", site.file, site.line, target=None, detail=detail,
+            if position is not None and "inplace=" not in site.location.code:  # `nn.ReLU(True)`
+                detail["position"] = position
+            fixes.append(FixIntent("set_keyword", *_loc(site.location), target=None, detail=detail,
                                    reason=f"construct {module.group(1)} with inplace=False", preferred=False))
     if len(fixes) == 1:
         fixes = [FixIntent(x.action, x.file, x.line, x.target, x.detail, x.reason, preferred=True) for x in fixes]
@@ -435,7 +443,13 @@ def activation_rule(f: Finding, act: WriteRecord) -> Verdict:
             f"{' at ' + _short(sites[0], _home(f)) if len(sites) == 1 else ''}.",
             fixes,
         )
-    if module is not None:
+    if module is not None and switches:
+        owner = via[: module.start()].strip().rstrip("(").strip()
+        lines = ", ".join(f"`{s.code}` ({_short(s, _home(f))})" for s in switches)
+        fix = (f"{lines} switched {owner or 'the ' + module.group(1)} to in-place after it was constructed: delete "
+               f"{'it' if len(switches) == 1 else 'them'} (or set inplace to False). An in-place op is safe only "
+               f"right after an op that does not save its output (Linear, Conv, BatchNorm).")
+    elif module is not None:
         owner = via[: module.start()].strip().rstrip("(").strip()  # "gate.2" in "gate.2 (ReLU(inplace=True))"
         at = f" at {_short(sites[0], _home(f))}" if len(sites) == 1 else ""
         edited = (sites[0].code.replace("inplace=True", "inplace=False").rstrip(",").strip()

@@ -23,11 +23,14 @@ ACTIONS = {
     "detach_argument": "detach the argument `target` of the call at `line`",
     # remove keyword detail["keyword"] from the call detail["call"] at `line` (retain_graph=True)
     "drop_keyword": "remove a keyword argument from a call",
-    # set keyword detail["keyword"] of call detail["call"] at `line` to detail["value"] (inplace=True -> False)
+    # set keyword detail["keyword"] of call detail["call"] at `line` to detail["value"] (inplace=True -> False);
+    # detail["occurrence"]: which call of the callee in the statement; detail["position"]: the parameter's index
+    # when it is passed positionally (`nn.ReLU(True)`)
     "set_keyword": "set a keyword argument of a call",
     # `x += y` -> `x = x + y` at `line`
     "augmented_to_binary": "rewrite an augmented assignment out of place",
-    # `x.add_(y)` -> `x = x.add(y)`, `x[m] = v` -> `x = x.masked_fill(m, v)`; detail["method"] optional
+    # `x.add_(y)` -> `x = x.add(y)`, `y = x.add_(v)` -> `x = x.add(v)` then `y = x`, `x[m] = v` ->
+    # `x = x.masked_fill(m, v)` (detail["method"]); refused for a method without an out-of-place form (`normal_`)
     "inplace_to_out_of_place": "rewrite an in-place call or index assignment out of place",
     # `f(a)` -> `f(a.clone())` for the argument `target` of the call detail["call"] at `line`
     "clone_argument": "clone an argument before a call that writes into it",

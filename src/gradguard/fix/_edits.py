@@ -242,18 +242,30 @@ def _augmented_to_binary(statement):
     return statement.with_changes(body=[cst.Assign(targets=[cst.AssignTarget(target=small.target)], value=binary)])
 
 
+def _is_inplace_method(node) -> bool:
+    """``x.add_(...)``: a call of a method whose name ends in one underscore (``__setitem__`` is not one)."""
+    if not (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)):
+        return False
+    name = node.func.attr.value
+    return name.endswith("_") and not name.endswith("__")
+
+
 def _strip_inplace_links(call: cst.Call):
-    """``c.mul_(s).add_(m)`` -> (``c.mul(s).add(m)``, receiver ``c``); None when it is not such a chain."""
+    """``c.mul_(s).add_(m)`` -> (``c.mul(s).add(m)``, receiver ``c``); None when it is not such a chain.
+    Raises EditNotApplicable for a link with no out-of-place method (``normal_``; see out_of_place_method)."""
+    from ..core._fixes import out_of_place_method
+
     links, node = [], call
-    while isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
-        name = node.func.attr.value
-        if not name.endswith("_") or name.endswith("__"):
-            break
+    while _is_inplace_method(node):
         links.append(node)
         node = node.func.value
     if not links:
         return None
     receiver = node
+    for link in links:
+        if out_of_place_method(link.func.attr.value) is None:
+            raise EditNotApplicable(f"`.{link.func.attr.value}()` has no out-of-place method; write into a clone "
+                                    f"instead")
 
     class Strip(cst.CSTTransformer):
         def leave_Attribute(self, original, updated):
@@ -264,7 +276,51 @@ def _strip_inplace_links(call: cst.Call):
     return call.visit(Strip()), receiver
 
 
+class _FirstInplaceChain(cst.CSTVisitor):
+    """The outermost in-place method chain of a statement whose receiver is a name or an attribute."""
+
+    def __init__(self):
+        self.found: cst.Call | None = None
+
+    def visit_Call(self, node) -> bool:
+        if self.found is None and _is_inplace_method(node):
+            receiver = node
+            while _is_inplace_method(receiver):
+                receiver = receiver.func.value
+            if isinstance(receiver, (cst.Name, cst.Attribute)):
+                self.found = node
+                return False
+        return self.found is None
+
+
+def _assign(target: cst.BaseExpression, value: cst.BaseExpression) -> cst.Assign:
+    return cst.Assign(targets=[cst.AssignTarget(target.deep_clone())], value=value)
+
+
+def _method_out_of_place(statement, small):
+    """``x.div_(n)`` -> ``x = x.div(n)``; ``y = x.div_(n)`` (the result used) -> ``x = x.div(n)`` then ``y = x``;
+    an in-place call inside an expression is hoisted the same way (``a - t.mul_(k)``: ``t = t.mul(k)`` first)."""
+    finder = _FirstInplaceChain()
+    small.visit(finder)
+    if finder.found is None:
+        raise EditNotApplicable(f"no in-place method call on a name or attribute in `{_code(statement).strip()}`")
+    chain = finder.found
+    new, receiver = _strip_inplace_links(chain)
+    rebind = statement.with_changes(body=[_assign(receiver, new)])
+    if isinstance(small, cst.Expr) and small.value is chain:
+        return rebind
+    edit = _ExpressionEdit(lambda node: node is chain, lambda node: receiver.deep_clone())
+    rest = small.visit(edit)
+    if isinstance(rest, cst.Assign) and len(rest.targets) == 1 and _same(_code(rest.targets[0].target), _code(receiver)) \
+            and _same(_code(rest.value), _code(receiver)):
+        return rebind  # `x = x.div_(n)`: the rebinding is the whole statement
+    return [rebind.with_changes(trailing_whitespace=cst.TrailingWhitespace()),  # the comment stays on its line
+            statement.with_changes(body=[rest], leading_lines=[])]
+
+
 def _out_of_place(statement, detail: dict):
+    from ..core._fixes import out_of_place_method
+
     small = _single(statement)
     if detail.get("method") == "masked_fill":
         if not (isinstance(small, cst.Assign) and len(small.targets) == 1
@@ -276,27 +332,30 @@ def _out_of_place(statement, detail: dict):
         call = cst.Call(func=cst.Attribute(value=_atom(base), attr=cst.Name("masked_fill")),
                         args=[cst.Arg(mask, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))),
                               cst.Arg(small.value)])
-        return statement.with_changes(body=[cst.Assign(targets=[cst.AssignTarget(base.deep_clone())], value=call)])
+        return statement.with_changes(body=[_assign(base, call)])
+    if isinstance(small, cst.AugAssign):
+        return _augmented_to_binary(statement)
     if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call) and isinstance(small.value.func, cst.Attribute):
         call = small.value
         base = call.func.value
         if isinstance(base, cst.Name) and base.value in ("torch", "F") and call.args:
-            # torch.relu_(x) -> x = torch.relu(x)
+            # torch.relu_(x) -> x = torch.relu(x); F.relu(x, inplace=True) -> x = F.relu(x)
             name = call.func.attr.value
-            if not name.endswith("_"):
-                raise EditNotApplicable(f"`{_code(call)}` is not an in-place call")
             target = call.args[0].value
+            if any(a.keyword is not None and a.keyword.value == "inplace" for a in call.args):
+                new = _edit_keyword(cst.SimpleStatementLine([cst.Expr(call)]), {"keyword": "inplace", "value": None})
+                return statement.with_changes(body=[_assign(target, _single(new).value)])
+            if not name.endswith("_") or name.endswith("__"):
+                raise EditNotApplicable(f"`{_code(call)}` is not an in-place call")
+            if out_of_place_method(name, namespace=True) is None:
+                raise EditNotApplicable(f"`{base.value}.{name}` has no out-of-place function")
             new = call.with_changes(func=call.func.with_changes(attr=cst.Name(name[:-1])))
-            return statement.with_changes(body=[cst.Assign(targets=[cst.AssignTarget(target.deep_clone())],
-                                                           value=new)])
-        stripped = _strip_inplace_links(call)
-        if stripped is None or not isinstance(stripped[1], (cst.Name, cst.Attribute)):
-            raise EditNotApplicable(f"`{_code(call)}` has no receiver to assign the out-of-place result to")
-        new, receiver = stripped
-        return statement.with_changes(body=[cst.Assign(targets=[cst.AssignTarget(receiver.deep_clone())],
-                                                       value=new)])
-    if isinstance(small, cst.Assign) and isinstance(small.value, cst.Call):
+            return statement.with_changes(body=[_assign(target, new)])
+    if isinstance(small, cst.Assign) and isinstance(small.value, cst.Call) and any(
+            a.keyword is not None and a.keyword.value == "inplace" for a in small.value.args):
         return _edit_keyword(statement, {"keyword": "inplace", "value": None})
+    if isinstance(small, (cst.Expr, cst.Assign, cst.AnnAssign, cst.Return)):
+        return _method_out_of_place(statement, small)
     raise EditNotApplicable(f"no in-place call to rewrite in `{_code(statement).strip()}`")
 
 
@@ -308,7 +367,8 @@ def _drop_arg(args: list[cst.Arg], index: int) -> list[cst.Arg]:
 
 
 def _edit_keyword(statement, detail: dict):
-    """Set keyword ``detail["keyword"]`` of call ``detail["call"]`` to ``detail["value"]``; None removes it."""
+    """Set keyword ``detail["keyword"]`` of call ``detail["call"]`` to ``detail["value"]``; None removes it.
+    ``detail["position"]``: where the parameter sits when it is passed positionally instead."""
     keyword, value = detail["keyword"], detail.get("value")
 
     def rewrite(args):
@@ -317,6 +377,11 @@ def _edit_keyword(statement, detail: dict):
                 if value is None:
                     return _drop_arg(args, index)
                 return args[:index] + [arg.with_changes(value=cst.parse_expression(repr(value)))] + args[index + 1:]
+        position = detail.get("position")  # the keyword passed positionally: `nn.ReLU(True)`
+        if value is not None and position is not None and position < len(args) and not any(
+                a.keyword is not None or a.star for a in args[:position + 1]):
+            arg = args[position]
+            return args[:position] + [arg.with_changes(value=cst.parse_expression(repr(value)))] + args[position + 1:]
         return None
 
     return _within(statement, _CallEdit(_callee_matcher(detail.get("call")), rewrite, detail.get("occurrence")),

@@ -6,9 +6,12 @@
 # for: the run ends with no finding and the exit code a healthy run has (0 when the original only failed at
 # the hazard), or the finding it targeted is gone and the next hazard of the same script surfaces (PyTorch
 # stops at the first stale tensor, so a script with two hazards is repaired one round at a time; the whole
-# set counts as a fix only when the last round runs clean). Silent writes have no failure to compare
-# against: proving their edit needs gradients from a reference run without the writer, which the loop
-# cannot produce for an arbitrary script, so it reports them unfixed and says so instead of guessing.
+# set counts as a fix only when the last round runs clean: otherwise the earlier rounds' edits are dropped too
+# and nothing is written, since one finding's signature going away is not the failure going away). Candidates
+# come from the finding's own intents first, then from NOTE [Repairs from the mechanism, not the rule id].
+# Silent writes have no failure to compare against: proving their edit needs gradients from a reference run
+# without the writer, which the loop cannot produce for an arbitrary script, so it reports them unfixed and says
+# so instead of guessing.
 #
 # NOTE [A repair that runs clean comes first]
 # A repair that removes its hazard but lets the next one surface is kept only when no other repair of the same
@@ -32,6 +35,7 @@ from ..core._frames import LIBRARY_PATHS
 from ..core._intents import FixIntent
 from ._edits import EditNotApplicable, apply_intents
 from ._for_pytest import FIX_PYTEST_REPORT_ENV, is_pytest, pytest_argv
+from ._search import general_repairs, same_intent
 
 __all__ = ["RunResult", "AcceptedEdit", "Unfixed", "FixOutcome", "run_guarded", "repair", "lost_gradients"]
 
@@ -225,6 +229,8 @@ def repair(command: list[str], cwd: str, *, timeout: float, max_rounds: int = 6,
                                             "cannot verify a repair, so it offers none"))
             break
         repairs = candidate_repairs(finding)
+        repairs += [(extra, []) for extra in general_repairs(finding, sources, lambda p: _editable(p) is None)
+                    if not any(_same_repair(extra, known) for known, _ in repairs)]
         if not repairs:
             unfixed.append(Unfixed(finding, f"no edit is known for this diagnosis ({finding.get('rule')})"))
             break
@@ -269,4 +275,17 @@ def repair(command: list[str], cwd: str, *, timeout: float, max_rounds: int = 6,
         if current.findings:
             unfixed.append(Unfixed(current.findings[0], f"still failing after {max_rounds} rounds of edits"))
     clean = not current.timed_out and not current.findings and current.exit_code == healthy
+    if not clean and accepted:
+        # NOTE [What "verified" means]: an edit is kept only when the script's failure is gone, not when one
+        # finding's signature went away.
+        dropped = "; ".join(f"{edit.reason} (line {edit.intents[0].line})" for edit in accepted)
+        note = (f" (the edits of the earlier rounds are not kept, since the script still fails with them: "
+                f"{dropped})")
+        if unfixed:
+            unfixed[-1] = Unfixed(unfixed[-1].finding, unfixed[-1].why + note)
+        accepted, sources = [], {}
     return first, FixOutcome(original, sources, accepted, unfixed, clean, runs)
+
+
+def _same_repair(a: list[FixIntent], b: list[FixIntent]) -> bool:
+    return len(a) == len(b) and all(same_intent(x, y) for x, y in zip(a, b))

@@ -1,0 +1,216 @@
+"""The general repair search of ``gradguard fix``: candidate edits read from the write and the save of a finding
+(its lines, the op, the module that wrote), whatever rule diagnosed it.
+
+# NOTE [Repairs from the mechanism, not the rule id]
+# A rule's own intents are tried first (it knows its case best), then the candidates any write-into-saved-tensor
+# finding has, in order of how little they change:
+#   (a) the write made out of place: `x.div_(n)` -> `x = x.div(n)` (when the tensor type has that method, see
+#       NOTE [Out-of-place methods come from the framework]), `x += y` -> `x = x + y`, `x[m] = v` ->
+#       `x = x.masked_fill(m, v)`, `F.relu(x, inplace=True)` -> `x = F.relu(x)`; else a clone written into
+#       instead (`x = x.clone()` before the write);
+#   (b) `inplace=False` where the module instance that wrote was constructed (NOTE [Resolving the writing
+#       instance to its construction]), or the later `m.inplace = True` removed;
+#   (c) a copy at the save point (the saved input cloned, or the saved output's variable bound to a clone);
+#   (d) a detach where the tensor crosses into a graph an earlier backward freed;
+#   (e) an optimizer step moved after the backward that still needs the weights it updates.
+# Each candidate is verified by a run like any rule's intent; none is ever needed by a rule id to exist.
+"""
+
+from __future__ import annotations
+
+import ast
+import linecache
+import os
+from typing import Callable
+
+from ..core._intents import FixIntent
+
+__all__ = ["general_repairs", "same_intent"]
+
+# At most this many general candidates per finding: each costs a run of the script.
+_MAX_CANDIDATES = 8
+
+
+def same_intent(a: FixIntent, b: FixIntent) -> bool:
+    """The same edit (the reason and the grouping aside)."""
+    strip = lambda d: {k: v for k, v in d.items() if k != "group"}  # noqa: E731
+    return (a.action, a.file and os.path.realpath(a.file), a.line, a.target, strip(a.detail)) == (
+        b.action, b.file and os.path.realpath(b.file), b.line, b.target, strip(b.detail))
+
+
+def _prime(sources: dict[str, str]) -> None:
+    """Make linecache (which the source readers use) return the edited text of each overlaid file: the lines of a
+    later round's finding refer to it."""
+    for path, text in sources.items():
+        lines = text.splitlines(keepends=True)
+        linecache.cache[path] = (len(text), None, lines, path)
+
+
+def _statement(file: str, line: int) -> tuple[ast.stmt, str] | None:
+    from ..core._source_ast import _statement_at
+
+    stmt = _statement_at(file, line)
+    if stmt is None:
+        return None
+    lines = linecache.getlines(file)[stmt.lineno - 1:stmt.end_lineno or stmt.lineno]
+    return stmt, "".join(lines)
+
+
+def _receiver(stmt: ast.stmt) -> str | None:
+    """What the statement writes in place, when it is a name or an attribute chain: ``x`` in ``x.normal_()``,
+    ``x[i] = v``, ``x += 1``, ``torch.relu_(x)``."""
+    target = None
+    if isinstance(stmt, ast.AugAssign):
+        target = stmt.target
+    elif isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Subscript):
+        target = stmt.targets[0].value
+    else:
+        for node in ast.walk(stmt):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                name = node.func.attr
+                if name.endswith("_") and not name.endswith("__"):
+                    base = node.func.value
+                    while (isinstance(base, ast.Call) and isinstance(base.func, ast.Attribute)
+                           and base.func.attr.endswith("_")):
+                        base = base.func.value
+                    if isinstance(base, ast.Name) and base.id in ("torch", "F") and node.args:
+                        base = node.args[0]
+                    target = base
+                    break
+    while isinstance(target, ast.Subscript):
+        target = target.value
+    if isinstance(target, (ast.Name, ast.Attribute)):
+        return ast.unparse(target)
+    return None
+
+
+def _write_candidates(write: dict) -> list[list[FixIntent]]:
+    """(a): the write at ``write``'s line out of place, else into a clone."""
+    file, line = write.get("file"), write.get("line")
+    found = _statement(file, line) if file and line else None
+    if found is None:
+        return []
+    stmt, code = found
+    where = (file, line)
+    repairs: list[list[FixIntent]] = []
+    from ..core._fixes import mask_assignment, out_of_place
+
+    flat = " ".join(code.split())
+    masked = mask_assignment(flat)
+    rewritten = masked or out_of_place(flat)
+    if rewritten:
+        action = "augmented_to_binary" if isinstance(stmt, ast.AugAssign) else "inplace_to_out_of_place"
+        detail = {"method": "masked_fill"} if masked else {}
+        repairs.append([FixIntent(action, *where, target=rewritten.split(" = ", 1)[0], detail=detail,
+                                  reason=f"`{rewritten}` makes a new tensor and leaves the saved one intact")])
+    receiver = _receiver(stmt)
+    if receiver is not None and not isinstance(stmt, ast.AugAssign):
+        repairs.append([FixIntent("insert_before", *where, target=receiver,
+                                  detail={"code": f"{receiver} = {receiver}.clone()"},
+                                  reason=f"the write then changes a copy of `{receiver}`; backward keeps the "
+                                         f"saved values")])
+    return repairs
+
+
+def _module_candidates(write: dict, files: list[str]) -> list[list[FixIntent]]:
+    """(b): ``inplace=False`` where the instance that wrote was built; the later switch to in-place removed."""
+    from ..core._module_sites import inplace_position, split_module_via, writer_sites
+
+    found = writer_sites(files, write.get("via"))
+    if found is None:
+        return []
+    path, kind = split_module_via(write.get("via"))
+    sites, switches, _resolved = found
+    repairs = [[FixIntent("remove_statement", s.file, s.line, target=s.code,
+                          reason=f"`{s.code}` made {path or kind} write in place")] for s in switches]
+    position = inplace_position(kind)
+    for site in sites:
+        detail = {"call": kind, "keyword": "inplace", "value": False}
+        if site.occurrence is not None:
+            detail["occurrence"] = site.occurrence
+        if position is not None and "inplace=" not in site.location.code:  # `nn.ReLU(True)`
+            detail["position"] = position
+        repairs.append([FixIntent("set_keyword", site.location.file, site.location.line, detail=detail,
+                                  reason=f"construct {path or kind} with inplace=False")])
+    return repairs
+
+
+def _save_candidates(finding: dict, receiver: str | None) -> list[list[FixIntent]]:
+    """(c): a copy at the save point, of the tensor the writes changed."""
+    saved = finding.get("saved_at") or {}
+    file, line = saved.get("file"), saved.get("line")
+    found = _statement(file, line) if file and line else None
+    tensor = (finding.get("tensor") or {}).get("name")
+    names = [n for n in dict.fromkeys((receiver, tensor)) if n]
+    if found is None or not names:
+        return []
+    stmt, _code = found
+    repairs = []
+    for name in names:
+        assigned = isinstance(stmt, ast.Assign) and any(ast.unparse(t) == name for t in stmt.targets)
+        if saved.get("argument") == "result" and assigned:
+            repairs.append([FixIntent("clone_assignment", file, line, target=name,
+                                      reason=f"`{name}` becomes a copy; the output backward saved stays intact")])
+        elif any(isinstance(n, (ast.Name, ast.Attribute)) and ast.unparse(n) == name
+                 for n in ast.walk(getattr(stmt, "value", None) or stmt)):
+            repairs.append([FixIntent("clone_expression", file, line, target=name,
+                                      reason=f"backward saves a copy of `{name}`, which the write cannot change")])
+    return repairs
+
+
+def _detach_candidates(finding: dict) -> list[list[FixIntent]]:
+    """(d): the tensor that crosses into a freed graph detached where it is assigned."""
+    from ..core._source_ast import assignment_before
+
+    backward = (finding.get("context") or {}).get("backward_at") or {}
+    name = (finding.get("tensor") or {}).get("name")
+    if finding.get("kind") != "backward_twice" or not name or not backward.get("file"):
+        return []
+    made = assignment_before(backward["file"], backward["line"], name)
+    if made is None:
+        return []
+    return [[FixIntent("detach_assignment", made.file, made.line, target=name,
+                       reason=f"`{name}` is then a value for later losses, not a path into a freed graph")]]
+
+
+def _step_candidates(finding: dict, write: dict) -> list[list[FixIntent]]:
+    """(e): an optimizer step that ran before a backward needing the weights it updated, moved after it."""
+    backward = (finding.get("context") or {}).get("backward_at") or {}
+    file, line = write.get("file"), write.get("line")
+    if write.get("category") != "optimizer" or not file or not backward.get("line"):
+        return []
+    if os.path.realpath(file) != os.path.realpath(backward.get("file") or "") or line >= backward["line"]:
+        return []
+    return [[FixIntent("move_statement", file, line, target=write.get("code"),
+                       detail={"after_line": backward["line"]},
+                       reason=f"step after the backward at line {backward['line']}, which needs the weights "
+                              f"it updates")]]
+
+
+def general_repairs(finding: dict, sources: dict[str, str], editable: Callable[[str], bool]
+                    ) -> list[list[FixIntent]]:
+    """The candidates of NOTE [Repairs from the mechanism, not the rule id] for ``finding`` (a JSON finding),
+    with ``sources`` the overlaid text of files already edited; only edits of files ``editable`` accepts."""
+    _prime(sources)
+    writes = [w for w in finding.get("modified_at") or () if w.get("file") and w.get("line")]
+    files = list(dict.fromkeys(
+        w["file"] for w in writes + [finding.get("saved_at") or {}] + [
+            (finding.get("context") or {}).get("backward_at") or {}] if w.get("file") and editable(w["file"])))
+    repairs: list[list[FixIntent]] = []
+    receiver = None
+    for write in writes:
+        if not editable(write["file"]):
+            continue
+        repairs += _write_candidates(write)
+        repairs += _module_candidates(write, files)
+        repairs += _step_candidates(finding, write)
+        found = _statement(write["file"], write["line"])
+        receiver = receiver or (_receiver(found[0]) if found else None)
+    repairs += _save_candidates(finding, receiver)
+    repairs += _detach_candidates(finding)
+    kept: list[list[FixIntent]] = []
+    for repair in repairs:
+        if all(i.file and editable(i.file) for i in repair) and not any(
+                len(k) == len(repair) and all(same_intent(a, b) for a, b in zip(k, repair)) for k in kept):
+            kept.append(repair)
+    return kept[:_MAX_CANDIDATES]
