@@ -662,7 +662,9 @@ class TorchGuardSession(ProbeBase):
                 from ...core._frames import user_variable_names
 
                 root = next(o for o in reversed(owners) if isinstance(o, torch.nn.Module))
-                prefix = user_variable_names({id(root)}).get(id(root))
+                from ...core._module_sites import path_in_user_self
+
+                prefix = user_variable_names({id(root)}).get(id(root)) or path_in_user_self(root)
                 sub = "" if root is module else next((n for n, m in root.named_modules() if m is module), "")
                 if prefix:
                     via = f"{prefix}{'.' + sub if sub else ''} ({via})"
