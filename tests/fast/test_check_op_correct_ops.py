@@ -142,3 +142,63 @@ def test_input_outside_the_domain_is_a_skipped_regime():
     assert x1000.status == "skip" and "outside fn's domain" in x1000.detail, str(report)
     # then the inputs are scaled only as far as exp overflows float32 and not float64: still judged, and right
     assert moderate.status == "pass" and "(largest 100)" in moderate.detail and report.passed, str(report)
+
+
+class _RoundSTE(torch.autograd.Function):
+    """Rounding with a straight-through backward (quantisation-aware training): the gradient is 1 by design."""
+
+    scale = 1.0
+
+    @classmethod
+    def forward(cls, ctx, x):
+        return torch.round(x)
+
+    @classmethod
+    def backward(cls, ctx, g):
+        return g * cls.scale
+
+
+class _RoundSTEWrong(_RoundSTE):
+    scale = 0.5
+
+
+def test_declared_surrogate_gradient_replaces_finite_differences():
+    x = torch.randn(4, 5, generator=torch.Generator().manual_seed(5)) * 3
+    # finite differences of round() are 0 (or huge at .5): the straight-through gradient fails them by design
+    assert "gradient.numerical" in gradguard.check_op(_RoundSTE.apply, x, regimes=[]).failed_checks()
+    report = gradguard.check_op(_RoundSTE.apply, x, surrogate=lambda x: x)
+    assert report.passed, str(report)
+    assert any(c.check == "gradient.surrogate" and c.status == "pass" for c in report.checks)
+    wrong = gradguard.check_op(_RoundSTEWrong.apply, x, surrogate=lambda x: x)
+    assert "gradient.surrogate" in wrong.failed_checks()
+    with pytest.raises(gradguard.InvalidArgument, match="surrogate must be callable"):
+        gradguard.check_op(_RoundSTE.apply, x, surrogate=1.0)
+
+
+class _LayerNormFloat32Math(torch.autograd.Function):
+    """float64 in and out, the normalisation in float32 (a kernel that loads float64 and computes in float32)."""
+
+    @staticmethod
+    def forward(ctx, x, w, b):
+        xf = x.float()
+        xhat = (xf - xf.mean(-1, keepdim=True)) * (xf.var(-1, unbiased=False, keepdim=True) + 1e-5).rsqrt()
+        ctx.save_for_backward(xhat, (xf.var(-1, unbiased=False, keepdim=True) + 1e-5).rsqrt(), w)
+        return xhat.double() * w + b
+
+    @staticmethod
+    def backward(ctx, g):
+        xhat, rstd, w = ctx.saved_tensors
+        gw = (g * w).float()
+        dx = rstd * (gw - gw.mean(-1, keepdim=True) - xhat * (gw * xhat).mean(-1, keepdim=True))
+        return dx.double(), (g * xhat.double()).sum(0), g.sum(0)
+
+
+@pytest.mark.parametrize("with_reference", [True, False], ids=["reference", "no_reference"])
+def test_float32_math_on_float64_inputs_gets_float32_tolerances(with_reference):
+    g = torch.Generator().manual_seed(6)
+    x = torch.randn(4, 8, generator=g, dtype=torch.float64)
+    w, b = 1 + 0.1 * torch.randn(8, generator=g, dtype=torch.float64), 0.1 * torch.randn(8, generator=g, dtype=torch.float64)
+    ref = (lambda x, w, b: F.layer_norm(x, (8,), w, b)) if with_reference else None
+    report = gradguard.check_op(_LayerNormFloat32Math.apply, x, w, b, reference=ref)
+    assert report.passed, str(report)
+    assert any("float32 tolerances" in n for n in report.notes)

@@ -71,6 +71,7 @@ DEFAULT_OPTIONS: dict[str, Any] = {
     "name": None,  # name shown in the report
     "vary": None,  # {argument name: False | list of values}: NOTE [Argument regimes]
     "budget": None,  # seconds, or "quick": NOTE [Budget]
+    "surrogate": None,  # a function whose gradient fn's backward declares to compute: NOTE [Surrogate gradients]
 }
 # NOTE [Budget]
 # ``budget=`` bounds the audit's time: the given inputs always get the gradient suite; then the argument regimes
@@ -501,7 +502,9 @@ class _Audit:
 
         # gradient.numerical
         numeric_dt = run.eff if run.lin_64 is not None else self._dtype(0)
-        if spec.numerical and (run.lin_64 is not None or numeric_dt == "float32"):
+        if self.opts["surrogate"] is not None:
+            self._surrogate(args, run, regime, fail, record)
+        elif spec.numerical and (run.lin_64 is not None or numeric_dt == "float32"):
             self._numerical(args, run, regime, fail, record, g_r64, numeric_dt)
         elif not spec.numerical:
             run.checks.append(CheckResult("gradient.numerical", regime, "skip", "finite differences not meaningful here"))
@@ -755,6 +758,49 @@ class _Audit:
                  f"(checked in {dt} with random non-unit upstream gradients).",
                  fix="re-derive the backward; the worst element is shown above.")
         record("gradient.numerical", ok)
+
+    def _surrogate(self, args, run: _Run, regime, fail, record) -> None:
+        """``gradient.surrogate``: a declared surrogate gradient (a straight-through estimator, LSQ's step-size gradient)
+        replaces finite differences, which an intended surrogate fails by design.
+
+        # NOTE [Surrogate gradients]
+        # ``surrogate=`` is a function with fn's signature whose autograd gradient is the one fn's backward is meant to
+        # compute (``lambda x: x`` for a rounding with a straight-through backward). Wherever finite differences would
+        # judge the backward, the op's VJP is compared with the surrogate's float64 VJP for the same cotangents, at the
+        # precision the op computes in; the forward is still compared with the reference, when there is one.
+        """
+        B = self.B
+        use64 = run.lin_64 is not None
+        base = self._to64(args) if use64 else list(args)
+        try:
+            lin = B.linearize(self.opts["surrogate"], base, self.kwargs, self.wrt)
+        except OpRaised as exc:
+            raise InvalidArgument(f"check_op: surrogate raised {type(exc.error).__name__} in its {exc.phase} "
+                                  f"({str(exc.error)[:200]}); it must run on the inputs fn is checked on.") from exc
+        pairs = self._reference_pairs(run.lin_64 or run.lin_d, lin)
+        if len(pairs) != len(run.lin_d.out_names):
+            raise InvalidArgument("check_op: surrogate must return the same differentiable outputs as fn.")
+        order = [lin.out_names.index(n) for _, n in pairs]
+        lin.out_tensors = [lin.out_tensors[j] for j in order]
+        g_s = [lin.pullback(us) for us in run.U]
+        lin.release()
+        mine = run.g_64 if use64 else run.g_d
+        ok = True
+        for i in range(len(self.wrt)):
+            dt = run.eff if use64 else self._dtype(i)
+            got, truth = np.stack([g[i] for g in mine]), np.stack([g[i] for g in g_s])
+            rel = 1e-7 if dt == "float64" else 64 * B.eps(dt)
+            m = num.compare(got, truth, rel * _scale(truth) + self._floor(i, run, dt))
+            if not m.ok:
+                ok = False
+                m.index = m.index[1:] if m.index else m.index
+                name = self.names[self.wrt[i]]
+                fail("gradient.surrogate", input=name, message=f"backward of {name} differs from the declared surrogate's gradient",
+                     max_abs_err=m.max_abs, max_rel_err=m.max_rel, tolerance=f"{rel:g} x max|surrogate gradient| ({dt})",
+                     where=self._where(i, m, "backward", "surrogate"),
+                     why="the backward does not compute the surrogate gradient it is declared to use.",
+                     fix="compare the backward with the surrogate's formula; the worst element is shown above.")
+        record("gradient.surrogate", ok)
 
     def _padding_rows(self, x) -> tuple[int, ...]:
         positional = {n: a for n, a in zip(self.names, self.args) if n == "padding_idx"}
@@ -1318,6 +1364,9 @@ def run_check_op(B, fn: Callable, inputs: tuple, reference, options: dict) -> Op
         )
     if reference is not None and not callable(reference):
         raise InvalidArgument(f"check_op: reference must be callable or None; got {_type_name(reference)}.")
+    if opts["surrogate"] is not None and not callable(opts["surrogate"]):
+        raise InvalidArgument(f"check_op: surrogate must be callable (a function with fn's signature whose gradient is the "
+                              f"intended one) or None; got {_type_name(opts['surrogate'])}.")
     if not inputs:
         raise InvalidArgument("check_op: no inputs given; pass the op's tensor inputs after fn: check_op(fn, x, ...).")
     # Like gradcheck, non-tensor positional inputs (Python scalars, None, tuples ...) are passed through unchanged.
