@@ -356,7 +356,18 @@ def _generic_inplace(f: Finding, first: WriteRecord) -> Verdict:
         fixes.append(FixIntent("rebind_slice_target", first.location.file, first.location.line, target=refilled,
                                reason=f"`{refilled}` then names the new tensor; the one backward saved keeps its "
                                       f"values"))
+    from ._source_ast import written_expression
+
+    written = written_expression(first.location.file, first.location.line) if first.location else None
+    if not fixes and written and first.location is not None:  # `x.normal_()`: no out-of-place method
+        fixes.append(FixIntent("insert_before", first.location.file, first.location.line, target=written,
+                               detail={"code": f"{written} = {written}.clone()"},
+                               reason=f"the write then changes a copy of `{written}`; backward keeps the saved "
+                                      f"values"))
     suggestion = (f"Write it out of place: `{rewritten}` instead of `{code}`." if rewritten else
+                  f"Write into a copy: insert `{written} = {written}.clone()` before line {first.location.line} "
+                  f"(`{code}` has no out-of-place form), so backward keeps the saved values."
+                  if written and first.location is not None and fixes and fixes[0].action == "insert_before" else
                   f"Bind `{refilled}` to the new value instead of refilling it (`{refilled}` for `{refilled}[:]` "
                   f"in `{code}`): the tensor backward saved keeps its values. (Code that holds the old tensor no "
                   f"longer sees updates.)" if refilled else
