@@ -292,7 +292,8 @@ def _multi_view(site: _Site, match) -> Finding:
     else:
         fix = (f"Write it out of place: `{rewritten}` instead of `{site.code}`." if rewritten
                else "Write it out of place.")
-        fix += f" Or clone the piece before writing it (`{name} = {name}.clone()`)."
+        fix += (f" Or clone the piece before writing it (`{name} = {name}.clone()`)." if site.expression else
+                " Or clone the piece before writing it, and write into the clone.")
     return _finding(
         "view_inplace", site, "multi_output_view_inplace",
         f"`{name}` is one of several views returned together by {function}{made}. They share one backward node, "
