@@ -36,6 +36,14 @@ class guard(contextlib.ContextDecorator):
             boundary saw (NumPy, ctypes, extensions) to one op or to the interval between two user lines.
             Slow: for re-runs that diagnose, not for training.
 
+        sample_steps: ``None`` (default) checks every backward pass. ``N`` (an int >= 1) checks one backward
+            cycle in N (the forward that saves and the backward that unpacks) and removes the saved-tensor hooks
+            for the others, so those steps cost what they cost without gradguard. A write that happens on every
+            step (a fused kernel, an optimizer, an offload hook) is still caught within N steps; a write that
+            happens on one step only is caught only if that step is sampled. PyTorch's own check still raises
+            loud in-place errors on every step. The count runs across guards, so a guard entered around each
+            step samples the same way. torch backend only.
+
         backend: ``"auto"`` (default) uses the one deep-learning framework imported in this process
             (torch when none or several are, as before); or name it: ``"torch"``, ``"paddle"``,
             ``"mindspore"``. Findings say which backend (``Finding.backend``) and mode (``Finding.context``)
@@ -45,7 +53,7 @@ class guard(contextlib.ContextDecorator):
     """
 
     def __init__(self, *, fingerprint: str = "full", track_writes: bool = True, backend: str = "auto",
-                 bisect: bool = False):
+                 bisect: bool = False, sample_steps: int | None = None):
         if fingerprint not in _FINGERPRINT_MODES:
             raise InvalidArgument(
                 f"guard(fingerprint=...) must be one of {', '.join(map(repr, _FINGERPRINT_MODES))}; "
@@ -55,6 +63,12 @@ class guard(contextlib.ContextDecorator):
             raise InvalidArgument(f"guard(track_writes=...) must be True or False; got {track_writes!r}")
         if not isinstance(bisect, bool):
             raise InvalidArgument(f"guard(bisect=...) must be True or False; got {bisect!r}")
+        if sample_steps is not None and (isinstance(sample_steps, bool) or not isinstance(sample_steps, int)
+                                         or sample_steps < 1):
+            raise InvalidArgument(f"guard(sample_steps=...) must be None (check every backward pass) or an int >= 1 "
+                                  f"(check one backward cycle in N); got {sample_steps!r}")
+        if sample_steps is not None and backend not in ("auto", "torch"):
+            raise InvalidArgument(f"guard(sample_steps=...) needs the torch backend; got backend={backend!r}")
         from .backends import KNOWN
 
         if backend != "auto" and backend not in KNOWN:
@@ -65,6 +79,7 @@ class guard(contextlib.ContextDecorator):
         self.track_writes = track_writes
         self.backend = backend
         self.bisect = bisect
+        self.sample_steps = sample_steps
         self._local = threading.local()
         self.findings: list = []
 
@@ -90,11 +105,18 @@ class guard(contextlib.ContextDecorator):
             session = TorchGuardSession(fingerprint=self.fingerprint, track_writes=self.track_writes,
                                         bisect=self.bisect)
         else:
+            if self.sample_steps is not None:
+                raise InvalidArgument(f"guard(sample_steps=...) needs the torch backend; the program uses {name}")
             from .backends import get_adapter
 
             session = get_adapter(name).new_guard_session(fingerprint=self.fingerprint,
                                                           track_writes=self.track_writes, bisect=self.bisect)
         session.enter()
+        if self.sample_steps is not None and self.sample_steps > 1:  # NOTE [Sampled guard] (backends/torch/_sampling.py)
+            from .backends.torch._sampling import Cycles
+
+            session.cycles = Cycles(session, self.sample_steps)
+            session.cycles.start()
         self._stack().append(session)
         self.session = session
         return self
@@ -116,6 +138,9 @@ class guard(contextlib.ContextDecorator):
                 return False
             raise InvalidArgument(message)
         session = stack.pop()
+        cycles = getattr(session, "cycles", None)
+        if cycles is not None:
+            cycles.stop()
         session.exit()
         self.findings = list(session.findings)
         if exc is not None and not isinstance(exc, GradguardError):

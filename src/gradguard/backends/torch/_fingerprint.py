@@ -7,6 +7,8 @@
 #   host sync; weighting by position makes it order-sensitive (a plain sum misses swapped words).
 # Tensors with gaps (e.g. a column slice) are copied contiguous first: hashing the whole span would also
 #   hash the gaps, which other tensors may legitimately write.
+# Other devices, "sample" mode (the sentinel): no digest at all. The fingerprint is a copy of the sampled
+#   values themselves (NOTE [No host sync per saved tensor] in _device_check.py), taken in one launch.
 #
 # NOTE [Never allocate more than the storage the view covers]
 # A broadcast operand (``x.expand(...)``, stride 0) repeats the same elements: a 4 MiB tensor expanded to
@@ -19,6 +21,7 @@
 from __future__ import annotations
 
 import ctypes
+import os
 
 import numpy
 import torch
@@ -26,8 +29,14 @@ import xxhash
 
 from ...core._engine import SAMPLE_BYTES, fingerprint_bytes, sample_spans  # one "sample" definition
 
-__all__ = ["fingerprint", "same", "SAMPLE_BYTES", "device_digest"]
+__all__ = ["fingerprint", "same", "SAMPLE_BYTES", "device_digest", "device_sample", "bits", "DEVICE_PATH"]
 
+# NOTE [Sending CPU tensors down the device path]
+# GRADGUARD_DEVICE_PATH=1 in the environment (or ``_fingerprint.DEVICE_PATH = True``) fingerprints CPU tensors
+# the way a GPU's are: the same torch ops, so the same dispatcher and launch overhead, the same deferred compare
+# at the end of backward and the same single host read of its flag. For tests and benchmarks on machines
+# without a GPU; the host sync itself costs nothing on a CPU, so CPU timings of this path are a lower bound.
+DEVICE_PATH = os.environ.get("GRADGUARD_DEVICE_PATH", "") not in ("", "0")
 
 
 def _permuted_dense(t: torch.Tensor) -> bool:
@@ -232,26 +241,107 @@ def _fingerprint_cpu(t: torch.Tensor, mode: str) -> int:
 def fingerprint(t: torch.Tensor, mode: str = "full"):
     """A value that changes whenever any byte of ``t`` changes ("full"), or of a fixed sample ("sample").
 
-    Returns an int on CPU and a small int64 tensor on other devices (compare with :func:`same`).
+    Returns an int on CPU and a small tensor on other devices (compare with :func:`same`, or defer the
+    comparison: _device_check.py). ``mode="sample"`` on a device returns the sampled values (1-D).
     """
-    if t.is_cpu and t.layout == _STRIDED and not (t.is_quantized or t.is_conj() or t.is_neg()):
+    if t.is_cpu and not DEVICE_PATH and t.layout == _STRIDED and not (t.is_quantized or t.is_conj() or t.is_neg()):
         n = t.numel()
         if n == 0:
             return _EMPTY
         if t.is_contiguous():
             return _hash_memory(t.data_ptr(), n * t.element_size(), mode)
         return _fingerprint_cpu(t, mode)
+    if mode == "sample" and (not t.is_cpu or DEVICE_PATH):
+        sample = device_sample(t)
+        if sample is not None:
+            return sample
     with torch._C._DisableTorchDispatch(), torch.no_grad():
         raw = _dense_bytes(t.detach())
         if mode == "sample":
             raw = _sample(raw)
-        if raw.device.type == "cpu":
+        if raw.device.type == "cpu" and not DEVICE_PATH:
             return xxhash.xxh3_64_intdigest(memoryview(raw.numpy()))
         return device_digest(raw)
+
+
+# -- the device sample: one launch at pack, one at unpack ------------------------------------------------
+_SAMPLE_INDEX: dict[tuple, torch.Tensor] = {}  # (numel, element size, device) -> logical positions sampled
+
+
+def _sample_index(n: int, itemsize: int, device) -> torch.Tensor:
+    """The logical element positions the device sample reads: every element up to 64 KiB, else the elements
+    covering core's 16 evenly spaced 4 KiB spans (NOTE [One "sample" fingerprint]), both ends included."""
+    key = (n, itemsize, device)
+    index = _SAMPLE_INDEX.get(key)
+    if index is None:
+        spans = sample_spans(n * itemsize)
+        with torch._C._DisableTorchDispatch():
+            index = torch.cat([torch.arange(start // itemsize, -(-end // itemsize), dtype=torch.int64)
+                               for start, end in spans]).to(device)
+        if len(_SAMPLE_INDEX) >= 1024:
+            _SAMPLE_INDEX.clear()
+        _SAMPLE_INDEX[key] = index
+    return index
+
+
+_SMALL_BLOCK: dict[tuple, int | None] = {}  # (shape, strides) -> the lowest element's offset from the view's, or None
+
+
+def _small_block_offset(t: torch.Tensor):
+    key = (t.shape, t.stride())
+    found = _SMALL_BLOCK.get(key, False)
+    if found is False:
+        found = (sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()) if stride < 0)
+                 if _is_block(t) else None)
+        if len(_SMALL_BLOCK) >= 4096:
+            _SMALL_BLOCK.clear()
+        _SMALL_BLOCK[key] = found
+    return found
+
+
+def device_sample(t: torch.Tensor):
+    """The sampled values of a device tensor, 1-D, in one launch: a copy of the whole memory block when it is up
+    to 64 KiB and gap-free (``as_strided`` view + ``clone``), else one ``take`` of the fixed sample positions
+    (values in logical order: a gapped view's gaps are never read). None when torch cannot (quantized,
+    float8 without ``take``): the caller falls back to the digest."""
+    n = t.numel()
+    if t.is_quantized or n == 0:
+        return None
+    itemsize = t.element_size()
+    guarded = _dispatch_stack_len()  # a dispatch mode (the write log) must not see the guard's own reads
+    try:
+        if guarded:
+            with torch._C._DisableTorchDispatch():
+                return _device_sample(t, n, itemsize)
+        return _device_sample(t, n, itemsize)
+    except (RuntimeError, TypeError, NotImplementedError):  # a dtype or layout take cannot read: digest instead
+        return None
+
+
+def _device_sample(t: torch.Tensor, n: int, itemsize: int) -> torch.Tensor:
+    if n * itemsize <= SAMPLE_BYTES and not (t.is_conj() or t.is_neg()):
+        low = _small_block_offset(t)
+        if low is not None:
+            return t.as_strided((n,), (1,), t.storage_offset() - low).clone()
+    return torch.take(t, _sample_index(n, itemsize, t.device))
+
+
+_BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def bits(x: torch.Tensor) -> torch.Tensor:
+    """``x`` viewed as integers of its element size: compared bit for bit (NaN equals itself, -0.0 is not 0.0)."""
+    if x.is_complex():
+        x = torch.view_as_real(x)
+    if x.dtype == torch.bool or not (x.is_floating_point()):
+        return x
+    return x.view(_BITS[x.element_size()])
 
 
 def same(a, b) -> bool:
     if isinstance(a, int) or isinstance(b, int):
         return a == b
     with torch._C._DisableTorchDispatch():
-        return bool(torch.equal(a, b))
+        if a.dtype != b.dtype or a.shape != b.shape:
+            return False
+        return bool(torch.equal(bits(a), bits(b)))
