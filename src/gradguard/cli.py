@@ -18,6 +18,17 @@ __all__ = ["main"]
 _seconds = seconds  # the name the options below (and other helpers' options) use
 
 
+def _sample_steps(text: str) -> int:
+    """``--sample N``: an integer >= 1 (guard(sample_steps=N))."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1 (check one step in N); got {text!r}")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gradguard",
@@ -46,6 +57,10 @@ def _parser() -> argparse.ArgumentParser:
         "bisect: also check fingerprints after every op (slow; pins writes made outside torch)",
     )
     run.add_argument("--no-track-writes", action="store_true", help="same as --mode sentinel")
+    run.add_argument("--sample", type=_sample_steps, default=None, metavar="N",
+                     help="check one training step in N (one backward pass and the forward before it); the others "
+                     "run without gradguard's hooks, at plain speed. A write made on every step is caught within N "
+                     "steps; one made on a single step is caught only if that step is checked")
     run.add_argument("--no-rerun", action="store_true",
                      help="never re-run the script to name the writer (the re-run repeats the script's side "
                      "effects: files it writes, network calls); the sentinel's finding is reported as is")
@@ -296,7 +311,7 @@ def run_script(options) -> int:
     if fingerprint == "auto":
         fingerprint = "sample" if mode in ("auto", "sentinel") else "full"
     guard_block = guard(fingerprint=fingerprint, track_writes=mode in ("forensic", "bisect"),
-                        bisect=mode == "bisect")
+                        bisect=mode == "bisect", sample_steps=options.sample)
     exit_code = 0
     from .integrations.distributed import rank_info, report_on_termination
 
