@@ -202,3 +202,29 @@ def test_float32_math_on_float64_inputs_gets_float32_tolerances(with_reference):
     report = gradguard.check_op(_LayerNormFloat32Math.apply, x, w, b, reference=ref)
     assert report.passed, str(report)
     assert any("float32 tolerances" in n for n in report.notes)
+
+
+class _CrashesOnOneRow(torch.autograd.Function):
+    """A kernel without bounds checks: reads through a null pointer when the batch has one row."""
+
+    @staticmethod
+    def forward(ctx, x):
+        if x.shape[0] == 1:
+            import ctypes
+
+            ctypes.string_at(0)  # SIGSEGV, as an out-of-bounds kernel write does
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 2
+
+
+def test_a_crash_in_a_regime_is_a_reported_failure_when_isolated():
+    x = torch.randn(4, 3, generator=torch.Generator().manual_seed(7))
+    report = gradguard.check_op(_CrashesOnOneRow.apply, x, regimes=["batch_size"], isolate=True)
+    (crash,) = report.failures
+    assert crash.check == "regime.batch_size" and "killed by SIGSEGV" in crash.message, str(report)
+    assert "leading dimension 4 -> 1" in crash.message
+    with pytest.raises(gradguard.InvalidArgument, match="isolate must be True, False or 'auto'"):
+        gradguard.check_op(_CrashesOnOneRow.apply, x, isolate="yes")

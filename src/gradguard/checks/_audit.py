@@ -50,6 +50,7 @@ from ._composition import audit_composition
 from ._mutation import audit_mutation
 from ._op_raised import OpRaised
 from ._arguments import check_vary, discover_arguments
+from ._isolate import can_fork, looks_compiled, run_forked
 from ._regimes import REGIME_NAMES, Regime, Spec, build_regimes, shrink_candidates
 from ._report import CheckResult, Failure, OpReport, verdict_order
 from ..core._internal import log_fallback
@@ -72,6 +73,7 @@ DEFAULT_OPTIONS: dict[str, Any] = {
     "vary": None,  # {argument name: False | list of values}: NOTE [Argument regimes]
     "budget": None,  # seconds, or "quick": NOTE [Budget]
     "surrogate": None,  # a function whose gradient fn's backward declares to compute: NOTE [Surrogate gradients]
+    "isolate": "auto",  # value regimes in a child process: True, False, "auto" (compiled ops): NOTE [Isolated regimes]
 }
 # NOTE [Budget]
 # ``budget=`` bounds the audit's time: the given inputs always get the gradient suite; then the argument regimes
@@ -136,6 +138,10 @@ class _Audit:
         self.wrt = self._choose_wrt()
         self.arguments = discover_arguments(B, fn, self.args, self.kwargs)
         self.vary = check_vary(opts["vary"], self.arguments, B.op_name(fn))
+        iso = opts["isolate"]
+        self._isolate = can_fork() and (looks_compiled(fn) if iso == "auto" else bool(iso))
+        if iso is True and not can_fork():
+            self.notes.append("isolate=True: this platform has no os.fork, regimes run in this process")
         self.findings: list[Failure] = []
         self.checks: list[CheckResult] = []
         self.notes: list[str] = []
@@ -1212,9 +1218,39 @@ class _Audit:
         self.kwargs = regime.kwargs if regime.kwargs is not None else self.kwargs
         self.wrt = regime.wrt if regime.wrt is not None else self.wrt
         try:
-            self._run_regime_inner(regime, base, n)
+            if self._isolate and not regime.spec.layout:
+                self._run_regime_forked(regime, base, n)
+            else:
+                self._run_regime_inner(regime, base, n)
         finally:
             self.kwargs, self.wrt = saved
+
+    def _run_regime_forked(self, regime: Regime, base: _Run, n: int) -> None:
+        """NOTE [Isolated regimes]: the regime in a child process; a crash there is this regime's failure."""
+        counts = len(self.checks), len(self.findings), len(self.notes)
+
+        def work():
+            self._run_regime_inner(regime, base, n)
+            return self.checks[counts[0]:], self.findings[counts[1]:], self.notes[counts[2]:]
+
+        status, result = run_forked(work)
+        if status == "raised":
+            raise result
+        if status == "ok":
+            checks, findings, notes = result
+            self.checks += checks
+            self.findings += findings
+            self.notes += notes
+            return
+        check = f"regime.{regime.name}"
+        self.findings.append(Failure(
+            check=check, regime=regime.name,
+            message=f"fn crashed the process on these inputs: {result} ({regime.description})",
+            why="a compiled kernel read or wrote out of bounds on inputs whose shapes or indices differ from the given "
+                "ones (it trusts relations between its inputs, or sizes, without checking them).",
+            fix="check the shapes and index ranges the kernel relies on before launching it (raise a clear error).",
+            repro=self.repro(regime.args, regime)))
+        self.checks.append(CheckResult(check, regime.name, "fail", result))
 
     def _run_regime_inner(self, regime: Regime, base: _Run, n: int):
         check = f"regime.{regime.name}"
@@ -1378,6 +1414,8 @@ def run_check_op(B, fn: Callable, inputs: tuple, reference, options: dict) -> Op
     bad_regimes = sorted(set(opts["regimes"]) - set(REGIME_NAMES)) if not isinstance(opts["regimes"], str) else [opts["regimes"]]
     if bad_regimes:
         raise InvalidArgument(f"check_op: regimes contains {bad_regimes[0]!r}; expected a sequence drawn from {list(REGIME_NAMES)}.")
+    if opts["isolate"] not in (True, False, "auto"):
+        raise InvalidArgument(f"check_op: isolate must be True, False or 'auto'; got {opts['isolate']!r}.")
     budget = opts["budget"]
     if budget is not None and budget != "quick" and (isinstance(budget, bool) or not isinstance(budget, (int, float))
                                                      or not budget > 0):
