@@ -207,6 +207,11 @@ def fix_script(options) -> int:
             return 0
         say(f"the script exits {first.exit_code} with an error of its own, not a gradient hazard; nothing to fix")
         return 1
+    if first.findings:  # what the diff repairs, as `gradguard run` shows it
+        from ..core._findings import Finding
+        from ..report._rich import print_findings
+
+        print_findings([Finding.from_dict(data) for data in first.findings], sys.stderr, "the first run's finding")
     diff = unified_diff(outcome.original, outcome.edited, _reasons(outcome), cwd)
     from ..report._text import output_width
 
