@@ -217,17 +217,20 @@ class _GuardOnFrameworkImport:
     def _enter(self, backend: str) -> None:
         import threading
 
+        from .report._text import wrap_notice
+
         if threading.current_thread() is not threading.main_thread():
-            print(f"gradguard: {backend} was first imported on thread {threading.current_thread().name!r}; "
-                  "the guard watches the main thread only and is not active in this run", file=sys.stderr)
+            sys.stderr.write(wrap_notice(f"{backend} was first imported on thread "
+                                         f"{threading.current_thread().name!r}; the guard watches the main thread "
+                                         "only and is not active in this run"))
             return
         self.block.backend = backend
         try:
             self.block.__enter__()
         except Exception as error:  # called from inside the script's `import`: never fail the user's import
             reason = " ".join(f"{type(error).__name__}: {error}".split())[:300]
-            print(f"gradguard: the guard could not start for {backend} ({reason}); the script runs unguarded",
-                  file=sys.stderr)
+            sys.stderr.write(wrap_notice(f"the guard could not start for {backend} ({reason}); the script runs "
+                                         "unguarded"))
             return
         self.entered = True
         engine = getattr(getattr(self.block, "session", None), "engine", None)

@@ -62,7 +62,8 @@ def test_rerun_is_announced_once_and_names_the_writer(tmp_path):
     start = result.stderr.index(ANNOUNCE)  # one notice, wrapped at the width (80 columns in a pipe)
     announce = " ".join(result.stderr[start:result.stderr.index("Traceback")].split())
     assert "side effects happen again" in announce and "--no-rerun" in announce
-    assert max(len(line) for line in result.stderr[start:result.stderr.index("Traceback")].splitlines()) <= 80
+    width = int(os.environ.get("COLUMNS") or 80)
+    assert max(len(line) for line in result.stderr[start:result.stderr.index("Traceback")].splitlines()) <= width
     assert result.stderr.index(ANNOUNCE) < result.stderr.index("Traceback")  # before it starts, not after
     assert _writes(tmp_path / "out.json")[0] == [("aten.add_.Tensor", 13)]
 
