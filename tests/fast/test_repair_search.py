@@ -68,3 +68,58 @@ def test_suggestion_text_and_edit_come_from_one_rewrite(tmp_path):
     text = out_of_place(code)
     edited = apply_intent(code, FixIntent("inplace_to_out_of_place", "f.py", 1))
     assert "; ".join(line.split("#")[0].strip() for line in edited.splitlines()) == text
+
+
+def test_candidates_come_from_the_write_and_the_save_whatever_the_rule(tmp_path):
+    """No rule id is read: a finding with an unknown rule still gets the write out of place (or into a clone when
+    the method has no out-of-place form), then a copy at the save point, in that order."""
+    from gradguard.fix._search import general_repairs
+
+    script = tmp_path / "s.py"
+    script.write_text("import torch\nw = torch.ones(2, requires_grad=True)\ny = torch.sigmoid(w)\ny.normal_()\n"
+                      "z = y.div_(2)\n")
+    file = str(script)
+    finding = {"kind": "inplace_modification", "rule": "no_such_rule", "tensor": {"name": "y"},
+               "saved_at": {"file": file, "line": 3, "argument": "result"},
+               "modified_at": [{"file": file, "line": 4, "category": "other"},
+                               {"file": file, "line": 5, "category": "other"}]}
+    repairs = general_repairs(finding, {}, lambda path: True)
+    assert [(r[0].action, r[0].line, r[0].detail.get("code")) for r in repairs] == [
+        ("insert_before", 4, "y = y.clone()"),  # normal_: no out-of-place method
+        ("inplace_to_out_of_place", 5, None),
+        ("insert_before", 5, "y = y.clone()"),
+        ("clone_assignment", 3, None),
+    ]
+    assert "z = y" in repairs[1][0].reason
+    finding["modified_at"][0]["category"] = "optimizer"  # a copy of stepped weights would hide the bug
+    assert all(r[0].action != "clone_assignment" for r in general_repairs(finding, {}, lambda path: True))
+
+
+def test_the_module_instance_that_wrote_is_resolved_from_its_path(tmp_path):
+    from gradguard.fix._search import general_repairs
+
+    script = tmp_path / "m.py"
+    script.write_text(textwrap.dedent("""
+        import torch.nn as nn
+
+
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.stem = nn.Sequential(nn.Linear(8, 8), nn.ReLU(True))
+                self.gate = nn.Sequential(nn.Linear(8, 8), nn.Sigmoid(), nn.ReLU(True))
+
+            def forward(self, x):
+                return self.gate(self.stem(x))
+        """).lstrip())
+    file = str(script)
+    finding = {"kind": "inplace_modification", "tensor": {}, "saved_at": {"file": file, "line": 11},
+               "modified_at": [{"file": file, "line": 11, "category": "activation",
+                                "via": "self.gate.2 (ReLU(inplace=True))"}]}
+    (repair,) = general_repairs(finding, {}, lambda path: True)
+    assert (repair[0].action, repair[0].line, repair[0].detail) == (
+        "set_keyword", 8, {"call": "ReLU", "keyword": "inplace", "value": False, "position": 0})
+    from gradguard.fix import apply_intents
+
+    assert "nn.Sigmoid(), nn.ReLU(False))" in apply_intents(script.read_text(), repair)
+    assert "nn.Linear(8, 8), nn.ReLU(True))\n" in apply_intents(script.read_text(), repair)

@@ -206,7 +206,10 @@ def general_repairs(finding: dict, sources: dict[str, str], editable: Callable[[
         repairs += _step_candidates(finding, write)
         found = _statement(write["file"], write["line"])
         receiver = receiver or (_receiver(found[0]) if found else None)
-    repairs += _save_candidates(finding, receiver)
+    if not any(w.get("category") == "optimizer" for w in writes):
+        # a copy of the weights at the save would hide the ordering bug (backward with the pre-step weights, as
+        # PyTorch < 1.5 did silently), not repair it
+        repairs += _save_candidates(finding, receiver)
     repairs += _detach_candidates(finding)
     kept: list[list[FixIntent]] = []
     for repair in repairs:
