@@ -315,6 +315,126 @@ def time_model(name: str, modes: dict, args, device: str) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------------------
+# The device path (emulated on CPU) and the sampled mode
+# ---------------------------------------------------------------------------------------------------------
+SENTINEL = {"fingerprint": "sample", "track_writes": False}
+from gradguard.integrations._callback_core import SAMPLE_STEPS  # noqa: E402 - the callbacks' default N
+
+
+@contextlib.contextmanager
+def device_path():
+    """Send CPU tensors down the guard's device path (NOTE [Sending CPU tensors down the device path])."""
+    from gradguard.backends.torch import _fingerprint
+
+    before, _fingerprint.DEVICE_PATH = _fingerprint.DEVICE_PATH, True
+    try:
+        yield
+    finally:
+        _fingerprint.DEVICE_PATH = before
+
+
+def _on_device_path(kw: dict):
+    @contextlib.contextmanager
+    def ctx():
+        with device_path(), gradguard.guard(**kw):
+            yield
+    return ctx
+
+
+def syncs_per_backward(w: zoo.Workload, kw: dict) -> tuple[int, int]:
+    """(host syncs in one guarded step on the device path, backward passes in it), counted by torch's profiler
+    (every aten op, the guard's own included). The workload's own syncs are subtracted (a plain step counted)."""
+    names = {"aten::_local_scalar_dense", "aten::is_nonzero", "aten::equal", "aten::item"}
+
+    def count(ctx) -> int:
+        with ctx():
+            w.step()
+            with torch.autograd.profiler.profile() as prof:
+                w.step()
+        return sum(1 for e in prof.function_events
+                   if e.name in names and (e.cpu_parent is None or e.cpu_parent.name not in names))
+
+    passes = [0]
+
+    def counting():
+        original = torch.autograd.backward
+
+        def wrapper(*a, **k):
+            passes[0] += 1
+            return original(*a, **k)
+        return wrapper, original
+
+    guarded = count(_on_device_path(kw))
+    plain = count(contextlib.nullcontext)
+    wrapper, original = counting()
+    torch.autograd.backward = wrapper
+    try:
+        w.step()
+    finally:
+        torch.autograd.backward = original
+    return guarded - plain, passes[0]
+
+
+def device_rows(models: list[str], args, device: str, n: int) -> dict:
+    """Per model: step-time ratios to plain of the sentinel on the CPU path and on the device path (interleaved,
+    as the main table), and of the sampled sentinel (``sample_steps=n``, device path): blocks of ``n`` steps, each
+    holding exactly one checked step, alternated with plain blocks (a median of per-step ratios would hide the
+    one slow step in n); plus host syncs per backward on the device path."""
+    out = {}
+    for name in models:
+        w = zoo.build(name, seed=0, device=device)
+        for _ in range(3):
+            w.step()
+        t_plain = min(_timing.time_steps(w.step, contextlib.nullcontext, 1, device) for _ in range(3))
+        inner = max(1, math.ceil(args.sample_ms / 1e3 / t_plain))
+        contexts = {"plain": contextlib.nullcontext, "cpu path": lambda: gradguard.guard(**SENTINEL),
+                    "device path": _on_device_path(SENTINEL)}
+        times = _timing.interleaved(contexts, w.step, inner=inner, rounds=args.max_rounds,
+                                    warmup_rounds=args.warmup_rounds, device=device, seed=zlib.crc32(name.encode()),
+                                    budget_s=args.budget_s / 2, min_rounds=args.min_rounds)
+        ratios = _timing.paired_ratios(times, "plain")
+        row = {k: _timing.median(v) for k, v in ratios.items() if k != "plain"}
+        sampled = _on_device_path({**SENTINEL, "sample_steps": n})
+        blocks = []
+        deadline = time.perf_counter() + args.budget_s
+        for r in range(2 if args.quick else 5):
+            tp = _timing.time_steps(w.step, contextlib.nullcontext, n, device)
+            ts = _timing.time_steps(w.step, sampled, n, device)
+            blocks.append(ts / tp)
+            if r >= 1 and time.perf_counter() > deadline:
+                break
+        row["sampled"] = _timing.median(blocks)
+        row["sampled_blocks"] = len(blocks)
+        row["syncs"], row["passes"] = syncs_per_backward(w, SENTINEL)
+        row["plain_ms"] = _timing.median(times["plain"]) * 1e3
+        out[name] = row
+        print(f"  {name:14s} device path: cpu path {_fmt_ratio(row['cpu path'])}  device path "
+              f"{_fmt_ratio(row['device path'])}  sampled 1/{n} {_fmt_ratio(row['sampled'])}  "
+              f"syncs {row['syncs']} in {row['passes']} backward pass(es)", flush=True)
+    return out
+
+
+def render_device_rows(rows: dict, n: int) -> str:
+    if not rows:
+        return ""
+    models = list(rows)
+    lines = ["## The device path (emulated on CPU) and the sampled mode", "",
+             "The sentinel (`fingerprint='sample', track_writes=False`) on the CPU path, on the device path (the ops a "
+             "GPU tensor gets, run on CPU tensors: GRADGUARD_DEVICE_PATH=1; the host sync itself costs nothing on a "
+             f"CPU, so these are lower bounds), and sampled (`sample_steps={n}`, device path: blocks of {n} steps, "
+             "each with one checked step, against plain blocks). Host syncs: counted by torch's profiler in one "
+             "guarded step, the workload's own subtracted.", "",
+             "| | " + " | ".join(models) + " |", "|---|" + "---|" * len(models)]
+    lines.append("| plain, ms/step | " + " | ".join(f"{rows[m]['plain_ms']:.2f}" for m in models) + " |")
+    for key, title in (("cpu path", "sentinel, CPU path"), ("device path", "sentinel, device path"),
+                       ("sampled", f"sentinel sampled 1/{n}, device path")):
+        lines.append(f"| {title} | " + " | ".join(_fmt_ratio(rows[m][key]) for m in models) + " |")
+    lines.append("| host syncs per backward, device path | "
+                 + " | ".join(f"{rows[m]['syncs'] / max(1, rows[m]['passes']):g}" for m in models) + " |")
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------------------
 # Per-call costs (public API only, no profiler)
 # ---------------------------------------------------------------------------------------------------------
 def per_call_costs(modes: dict, device: str, rounds: int, n: int = 200) -> dict:
@@ -631,6 +751,8 @@ def render(report: dict) -> str:
             add(f"- {m}, {lab}: `{e}`")
         add("")
 
+    if report.get("device_rows"):
+        add(report["device_rows"])
     add("## Peak memory\n")
     add("Peak of the tensor bytes allocated during one step and still live (activations, saved tensors, "
         "gradients, temporaries, and any copy the guard makes), as a ratio to plain. CPU: the allocator's "
@@ -809,6 +931,12 @@ def parse_args(argv=None):
     ap.add_argument("--no-profile", action="store_true")
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--no-sub", action="store_true", help="skip bench_fingerprint.py / bench_check_op.py")
+    ap.add_argument("--device-models", default=None,
+                    help="models for the device-path and sampled rows (default: all); 'none' skips them")
+    ap.add_argument("--sample-steps", type=int, default=SAMPLE_STEPS,
+                    help=f"N of the sampled rows (default: the callbacks' default, {SAMPLE_STEPS})")
+    ap.add_argument("--device-rows-only", action="store_true",
+                    help="only the device-path and sampled rows, printed as markdown (nothing written)")
     args = ap.parse_args(argv)
     if args.quick:
         args.warmup_rounds, args.min_rounds = 1, 3
@@ -834,6 +962,11 @@ def main(argv=None) -> int:
         print("CUDA is not available", file=sys.stderr)
         return 2
     models = [m.strip() for m in args.models.split(",") if m.strip()]
+    device_models = models if args.device_models is None else [
+        m.strip() for m in args.device_models.split(",") if m.strip() and m.strip() != "none"]
+    if args.device_rows_only:
+        print(render_device_rows(device_rows(device_models, args, device, args.sample_steps), args.sample_steps))
+        return 0
     fixed = {}
     for item in args.fixed:
         k, _, v = item.partition("=")
@@ -860,6 +993,11 @@ def main(argv=None) -> int:
         print(f"  {m:14s} plain {r['plain_ms']:8.2f} ms  rounds {r['rounds']:3d}  "
               + "  ".join(f"{lab}: {_fmt_ratio(v)}" for lab, v in r["ratio"].items() if lab != "plain")
               + f"  [{time.perf_counter() - t0:.0f} s]", flush=True)
+
+    t0 = time.perf_counter()
+    device = args.device
+    device_table = render_device_rows(device_rows(device_models, args, device, args.sample_steps), args.sample_steps)
+    print(f"  device-path and sampled rows [{time.perf_counter() - t0:.0f} s]", flush=True)
 
     t0 = time.perf_counter()
     per_call = per_call_costs(modes, device, rounds=5 if args.quick else 15)
@@ -907,6 +1045,7 @@ def main(argv=None) -> int:
               "guard_configs": guard_configs, "notes": notes, "results": results, "identity": identity,
               "profiles": profiles, "per_call": per_call, "compile": compile_rows, "sub_benchmarks": subs,
               "elapsed_s": time.perf_counter() - t_start}
+    report["device_rows"] = device_table
     text = render(report)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:

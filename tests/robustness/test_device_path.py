@@ -274,3 +274,27 @@ def test_silent_examples_caught_on_the_device_path(script):
     marker = "changed without its version counter moving"
     assert device.returncode == cpu.returncode == 0, device.stderr[-2000:]
     assert device.stdout.count(marker) == cpu.stdout.count(marker) >= 1, device.stdout
+
+
+def test_callback_step_guard_samples_the_sentinel_and_checks_every_step_once_forensic():
+    from gradguard.integrations._callback_core import StepGuard
+
+    steps = StepGuard(sample_steps=4)
+    w = torch.randn(8, 8, requires_grad=True)
+    x = torch.randn(4, 8)
+    caught = []
+    for step in range(8):
+        steps.begin()
+        try:
+            h = (x @ w).exp()
+            h.data.mul_(1.5)
+            h.sum().backward()
+        except SilentModificationError as error:
+            steps.fail(error)
+            caught.append((step, steps.current_mode))
+            continue
+        steps.end()
+    # the first caught step switches to forensic (full fingerprints, the write log), which checks every step
+    assert len(caught) == 8 - caught[0][0] and caught[0][0] < 4, caught
+    with pytest.raises(gradguard.InvalidArgument, match=r"GradguardCallback\(sample_steps=...\)"):
+        StepGuard(sample_steps=0)
