@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from gradguard.backends.torch._fingerprint import device_digest, fingerprint
+from gradguard.backends.torch._fingerprint import device_digest, device_sample, fingerprint
 
 MiB = 1 << 20
 
@@ -40,7 +40,9 @@ def throughput(device: str, repeats: int) -> list[tuple[str, dict[int, float]]]:
     configs = {
         "fingerprint full (xxh3-64 on CPU, weighted int64 sum on GPU)": lambda t, d: fingerprint(t, "full"),
         "fingerprint sample (<= 64 KiB per tensor)": lambda t, d: fingerprint(t, "sample"),
-        "weighted int64 sum (the GPU digest)": lambda t, d: device_digest(t.view(torch.uint8)),
+        "weighted int64 sum (the GPU digest, fingerprint full on a device)": lambda t, d: device_digest(
+            t.view(torch.uint8)),
+        "device sample (fingerprint sample on a device: one launch, <= 64 KiB copied)": lambda t, d: device_sample(t),
         "memcpy: `copy_` into a preallocated buffer": lambda t, d: d.copy_(t),
         "`clone()` (fresh allocation)": lambda t, d: t.clone(),
     }
@@ -65,13 +67,14 @@ def fixed_cost(device: str, repeats: int) -> list[tuple[str, float]]:
     for label, shape in shapes:
         t = torch.randn(shape, device=device)
         tensors.append((label, t.t() if "transposed" in label else t))
-    per = {label: [] for label, _ in tensors}
+    per = {label: ([], []) for label, _ in tensors}
     inner = 2000 if device == "cpu" else 200
     for _ in range(repeats):
         for label, t in tensors:
-            per[label].append(_time(lambda: fingerprint(t, "full"), device, inner) * 1e6)
+            per[label][0].append(_time(lambda: fingerprint(t, "full"), device, inner) * 1e6)
+            per[label][1].append(_time(lambda: device_sample(t), device, inner) * 1e6)
     for label, _ in tensors:
-        rows.append((label, statistics.median(per[label])))
+        rows.append((label, statistics.median(per[label][0]), statistics.median(per[label][1])))
     return rows
 
 
@@ -90,11 +93,12 @@ def main() -> None:
     print("|---|---|---|---|")
     for label, by_size in throughput(device, args.repeats):
         print(f"| {label} | " + " | ".join(f"{by_size[s]:.1f}" for s in (1, 16, 128)) + " |")
-    print("\nFixed cost of one full fingerprint of a small tensor (µs, median):\n")
-    print("| tensor | µs per fingerprint |")
-    print("|---|---|")
-    for label, us in fixed_cost(device, args.repeats):
-        print(f"| {label} | {us:.1f} |")
+    print("\nFixed cost per small tensor (µs, median): one full fingerprint, and the device sample (on CPU "
+          "tensors: the device path emulated, its dispatcher cost without the launch):\n")
+    print("| tensor | µs per fingerprint | µs per device sample |")
+    print("|---|---|---|")
+    for label, us, sample_us in fixed_cost(device, args.repeats):
+        print(f"| {label} | {us:.1f} | {sample_us:.1f} |")
 
 
 if __name__ == "__main__":
