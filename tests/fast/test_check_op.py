@@ -353,13 +353,25 @@ class _Relu(torch.autograd.Function):
 
 
 class _ReluGe(_Relu):
-    ge = True  # gradient 1 at exactly 0, where torch.relu's convention is 0
+    ge = True  # gradient 1 at exactly 0, where torch.relu's convention is 0: another valid subgradient
+
+
+class _ReluTwoAtZero(_Relu):
+    @classmethod
+    def backward(cls, ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * torch.where(x == 0, 2.0, (x > 0).to(g.dtype))  # 2 at 0: outside the subgradient [0, 1]
 
 
 def test_kink_convention_is_judged_by_the_reference():
     x = torch.randn(12, generator=torch.Generator().manual_seed(3))
     assert gradguard.check_op(_Relu.apply, x, reference=torch.relu).passed
+    # the op's other valid choice at the kink is accepted, with a note
     report = gradguard.check_op(_ReluGe.apply, x, reference=torch.relu)
+    assert report.passed, str(report)
+    assert any("another valid subgradient" in n for n in report.notes)
+    # a value outside the subgradient is not
+    report = gradguard.check_op(_ReluTwoAtZero.apply, x, reference=torch.relu)
     assert report.failed_checks() == {"regime.kinks"}
     (f,) = report.failures
     assert "[gradient.reference]" in f.message and f.regime == "kinks"
