@@ -23,7 +23,8 @@ def check_op(fn: Callable, *inputs: Any, reference: Callable | None = None, **op
     against it. Options: ``kwargs`` (dict passed to fn and reference), ``wrt`` (input positions to
     differentiate), ``checks`` (subset of ``gradient``, ``regime``, ``mutation``, ``aliasing``,
     ``composition``), ``regimes``, ``vary`` ({argument: False or values to try}), ``budget`` (seconds or
-    ``"quick"``), ``seed``, ``probes``, ``full_jacobian_max``, ``rtol``, ``reference_factor``, ``shrink``, ``name``.
+    ``"quick"``), ``surrogate`` (a function whose gradient the backward declares), ``isolate`` (regimes in a child
+    process), ``seed``, ``probes``, ``full_jacobian_max``, ``rtol``, ``reference_factor``, ``shrink``, ``name``.
     """
     backend = options.pop("backend", "auto")
     if backend != "torch":  # PaddlePaddle / MindSpore: the same engine with their adapters
