@@ -36,6 +36,8 @@ _DIM = re.compile(r"^(dim|axis|dimension)$|_(dim|axis)$")
 _SENTINEL = re.compile(r"^(ignore|pad|padding|blank|sentinel)(_?(index|idx|id|token|label|value))?$|^(ignore|padding)_")
 _OFFSET = re.compile(r"(^|_)(offset|offsets|position|pos|start|shift|shifts|diagonal|past_len|cache_len)($|_)")
 _EPS = re.compile(r"(^|_)(eps|epsilon)($|_)")
+_NOT_FLAGS = {"training", "train", "inplace", "in_place", "sparse", "sparse_grad", "deterministic", "use_reentrant",
+              "benchmark", "verbose"}
 BOUND = re.compile(r"(^|_)(min|max|threshold|lambd|limit|clip|bound|beta|cutoff|lower|upper)($|_)")
 
 
@@ -237,7 +239,9 @@ def classify(B, arg: Argument, args, int_values: set) -> str | None:
     if v is None:
         return None
     if isinstance(v, bool):
-        return "flags"
+        # randomness (dropout's training), in-place writes on the caller's tensors and sparse gradients change what
+        # the op is, not where its gradient may be wrong
+        return None if arg.name in _NOT_FLAGS else "flags"
     if isinstance(v, (int, np.integer)):
         if _DIM.search(arg.name):
             return "reduction_dim"
