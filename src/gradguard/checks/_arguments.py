@@ -280,11 +280,10 @@ def argument_regimes(B, args: list, wrt: list[int], names: list[str], arguments:
         if choice is False:
             continue
         strategy = classify(B, arg, args, int_values)
-        if isinstance(choice, (list, tuple)):
-            strategy = strategy or "flags"
-            if strategy in selected:
-                variants += _explicit(strategy)(B, args, wrt, names, arg, choice)
-                used.add(strategy)
+        if isinstance(choice, (list, tuple)):  # values asked for: tried whatever the regime selection
+            strategy = strategy or "arguments"
+            variants += _explicit(strategy)(B, args, wrt, names, arg, choice)
+            used.add(strategy)
             continue
         if strategy is None or strategy not in selected:
             continue
