@@ -278,9 +278,10 @@ def _hygiene(what: str, check, *args):
 def _attributed_backward(original, session, self, args):
     saved = []
     try:
-        # torch 2.4 has no SavedTensor.data: reading ctx.saved_tensors in probe mode hands the records over
+        # torch 2.4 has no SavedTensor.data: reading ctx.saved_tensors in probe mode hands the records over. Not
+        # while the guard steps aside for saved tensors: the read would call the user's own unpack hooks.
         records = ([s.data for s in self._raw_saved_tensors or ()] if _compat.SAVED_TENSOR_DATA
-                   else _compat.probe_attribute(self, "saved_tensors"))
+                   else _compat.probe_attribute(self, "saved_tensors") if session._hooks is not None else [])
         for record in records:
             if getattr(record, "tensor", None) is not None:
                 saved.append(record.tensor)

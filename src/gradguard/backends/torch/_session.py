@@ -13,9 +13,14 @@ graph nodes and their argument names, the forward lines of freed graphs.
 # exactly that check (saved ``_version`` vs current), so the guard raises when PyTorch would and only then.
 #
 # NOTE [What pack keeps]
-# ``t.detach()``: it shares ``t``'s memory *and* version counter and breaks the Python<->C++ reference cycle
-# that returning ``t`` itself creates (that leaks the output of every op that saves its result).
-# ``t.data`` would not do: it has its own version counter.
+# What PyTorch itself keeps (SavedVariable): a leaf (a parameter, a buffer, any tensor that needs no grad)
+# is kept as the tensor itself, so ``u.data = new`` before backward makes backward read the new memory;
+# an op's output is kept as a shallow copy over the same memory, which such a rebinding does not move.
+# Pack keeps the same: a leaf itself (its fingerprint then shows the rebinding, a silent write), any other
+# tensor as ``t.detach()``, which shares ``t``'s memory *and* version counter and breaks the Python<->C++
+# reference cycle that returning an output itself creates (that leaks the output of every op that saves its
+# result). ``t.data`` would not do: it has its own version counter. Pack cannot tell a non-leaf input from
+# an output, so a ``.data =`` rebinding of a non-leaf input is not followed (PyTorch would follow it).
 #
 # NOTE [Reading grad_fn crashes deep graphs]
 # ``t.grad_fn`` creates a Python object for the autograd node. Once tens of thousands of nodes along one chain
@@ -45,7 +50,8 @@ from ...core._frames import LIBRARY_PATHS, caller_context, user_location, user_l
 from ...core._internal import log_fallback
 from ...core._data_statements import may_write_data
 from .._adapter import ProbeBase
-from . import (_attribution, _backward_calls, _call_gate, _compat, _data_in_forward, _function_hygiene, _module_inputs,
+from . import (_attribution, _backward_calls, _call_gate, _compat, _data_in_forward, _forward_hooks, _function_hygiene,
+               _module_inputs,
                _second_order, _step_aside, _user_hooks)
 from . import _device_check
 from ._fingerprint import fingerprint as _fingerprint
@@ -71,7 +77,9 @@ _ACTIVATIONS = {
 
 
 def _plain(t: torch.Tensor) -> bool:
-    return type(t) in (torch.Tensor, torch.nn.Parameter) and not t.is_meta and not t.is_sparse
+    """A tensor of one strided block of real memory (no subclass, sparse, nested or meta tensor)."""
+    return (type(t) in (torch.Tensor, torch.nn.Parameter) and t.layout is torch.strided and not t.is_meta
+            and not t.is_nested)
 
 
 def _alias_past_the_op_stream(t: torch.Tensor) -> torch.Tensor:
@@ -143,6 +151,26 @@ class _UserHookRecord:
         self.version = version
 
 
+class _VersionOnly:
+    """A saved tensor gradguard cannot fingerprint (sparse, nested): PyTorch's own version check, redone."""
+
+    __slots__ = ("tensor", "version")
+
+    def __init__(self, tensor: torch.Tensor):
+        self.tensor, self.version = tensor, tensor._version
+
+    def unpack(self) -> torch.Tensor:
+        now = self.tensor._version
+        if now != self.version:
+            layout = _step_aside.unreadable_layout(self.tensor)
+            raise RuntimeError(
+                "one of the variables needed for gradient computation has been modified by an inplace operation: "
+                f"[a {layout.replace(' tensors', '')} {str(self.tensor.dtype).replace('torch.', '')} tensor] is at "
+                f"version {now}; expected version {self.version} instead. (PyTorch's own check, redone by "
+                f"gradguard, which cannot fingerprint {layout})")
+        return self.tensor
+
+
 _SAMPLES = 64
 
 
@@ -187,6 +215,7 @@ class TorchGuardSession(ProbeBase):
         # on torch 2.4 (_compat.GATE_CALLS)
         self._gate_calls = self.track_writes and not self.bisect and _compat.GATE_CALLS
         self._write_log = None
+        self._forward_hooks = None  # the sentinel's module hooks (_forward_hooks.py)
         # Writer attribution at Function / Triton boundaries hashes saved memory: on when fingerprints and
         # the write log are both on (see _attribution.py).
         self._alias = _alias_past_the_op_stream if self.track_writes else torch.Tensor.detach
@@ -241,6 +270,9 @@ class TorchGuardSession(ProbeBase):
         except BaseException:
             self.exit()
             raise
+        if not self.track_writes:  # NOTE [Silent classes without the write log] (_forward_hooks.py)
+            self._forward_hooks = _forward_hooks.ForwardHooks(self.report_extra)
+            self._forward_hooks.install()
         if self.track_writes:
             self._write_log = WriteLog(self._on_write)
             subscribers = [self._write_log]
@@ -268,6 +300,9 @@ class TorchGuardSession(ProbeBase):
 
     def exit(self) -> None:
         try:
+            if self._forward_hooks is not None:
+                hooks, self._forward_hooks = self._forward_hooks, None
+                hooks.uninstall()
             if self._bisect is not None:
                 bisect, self._bisect = self._bisect, None
                 self.engine.attach_bisector(None)
@@ -293,11 +328,12 @@ class TorchGuardSession(ProbeBase):
     @_step_aside.guard_pack
     def _pack(self, t: torch.Tensor):
         if t.layout != torch.strided or t.is_nested:  # NOTE [Tensors the fingerprint cannot read]
-            return self._unwatched(t)
+            return self._version_only(t)
         if _compat.DYNAMO_TRACES_HOOKS and torch.compiler.is_compiling():  # NOTE in _compat.py (torch 2.4)
             return t
         site, caller = user_location_and_caller(2) if self.record_sites else (None, None)
-        record = self._emit(TensorSaved(self._alias(t), site, None, self._producer(t), None, caller))
+        record = self._emit(TensorSaved(t if t.is_leaf else self._alias(t), site, None, self._producer(t), None,
+                                        caller))  # NOTE [What pack keeps]
         if (self.track_writes and site is not None and site.function == "forward" and t.requires_grad
                 and may_write_data(site.file, "forward")):
             parameter = _data_in_forward.parameter_of(t)
@@ -379,13 +415,20 @@ class TorchGuardSession(ProbeBase):
                 _NODE_NAMES[kind] = name
         return name
 
-    def _unwatched(self, t: torch.Tensor) -> torch.Tensor:
-        _step_aside.not_watched(self, _step_aside.unreadable_layout(t),
-                                f"not watching {_step_aside.unreadable_layout(t)} saved for backward (no strided "
-                                "memory to version-check or fingerprint); they are kept exactly as without gradguard")
-        return t
+    def _unwatched(self, t: torch.Tensor, how: str) -> None:
+        kind = _step_aside.unreadable_layout(t)
+        _step_aside.not_watched(self, kind, f"not watching {kind} saved for backward (no strided memory to "
+                                f"fingerprint or match writes to): {how}")
+
+    def _version_only(self, t: torch.Tensor) -> "_VersionOnly":
+        """A sparse or nested saved tensor: kept with its version, so that unpack raises PyTorch's own error
+        where PyTorch's version check would (hooks switch that check off: NOTE at the top)."""
+        self._unwatched(t, "only PyTorch's own version check runs for them")
+        return _VersionOnly(t if t.is_leaf else t.detach())  # NOTE [What pack keeps]
 
     def _unpack(self, record: SavedRecord) -> torch.Tensor:
+        if type(record) is _VersionOnly:
+            return record.unpack()
         if isinstance(record, torch.Tensor):  # stepped aside at pack time
             return record
         if not _compat.SAVED_TENSOR_DATA and _compat.probing_unpack(record):  # torch 2.4 naming a saved argument
@@ -459,7 +502,8 @@ class TorchGuardSession(ProbeBase):
 
         def pack(t: torch.Tensor):
             if t.layout != torch.strided or t.is_nested:  # NOTE [Tensors the fingerprint cannot read]
-                return user_pack(self._unwatched(t))
+                self._unwatched(t, "your saved_tensors_hooks keep them as they choose")
+                return user_pack(t)
             try:
                 version = t._version
             except RuntimeError:
@@ -474,8 +518,8 @@ class TorchGuardSession(ProbeBase):
         def unpack(record):
             if not isinstance(record, _UserHookRecord):  # packed before the guard entered
                 return user_unpack(record)
-            if not _compat.SAVED_TENSOR_DATA and _compat.probing_unpack(record):  # torch 2.4: no check
-                return user_unpack(record.packed)
+            if not _compat.SAVED_TENSOR_DATA and _compat.probing_unpack(record):  # torch 2.4 reading the record:
+                return torch.empty(0)  # the user's unpack runs once per real unpack, never for gradguard's reads
             out = user_unpack(record.packed)
             if isinstance(out, torch.Tensor) and not self._round_trip_ok(record, out):
                 # NOTE [What a failed round trip through the user's hooks says]

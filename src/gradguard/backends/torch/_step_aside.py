@@ -107,11 +107,14 @@ def _stepping_aside_of_guards():
             torch._C._autograd._pop_saved_tensors_default_hooks()
             popped.append(hooks)
             hooks = TOP_HOOKS(False)
-    else:  # torch 2.4 cannot show the stack: the guard's hooks are on top unless the user entered some inside it
+    else:  # torch 2.4 cannot show the stack: the guard's hooks are on top unless the user entered some inside it,
+        # or a transform around this one (vmap(grad(f))) has popped them already
         session = _sessions[-1] if _sessions else None
-        if session is not None and session._hooks is not None and not _user_entered_hooks(session):
+        if (session is not None and session._hooks is not None and not _user_entered_hooks(session)
+                and not session.__dict__.get("_stepped_aside")):
             torch._C._autograd._pop_saved_tensors_default_hooks()
             popped.append((session._hooks.pack_hook, session._hooks.unpack_hook))
+            session._stepped_aside = True
     try:
         if popped:
             session = popped[0][0].__self__
@@ -122,6 +125,7 @@ def _stepping_aside_of_guards():
     finally:
         for pack, unpack in reversed(popped):
             torch._C._autograd._push_saved_tensors_default_hooks(pack, unpack)
+            pack.__self__._stepped_aside = False
 
 
 def _user_entered_hooks(session) -> bool:

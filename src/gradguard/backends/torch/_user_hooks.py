@@ -57,7 +57,8 @@ def guard_hooks_on_top() -> bool:
     """Whether the innermost saved-tensor hooks on this thread are a guard's own (torch 2.4 cannot list them:
     a guard on this thread with its hooks pushed and no user hooks entered inside it)."""
     session = _innermost_session()
-    return session is not None and session._hooks is not None and not getattr(session, "_user_hook_depth", 0)
+    return (session is not None and session._hooks is not None and not getattr(session, "_user_hook_depth", 0)
+            and not getattr(session, "_stepped_aside", False))  # popped inside a torch.func transform (_step_aside)
 
 
 def _wrapped_class(hooks) -> bool:
