@@ -81,7 +81,7 @@ DEFAULT_OPTIONS: dict[str, Any] = {
 # is left, and whatever the budget did not reach is listed as skipped ("budget spent"), never as passed.
 # ``budget="quick"`` is QUICK_FACTOR times what the given inputs' gradient suite took (about gradcheck's own cost on
 # small inputs: a full Jacobian in float64).
-QUICK_FACTOR = 2.0
+QUICK_FACTOR = 1.5
 # NOTE [Which inputs]
 # Floating-point tensor inputs are differentiated. If some of them have requires_grad=True, only those
 # are (so an input can be excluded by passing it with requires_grad=False next to ones with True);
