@@ -128,3 +128,22 @@ def test_partial_reference_is_compared_on_what_it_returns():
     assert any(c.check == "gradient.reference" and c.status == "pass" for c in report.checks)
     wrong = lambda x, r, w: 2 * _add_norm_ref(x, r, w)[0]  # noqa: E731
     assert "forward.reference" in gradguard.check_op(_AddNorm.apply, x, r, w, reference=wrong).failed_checks()
+
+
+def test_budget_lists_what_it_did_not_reach_as_skipped():
+    case = BY_NAME["logsumexp_dim"]
+    report = gradguard.check_op(case.correct, *_args(case), reference=case.reference, budget=1e-9)
+    assert report.passed
+    spent = [c for c in report.checks if c.status == "skip" and "budget spent (budget=1e-09)" in c.detail]
+    assert {c.check for c in spent} >= {"regime.reduction_dim", "regime.noncontiguous", "mutation", "composition"}
+    assert not [c for c in report.checks if c.check.startswith("regime.") and c.status == "pass"]
+    # the given inputs always get the gradient suite
+    assert any(c.check == "gradient.numerical" and c.status == "pass" for c in report.checks)
+    with pytest.raises(InvalidArgument, match="budget must be a positive number of seconds or 'quick'"):
+        gradguard.check_op(case.correct, *_args(case), budget=0)
+
+
+def test_quick_budget_runs_the_argument_regimes_first():
+    case = BY_NAME["roll_shift"]
+    report = gradguard.check_op(case.mutant, *_args(case), reference=case.reference, budget="quick")
+    assert not report.passed and any("fails only with `shift=3`" in f.message for f in report.failures), str(report)
