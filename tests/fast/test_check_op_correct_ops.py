@@ -228,3 +228,31 @@ def test_a_crash_in_a_regime_is_a_reported_failure_when_isolated():
     assert "leading dimension 4 -> 1" in crash.message
     with pytest.raises(gradguard.InvalidArgument, match="isolate must be True, False or 'auto'"):
         gradguard.check_op(_CrashesOnOneRow.apply, x, isolate="yes")
+
+
+class _RouteTokens(torch.autograd.Function):
+    """MoE-style gather of token rows by a routing index (token ids, top-2 per token) that lives beside the tokens;
+    like a compiled kernel it trusts the ids to be in range (the guard stands for its out-of-bounds write)."""
+
+    @staticmethod
+    def forward(ctx, x, token_ids):
+        if int(token_ids.max()) >= x.shape[0]:
+            raise IndexError("token id out of range: a kernel would write out of bounds here")
+        ctx.save_for_backward(token_ids)
+        ctx.rows = x.shape[0]
+        return x[token_ids]
+
+    @staticmethod
+    def backward(ctx, g):
+        (ids,) = ctx.saved_tensors
+        return torch.zeros(ctx.rows, g.shape[-1], dtype=g.dtype).index_add(0, ids, g), None
+
+
+def test_routing_indices_shrink_with_the_batch():
+    g = torch.Generator().manual_seed(8)
+    x = torch.randn(4, 3, generator=g)
+    ids = torch.tensor([2, 0, 3, 1, 1, 2, 0, 3])  # 2 per token, not batched with x
+    report = gradguard.check_op(_RouteTokens.apply, x, ids, regimes=["batch_size"],
+                                reference=lambda x, ids: x[ids])
+    assert report.passed, str(report)
+    assert [c.status for c in report.checks if c.check == "regime.batch_size"] == ["pass", "pass"]

@@ -246,6 +246,11 @@ def build_regimes(B, args, wrt, kwargs, arguments: list[Argument], vary: dict, s
                 new = list(args)
                 for i in batched:
                     new[i] = B.from_numpy(_grow_rows(B.to_numpy(args[i]), size, B.kind(args[i]) == "float"), args[i])
+                if size < b:  # NOTE [Shape relations]: indices into the rows (MoE routing: token ids) stay in range
+                    for i in ints:
+                        v = B.to_numpy(args[i])
+                        if i not in batched and v.min(initial=0) >= 0 and v.max(initial=-1) < b <= v.size:
+                            new[i] = B.from_numpy(v % size, args[i])
                 regimes.append(Regime("batch_size", f"leading dimension {b} -> {size} on every input that has it", new, Spec()))
         else:
             skipped["batch_size"] = "no input with a leading dimension"
@@ -340,4 +345,9 @@ def shrink_candidates(B, args) -> list[list[Any]]:
         if i != first and len(shape) < len(batch_shape) and shape == batch_shape[len(batch_shape) - len(shape):]:
             continue  # per-feature: stays whole
         new[i] = B.from_numpy(B.to_numpy(a)[:1], a)
+    for i, a in enumerate(args):  # NOTE [Shape relations]: indices into the rows (MoE token ids) stay in range
+        if new[i] is a and B.is_tensor(a) and B.kind(a) == "int" and B.ndim(a) >= 1:
+            v = B.to_numpy(a)
+            if v.min(initial=0) >= 0 and v.max(initial=-1) < b <= v.size:
+                new[i] = B.from_numpy(v % 1, a)
     return [new]
