@@ -18,7 +18,9 @@ How each column is read (all lines are lines of the case's buggy.py):
   tensor    some finding names the stale/modified tensor: tensor.name (or the name in tensor.label) equals an
             accepted name or ends with "." + an accepted name.
   saver     the line where the stale tensor was saved, or its enclosing call, is named: saved_at.line; for
-            backward_twice also the line of the "carried by"/"crosses" row of context.display.
+            backward_twice also the line of the "carried by"/"crosses" row of context.display; for a module
+            writing its caller's input the caller's later read (context.read), for a .data write in a forward
+            the line using the parameter after it (context.used_at).
   writes    every write of the key is named: each group of accepted lines has one line among modified_at[].line
             (for backward_twice: the "freed by" row of context.display, the earlier backward).
   fixline   a line the hand fix edits is named anywhere (saver, writes, or "line N" in the explanation/suggestion).
@@ -101,6 +103,9 @@ def _display_lines(finding: dict, words: tuple[str, ...]) -> set[int]:
 
 def saver_lines(finding: dict, path: str) -> set[int]:
     lines = _frame_lines(finding.get("saved_at") or {}, path)
+    context = finding.get("context") or {}
+    for key in ("read", "used_at"):  # a module's caller reading its written input; a parameter used after .data
+        lines |= _frame_lines(context.get(key) or {}, path)
     if finding.get("kind") == "backward_twice":
         lines |= _display_lines(finding, ("carried", "crosses", "created", "saved", "built"))
     return lines

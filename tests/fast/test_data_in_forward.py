@@ -1,7 +1,8 @@
 """A forward changing its own parameter through ``.data`` before using it (issue 14, class 7).
 
 PyTorch alone is silent and the gradient misses the normalisation (asserted); the write log (forensic mode)
-raises when the forward saves the parameter, naming the ``.data`` statement and the use. Data-dependent
+raises when the forward saves the parameter, naming the ``.data`` statement and the use; the sentinel's module
+forward hooks raise after the forward, naming the same two lines. Data-dependent
 initialisation (ActNorm), resets and normalisation done in the graph stay quiet with bit-identical gradients.
 """
 
@@ -128,11 +129,18 @@ def test_initialisation_and_graph_normalisation_stay_quiet(module):
     assert all(torch.equal(a, b) for a, b in zip(plain, guarded))
 
 
-def test_sentinel_does_not_read_forward_sources():
+@pytest.mark.parametrize("module, written, used", [(AssignNormalised, "assign data", "use w"),
+                                                    (DivideInPlace, "divide data", "use fc")])
+def test_sentinel_finds_the_data_write_through_its_forward_hooks(module, written, used):
+    # no write log: the module forward hooks compare the parameter before and after the forward
     torch.manual_seed(0)
-    with gradguard.guard(fingerprint="sample", track_writes=False) as g:
-        _step(AssignNormalised())
-    assert g.findings == []
+    with pytest.raises(SilentModificationError) as info:
+        with gradguard.guard(fingerprint="sample", track_writes=False):
+            _step(module())
+    finding = info.value.finding
+    assert finding.kind == "data_write_in_forward"
+    assert finding.modified_at[0].location.line == line_of(written)
+    assert finding.context["used_at"]["line"] == line_of(used)
 
 
 def test_data_statements_keep_only_writes_that_read_the_old_value():

@@ -1,7 +1,7 @@
 """A module writing into its caller's tensor that the caller reads again (issue 14, class 5).
 
 PyTorch alone is silent and the forward is wrong (asserted); the write log (forensic mode) raises at the read
-with the module, the write's call line and the read's line named; correct uses of in-place modules (the name
+with the module, the write's call line and the read's line named (the sentinel, when the forward returns); correct uses of in-place modules (the name
 rebound, a read in a branch not taken, metadata reads) stay quiet with bit-identical gradients.
 """
 
@@ -194,11 +194,16 @@ def test_the_callers_caller_reading_its_input_again():
     assert f.context["read"]["line"] == line_of("autoencoder read")
 
 
-def test_sentinel_does_not_watch_module_inputs():
-    """The check lives in the write log: the sentinel (no dispatch mode) runs the program unchanged."""
-    with gradguard.guard(fingerprint="sample", track_writes=False) as g:
-        out, grad = _run(VQResBlock(), (1, 3, 6, 6))
-    assert g.findings == [] and grad is not None
+def test_sentinel_finds_the_write_when_the_forward_returns():
+    """No write log: the module forward hooks see the input's version move and read the caller's source."""
+    with pytest.raises(SilentModificationError) as info:
+        with gradguard.guard(fingerprint="sample", track_writes=False):
+            _run(VQResBlock(), (1, 3, 6, 6))
+    f = info.value.finding
+    assert f.kind == "module_input_write" and f.tensor.name == "input"
+    assert f.context["module"] == "self.conv.0 (ReLU(inplace=True))"
+    assert f.modified_at[0].location.line == line_of("vq call")
+    assert f.context["read"]["line"] == line_of("vq read")
 
 
 def _code_of(fn):

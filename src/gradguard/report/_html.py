@@ -318,9 +318,10 @@ def finding_html(finding: Finding, *, graph: bool = True, raw: bool = False) -> 
             row("called from", f"<code>{_h(call.short)}</code>" + _src(call.code))
     if f.versions:
         row("versions", f"saved at {_h(f.versions.get('saved'))}, now {_h(f.versions.get('now'))}")
-    if f.modified_at:
+    writes = [w for w in f.modified_at if w.category != "backward"]  # a freeing backward: the "freed by" row
+    if writes:
         label = "modified by" if f.kind in SAVED_TENSOR_KINDS else "at"
-        row(label, '<ol class="writes">' + "".join(_write_item(w) for w in f.modified_at) + "</ol>")
+        row(label, '<ol class="writes">' + "".join(_write_item(w) for w in writes) + "</ol>")
     elif f.kind in SAVED_TENSOR_KINDS:
         row("modified by", _no_write(f))
     if f.context.get("rank") is not None:

@@ -126,8 +126,8 @@ def render_finding(f: Finding, width: int = _WIDTH) -> str:
                 lines += _write_lines(i, w, width)
         else:
             lines += _field("modified by", _no_write(f), width)
-    else:
-        for i, w in enumerate(f.modified_at, 1):
+    else:  # an earlier backward that freed the graph is already the "freed by" row
+        for i, w in enumerate((w for w in f.modified_at if w.category != "backward"), 1):
             label = "at" if i == 1 else ""
             where = w.location.short if w.location else "an unknown line"
             lines += _field(label, f"{w.op} at {where}", width)

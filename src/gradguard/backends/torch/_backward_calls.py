@@ -36,6 +36,9 @@ class BackwardCall:
     receiver: "weakref.ref[torch.Tensor] | None"
     version: int  # the receiver's version then: `loss += more` keeps the object but makes another graph
     chain: tuple[SourceLocation, ...]  # user frames, innermost first
+    # The sequence number of the backward's root (NOTE [Finding the crossing by the graph], _crossing.py): every
+    # node numbered at or below it existed when this backward ran. None when no node is known.
+    seq: int | None = None
 
 
 def _installed_prefixes() -> tuple[str, ...]:
@@ -99,8 +102,11 @@ def backward_call(skip: int = 2) -> BackwardCall | None:
     receiver = _backward_receiver(linecache.getline(frame.f_code.co_filename, frame.f_lineno))
     value = _lookup(receiver, frame) if receiver else None
     if not isinstance(value, torch.Tensor):
-        return BackwardCall(None, 0, user_chain(frame))
-    return BackwardCall(weakref.ref(value), value._version, user_chain(frame))
+        node = torch._C._current_autograd_node()  # the node unpacking: near the root (`accelerator.backward(loss)`)
+        return BackwardCall(None, 0, user_chain(frame), node._sequence_nr() if node is not None else None)
+    root = value.grad_fn
+    return BackwardCall(weakref.ref(value), value._version, user_chain(frame),
+                        root._sequence_nr() if root is not None else None)
 
 
 def second_call_of_same_loss(calls: list[BackwardCall], loss, chain: tuple[SourceLocation, ...]):

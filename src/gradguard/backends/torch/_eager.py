@@ -478,6 +478,33 @@ def _crossing_tensor(site: _Site, earlier: SourceLocation | None) -> _Crossing |
     return _Crossing(name, value, made, used, callee)
 
 
+def _crossing_by_graph(site: _Site, session):
+    """NOTE [Finding the crossing by the graph] (_crossing.py), from the failing backward's user frames outwards."""
+    from ._backward_calls import _is_user
+    from ._crossing import find_crossing
+
+    import linecache
+
+    frames, frame = [], site.frame
+    while frame is not None and len(frames) < 32:
+        if _is_user(frame.f_code.co_filename):
+            frames.append(frame)
+        frame = frame.f_back
+    # The innermost user frame may be a custom Function's backward reading its freed ctx.saved_tensors: the
+    # loss is the receiver in the first frame, outwards, whose line calls .backward().
+    loss = None
+    for index, frame in enumerate(frames):
+        receiver = _backward_receiver(linecache.getline(frame.f_code.co_filename, frame.f_lineno))
+        loss = _lookup(receiver, frame) if receiver else None
+        if isinstance(loss, torch.Tensor):
+            frames = frames[index:]
+            break
+    if not isinstance(loss, torch.Tensor):
+        return None
+    return find_crossing(loss, frames, list(getattr(session, "backward_calls", ())),
+                         getattr(session, "node_sites", None) or {})
+
+
 def _reaches_any(root, nodes: set, limit: int = 5000) -> bool:
     return any(node in nodes for node in walk_nodes([root], limit))
 
@@ -609,7 +636,16 @@ def _backward_twice(error, session) -> Finding:
                                                      raised_chain(error.__traceback__))
         except Exception as problem:
             log_fallback("torch.eager", "comparing the backward calls", problem)
+    mechanism = None
+    if not carried and same_loss is None and site.frame is not None and session is not None:
+        try:  # NOTE [Finding the crossing by the graph]
+            mechanism = _crossing_by_graph(site, session)
+        except Exception as problem:
+            log_fallback("torch.eager", "following the graph to the part an earlier backward freed", problem)
+    if mechanism is not None and mechanism.freed_by is not None:
+        earlier = mechanism.freed_by
     if (not carried and same_loss is None and site.frame is not None and location is not None
+            and (mechanism is None or mechanism.holder == "loss")
             and earlier is not None and (earlier.file, earlier.line) == (location.file, location.line)):
         try:  # NOTE [A forward made once, before the loop that backpropagates it]
             from ._loss_site import forward_before_loop
@@ -617,7 +653,15 @@ def _backward_twice(error, session) -> Finding:
             hoisted = forward_before_loop(site.frame, location.line)
         except Exception as problem:
             log_fallback("torch.eager", "looking for a forward made before the loop", problem)
-    if not carried and hoisted is None and same_loss is None:
+    if mechanism is not None and mechanism.tensor is not None and hoisted is None:
+        crossing = _Crossing(mechanism.name, mechanism.tensor, mechanism.made, None, None)
+        crossing.holder = mechanism.holder
+        made = mechanism.made
+        if (mechanism.holder == "variable" and made is not None and earlier is not None and location is not None
+                and made.file == earlier.file == location.file):
+            crossing.used, crossing.callee = _first_call_with(made.file, made.line + 1,
+                                                              min(earlier.line, location.line), mechanism.name)
+    elif not carried and hoisted is None and same_loss is None:
         try:
             crossing = _crossing_tensor(site, earlier)
         except RuntimeError:  # reading the graph failed: the plain diagnosis below still stands
@@ -696,7 +740,24 @@ def _backward_twice(error, session) -> Finding:
                f"{freed_by} already went through and freed:{fed} that backward ran on into the graph that made "
                f"`{crossing.name}`. The backward at {at(location)} (`{site.code}`) reaches that graph again "
                f"through `{crossing.name}` and finds its saved tensors gone.")
-        if crossing.used is not None and crossing.callee:
+        if getattr(crossing, "holder", None) == "module attribute":
+            # NOTE [Finding the crossing by the graph]: state a module keeps between forwards (a membrane, a
+            # hidden state) still holds the previous iteration's graph when the next forward starts from it.
+            why = (f"`{crossing.name}` is state the module keeps from one forward to the next"
+                   f"{' (assigned at ' + at(made) + ')' if made else ''}. It still holds the graph of the previous "
+                   f"iteration, which {freed_by} already went through and freed; this iteration's forward starts "
+                   f"from it, so the backward at {at(location)} (`{site.code}`) runs on into that freed graph.")
+            detached = _clone_assignment(statement_code(made), "detach") if made is not None else None
+            fix = (f"Reset the state before each new sequence (set it to a fresh tensor, as a `reset()` or "
+                   f"`reset_net(model)` after the optimizer step does)"
+                   + (f", or detach it where it is made: `{detached}` ({at(made)})" if detached else "")
+                   + ". retain_graph=True would only hide it: every iteration would backpropagate into all earlier "
+                     "ones.")
+            if detached is not None:
+                fixes.append(FixIntent("detach_assignment", made.file, made.line, target=mechanism.binding or "",
+                                       reason=f"`{crossing.name}` carries values into the next iteration, not its "
+                                              f"graph"))
+        elif crossing.used is not None and crossing.callee:
             fix = (f"Detach it where the earlier loss uses it: `{crossing.callee}({crossing.name}.detach())` at "
                    f"{at(crossing.used)}, so the earlier backward stops at `{crossing.name}` and leaves its graph "
                    f"for the backward at {at(location)}.")
@@ -759,6 +820,7 @@ def _backward_twice(error, session) -> Finding:
         fix = ("Detach what you carry across iterations (`h = h.detach()`), so each backward only covers its own "
                "iteration. Pass retain_graph=True to the earlier backward only if you really need to backpropagate "
                "through the same graph twice (and then do not step the optimizer in between).")
+    made_crossing = crossing is not None and crossing.made is not None and saved_at.location is None
     if saved_at.location is None and session is not None:
         try:
             freed = _freed_saver(site, session, *passes)
@@ -767,11 +829,18 @@ def _backward_twice(error, session) -> Finding:
             freed = None
         if freed is not None:  # shown as "saved by", above the "freed by" row
             saved_at = SaveSite(node=freed[0], location=freed[1], chain=[freed[2]] if freed[2] is not None else [])
+    if made_crossing and (saved_at.location is None or (saved_at.location.file, saved_at.location.line) != (
+            crossing.made.file, crossing.made.line)):
+        saved_at = SaveSite(location=crossing.made)  # the line that made the tensor crossing into the freed graph
+    # The earlier backward is what made this graph unusable: the "write" of this kind, in the JSON too.
+    freed_by = same_loss[0] if same_loss is not None else earlier
+    writes = [WriteRecord(op="backward", location=freed_by, via="the earlier backward, which freed the saved tensors",
+                          category="backward")] if freed_by is not None else []
     finding = Finding(
         kind="backward_twice",
         tensor=tensor,
         saved_at=saved_at,
-        modified_at=[],
+        modified_at=writes,
         explanation=why,
         suggestion=fix,
         rule=rule_name,

@@ -34,7 +34,7 @@ from ...core._frames import is_gradguard_file, is_plumbing, location_of
 from ...core._later_reads import Span, later_reads, position_of, span_contains
 from ._backward_calls import _is_user
 
-__all__ = ["PendingRead", "MAX_PENDING", "written_input", "read_of", "finding"]
+__all__ = ["PendingRead", "MAX_PENDING", "written_input", "read_of", "finding", "caller_reads_again"]
 
 _MAX_FRAMES = 64
 MAX_PENDING = 64
@@ -187,3 +187,125 @@ def finding(pending: PendingRead, t: torch.Tensor, read: SourceLocation) -> Find
         context={"name": name, "module": module, "call": call.to_dict(), "read": read.to_dict(),
                  "module_rank": list(pending.rank) if pending.rank else None, "display": display},
     )
+
+
+def caller_reads_again(module: torch.nn.Module, target: torch.Tensor, inner=None) -> Finding | None:
+    """Seen after ``module``'s forward changed the version of ``target``, one of its inputs (the global forward
+    hook, NOTE [Silent classes without the write log] in _forward_hooks.py): the finding when the frame that
+    called the module is the user's and its source reads ``target`` again after the call; None otherwise (a
+    library's caller, a Sequential: the hook of the module around it asks again). ``inner``: the module inside
+    that wrote, seen by an inner call's hook."""
+    frame = sys._getframe(1)
+    for _ in range(_MAX_FRAMES):  # up to this module's call
+        if frame is None:
+            return None
+        if frame.f_code in _CALL_CODES and frame.f_locals.get("self") is module:
+            break
+        frame = frame.f_back
+    else:
+        return None
+    frame = frame.f_back
+    while frame is not None and (frame.f_code in _CALL_CODES or is_plumbing(frame.f_code.co_filename)):
+        frame = frame.f_back
+    if frame is None or not _is_user(frame.f_code.co_filename):
+        return None
+    names = _binds(frame, target)
+    span = position_of(frame) if names else None
+    if span is None:
+        return None
+    reads = _definite_reads(frame.f_code, span, names)
+    if not reads:
+        return None
+    call = location_of(frame)
+    inner = inner if inner is not None else module
+    write = WriteRecord(op="in-place write of the module's input", location=call,
+                        via=_module_text(module, inner, _called_text(frame, span)), category="module_input")
+    producer = target.grad_fn.name() if target.grad_fn is not None else None
+    pending = PendingRead(weakref.ref(target), id(frame), frame.f_code, names, reads, write, producer,
+                          _rank(module, inner))
+    import linecache
+
+    line = reads[0][1][0]
+    read = SourceLocation(call.file, line, call.function, linecache.getline(call.file, line).strip())
+    return finding(pending, target, read)
+
+
+def _definite_reads(code, span: Span, names: tuple) -> tuple:
+    """The reads of ``names`` that follow the call at ``span`` whatever branches run: loads in the calling
+    statement itself (a left operand), then in the statements after it, in its block and the blocks around it,
+    up to a store that rebinds the name. A load inside a later ``if``/loop/``try`` may not run and is skipped (the
+    sentinel reports before the read happens, so it reports only reads that will); a store inside one may not run
+    either, so it does not end the search. ``self.relu(h)`` as a statement of its own is called for its effect.
+
+    # NOTE [A write of the caller's input, reported before the read]
+    # The write log reports at the read itself (an op consuming the tensor); the sentinel has no op stream, so
+    # its forward hook decides from the source when the forward returns: only reads every path reaches count.
+    """
+    import ast
+
+    from ...core._source_ast import function_node
+
+    function = function_node(code.co_filename, code.co_firstlineno, code.co_name)
+    if function is None:
+        return ()
+    chain = _block_chain(function, span[0])
+    if not chain:
+        return ()
+    block, index = chain[-1]
+    calling = block[index]
+    if isinstance(calling, ast.Expr):
+        return ()
+    found: list = []
+    inside = [r for r in later_reads(code, span, frozenset(names))
+              if calling.lineno <= r[1][0] <= (calling.end_lineno or calling.lineno)]
+    found.extend(inside)
+    stored = {n.id for n in ast.walk(calling) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    pending = [n for n in names if n not in stored]
+    for block, index in reversed(chain):
+        for statement in block[index + 1:]:
+            if not pending:
+                return tuple(found)
+            if isinstance(statement, (ast.With, ast.AsyncWith)):
+                statements = list(statement.body)
+            elif isinstance(statement, (ast.If, ast.For, ast.While, ast.Try, ast.AsyncFor, ast.FunctionDef,
+                                        ast.AsyncFunctionDef, ast.ClassDef)) or type(statement).__name__ in (
+                    "Match", "TryStar"):
+                continue
+            else:
+                statements = [statement]
+            for simple in statements:
+                loads = {n.id for n in ast.walk(simple) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+                for name in [n for n in pending if n in loads]:
+                    found.append((name, (simple.lineno, simple.end_lineno or simple.lineno, simple.col_offset,
+                                         simple.end_col_offset or 0)))
+                    pending.remove(name)
+                stores = {n.id for n in ast.walk(simple) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+                pending = [n for n in pending if n not in stores]
+        if isinstance(block, list) and any(isinstance(s, (ast.Return, ast.Raise)) for s in block[index + 1:]):
+            break  # the block returns: the statements after its compound statement do not run
+    return tuple(found)
+
+
+def _block_chain(function, line: int) -> list:
+    """(block, index) from the function's body inwards to the innermost statement spanning ``line``."""
+    chain, block = [], function.body
+    while True:
+        index = next((i for i, s in enumerate(block) if s.lineno <= line <= (s.end_lineno or s.lineno)), None)
+        if index is None:
+            return chain
+        chain.append((block, index))
+        statement = block[index]
+        inner = None
+        for field in ("body", "orelse", "finalbody", "handlers"):
+            for candidate in getattr(statement, field, None) or []:
+                if hasattr(candidate, "lineno") and candidate.lineno <= line <= (candidate.end_lineno or 0):
+                    inner = getattr(statement, field)
+                    break
+            if inner is not None:
+                break
+        if inner is None:
+            return chain
+        if inner and type(inner[0]).__name__ == "ExceptHandler":
+            handler = next(h for h in inner if h.lineno <= line <= (h.end_lineno or 0))
+            inner = handler.body
+        block = inner

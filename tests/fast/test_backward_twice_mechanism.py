@@ -1,0 +1,113 @@
+"""Backward twice, found by walking the failing graph to the part an earlier backward freed: the tensor that
+crosses is named whatever holds it (a module's state, a list element, a variable in an outer frame or an
+object's attribute), with the line that made it, and the earlier backward is in ``modified_at`` (the JSON), not
+only in the display text."""
+
+from __future__ import annotations
+
+import pytest
+
+import gradguard
+
+
+def _finding(tmp_path, code: str):
+    script = tmp_path / "script.py"
+    script.write_text(code)
+    with pytest.raises(gradguard.BackwardTwiceError) as info:
+        with gradguard.guard():
+            exec(compile(code, str(script), "exec"), {"__name__": "__main__"})
+    return info.value.finding, code.splitlines()
+
+
+def _line(lines, code: str) -> int:
+    return next(i for i, text in enumerate(lines, 1) if text.strip().startswith(code))
+
+
+MODULE_STATE = '''\
+import torch
+import torch.nn as nn
+
+
+class Neuron(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.v = torch.zeros(1)
+
+    def forward(self, x):
+        self.v = 0.5 * self.v + x
+        return torch.sigmoid(self.v)
+
+
+net = nn.ModuleDict({"fc": nn.Linear(3, 3), "body": nn.Sequential(nn.Tanh(), Neuron())})
+for step in range(2):
+    loss = net["body"](net["fc"](torch.randn(2, 3))).sum()
+    loss.backward()
+'''
+
+
+def test_state_kept_on_a_nested_module_is_named_with_its_assignment(tmp_path):
+    finding, lines = _finding(tmp_path, MODULE_STATE)
+    assert finding.kind == "backward_twice" and finding.rule == "freed_graph_reused"
+    assert finding.tensor.name == "net.body.1.v"
+    assert finding.saved_at.location.line == _line(lines, "self.v = 0.5 * self.v + x")
+    assert [w.location.line for w in finding.modified_at] == [_line(lines, "loss.backward()")]
+    assert finding.modified_at[0].category == "backward"
+    assert finding.to_dict()["modified_at"][0]["line"] == _line(lines, "loss.backward()")
+    assert "self.v = (0.5 * self.v + x).detach()" in finding.suggestion
+    assert [f.action for f in finding.fixes] == ["detach_assignment"]
+
+
+PEER_OUTPUTS = '''\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+models = [nn.Linear(4, 3), nn.Linear(4, 3)]
+x, y = torch.randn(5, 4), torch.tensor([0, 1, 2, 0, 1])
+outputs = []
+for model in models:
+    outputs.append(model(x))
+for i in range(2):
+    peer = outputs[1 - i]
+    loss = F.cross_entropy(outputs[i], y) + F.kl_div(F.log_softmax(outputs[i], 1), F.softmax(peer, 1),
+                                                     reduction="batchmean")
+    loss.backward()
+'''
+
+
+def test_a_peer_models_output_in_a_list_is_named_by_its_element(tmp_path):
+    finding, lines = _finding(tmp_path, PEER_OUTPUTS)
+    # model 0's loss went through outputs[1] undetached, so its backward freed model 1's graph
+    assert finding.tensor.name == "outputs[1]"
+    assert finding.saved_at.location.line == _line(lines, "outputs.append(model(x))")
+    assert [w.location.line for w in finding.modified_at] == [_line(lines, "loss.backward()")]
+
+
+OUTER_FRAME = '''\
+import torch
+import torch.nn as nn
+
+
+class Trainer:
+    def __init__(self, model, data):
+        self.model, self.data, self.opt = model, data, torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def train(self, steps):
+        for step in range(steps):
+            loss = self.model(self.data[step % 2]).pow(2).mean()
+            loss.backward()
+            self.opt.step()
+
+
+to_input = nn.Linear(2, 3)
+data = to_input(torch.randn(2, 4, 2))
+Trainer(nn.Linear(3, 1), data).train(2)
+'''
+
+
+def test_a_tensor_made_in_an_outer_frame_is_named_by_its_variable(tmp_path):
+    finding, lines = _finding(tmp_path, OUTER_FRAME)
+    assert finding.tensor.name == "data"  # not the trainer's attribute: the variable the user assigned
+    assert finding.saved_at.location.line == _line(lines, "data = to_input(")
+    assert [w.location.line for w in finding.modified_at] == [_line(lines, "loss.backward()")]
+    assert "data = to_input(torch.randn(2, 4, 2)).detach()" in finding.suggestion
