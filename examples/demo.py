@@ -34,7 +34,7 @@ show("backward g * g * (sin x + x cos x): gradcheck passes it", xsin_squared_ups
 
 # (title, command, expected exit code, which output to show: stdout, or all of it)
 STEPS = [
-    ("seed 000: an RNN keeps its graph across steps; gradguard says why and fixes it",
+    ("seed 000: an RNN keeps its graph across steps: the finding and its fix",
      [*GRADGUARD, "fix", "--html", "gradguard-report.html", "examples/seed000/rnn_blog.py"], 0, "all"),
     ("a silent write: PyTorch alone gives a wrong gradient (Triton on CPU)",
      [sys.executable, "examples/silent/liger_cross_entropy_after_softmax.py"], 0, "stdout"),
