@@ -112,9 +112,13 @@ def test_sentinel_makes_no_sync_in_forward_and_one_per_backward(device_path):
     assert (off_fs, off_bs) == (0, 0)
     assert fs == 0, f"host syncs in forward: {fs}"
     assert bs == 1, f"host syncs in backward: {bs}"
+    launches = {"aten::clone", "aten::take"}  # the rest are views (metadata, no kernel on a device)
+    pack_launches = sum(f.get(k, 0) - off_f.get(k, 0) for k in launches)
+    unpack_launches = sum(b.get(k, 0) - off_b.get(k, 0) for k in launches)
+    assert pack_launches == unpack_launches == saved, (pack_launches, unpack_launches, saved)
     per_pack = _extra(f, off_f) / saved
     per_unpack = _extra(b, off_b) / saved
-    assert 0 < per_pack <= 2, (per_pack, f)
+    assert 0 < per_pack <= 2 + 1 / saved, (per_pack, f)  # a launch and a view each (one view to spare)
     # the flag itself: a few batched ops per dtype per backward pass, counted against the unpacks
     assert 0 < per_unpack <= 3, (per_unpack, b)
     print(f"{saved} saved tensors: {per_pack:.2f} ops per pack, {per_unpack:.2f} per unpack (flag included)")

@@ -284,26 +284,29 @@ def _sample_index(n: int, itemsize: int, device) -> torch.Tensor:
     return index
 
 
-_SMALL_BLOCK: dict[tuple, int | None] = {}  # (shape, strides) -> the lowest element's offset from the view's, or None
+_BLOCKS: dict[tuple, int | None] = {}  # (shape, strides) -> the lowest element's offset from the view's, or None
 
 
-def _small_block_offset(t: torch.Tensor):
+def _block_offset(t: torch.Tensor):
+    """How far below ``t``'s first element its lowest one lies, when ``t`` fills one gap-free block (contiguous,
+    transposed, channels_last, flipped); None otherwise. Cached per layout."""
     key = (t.shape, t.stride())
-    found = _SMALL_BLOCK.get(key, False)
+    found = _BLOCKS.get(key, False)
     if found is False:
         found = (sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()) if stride < 0)
                  if _is_block(t) else None)
-        if len(_SMALL_BLOCK) >= 4096:
-            _SMALL_BLOCK.clear()
-        _SMALL_BLOCK[key] = found
+        if len(_BLOCKS) >= 4096:
+            _BLOCKS.clear()
+        _BLOCKS[key] = found
     return found
 
 
 def device_sample(t: torch.Tensor):
-    """The sampled values of a device tensor, 1-D, in one launch: a copy of the whole memory block when it is up
-    to 64 KiB and gap-free (``as_strided`` view + ``clone``), else one ``take`` of the fixed sample positions
-    (values in logical order: a gapped view's gaps are never read). None when torch cannot (quantized,
-    float8 without ``take``): the caller falls back to the digest."""
+    """The sampled values of a device tensor, 1-D, in one launch (a ``clone`` of a view, or a ``take``): up to 64 KiB,
+    every element (a gap-free block in memory order; a gapped view's values, never its gaps); beyond, 16 evenly
+    spaced windows of at least 4 KiB, the first at the first element and the last ending at the last one (the
+    positions of core's sample, NOTE [One "sample" fingerprint]). None when torch cannot (quantized): the
+    caller falls back to the digest."""
     n = t.numel()
     if t.is_quantized or n == 0:
         return None
@@ -319,11 +322,26 @@ def device_sample(t: torch.Tensor):
 
 
 def _device_sample(t: torch.Tensor, n: int, itemsize: int) -> torch.Tensor:
-    if n * itemsize <= SAMPLE_BYTES and not (t.is_conj() or t.is_neg()):
-        low = _small_block_offset(t)
-        if low is not None:
+    if t.is_conj() or t.is_neg():
+        return torch.take(t, _sample_index(n, itemsize, t.device))
+    low = _block_offset(t)
+    if n * itemsize <= SAMPLE_BYTES:
+        if low is not None:  # the whole block, in memory order
             return t.as_strided((n,), (1,), t.storage_offset() - low).clone()
+        # a gapped or broadcast view: its values packed (take is one launch too, but ~5x slower on a CPU)
+        return t.clone(memory_format=torch.contiguous_format).view(-1)
+    if low is not None:  # 16 evenly spaced windows of the block, the last one ending at its last element
+        step, length = _windows(n, itemsize)
+        return t.as_strided((16, length), (step, 1), t.storage_offset() - low).clone(
+            memory_format=torch.contiguous_format).view(-1)
     return torch.take(t, _sample_index(n, itemsize, t.device))
+
+
+def _windows(n: int, itemsize: int) -> tuple[int, int]:
+    """(element step, window length) of 16 windows of >= 4 KiB, evenly spaced, covering both ends of n elements."""
+    chunk = -(-(SAMPLE_BYTES // 16) // itemsize)
+    step = (n - chunk) // 15
+    return step, n - 15 * step
 
 
 _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
