@@ -302,3 +302,14 @@ def test_callback_step_guard_samples_the_sentinel_and_checks_every_step_once_for
     assert len(caught) == 8 - caught[0][0] and caught[0][0] < 4, caught
     with pytest.raises(gradguard.InvalidArgument, match=r"GradguardCallback\(sample_steps=...\)"):
         StepGuard(sample_steps=0)
+
+
+def test_cli_sample_option(tmp_path):
+    script = tmp_path / "every_step.py"
+    script.write_text("import torch\nw = torch.randn(8, 8, requires_grad=True)\nx = torch.randn(4, 8)\n"
+                      "for step in range(10):\n    h = (x @ w).exp()\n    h.data.mul_(1.5)\n    h.sum().backward()\n")
+    run = [sys.executable, "-m", "gradguard", "run", "--no-rerun"]
+    caught = subprocess.run([*run, "--sample", "4", str(script)], capture_output=True, text=True, timeout=600)
+    assert caught.returncode != 0 and "SilentModificationError" in caught.stderr, caught.stderr[-2000:]
+    bad = subprocess.run([*run, "--sample", "0", str(script)], capture_output=True, text=True, timeout=600)
+    assert bad.returncode == 2 and "argument --sample: expected an integer >= 1" in bad.stderr, bad.stderr
