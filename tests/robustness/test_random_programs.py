@@ -69,14 +69,31 @@ def test_random_program_gives_the_same_gradients(seed):
         assert all(torch.equal(a, b) for a, b in zip(got, expected)), (mode, names)
 
 
-def test_deep_graph_of_60k_ops_is_built_and_freed_under_both_modes():
-    def run():
+def test_deep_graph_of_100k_ops_is_built_and_freed_inside_a_function_under_both_modes():
+    def run():  # the graph is freed when run() returns (tests/robustness/test_deep_graph_freed_in_function.py
+        # runs the same in a subprocess, where a crash fails the test instead of killing pytest)
         h = torch.full((4,), 0.5, requires_grad=True)
         x = h
-        for _ in range(20_000):
+        for _ in range(34_000):
             x = torch.tanh(x * 0.999 + 0.001)
         x.sum().backward()
         return h.grad
+
+    expected = run()
+    for options in MODES.values():
+        with gradguard.guard(**options) as g:
+            got = run()
+        assert g.findings == [] and torch.equal(got, expected)
+
+
+def test_100k_saved_views_of_one_storage_under_both_modes():
+    # Every view is a ledger entry of the same storage: freeing them once took a scan each (quadratic).
+    def run():
+        torch.manual_seed(0)
+        base = torch.randn(100_000, 2)
+        w = torch.randn(2, requires_grad=True)
+        torch.stack([v * w for v in base.unbind()]).sum().backward()  # saves 100k views of base
+        return w.grad
 
     expected = run()
     for options in MODES.values():

@@ -33,9 +33,9 @@ __all__ = ["SavedLedger"]
 
 
 class _Entry(weakref.ref):
-    """A weak reference to a record, with where its memory lies."""
+    """A weak reference to a record, with where its memory lies and its place in its storage's list."""
 
-    __slots__ = ("key", "start", "end")
+    __slots__ = ("key", "start", "end", "index")
 
 
 class _DropFrom:
@@ -95,9 +95,11 @@ class SavedLedger:
                 self._by_storage[storage_key] = entry
             elif isinstance(bucket, list):
                 entry.key = bucket[0].key
+                entry.index = _shared_int(len(bucket))
                 bucket.append(entry)
             else:
                 entry.key = bucket.key
+                bucket.index, entry.index = 0, 1
                 self._by_storage[storage_key] = [bucket, entry]
 
     def overlapping(self, storage_key: int, start: int, end: int) -> list:
@@ -117,19 +119,21 @@ class SavedLedger:
         return out
 
     def _remove(self, entry: _Entry) -> None:
-        """Drop ``entry`` (lock held); absent already is fine."""
+        """Drop ``entry`` (lock held); absent already is fine. O(1): the last entry of its storage's list takes
+        its place (100k saved views of one storage were freed in quadratic time by a scan)."""
         bucket = self._by_storage.get(entry.key)
         if bucket is entry:
             del self._by_storage[entry.key]
         elif isinstance(bucket, list):
-            for i, other in enumerate(bucket):
-                if other is entry:
-                    del bucket[i]
-                    break
+            i = getattr(entry, "index", None)
+            if i is None or i >= len(bucket) or bucket[i] is not entry:
+                return
+            last = bucket.pop()
+            if last is not entry:
+                bucket[i] = last
+                last.index = i
             if len(bucket) == 1:
                 self._by_storage[entry.key] = bucket[0]
-            elif not bucket:
-                del self._by_storage[entry.key]
 
     def has_storage(self, storage_key: int) -> bool:
         self._deferred.settle()
