@@ -46,9 +46,11 @@ def test_the_gradient_follows_the_rebinding_as_without_gradguard(options):
 
 @pytest.mark.parametrize("options", [{}, {"fingerprint": "sample", "track_writes": False}])
 def test_the_rebinding_is_reported_as_a_silent_write(options):
-    with pytest.raises(gradguard.SilentModificationError):
+    with pytest.raises(gradguard.SilentModificationError) as raised:
         with gradguard.guard(**options):
             _rebinding_program()
+    notes = " ".join(raised.value.findings[0].notes)
+    assert ("other memory than when it was saved" in notes) == bool(options.get("track_writes", True)), notes
 
 
 def test_rebinding_to_equal_values_is_no_finding():

@@ -153,6 +153,13 @@ class SavedLedger:
             if record is not None:
                 yield record
 
+    def storage_key_of(self, record) -> int | None:
+        """The storage key ``record`` was saved under (a scan: for building a finding, never per tensor)."""
+        with self._lock:
+            self._deferred.drain()
+            entries = [entry for bucket in self._by_storage.values() for entry in _entries(bucket)]
+        return next((entry.key for entry in entries if entry() is record), None)
+
     def __len__(self) -> int:
         with self._lock:
             self._deferred.drain()

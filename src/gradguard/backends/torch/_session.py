@@ -795,6 +795,13 @@ class TorchGuardSession(ProbeBase):
             for w in writes:
                 if not w.bumps_version and w.op.startswith("aten._fused_"):
                     w.category = "optimizer"
+        if kind == "silent_write" and self.track_writes and _plain(record.tensor) and record.tensor.is_leaf:
+            saved_in = self._ledger.storage_key_of(record)
+            if saved_in is not None and record.tensor.numel() and saved_in != _storage_key(record.tensor):
+                finding.notes.append(  # NOTE [What pack keeps]
+                    "this tensor has other memory than when it was saved (a `.data = ...` assignment after the "
+                    "forward): backward reads the new values, as PyTorch does without gradguard, and no version "
+                    "counter moved")
         if current and kind == "inplace_modification" and any(w.category == "optimizer" for w in writes):
             try:  # NOTE [A loss made before the steps]
                 from ._loss_site import loss_made_before_steps, recompute_in_loop
