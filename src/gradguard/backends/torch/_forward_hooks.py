@@ -45,9 +45,10 @@ class ForwardHooks:
         for handle in handles:
             handle.remove()
         self._stack.clear()
+        self._writers.clear()  # modules are not kept past the guard
 
     def _before(self, module, args) -> None:
-        if not torch.is_grad_enabled():
+        if not torch.is_grad_enabled() or torch.compiler.is_compiling():  # Dynamo traces hooks: not ours to read
             self._stack.append((module, None))
             return
         inputs = [(t, t._version) for t in args if type(t) is torch.Tensor and not t.is_inference()]
