@@ -16,7 +16,8 @@ tensors a custom function keeps on ctx, hazards found outside saved tensors, and
 # NOTE [One "sample" fingerprint]
 # ``fingerprint="sample"`` hashes the same bytes on every backend: 16 chunks of 4 KiB, evenly spaced, the
 # first starting at byte 0 and the last ending at the last byte (:func:`sample_spans`). The torch backend's
-# device digest samples with the same spans.
+# device path copies the same 16 evenly spaced windows, each widened to whole elements and to end exactly at the
+# last element (torch's ``_fingerprint.device_sample``).
 #
 # NOTE [Bisect without a per-op hook]
 # Paddle has no dispatch mode, and MindSpore's does not see NumPy aliases or ``asnumpy()`` writes. Bisect
