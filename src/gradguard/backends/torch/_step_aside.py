@@ -24,6 +24,7 @@ import warnings
 import torch
 
 from ..._errors import NotWatched
+from ...core._frames import LIBRARY_PATHS
 from ...core._patching import SharedPatches
 from ._compat import TOP_HOOKS
 
@@ -38,11 +39,12 @@ def not_watched(session, kind: str, message: str) -> None:
     if kind in seen:
         return
     seen.add(kind)
-    notice(f"gradguard: {message}", NotWatched, stacklevel=4)
+    notice(f"gradguard: {message}", NotWatched)
 
 
-def notice(message: str, category: type[Warning], stacklevel: int = 2) -> None:
-    """``warnings.warn`` that never raises.
+def notice(message: str, category: type[Warning], stacklevel: int | None = None) -> None:
+    """``warnings.warn`` that never raises, attributed to the user's line (``stacklevel``: None for the innermost
+    frame outside gradguard, torch and the standard library's context managers).
 
     # NOTE [A notice never raises inside torch]
     # Notices are emitted from saved-tensor hooks and from torch.func's hook switch. Under ``-W error`` or
@@ -51,6 +53,12 @@ def notice(message: str, category: type[Warning], stacklevel: int = 2) -> None:
     # filters still decide ("ignore" hides the notice); an "error" filter is shown as the warning it is, on
     # stderr, instead of raising.
     """
+    if stacklevel is None:
+        stacklevel, frame = 2, sys._getframe(1)  # stacklevel 1 is this function
+        while frame is not None and LIBRARY_PATHS.is_library(frame.f_code.co_filename):
+            stacklevel, frame = stacklevel + 1, frame.f_back
+        if frame is None:
+            stacklevel = 2
     try:
         warnings.warn(message, category, stacklevel=stacklevel)
     except Warning as raised:
