@@ -262,3 +262,64 @@ def path_in_user_self(module) -> str | None:
             if inner is module and name:
                 return f"self.{name}"
     return None
+
+
+def _takes_inplace(node: ast.AST) -> bool:
+    """A ``def`` with an ``inplace`` parameter, or a class whose ``__init__`` has one."""
+    if isinstance(node, ast.ClassDef):
+        init = next((n for n in node.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
+        return init is not None and _takes_inplace(init)
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        arguments = node.args
+        return any(a.arg == "inplace" for a in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs))
+    return False
+
+
+def inplace_parameter_calls(files: list[str], file: str, line: int) -> list[tuple[SourceLocation, str]]:
+    """Calls in the statement at ``file:line`` of the user's own classes or factories that take an ``inplace``
+    parameter (torchvision's ``MLP(..., inplace=True)`` building Dropout(**params)): the expression that built the
+    writing module when it is made inside code the call configures. (location, callee name as written)."""
+    from ._source_ast import _statement_at
+
+    defined: set[str] = set()
+    for name in dict.fromkeys(files):
+        tree = parse_file(name)
+        for node in ast.walk(tree) if tree is not None else ():
+            if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and _takes_inplace(node):
+                defined.add(node.name)
+    stmt = _statement_at(file, line)
+    if stmt is None or not defined:
+        return []
+    found = []
+    for node in _preorder(stmt):
+        if _callee(node) in defined:
+            code = linecache.getline(file, node.lineno).strip()
+            found.append((SourceLocation(file, node.lineno, "", code), _callee(node)))
+    return found
+
+
+def called_inplace_modules(files: list[str], file: str, line: int) -> list[tuple[ModuleSite, str, ast.Call]]:
+    """Modules called in the statement at ``file:line`` (``self.relu(x)``) that were constructed with
+    ``inplace=True`` (``self.relu = nn.ReLU(inplace=True)``): for a write reported without the module that made it
+    (autograd refusing a write into a view names only the line). (site, class name, the call in the statement)."""
+    from ._source_ast import _statement_at
+
+    stmt = _statement_at(file, line)
+    if stmt is None:
+        return []
+    trees = {f: t for f in dict.fromkeys(files) if (t := parse_file(f)) is not None}
+    found = []
+    for node in _preorder(stmt):
+        if not isinstance(node, ast.Call) or not isinstance(node.func, (ast.Attribute, ast.Name)):
+            continue
+        attribute = node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id
+        for where, tree in trees.items():
+            for assignment in _statements(tree):
+                value = _assigned_to(assignment, attribute)
+                if value is None or not any(k.arg == "inplace" and isinstance(k.value, ast.Constant)
+                                            and k.value.value is True for k in getattr(value, "keywords", ())):
+                    continue
+                site = _site(where, tree, value, _callee(value))
+                if site is not None and all(site != s for s, _, _ in found):
+                    found.append((site, _callee(value), node))
+    return found

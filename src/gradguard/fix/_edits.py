@@ -311,8 +311,8 @@ def _method_out_of_place(statement, small):
         return rebind
     edit = _ExpressionEdit(lambda node: node is chain, lambda node: receiver.deep_clone())
     rest = small.visit(edit)
-    if isinstance(rest, cst.Assign) and len(rest.targets) == 1 and _same(_code(rest.targets[0].target), _code(receiver)) \
-            and _same(_code(rest.value), _code(receiver)):
+    if (isinstance(rest, cst.Assign) and len(rest.targets) == 1 and _same(_code(rest.targets[0].target), _code(receiver))
+            and _same(_code(rest.value), _code(receiver))):
         return rebind  # `x = x.div_(n)`: the rebinding is the whole statement
     return [rebind.with_changes(trailing_whitespace=cst.TrailingWhitespace()),  # the comment stays on its line
             statement.with_changes(body=[rest], leading_lines=[])]
@@ -335,8 +335,8 @@ def _out_of_place(statement, detail: dict):
         return statement.with_changes(body=[_assign(base, call)])
     if isinstance(small, cst.AugAssign):
         return _augmented_to_binary(statement)
-    if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call) and isinstance(small.value.func, cst.Attribute):
-        call = small.value
+    call = small.value if isinstance(small, cst.Expr) else None
+    if isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute):
         base = call.func.value
         if isinstance(base, cst.Name) and base.value in ("torch", "F") and call.args:
             # torch.relu_(x) -> x = torch.relu(x); F.relu(x, inplace=True) -> x = F.relu(x)
@@ -368,7 +368,8 @@ def _drop_arg(args: list[cst.Arg], index: int) -> list[cst.Arg]:
 
 def _edit_keyword(statement, detail: dict):
     """Set keyword ``detail["keyword"]`` of call ``detail["call"]`` to ``detail["value"]``; None removes it.
-    ``detail["position"]``: where the parameter sits when it is passed positionally instead."""
+    ``detail["position"]``: where the parameter sits when it is passed positionally instead; ``detail["add"]``:
+    add the keyword when the call does not pass it."""
     keyword, value = detail["keyword"], detail.get("value")
 
     def rewrite(args):
@@ -382,6 +383,13 @@ def _edit_keyword(statement, detail: dict):
                 a.keyword is not None or a.star for a in args[:position + 1]):
             arg = args[position]
             return args[:position] + [arg.with_changes(value=cst.parse_expression(repr(value)))] + args[position + 1:]
+        if value is not None and detail.get("add"):  # `MLP(3, [3, 3])` -> `MLP(3, [3, 3], inplace=False)`
+            added = cst.Arg(cst.parse_expression(repr(value)), keyword=cst.Name(keyword),
+                            equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
+            if not args:
+                return [added]
+            last = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+            return [*args[:-1], last, added.with_changes(comma=args[-1].comma)]
         return None
 
     return _within(statement, _CallEdit(_callee_matcher(detail.get("call")), rewrite, detail.get("occurrence")),

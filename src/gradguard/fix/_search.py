@@ -114,7 +114,7 @@ def _write_candidates(write: dict) -> list[list[FixIntent]]:
 
 def _module_candidates(write: dict, files: list[str]) -> list[list[FixIntent]]:
     """(b): ``inplace=False`` where the instance that wrote was built; the later switch to in-place removed."""
-    from ..core._module_sites import inplace_position, split_module_via, writer_sites
+    from ..core._module_sites import inplace_parameter_calls, inplace_position, split_module_via, writer_sites
 
     found = writer_sites(files, write.get("via"))
     if found is None:
@@ -132,6 +132,38 @@ def _module_candidates(write: dict, files: list[str]) -> list[list[FixIntent]]:
             detail["position"] = position
         repairs.append([FixIntent("set_keyword", site.location.file, site.location.line, detail=detail,
                                   reason=f"construct {path or kind} with inplace=False")])
+    # the user's own class or factory that built it takes `inplace` (torchvision's MLP(..., inplace=True))
+    for location, callee in inplace_parameter_calls(files, write["file"], write["line"]):
+        repairs.append([FixIntent("set_keyword", location.file, location.line,
+                                  detail={"call": callee, "keyword": "inplace", "value": False, "add": True},
+                                  reason=f"build {callee} with inplace=False, so the {kind} it makes does not "
+                                         f"write in place")])
+    return repairs
+
+
+def _called_module_candidates(write: dict, files: list[str]) -> list[list[FixIntent]]:
+    """(b) for a write reported without the module that made it: a module called on the write's line that was
+    constructed with inplace=True gets inplace=False; else its argument is handed over as a clone."""
+    from ..core._module_sites import called_inplace_modules
+
+    if write.get("via"):
+        return []
+    found = called_inplace_modules(files, write["file"], write["line"])
+    repairs = []
+    for site, kind, _call in found:
+        detail = {"call": kind, "keyword": "inplace", "value": False}
+        if site.occurrence is not None:
+            detail["occurrence"] = site.occurrence
+        repairs.append([FixIntent("set_keyword", site.location.file, site.location.line, detail=detail,
+                                  reason=f"construct the {kind} called at line {write['line']} with inplace=False")])
+    for _site, _kind, call in found:
+        callee = ast.unparse(call.func)
+        for argument in call.args:
+            if isinstance(argument, (ast.Name, ast.Attribute)):
+                name = ast.unparse(argument)
+                repairs.append([FixIntent("clone_argument", write["file"], write["line"], target=name,
+                                          detail={"call": callee},
+                                          reason=f"`{callee}` then writes into a copy of `{name}`")])
     return repairs
 
 
@@ -187,6 +219,40 @@ def _step_candidates(finding: dict, write: dict) -> list[list[FixIntent]]:
                               f"it updates")]]
 
 
+def _fresh_forward_candidates(finding: dict, write: dict) -> list[list[FixIntent]]:
+    """(e) when the step cannot move: the forward from the save up to the loss run again right after the step, so
+    the later backward goes through a graph made with the updated weights (the statements between the save and
+    the first backward, in the save's block)."""
+    from ..core._source_ast import parse_file
+
+    saved = finding.get("saved_at") or {}
+    backward = (finding.get("context") or {}).get("backward_at") or {}
+    file, step, start = write.get("file"), write.get("line"), saved.get("line")
+    if write.get("category") != "optimizer" or not (file and step and start and backward.get("line")):
+        return []
+    same = {os.path.realpath(p) for p in (file, saved.get("file") or "", backward.get("file") or "")}
+    tree = parse_file(file)
+    if len(same) != 1 or tree is None or not start < step <= backward["line"]:
+        return []
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if not isinstance(body, list) or not any(isinstance(b, ast.stmt) and b.lineno == start for b in body):
+            continue
+        forward = []
+        for stmt in body:
+            if stmt.lineno < start:
+                continue
+            if stmt.lineno >= step or not isinstance(stmt, (ast.Assign, ast.AnnAssign)) or any(
+                    isinstance(n, ast.Attribute) and n.attr in ("backward", "step") for n in ast.walk(stmt)):
+                break
+            forward.append(ast.get_source_segment("".join(linecache.getlines(file)), stmt))
+        if forward and all(forward):
+            return [[FixIntent("insert_after", file, step, target=None, detail={"code": "\n".join(forward)},
+                               reason=f"a fresh forward after the step at line {step}: the backward at line "
+                                      f"{backward['line']} then uses the weights the step wrote")]]
+    return []
+
+
 def general_repairs(finding: dict, sources: dict[str, str], editable: Callable[[str], bool]
                     ) -> list[list[FixIntent]]:
     """The candidates of NOTE [Repairs from the mechanism, not the rule id] for ``finding`` (a JSON finding),
@@ -203,7 +269,9 @@ def general_repairs(finding: dict, sources: dict[str, str], editable: Callable[[
             continue
         repairs += _write_candidates(write)
         repairs += _module_candidates(write, files)
+        repairs += _called_module_candidates(write, files)
         repairs += _step_candidates(finding, write)
+        repairs += _fresh_forward_candidates(finding, write)
         found = _statement(write["file"], write["line"])
         receiver = receiver or (_receiver(found[0]) if found else None)
     if not any(w.get("category") == "optimizer" for w in writes):
