@@ -58,8 +58,9 @@ class _Recorder:
         backward update; ``reached``, every optimizer parameter it reached (an edit may move a step)."""
         every: dict[int, str] = {}
         for kind, data in self.events:
-            if kind == "step":
-                every.update(data)
+            if kind == "step":  # a parameter two optimizers hold keeps the key of the first that stepped it: the
+                for leaf, key in data.items():  # same in a run whose second optimizer never got to step
+                    every.setdefault(leaf, key)
         sets: list[dict[str, list[str]]] = []
         for position, (kind, data) in enumerate(self.events):
             if kind != "backward":
@@ -69,7 +70,7 @@ class _Recorder:
                 if later_kind == "backward":
                     break
                 stepped.update(later)
-            sets.append({"used": sorted(key for leaf, key in stepped.items() if leaf in data),
+            sets.append({"used": sorted(every[leaf] for leaf in stepped if leaf in data),
                          "reached": sorted(key for leaf, key in every.items() if leaf in data)})
         return sets
 
