@@ -743,7 +743,9 @@ def _backward_twice(error, session) -> Finding:
         if getattr(crossing, "holder", None) == "module attribute":
             # NOTE [Finding the crossing by the graph]: state a module keeps between forwards (a membrane, a
             # hidden state) still holds the previous iteration's graph when the next forward starts from it.
-            why = (f"`{crossing.name}` is state the module keeps from one forward to the next"
+            held = (f"`{mechanism.binding}` of {crossing.name}" if mechanism.binding
+                    else crossing.name)  # `net.1.mem` is no Python expression: the path stays plain text
+            why = (f"{held} is state the module keeps from one forward to the next"
                    f"{' (assigned at ' + at(made) + ')' if made else ''}. It still holds the graph of the previous "
                    f"iteration, which {freed_by} already went through and freed; this iteration's forward starts "
                    f"from it, so the backward at {at(location)} (`{site.code}`) runs on into that freed graph.")
@@ -755,8 +757,7 @@ def _backward_twice(error, session) -> Finding:
                      "ones.")
             if detached is not None:
                 fixes.append(FixIntent("detach_assignment", made.file, made.line, target=mechanism.binding or "",
-                                       reason=f"`{crossing.name}` carries values into the next iteration, not its "
-                                              f"graph"))
+                                       reason=f"{held} carries values into the next iteration, not its graph"))
         elif crossing.used is not None and crossing.callee:
             fix = (f"Detach it where the earlier loss uses it: `{crossing.callee}({crossing.name}.detach())` at "
                    f"{at(crossing.used)}, so the earlier backward stops at `{crossing.name}` and leaves its graph "
