@@ -258,7 +258,9 @@ def general_repairs(finding: dict, sources: dict[str, str], editable: Callable[[
     """The candidates of NOTE [Repairs from the mechanism, not the rule id] for ``finding`` (a JSON finding),
     with ``sources`` the overlaid text of files already edited; only edits of files ``editable`` accepts."""
     _prime(sources)
-    writes = [w for w in finding.get("modified_at") or () if w.get("file") and w.get("line")]
+    # the earlier backward of a backward-twice finding is listed among its writes: it wrote nothing to undo
+    writes = [w for w in finding.get("modified_at") or ()
+              if w.get("file") and w.get("line") and w.get("category") != "backward"]
     files = list(dict.fromkeys(
         w["file"] for w in writes + [finding.get("saved_at") or {}] + [
             (finding.get("context") or {}).get("backward_at") or {}] if w.get("file") and editable(w["file"])))
@@ -274,7 +276,7 @@ def general_repairs(finding: dict, sources: dict[str, str], editable: Callable[[
         repairs += _fresh_forward_candidates(finding, write)
         found = _statement(write["file"], write["line"])
         receiver = receiver or (_receiver(found[0]) if found else None)
-    if not any(w.get("category") == "optimizer" for w in writes):
+    if finding.get("kind") != "backward_twice" and not any(w.get("category") == "optimizer" for w in writes):
         # a copy of the weights at the save would hide the ordering bug (backward with the pre-step weights, as
         # PyTorch < 1.5 did silently), not repair it
         repairs += _save_candidates(finding, receiver)
