@@ -13,7 +13,7 @@ from __future__ import annotations
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from ..core._intents import FixIntent
+from ._intents import FixIntent
 
 __all__ = ["EditNotApplicable", "apply_intent", "apply_intents"]
 
@@ -253,7 +253,7 @@ def _is_inplace_method(node) -> bool:
 def _strip_inplace_links(call: cst.Call):
     """``c.mul_(s).add_(m)`` -> (``c.mul(s).add(m)``, receiver ``c``); None when it is not such a chain.
     Raises EditNotApplicable for a link with no out-of-place method (``normal_``; see out_of_place_method)."""
-    from ..core._fixes import out_of_place_method
+    from ._fixes import out_of_place_method
 
     links, node = [], call
     while _is_inplace_method(node):
@@ -319,7 +319,7 @@ def _method_out_of_place(statement, small):
 
 
 def _out_of_place(statement, detail: dict):
-    from ..core._fixes import out_of_place_method
+    from ._fixes import out_of_place_method
 
     small = _single(statement)
     if detail.get("method") == "masked_fill":

@@ -55,18 +55,12 @@ _OTHER_MEANING = {"bernoulli_"}
 
 
 def _framework_types() -> list[tuple[object, object]]:
-    """(module, tensor type) of each framework loaded here; torch imported when none is (``gradguard fix``)."""
+    """(module, tensor type) of each framework loaded in this process. core imports none: ``gradguard fix`` loads
+    the script's framework before it edits (fix/_verify.load_frameworks)."""
     import sys
 
-    found = [(sys.modules[m], getattr(sys.modules[m], "Tensor", None)) for m in ("torch", "paddle", "mindspore")
-             if m in sys.modules]
-    if not found:
-        try:
-            import torch
-        except ImportError:
-            return []
-        found = [(torch, torch.Tensor)]
-    return found
+    return [(sys.modules[m], getattr(sys.modules[m], "Tensor", None)) for m in ("torch", "paddle", "mindspore")
+            if m in sys.modules]
 
 
 def out_of_place_method(name: str, namespace: bool = False) -> str | None:
@@ -88,7 +82,7 @@ def out_of_place(code: str) -> str | None:
     ``y = x.div_(n)`` -> ``x = x.div(n); y = x``. The text is the edit ``gradguard fix`` makes (the same libcst
     rewrite); None when there is none (``x.normal_()``: no out-of-place method, see NOTE [Out-of-place methods
     come from the framework])."""
-    from ..fix._edits import EditNotApplicable, apply_intent
+    from ._edits import EditNotApplicable, apply_intent
 
     code = code.strip()
     if _parse_line(code) is None:

@@ -212,12 +212,9 @@ def inplace_position(kind: str) -> int | None:
     import inspect
     import sys
 
-    torch = sys.modules.get("torch")
+    torch = sys.modules.get("torch")  # loaded by the guarded script, or by gradguard fix (fix/_verify.py)
     if torch is None:
-        try:
-            import torch
-        except ImportError:
-            return None
+        return None
     cls = getattr(torch.nn, kind, None)
     try:
         names = list(inspect.signature(cls.__init__).parameters)[1:] if isinstance(cls, type) else []

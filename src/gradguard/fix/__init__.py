@@ -7,13 +7,13 @@ from __future__ import annotations
 
 __all__ = ["EditNotApplicable", "FixOutcome", "apply_intent", "apply_intents", "repair"]
 
-_EXPORTS = {"EditNotApplicable": "_edits", "apply_intent": "_edits", "apply_intents": "_edits",
-            "FixOutcome": "_verify", "repair": "_verify"}
+_EXPORTS = {"EditNotApplicable": "..core._edits", "apply_intent": "..core._edits", "apply_intents": "..core._edits",
+           "FixOutcome": "._verify", "repair": "._verify"}
 
 
 def __getattr__(name: str):
     if name in _EXPORTS:
         import importlib
 
-        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+        return getattr(importlib.import_module(_EXPORTS[name], __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

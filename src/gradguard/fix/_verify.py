@@ -33,7 +33,7 @@ from typing import Callable
 from .._overlay import COVERAGE_ENV, OVERLAY_ENV, read_coverage
 from ..core._frames import LIBRARY_PATHS
 from ..core._intents import FixIntent
-from ._edits import EditNotApplicable, apply_intents
+from ..core._edits import EditNotApplicable, apply_intents
 from ._for_pytest import FIX_PYTEST_REPORT_ENV, is_pytest, pytest_argv
 from ._search import general_repairs, same_intent
 
@@ -200,12 +200,26 @@ def _healthy_exit(first: RunResult) -> int:
     return 0 if first.findings else first.exit_code
 
 
+def load_frameworks(findings: list[dict]) -> None:
+    """Import the frameworks the findings came from into this process: the edits ask the framework's own tensor
+    type which out-of-place methods exist (NOTE [Out-of-place methods come from the framework]), and core imports
+    no framework itself."""
+    import importlib
+
+    for backend in dict.fromkeys(f.get("backend") or "torch" for f in findings):
+        try:
+            importlib.import_module(backend)
+        except ImportError:
+            pass  # then the edits follow the naming convention (``div_`` -> ``div``)
+
+
 def repair(command: list[str], cwd: str, *, timeout: float, max_rounds: int = 6, mode: str = "auto",
            say: Callable[[str], None] = lambda text: None) -> tuple[RunResult, FixOutcome]:
     """Run ``command`` (``gradguard run``'s program words) and repair its findings round by round."""
     original: dict[str, str] = {}
     sources: dict[str, str] = {}
     first = run_guarded(command, cwd, sources, timeout, mode)
+    load_frameworks(first.findings)
     runs = 1
     healthy = _healthy_exit(first)
     accepted: list[AcceptedEdit] = []
