@@ -18,6 +18,8 @@ import signal
 import sys
 from typing import Any, Callable
 
+from ..core._internal import log_fallback
+
 __all__ = ["can_fork", "looks_compiled", "run_forked"]
 
 
@@ -61,11 +63,13 @@ def run_forked(work: Callable[[], Any]) -> tuple[str, Any]:
             except BaseException as exc:  # noqa: BLE001 - sent to the parent, which decides
                 try:
                     payload = pickle.dumps(("raised", exc))
-                except Exception:
-                    payload = pickle.dumps(("raised", RuntimeError(f"{type(exc).__name__}: {exc}")))
+                except Exception as unpicklable:  # the child's error, as text the parent can read
+                    payload = pickle.dumps(("raised", RuntimeError(f"{type(exc).__name__}: {exc} "
+                                                                   f"(not picklable: {unpicklable!r})")))
             with os.fdopen(write, "wb") as out:
                 out.write(payload)
-        except BaseException:  # noqa: BLE001
+        except BaseException as error:  # noqa: BLE001 - the child must reach os._exit; the parent reports code 3
+            log_fallback("checks.isolate", "sending the child's result", error)
             code = 3
         finally:
             os._exit(code)

@@ -411,10 +411,10 @@ class GuardEngine:
                 self._bisect.check(None)
             kind = self.stale_kind(record)
         except Exception as internal:  # our failure must never break the user's backward: say so, go on
-            import warnings
+            from ._notices import notice  # NOTE [A notice never raises inside torch]
 
-            warnings.warn(f"gradguard ({self.probe.backend} guard engine): the saved-tensor check failed "
-                          f"({internal!r}); this tensor was not checked", RuntimeWarning, stacklevel=2)
+            notice(f"gradguard ({self.probe.backend} guard engine): the saved-tensor check failed "
+                   f"({internal!r}); this tensor was not checked", RuntimeWarning)
         if kind is not None:
             if self.probe.raise_at_unpack:
                 self.raise_record(record, kind)

@@ -17,6 +17,7 @@ import torch
 from ...core._data_statements import data_statements
 from ...core._findings import Finding, SourceLocation, TensorInfo, WriteRecord
 from ...core._frames import user_frames
+from ...core._internal import log_fallback
 from ...core._source_ast import evaluate_reference, function_node
 
 __all__ = ["parameter_of", "data_write_before_save", "parameters_before", "changed_in_forward"]
@@ -93,7 +94,8 @@ def parameters_before(module: torch.nn.Module) -> list | None:
     for target, _line, _text in statements:  # `self.fc.weight.data.div_(...)`: a submodule's parameter
         try:
             value = evaluate_reference(target, {"self": module})
-        except Exception:  # a local alias (`w = self.weight`): one of the module's own, taken above
+        except Exception as error:  # a local alias (`w = self.weight`): one of the module's own, taken above
+            log_fallback("torch.data_in_forward", f"resolving {target}", error)
             continue
         if isinstance(value, torch.nn.Parameter) and value.requires_grad:
             parameters[id(value)] = value
@@ -138,7 +140,8 @@ def changed_in_forward(module: torch.nn.Module, parameters: list, output) -> Fin
 def _evaluates_to(target: str, module, parameter) -> bool:
     try:
         return evaluate_reference(target, {"self": module}) is parameter
-    except Exception:  # a local alias (`w = self.weight`): not known outside the forward
+    except Exception as error:  # a local alias (`w = self.weight`): not known outside the forward
+        log_fallback("torch.data_in_forward", f"resolving {target}", error)
         return False
 
 
