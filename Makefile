@@ -10,7 +10,7 @@ PY := $(VENV)/bin/python
 PIP_FLAGS := -q --disable-pip-version-check
 PYTEST_FLAGS ?= -q -ra
 
-.PHONY: chromium install install-paddle install-mindspore demo examples demo-all docs docs-pictures test test-torch test-paddle \
+.PHONY: lint chromium install install-paddle install-mindspore demo examples demo-all docs docs-pictures test test-torch test-paddle \
 	test-mindspore test-torch-oldest test-torch-newest bench clean
 
 $(VENV)/.installed: pyproject.toml requirements-dev.txt requirements-integrations.txt requirements-docs.txt
@@ -115,7 +115,11 @@ test-torch-newest: .venv-torch-newest/.installed
 
 # Every backend, each in its own venv (they cannot share a process); none is optional. Then the oldest and newest
 # torch the package declares, the bundled examples, then the docs build.
-test: test-torch test-paddle test-mindspore test-torch-oldest test-torch-newest examples docs
+# ruff's pyflakes rules (unused imports and variables, undefined names) on the package and its tests.
+lint: install
+	$(PY) -m ruff check src tests
+
+test: lint test-torch test-paddle test-mindspore test-torch-oldest test-torch-newest examples docs
 
 bench: install
 	$(PY) benchmarks/run.py

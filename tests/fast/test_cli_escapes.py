@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 
-import pytest
 
 ESCAPES = "\x1b]0;owned\x07\x1b[2J\x1b[31m\x08"
 

@@ -10,7 +10,7 @@ from gradguard.fix._verify import RunResult, lost_gradients
 def test_a_backward_uses_what_the_steps_before_the_next_backward_update():
     encoder, head, other = torch.nn.Linear(2, 2), torch.nn.Linear(2, 1), torch.nn.Linear(2, 1)
     opt = torch.optim.SGD([*encoder.parameters(), *head.parameters()], lr=0.1)
-    unused = torch.optim.SGD(other.parameters(), lr=0.1)
+    unused = torch.optim.SGD(other.parameters(), lr=0.1)  # noqa: F841 - an optimizer that never steps
     recorder = _Recorder("unused.json")
     loss = head(encoder(torch.randn(3, 2))).sum() + other(torch.randn(3, 2)).sum()
     recorder.backward([loss])

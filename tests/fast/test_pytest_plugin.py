@@ -85,8 +85,7 @@ def test_option_guards_every_test_and_reports_the_finding(pytester):
     result = pytester.runpytest("--gradguard")
     result.assert_outcomes(failed=1, passed=1)
     result.stdout.fnmatch_lines(["gradguard: every test runs under gradguard.guard() (auto mode)"])
-    out = result.stdout.str()
-    result.stdout.fnmatch_lines([f"FAILED test_models.py::test_bug - gradguard._errors.InplaceModificationError:*"])
+    result.stdout.fnmatch_lines(["FAILED test_models.py::test_bug - gradguard._errors.InplaceModificationError:*"])
     # The finding as the test's report section, shown with the failure ...
     result.stdout.fnmatch_lines([
         "*- Captured gradguard call -*",

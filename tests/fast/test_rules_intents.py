@@ -10,7 +10,6 @@ import re
 import textwrap
 
 import pytest
-import torch
 
 import gradguard
 from gradguard.core._diagnosis import RULES, diagnose

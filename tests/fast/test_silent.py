@@ -4,7 +4,6 @@ import gc
 import pathlib
 import weakref
 
-import numpy as np
 import pytest
 import torch
 

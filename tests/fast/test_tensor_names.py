@@ -49,7 +49,7 @@ def test_a_variable_holding_a_different_view_of_the_memory_does_not_name_it():
     from gradguard.backends.torch._naming import name_by_variable
 
     buffer = torch.zeros(3, 4)
-    row = buffer[1]
+    row = buffer[1]  # noqa: F841 - the variable name is what is looked up
     assert name_by_variable(buffer[1:2].detach()) is None  # same storage, another layout: not `buffer`
     assert name_by_variable(buffer[1].detach()) == "row"
 

@@ -1,6 +1,5 @@
 """The MindSpore guard (PyNative): silent writes MindSpore cannot see, and its own version error explained."""
 
-import os
 
 import numpy as np
 import mindspore as ms

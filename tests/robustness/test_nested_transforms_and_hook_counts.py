@@ -54,7 +54,7 @@ def test_nested_transforms_run_as_without_gradguard(program, mode):
     expected = program()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", gradguard.NotWatched)
-        with gradguard.guard(**MODES[mode]) as g:
+        with gradguard.guard(**MODES[mode]):
             got = program()
             x = torch.ones(3, requires_grad=True)
             y = x.exp()

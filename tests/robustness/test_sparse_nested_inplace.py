@@ -7,7 +7,6 @@ import pathlib
 import subprocess
 import sys
 import textwrap
-import warnings
 
 import pytest
 import torch

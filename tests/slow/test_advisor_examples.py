@@ -7,7 +7,6 @@ import os
 import pathlib
 import subprocess
 
-import pytest
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples" / "advisor"
 ROOT = EXAMPLES.parents[1]

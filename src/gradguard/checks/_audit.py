@@ -966,7 +966,7 @@ class _Audit:
                     fix = "call .contiguous() on inputs before launching the kernel, or pass strides to it."
                 found.append(Failure(check=check, regime=regime.name, input=what.split()[-1] if what.startswith("gradient") else None,
                                      message=f"{what} changes when {change} ({regime.description})",
-                                     max_abs_err=m.max_abs, max_rel_err=m.max_rel, tolerance=f"16 ulp x max|value|",
+                                     max_abs_err=m.max_abs, max_rel_err=m.max_rel, tolerance="16 ulp x max|value|",
                                      where=f"[{idx}]: {regime.name} {m.got:.6g}, as given {m.expected:.6g}",
                                      why=why, fix=fix))
         return found, [CheckResult(check, regime.name, "fail" if found else "pass")]
@@ -1241,8 +1241,8 @@ class _Audit:
                        message=f"fn's {exc.phase} raised {type(err).__name__}: {str(err)[:300]}"
                                + (f" (inputs: {exc.dtype})" if exc.dtype else ""),
                        where=where or None,
-                       why=(f"the op runs with autograd on but crashes with it off (evaluation loops, finite differences): "
-                            f"a branch for inputs that do not require grad." if exc.autograd_off else
+                       why=("the op runs with autograd on but crashes with it off (evaluation loops, finite differences): "
+                            "a branch for inputs that do not require grad." if exc.autograd_off else
                             f"the op fails on the inputs as given, so no gradient can be checked; every other check "
                             f"depends on a {exc.phase} that runs."),
                        fix=f"fix the {exc.phase} (the line above is where it raised), then re-run check_op.",

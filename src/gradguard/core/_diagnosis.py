@@ -208,10 +208,10 @@ def _outside_write(f: Finding, outside) -> Verdict:
         why = (f"No torch op wrote it: the bytes changed {where}, in code that writes memory directly "
                f"(a NumPy view from `.numpy()`, ctypes, DLPack, or a C++/CUDA extension using `data_ptr()`).")
     else:
-        why = (f"No torch op, custom autograd.Function or Triton launch that gradguard watches wrote it, so the "
-               f"writer is code that writes memory directly: a NumPy view from `.numpy()`, ctypes, DLPack, or a "
-               f"C++/CUDA extension using `data_ptr()`. Re-run in bisect mode to pin it between two "
-               f"lines.")
+        why = ("No torch op, custom autograd.Function or Triton launch that gradguard watches wrote it, so the "
+               "writer is code that writes memory directly: a NumPy view from `.numpy()`, ctypes, DLPack, or a "
+               "C++/CUDA extension using `data_ptr()`. Re-run in bisect mode to pin it between two "
+               "lines.")
     return Verdict(
         "silent_kernel_write",
         _prefix(f) + why + f" {_saver(f)} still needed the old values.",

@@ -22,7 +22,6 @@ engine's questions about MindSpore tensors, and says in one line what it cannot 
 from __future__ import annotations
 
 import functools
-import re
 import warnings
 
 import mindspore as ms

@@ -36,11 +36,9 @@ restored before each):
 
 from __future__ import annotations
 
-import copy
 import statistics
 from dataclasses import dataclass, field
 
-import paddle
 
 from ..._errors import InvalidArgument
 from ...advisor._report import AdviceReport, Proposal, RejectedCandidate, UnsafeInplaceOp

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import paddle
-from paddle.base import core
 
 from ...core._findings import SourceLocation
 from ...core._frames import LIBRARY_PATHS, location_of, user_frames

@@ -750,8 +750,8 @@ def _backward_twice(error, session) -> Finding:
                    f"iteration, which {freed_by} already went through and freed; this iteration's forward starts "
                    f"from it, so the backward at {at(location)} (`{site.code}`) runs on into that freed graph.")
             detached = _clone_assignment(statement_code(made), "detach") if made is not None else None
-            fix = (f"Reset the state before each new sequence (set it to a fresh tensor, as a `reset()` or "
-                   f"`reset_net(model)` after the optimizer step does)"
+            fix = ("Reset the state before each new sequence (set it to a fresh tensor, as a `reset()` or "
+                   "`reset_net(model)` after the optimizer step does)"
                    + (f", or detach it where it is made: `{detached}` ({at(made)})" if detached else "")
                    + ". retain_graph=True would only hide it: every iteration would backpropagate into all earlier "
                      "ones.")

@@ -45,7 +45,7 @@ from torch.autograd.graph import saved_tensors_hooks
 from ...core._diagnosis import classify_source, saves_running_stat
 from ...core._engine import SavedRecord
 from ...core._events import BackwardStarted, TensorSaved, TensorUnpacked, TensorWritten
-from ...core._findings import Finding, SourceLocation, TensorInfo, WriteRecord
+from ...core._findings import Finding, TensorInfo, WriteRecord
 from ...core._frames import LIBRARY_PATHS, caller_context, user_location, user_location_and_caller
 from ...core._internal import log_fallback
 from ...core._data_statements import may_write_data
