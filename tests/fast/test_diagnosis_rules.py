@@ -48,7 +48,7 @@ def _finding(saved_at, writes, tensor=None, **context) -> Finding:
     ("h *= 0.5", "h = h * 0.5"),
     ("out += identity", "out = out + identity"),
     ("weights /= weights.sum(dim=1, keepdim=True)", "weights = weights / weights.sum(dim=1, keepdim=True)"),
-    ("q *= 8 ** -0.5", "q = q * (8 ** -0.5)"),
+    ("q *= 8 ** -0.5", "q = q * 8 ** -0.5"),  # ** binds tighter than *: the rewrite adds no parentheses
     ("a.mul_(2)", "a = a.mul(2)"),
     ("torch.relu_(x)", "x = torch.relu(x)"),
     ("x = y + 1", None),

@@ -99,7 +99,8 @@ _FACTS = {
         saved="return x * self.scale", write_op="aten.copy_", written="self.scale.copy_("),
     "11_lstm_state_backward_twice_buggy": dict(
         kind="backward_twice", rule="carried_state_backward_twice", tensor="state[0]",
-        saved_op="MkldnnRnnLayerBackward0", saved="out, state = lstm(chunk, state)", write_op=None, written=None),
+        saved_op="MkldnnRnnLayerBackward0", saved="out, state = lstm(chunk, state)", write_op="backward",
+        written="loss.backward()"),  # the earlier backward that freed the graph
     "12_leaf_inplace_update_buggy": dict(
         kind="leaf_inplace", rule="leaf_inplace", tensor="w", saved_op=None, saved=None,
         write_op="in-place write", written="w -= 0.1 * w.grad"),
