@@ -749,15 +749,28 @@ def _backward_twice(error, session) -> Finding:
                    f"{' (assigned at ' + at(made) + ')' if made else ''}. It still holds the graph of the previous "
                    f"iteration, which {freed_by} already went through and freed; this iteration's forward starts "
                    f"from it, so the backward at {at(location)} (`{site.code}`) runs on into that freed graph.")
-            detached = _clone_assignment(statement_code(made), "detach") if made is not None else None
+            binding = mechanism.binding or ""
+            several = made is not None and len(assigned_names(statement_code(made))) > 1  # `out, self.h = ...`
+            if several and binding in assigned_names(statement_code(made)):
+                # a tuple target cannot take `.detach()` on its right-hand side: detach the state on the next line
+                detach_code = f"{binding} = {binding}.detach()"
+                detached = None
+                how = f", or detach it right after it is made: insert `{detach_code}` after {at(made)}"
+            else:
+                detach_code = None
+                detached = _clone_assignment(statement_code(made), "detach") if made is not None else None
+                how = f", or detach it where it is made: `{detached}` ({at(made)})" if detached else ""
             fix = ("Reset the state before each new sequence (set it to a fresh tensor, as a `reset()` or "
-                   "`reset_net(model)` after the optimizer step does)"
-                   + (f", or detach it where it is made: `{detached}` ({at(made)})" if detached else "")
+                   "`reset_net(model)` after the optimizer step does)" + how
                    + ". retain_graph=True would only hide it: every iteration would backpropagate into all earlier "
                      "ones.")
-            if detached is not None:
-                fixes.append(FixIntent("detach_assignment", made.file, made.line, target=mechanism.binding or "",
-                                       reason=f"{held} carries values into the next iteration, not its graph"))
+            reason = (f"`{binding}` carries values into the next batch, not its graph" if binding
+                      else f"{held} carries values into the next iteration, not its graph")
+            if detach_code is not None:
+                fixes.append(FixIntent("insert_after", made.file, made.line, target=binding,
+                                       detail={"code": detach_code}, reason=reason))
+            elif detached is not None:
+                fixes.append(FixIntent("detach_assignment", made.file, made.line, target=binding, reason=reason))
         elif crossing.used is not None and crossing.callee:
             fix = (f"Detach it where the earlier loss uses it: `{crossing.callee}({crossing.name}.detach())` at "
                    f"{at(crossing.used)}, so the earlier backward stops at `{crossing.name}` and leaves its graph "
