@@ -3,6 +3,7 @@
     python examples/silent/cpp_extension_writes_pointer.py           # compiles once (~1 min) with g++
 """
 
+import fcntl
 import hashlib
 import os
 import tempfile
@@ -23,8 +24,14 @@ void scale_inplace(torch::Tensor x, double s) {
 digest = hashlib.sha256(SOURCE.encode()).hexdigest()[:12]
 build = os.path.join(tempfile.gettempdir(), f"gradguard-example-ext-{digest}")
 os.makedirs(build, exist_ok=True)
-ext = load_inline(name=f"gg_example_{digest}", cpp_sources=[SOURCE], functions=["scale_inplace"],
-                  build_directory=build)
+with open(os.path.join(build, "build.flock"), "w") as held:
+    # Builders of this directory queue here, so a `lock` file torch's own baton left behind (a build killed
+    # midway) is stale, and torch would wait on it forever.
+    fcntl.flock(held, fcntl.LOCK_EX)
+    if os.path.exists(os.path.join(build, "lock")):
+        os.remove(os.path.join(build, "lock"))
+    ext = load_inline(name=f"gg_example_{digest}", cpp_sources=[SOURCE], functions=["scale_inplace"],
+                      build_directory=build)
 
 
 class Doubled(torch.autograd.Function):

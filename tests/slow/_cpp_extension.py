@@ -3,6 +3,7 @@
 Built once per source hash under the temp dir, so later runs only load it (the first build takes ~30-60 s).
 """
 
+import fcntl
 import hashlib
 import os
 import tempfile
@@ -34,5 +35,10 @@ def load():
     digest = hashlib.sha256((SOURCE + torch.__version__).encode()).hexdigest()[:16]
     build = os.path.join(tempfile.gettempdir(), f"gradguard-ext-{digest}")
     os.makedirs(build, exist_ok=True)
-    return load_inline(name=f"gradguard_silent_ext_{digest}", cpp_sources=[SOURCE], functions=["scale_inplace"],
-                       build_directory=build, extra_cflags=["-O1"], verbose=False)
+    with open(os.path.join(build, "build.flock"), "w") as held:
+        # Builders queue here, so a `lock` file torch's baton left behind (a killed build) is stale.
+        fcntl.flock(held, fcntl.LOCK_EX)
+        if os.path.exists(os.path.join(build, "lock")):
+            os.remove(os.path.join(build, "lock"))
+        return load_inline(name=f"gradguard_silent_ext_{digest}", cpp_sources=[SOURCE], functions=["scale_inplace"],
+                           build_directory=build, extra_cflags=["-O1"], verbose=False)

@@ -81,7 +81,7 @@ def test_version_and_package_files(installed):
     assert files == str(sorted([
         "gradguard-%s.dist-info/licenses/LICENSE" % pyproject_version, "gradguard/py.typed",
         "gradguard/schemas/advise.schema.json", "gradguard/schemas/check_op.schema.json",
-        "gradguard/schemas/guard.schema.json"]))
+        "gradguard/schemas/fix.schema.json", "gradguard/schemas/guard.schema.json"]))
 
 
 def test_readme_quick_start_and_json_schema(installed, tmp_path):

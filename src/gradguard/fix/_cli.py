@@ -213,9 +213,11 @@ def fix_script(options) -> int:
 
         print_findings([Finding.from_dict(data) for data in first.findings], sys.stderr, "the first run's finding")
     diff = unified_diff(outcome.original, outcome.edited, _reasons(outcome), cwd)
-    from ..report._text import output_width
+    from ..report._text import stated_width
 
-    sys.stdout.write(_fit(diff, output_width(sys.stdout)))
+    # Headings are cut to a terminal's (or COLUMNS') width only: a diff piped into a file keeps its reasons.
+    width = stated_width(sys.stdout)
+    sys.stdout.write(diff if width is None else _fit(diff, width))
     sys.stdout.flush()
     for edit in outcome.accepted:
         say(f"verified: {edit.reason} (removes: {_summary(edit.finding)})")

@@ -28,9 +28,8 @@ def printable(text: str) -> str:
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group(0)):02x}", text)
 
 
-def output_width(file=None) -> int:
-    """The columns gradguard's lines may use on ``file`` (stdout by default): ``COLUMNS``, else the terminal's
-    width, else 80 (a pipe, a CI log, a file)."""
+def stated_width(file=None) -> int | None:
+    """``COLUMNS``, else the width of the terminal ``file`` (stdout by default) is, else None (a pipe, a file)."""
     columns = os.environ.get("COLUMNS", "").strip()
     if columns.isdigit() and int(columns) > 0:
         return int(columns)
@@ -40,7 +39,13 @@ def output_width(file=None) -> int:
             return os.get_terminal_size(stream.fileno()).columns
     except (AttributeError, ValueError, OSError):  # a replaced or closed stream: no terminal to ask
         pass
-    return 80
+    return None
+
+
+def output_width(file=None) -> int:
+    """The columns gradguard's lines may use on ``file`` (stdout by default): ``COLUMNS``, else the terminal's
+    width, else 80 (a pipe, a CI log, a file)."""
+    return stated_width(file) or 80
 
 
 def wrap_notice(text: str, prefix: str = "gradguard: ", file=None) -> str:
