@@ -4,7 +4,7 @@ optimizer uses is not a fix (NOTE [A fix must keep the gradients the optimizer u
 import torch
 
 from gradguard.backends.torch._coverage import _Recorder
-from gradguard.fix._verify import RunResult, lost_gradients
+from gradguard.fix._verify import RunResult, lost_gradients, merged_losses
 
 
 def test_a_backward_uses_what_the_steps_before_the_next_backward_update():
@@ -33,3 +33,23 @@ def test_a_cut_gradient_is_named_and_a_kept_one_passes():
         "backward call 1 no longer reaches 2 of the 4 parameters that the optimizer step after it updates "
         "(optimizer 1 in the order they first step): the error goes away, but so does their gradient")
     assert lost_gradients(RunResult(1, [], coverage=None), RunResult(0, [], coverage=[])) is None
+
+
+def test_one_backward_feeding_two_optimizers_is_rejected_only_where_the_original_never_did():
+    critic, actor = {"1:0", "1:1"}, {"0:0", "0:1"}
+    # the original: the critic's loss feeds the critic's step; the actor's backward fails before its step
+    before = RunResult(1, [], coverage=[{"used": critic, "reached": critic},
+                                        {"used": set(), "reached": critic | actor}])
+    # the critic's step moved after the actor's backward: that backward now feeds both steps
+    moved = RunResult(0, [], coverage=[{"used": set(), "reached": critic},
+                                       {"used": critic | actor, "reached": critic | actor}])
+    assert merged_losses(before, moved) == (
+        "backward call 2 would feed the steps of optimizers 1, 2 (in the order they first step), where each of "
+        "the original's losses trains one optimizer's parameters: the error goes away, but one model would also "
+        "train on another's loss")
+    # a fresh forward after the critic's step: each backward still feeds its own optimizer
+    fresh = RunResult(0, [], coverage=[{"used": critic, "reached": critic}, {"used": actor, "reached": critic | actor}])
+    assert merged_losses(before, fresh) is None
+    # a program that steps an encoder's and a decoder's optimizer on one loss is left alone
+    shared = RunResult(1, [], coverage=[{"used": critic | actor, "reached": critic | actor}])
+    assert merged_losses(shared, moved) is None

@@ -84,6 +84,11 @@ def _receiver(stmt: ast.stmt) -> str | None:
     return None
 
 
+def _names(found: tuple[ast.stmt, str] | None) -> set[str]:
+    """The variable names a statement reads (empty when it cannot be read)."""
+    return {n.id for n in ast.walk(found[0]) if isinstance(n, ast.Name)} if found else set()
+
+
 def _write_candidates(write: dict) -> list[list[FixIntent]]:
     """(a): the write at ``write``'s line out of place, else into a clone."""
     file, line = write.get("file"), write.get("line")
@@ -238,14 +243,26 @@ def _fresh_forward_candidates(finding: dict, write: dict) -> list[list[FixIntent
         body = getattr(node, "body", None)
         if not isinstance(body, list) or not any(isinstance(b, ast.stmt) and b.lineno == start for b in body):
             continue
-        forward = []
+        statements = []
         for stmt in body:
             if stmt.lineno < start:
                 continue
             if stmt.lineno >= step or not isinstance(stmt, (ast.Assign, ast.AnnAssign)) or any(
                     isinstance(n, ast.Attribute) and n.attr in ("backward", "step") for n in ast.walk(stmt)):
                 break
-            forward.append(ast.get_source_segment("".join(linecache.getlines(file)), stmt))
+            statements.append(stmt)
+        # only what the later backward's loss is computed from (`critic_loss` of an earlier backward is not
+        # recomputed: its value, printed or logged, stays the one before the step)
+        needed = _names(_statement(backward.get("file") or file, backward["line"]))
+        kept = []
+        for stmt in reversed(statements):
+            targets = {n.id for t in (stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target])
+                       for n in ast.walk(t) if isinstance(n, ast.Name)}
+            if not needed or targets & needed:
+                kept.append(stmt)
+                needed |= {n.id for n in ast.walk(stmt.value) if isinstance(n, ast.Name)} if stmt.value else set()
+        text = "".join(linecache.getlines(file))
+        forward = [ast.get_source_segment(text, stmt) for stmt in reversed(kept)]
         if forward and all(forward):
             return [[FixIntent("insert_after", file, step, target=None, detail={"code": "\n".join(forward)},
                                reason=f"a fresh forward after the step at line {step}: the backward at line "

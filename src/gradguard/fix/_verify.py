@@ -195,6 +195,35 @@ def lost_gradients(before: RunResult, after: RunResult) -> str | None:
     return None
 
 
+def merged_losses(before: RunResult, after: RunResult) -> str | None:
+    """Why the edited run trains two optimizers' parameters on one backward when the original trained each on
+    its own (NOTE [One loss per optimizer stays one loss per optimizer]); None otherwise."""
+    if not before.coverage or not after.coverage:
+        return None
+
+    def fed(entry: dict) -> set[str]:
+        return {key.split(":")[0] for key in entry.get("used", ())}
+
+    if any(len(fed(entry)) > 1 for entry in before.coverage):
+        return None  # the program itself steps several optimizers on one loss
+    for index, entry in enumerate(after.coverage):
+        optimizers = sorted(int(o) + 1 for o in fed(entry))
+        if len(optimizers) > 1:
+            return (f"backward call {index + 1} would feed the steps of optimizers "
+                    f"{', '.join(map(str, optimizers))} (in the order they first step), where each of the "
+                    f"original's losses trains one optimizer's parameters: the error goes away, but one model "
+                    f"would also train on another's loss")
+    return None
+
+
+# NOTE [One loss per optimizer stays one loss per optimizer]
+# Moving `critic_opt.step()` after `actor_loss.backward()` ends the "modified by an inplace operation" error of
+# an actor-critic loop, and so does any edit that lets a step consume gradients accumulated from a later loss:
+# the critic then also descends the actor's loss. Where every backward of the original run feeds at most one
+# optimizer (its own model's step), an edited run in which one backward feeds the steps of two is rejected; a
+# program that steps several optimizers on one loss (an encoder's and a decoder's) is left alone.
+
+
 def _healthy_exit(first: RunResult) -> int:
     """The exit code a repaired run should end with: 0 when the original failed at the hazard."""
     return 0 if first.findings else first.exit_code
@@ -260,7 +289,7 @@ def repair(command: list[str], cwd: str, *, timeout: float, max_rounds: int = 6,
             result = run_guarded(command, cwd, edited, timeout, mode)
             runs += 1
             gone = not any(signature(f) == key for f in result.findings)
-            cut = None if result.timed_out else lost_gradients(first, result)
+            cut = None if result.timed_out else (lost_gradients(first, result) or merged_losses(first, result))
             if cut is not None:
                 tried.append(f"{intents[0].action} at line {intents[0].line}: {cut}")
             elif result.timed_out:
