@@ -8,7 +8,9 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 PIP_FLAGS := -q --disable-pip-version-check
-PYTEST_FLAGS ?= -q -ra
+# Two workers (pytest-xdist; most tests wait on a child Python process), longest-running tests balanced by work
+# stealing. PYTEST_FLAGS="-q -ra" runs serially.
+PYTEST_FLAGS ?= -q -ra -n 2 --dist worksteal
 
 .PHONY: lint chromium install install-paddle install-mindspore demo examples demo-all docs docs-pictures test test-torch test-paddle \
 	test-mindspore test-torch-oldest test-torch-newest bench clean

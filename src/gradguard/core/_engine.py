@@ -29,6 +29,7 @@ tensors a custom function keeps on ctx, hazards found outside saved tensors, and
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import sys
@@ -100,7 +101,8 @@ class Probe(Protocol):
     on-device digest needs no host copy at pack); ``annotate(finding, record, current)`` adds framework facts the
     diagnosis rules read (graph node, where the loss was made) before they run; ``allowed_change(record)`` names a
     content change the framework makes on purpose (BatchNorm's running stats); ``name_at_write(t)`` names a saved
-    tensor in the frame that first writes it."""
+    tensor in the frame that first writes it; ``finding_scope()`` is a context manager entered while one finding is
+    built (the framework may share heap scans across the questions it answers meanwhile)."""
 
     backend: str
     framework: str  # how the user spells it: "PyTorch", "Paddle", "MindSpore"
@@ -564,6 +566,12 @@ class GuardEngine:
         """The finding of a stale record. ``current``: the framework is unpacking this record now (its graph
         node is the one running); False for the other stale records named in the same error. ``saver``: the
         (node, argument) that unpacked it, when known without the node running."""
+        scope = getattr(self.probe, "finding_scope", None)
+        with scope() if scope is not None else contextlib.nullcontext():
+            return self._build_finding(record, kind, current, context, saver)
+
+    def _build_finding(self, record: SavedRecord, kind: str, current: bool, context: dict | None,
+                       saver: tuple | None) -> Finding:
         probe = self.probe
         t = record.tensor
         tensor = probe.describe(t)

@@ -20,7 +20,6 @@ Edges point the way data flows in backward: from a node to the nodes that comput
 
 from __future__ import annotations
 
-import gc
 from typing import Any, Iterator
 
 import torch
@@ -56,8 +55,9 @@ def _parameter_names() -> dict[int, str]:
     """storage pointer -> "model.layer.weight" for every module parameter/buffer on the heap (one scan)."""
     from ...core._frames import user_variable_names
 
-    module_type = torch.nn.Module
-    modules = [m for m in gc.get_objects() if issubclass(type(m), module_type)]
+    from ._naming import heap_modules
+
+    modules = heap_modules()
     children = {id(c) for m in modules for c in m.children()}
     roots = [m for m in modules if id(m) not in children]
     variables = user_variable_names({id(m) for m in roots})

@@ -5,19 +5,56 @@
 # for mutation"), so the guard installs nothing on modules. When a finding is built we scan the heap for
 # ``nn.Module`` objects once, match parameter/buffer memory, and take the variable name of the outermost
 # module from the user's frames (``rnn`` in ``rnn = nn.RNN(...)``).
+#
+# NOTE [One heap scan per finding]
+# Naming the tensor, naming the parameters on the graph and the rules' own questions each need the modules on
+# the heap; a scan costs ~0.1 s on a heap with torch, hypothesis and pytest loaded. While one finding is built
+# (`one_heap_scan()`, entered by the engine through the probe's `finding_scope`) the first scan is kept and
+# reused; it is dropped when the finding is done, so no module is kept alive by gradguard.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import sys
+import threading
 
 import torch
 
 from ...core._frames import user_frames, user_variable_names
 from ...core._internal import log_fallback
 
-__all__ = ["name_tensor", "name_by_variable", "name_in_writing_frame", "storage_key"]
+__all__ = ["name_tensor", "name_by_variable", "name_in_writing_frame", "storage_key", "heap_modules",
+           "one_heap_scan"]
+
+_scope = threading.local()  # .depth: open one_heap_scan scopes; .modules: their scan, once made
+
+
+def heap_modules() -> list:
+    """Every ``nn.Module`` on the heap (one scan per finding, NOTE [One heap scan per finding])."""
+    cached = getattr(_scope, "modules", None)
+    if cached is not None:
+        return cached
+    module_type = torch.nn.Module
+    # ``type(m)`` and issubclass, not isinstance: isinstance triggers ``__class__`` properties of lazy
+    # proxies on the heap (torch.distributed.reduce_op warns).
+    modules = [m for m in gc.get_objects() if issubclass(type(m), module_type)]
+    if getattr(_scope, "depth", 0):
+        _scope.modules = modules
+    return modules
+
+
+@contextlib.contextmanager
+def one_heap_scan():
+    """While open, :func:`heap_modules` scans the heap once and reuses the scan."""
+    _scope.depth = getattr(_scope, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _scope.depth -= 1
+        if not _scope.depth:
+            _scope.modules = None
 
 
 def storage_key(t: torch.Tensor) -> int:
@@ -33,10 +70,7 @@ def name_tensor(t: torch.Tensor) -> tuple[str | None, str | None]:
         return None, None
     if key == 0:
         return None, None
-    module_type = torch.nn.Module
-    # ``type(m)`` and issubclass, not isinstance: isinstance triggers ``__class__`` properties of lazy
-    # proxies on the heap (torch.distributed.reduce_op warns).
-    modules = [m for m in gc.get_objects() if issubclass(type(m), module_type)]
+    modules = heap_modules()
     children = {id(c) for m in modules for c in m.children()}
     roots = [m for m in modules if id(m) not in children] + [m for m in modules if id(m) in children]
     variable = user_variable_names({id(m) for m in modules})

@@ -56,7 +56,7 @@ from . import (_attribution, _backward_calls, _call_gate, _compat, _data_in_forw
 from . import _device_check
 from ._fingerprint import fingerprint as _fingerprint
 from ._fingerprint import same as _same_fingerprint
-from ._naming import name_by_variable, name_in_writing_frame, name_tensor
+from ._naming import name_by_variable, name_in_writing_frame, name_tensor, one_heap_scan
 from ._overlap import share_elements
 from ._call_gate import CallGate, install, python_op_name, uninstall
 from ._writes import OpStream, WriteLog, dynamo_safe
@@ -742,6 +742,7 @@ class TorchGuardSession(ProbeBase):
     # describe(): ProbeBase's (a module's parameter or buffer, else the user variable holding it: `out`, `labels`)
     name_tensor = staticmethod(name_tensor)
     name_by_variable = staticmethod(name_by_variable)
+    finding_scope = staticmethod(one_heap_scan)  # NOTE [One heap scan per finding]
 
     @staticmethod
     def dtype_name(t: torch.Tensor) -> str:
