@@ -48,7 +48,8 @@ DIFF = """\
 
 
 def run(args, cwd):
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+    # wide enough that the hunk heading is compared whole (test_output_width checks 80 columns)
+    env = dict(os.environ, OMP_NUM_THREADS="1", COLUMNS="1000")
     env.pop("GRADGUARD_FIX_PYTEST_REPORT", None)
     return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True, env=env,
                           stdin=subprocess.DEVNULL, timeout=600)
