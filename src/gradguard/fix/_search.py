@@ -227,17 +227,28 @@ def _step_candidates(finding: dict, write: dict) -> list[list[FixIntent]]:
 def _fresh_forward_candidates(finding: dict, write: dict) -> list[list[FixIntent]]:
     """(e) when the step cannot move: the forward from the save up to the loss run again right after the step, so
     the later backward goes through a graph made with the updated weights (the statements between the save and
-    the first backward, in the save's block)."""
+    the first backward, in the save's block). The save is the line itself or, when it is inside a module's
+    forward, the call on the caller's line (`q = self.critic(obs, a)`) that the save's chain names."""
+    saved = finding.get("saved_at") or {}
+    for site in [saved, *(saved.get("chain") or ())]:
+        found = _fresh_forward_from(site, finding, write)
+        if found:
+            return found
+    return []
+
+
+def _fresh_forward_from(saved: dict, finding: dict, write: dict) -> list[list[FixIntent]]:
     from ..core._source_ast import parse_file
 
-    saved = finding.get("saved_at") or {}
     backward = (finding.get("context") or {}).get("backward_at") or {}
     file, step, start = write.get("file"), write.get("line"), saved.get("line")
     if write.get("category") != "optimizer" or not (file and step and start and backward.get("line")):
         return []
     same = {os.path.realpath(p) for p in (file, saved.get("file") or "", backward.get("file") or "")}
+    if len(same) != 1 or not start < step <= backward["line"]:
+        return []
     tree = parse_file(file)
-    if len(same) != 1 or tree is None or not start < step <= backward["line"]:
+    if tree is None:
         return []
     for node in ast.walk(tree):
         body = getattr(node, "body", None)

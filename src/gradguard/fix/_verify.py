@@ -255,6 +255,11 @@ def repair(command: list[str], cwd: str, *, timeout: float, max_rounds: int = 6,
     unfixed: list[Unfixed] = []
     current = first
     seen: set[tuple] = set()
+    # NOTE [Backtracking over partial repairs]: a round whose hazard goes while the next one surfaces keeps the
+    # first such edit and remembers the others; when a later round finds no edit, the search returns to the
+    # latest round with an untried one (moving a loss after a step may leave a second stale weight that only a
+    # fresh forward, the other candidate, also repairs).
+    choices: list[tuple[list, dict, int, RunResult, set, dict]] = []
     for _round in range(max_rounds):
         if current.timed_out:
             unfixed.append(Unfixed({}, f"the run did not finish within {timeout:g} s"))
@@ -275,9 +280,9 @@ def repair(command: list[str], cwd: str, *, timeout: float, max_rounds: int = 6,
         repairs += [(extra, []) for extra in general_repairs(finding, sources, lambda p: _editable(p) is None)
                     if not any(_same_repair(extra, known) for known, _ in repairs)]
         if not repairs:
-            unfixed.append(Unfixed(finding, f"no edit is known for this diagnosis ({finding.get('rule')})"))
-            break
-        kept = partial = None
+            why = f"no edit is known for this diagnosis ({finding.get('rule')})"
+        kept = None
+        partials: list = []
         tried: list[str] = []
         for intents, alternatives in repairs:
             try:
@@ -300,15 +305,27 @@ def repair(command: list[str], cwd: str, *, timeout: float, max_rounds: int = 6,
             elif result.findings and gone:
                 # This hazard is gone and the next one surfaced: keep it unless another repair runs clean
                 # (NOTE [A repair that runs clean comes first]).
-                partial = partial or (intents, alternatives, edited, result)
+                partials.append((intents, alternatives, edited, result))
             elif not result.findings:
                 tried.append(f"{intents[0].action} at line {intents[0].line}: the edited script exits "
                              f"{result.exit_code}, not {healthy}{_last_error(result.stderr_tail)}")
             else:
                 tried.append(f"{intents[0].action} at line {intents[0].line}: the same hazard remains")
-        kept = kept or partial
+        if repairs:
+            why = "no proposed edit verified: " + "; ".join(tried)
+        if kept is None and partials:
+            kept, rest = partials[0], partials[1:]
+            if rest:
+                choices.append((rest, dict(sources), len(accepted), current, set(seen), finding))
+        if kept is None and choices:
+            rest, sources, depth, current, seen, finding = choices.pop()
+            del accepted[depth:]
+            kept, rest = rest[0], rest[1:]
+            if rest:
+                choices.append((rest, dict(sources), depth, current, set(seen), finding))
+            say("going back to an earlier round's other candidate")
         if kept is None:
-            unfixed.append(Unfixed(finding, "no proposed edit verified: " + "; ".join(tried)))
+            unfixed.append(Unfixed(finding, why))
             break
         intents, alternatives, edited, current = kept
         base = {path: sources.get(path, original[path]) for path in original}
