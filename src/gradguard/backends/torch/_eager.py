@@ -100,7 +100,7 @@ class _Site:
         self.frame = frame
         self.code = linecache.getline(filename, line).strip()
         self.location = SourceLocation(filename, line, frame.f_code.co_name, self.code)
-        self.expression = written_expression(filename, line)
+        self.expression = written_expression(filename, line) or _view_named_by_error(error, filename, line, frame)
         self.tensor = _lookup(self.expression, frame) if self.expression else None
         self.info = _describe(self.tensor, self.expression)
         self.made = None
@@ -114,6 +114,27 @@ class _Site:
     @property
     def name(self) -> str:
         return self.expression or "the tensor"
+
+
+def _view_named_by_error(error: BaseException, filename: str, line: int, frame) -> str | None:
+    """The variable on the line whose tensor is the view PyTorch's message names ("Output 1 of
+    SplitWithSizesBackward0 is a view ..."), when the write itself happens inside a call (an in-place module,
+    ``self.relu(x)``) and the line writes no expression of its own; None unless exactly one matches."""
+    import ast
+
+    from ...core._source_ast import _statement_at as _source_statement
+
+    match = _MULTI_VIEW.search(str(error))
+    stmt = _source_statement(filename, line) if match else None
+    if stmt is None:
+        return None
+    found = []
+    for name in dict.fromkeys(n.id for n in ast.walk(stmt) if isinstance(n, ast.Name)):
+        value = frame.f_locals.get(name, frame.f_globals.get(name))
+        grad_fn = value.grad_fn if isinstance(value, torch.Tensor) else None
+        if grad_fn is not None and grad_fn.name() in (match.group(1), match.group(1) + "Backward0"):
+            found.append(name)
+    return found[0] if len(found) == 1 else None
 
 
 def _finding(kind, site: _Site, rule, why, fix, display=(), fixes=()) -> Finding:
