@@ -85,9 +85,10 @@ test-mindspore: install-mindspore
 
 # The oldest and the newest torch the package declares (pyproject: torch>=2.4,<2.16), each in its own venv, on a
 # subset that covers the guard, its diagnoses, the CLI and the robustness suite (the whole suite runs on the
-# pinned 2.13.0 above; the parity property test runs 300 generated programs there instead of 1000). PyPI has only CUDA builds of these (about 3 GB each with their libraries; they run on
-# the CPU). pip on this machine may be capped at the releases on its disk (/etc/xdg/pip): the newest release
-# is installed with that configuration switched off.
+# pinned 2.13.0 above; the parity property test runs 300 generated programs there instead of 1000). PyPI has
+# only CUDA builds of these (about 3 GB each with their libraries; they run on the CPU). pip on this machine may
+# be capped at the releases on its disk (/etc/xdg/pip): the newest release is installed with that configuration
+# switched off.
 TORCH_MATRIX_TESTS := tests/fast/test_parity.py tests/fast/test_guard_lifecycle.py tests/fast/test_seed000.py \
 	tests/fast/test_diagnosis_rules.py tests/fast/test_guard_composition.py tests/fast/test_callback_modes.py \
 	tests/fast/test_fingerprint.py tests/fast/test_cli.py tests/fast/test_examples_expected.py tests/robustness \

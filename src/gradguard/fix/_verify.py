@@ -279,8 +279,6 @@ def repair(command: list[str], cwd: str, *, timeout: float, max_rounds: int = 6,
         repairs = candidate_repairs(finding)
         repairs += [(extra, []) for extra in general_repairs(finding, sources, lambda p: _editable(p) is None)
                     if not any(_same_repair(extra, known) for known, _ in repairs)]
-        if not repairs:
-            why = f"no edit is known for this diagnosis ({finding.get('rule')})"
         kept = None
         partials: list = []
         tried: list[str] = []
@@ -311,19 +309,16 @@ def repair(command: list[str], cwd: str, *, timeout: float, max_rounds: int = 6,
                              f"{result.exit_code}, not {healthy}{_last_error(result.stderr_tail)}")
             else:
                 tried.append(f"{intents[0].action} at line {intents[0].line}: the same hazard remains")
-        if repairs:
-            why = "no proposed edit verified: " + "; ".join(tried)
-        if kept is None and partials:
-            kept, rest = partials[0], partials[1:]
-            if rest:
-                choices.append((rest, dict(sources), len(accepted), current, set(seen), finding))
-        if kept is None and choices:
-            rest, sources, depth, current, seen, finding = choices.pop()
+        why = ("no proposed edit verified: " + "; ".join(tried) if repairs
+               else f"no edit is known for this diagnosis ({finding.get('rule')})")
+        if kept is None and not partials and choices:
+            partials, sources, depth, current, seen, finding = choices.pop()
             del accepted[depth:]
-            kept, rest = rest[0], rest[1:]
-            if rest:
-                choices.append((rest, dict(sources), depth, current, set(seen), finding))
             say("going back to an earlier round's other candidate")
+        if kept is None and partials:
+            kept = partials[0]
+            if partials[1:]:
+                choices.append((partials[1:], dict(sources), len(accepted), current, set(seen), finding))
         if kept is None:
             unfixed.append(Unfixed(finding, why))
             break

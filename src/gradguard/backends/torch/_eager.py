@@ -6,6 +6,7 @@ recognises them by message when they leave the guarded block, and reads the user
 
 from __future__ import annotations
 
+import ast
 import collections
 import functools
 import re
@@ -18,8 +19,8 @@ from ...core._findings import Finding, SaveSite, SourceLocation, TensorInfo, Wri
 from ...core._intents import FixIntent
 from ...core._frames import innermost_user_entry
 from ...core._fixes import _tree, assigned_names, carried_state, out_of_place, statement_code
-from ...core._source_ast import (accumulations, assignment_before, evaluate_reference, resets_between,
-                                 written_expression)
+from ...core._source_ast import (_statement_at, accumulations, assignment_before, evaluate_reference,
+                                 resets_between, written_expression)
 from ._graph import walk_nodes
 from ._naming import name_tensor
 from ...core._internal import log_fallback
@@ -120,12 +121,8 @@ def _view_named_by_error(error: BaseException, filename: str, line: int, frame) 
     """The variable on the line whose tensor is the view PyTorch's message names ("Output 1 of
     SplitWithSizesBackward0 is a view ..."), when the write itself happens inside a call (an in-place module,
     ``self.relu(x)``) and the line writes no expression of its own; None unless exactly one matches."""
-    import ast
-
-    from ...core._source_ast import _statement_at as _source_statement
-
     match = _MULTI_VIEW.search(str(error))
-    stmt = _source_statement(filename, line) if match else None
+    stmt = _statement_at(filename, line) if match else None
     if stmt is None:
         return None
     found = []
