@@ -105,6 +105,20 @@ def test_multi_output_view_from_chunk():
     assert "`q = q * 0.5` instead of `q *= 0.5`" in finding.suggestion
 
 
+def test_multi_output_view_written_inside_an_inplace_module_is_named_from_the_callers_line():
+    relu = torch.nn.ReLU(inplace=True)  # the write happens inside the module, not on the caller's line
+    out = torch.randn(2, 6, requires_grad=True) * 1.0
+
+    def block():
+        dist, remain = torch.split(out, (2, 4), dim=1)
+        relu(remain)
+
+    finding = _raised(gradguard.InplaceModificationError, block).finding
+    assert finding.tensor.name == "remain"
+    assert "`remain` is one of several views returned together by split()" in finding.explanation
+    assert "`remain = remain.clone()`" in finding.suggestion
+
+
 def test_view_created_under_no_grad():
     hidden = torch.randn(3, 4, requires_grad=True) * 1.0
     with torch.no_grad():
