@@ -74,15 +74,18 @@ def compare(got: np.ndarray, expected: np.ndarray, allowed: np.ndarray | float) 
             bad_finite = fin_e != fin_g
             diff = np.where(bad_finite | ((~fin_e) & (~fin_g) & ~same_nonfinite), np.inf, diff)
         excess = diff - allowed
-    worst = int(np.argmax(np.where(np.isfinite(excess), excess, np.inf)))
     scale = float(np.max(np.abs(expected if all_finite else np.where(fin_e, expected, 0.0))))
     max_abs = float(np.max(diff))
-    ok = bool(np.all(diff <= allowed))
+    max_rel = max_abs / scale if scale > 0 else (0.0 if max_abs == 0 else float("inf"))
+    if bool(np.all(diff <= allowed)):  # the usual case: where the worst element is matters only to a failure
+        return Mismatch(ok=True, max_abs=max_abs, max_rel=max_rel)
+    ok = False
+    worst = int(np.argmax(np.where(np.isfinite(excess), excess, np.inf)))
     idx = tuple(int(i) for i in np.unravel_index(worst, expected.shape)) if expected.ndim else ()
     return Mismatch(
         ok=ok,
         max_abs=max_abs,
-        max_rel=max_abs / scale if scale > 0 else (0.0 if max_abs == 0 else float("inf")),
+        max_rel=max_rel,
         index=idx,
         got=float(got.reshape(-1)[worst]),
         expected=float(expected.reshape(-1)[worst]),

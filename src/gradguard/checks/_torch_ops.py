@@ -78,9 +78,8 @@ class TorchBackend(AdapterBase):
     def to_numpy(self, t: torch.Tensor) -> np.ndarray:
         """float64 (or int64 for integer tensors) numpy copy."""
         t = t.detach()
-        if t.dtype.is_floating_point:
-            return t.to(device="cpu", dtype=torch.float64).numpy().copy()
-        return t.to(device="cpu", dtype=torch.int64).numpy().copy()
+        out = t.to(device="cpu", dtype=torch.float64 if t.dtype.is_floating_point else torch.int64)
+        return out.numpy().copy() if out is t else out.numpy()  # a conversion made a private copy already
 
     def from_numpy(self, arr: np.ndarray, like: torch.Tensor, dtype_name: str | None = None) -> torch.Tensor:
         dtype = getattr(torch, dtype_name) if dtype_name else like.dtype
