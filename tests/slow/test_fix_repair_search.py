@@ -214,3 +214,37 @@ def test_an_edit_that_leaves_the_script_failing_is_not_written(tmp_path):
     assert edited == textwrap.dedent(SECOND_HAZARD_UNFIXABLE).lstrip()
     assert "not kept" in run.stderr and "a = a.mul(2)" in run.stderr
     assert "applied to" not in run.stderr
+
+
+# Co-training two networks on each other's predictions (mutual learning, co-teaching): both outputs are made
+# first, each loss reads its peer's output undetached, so the first backward frees the peer's graph. The crossing
+# tensor lives in a dict, not in a variable of its own: the detach goes where a call reads it.
+PEER_OUTPUTS = """
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    nets = {"a": nn.Linear(6, 3), "b": nn.Linear(6, 3)}
+    opts = {k: torch.optim.SGD(m.parameters(), lr=0.1) for k, m in nets.items()}
+    for step in range(2):
+        x, y = torch.randn(5, 6), torch.randint(0, 3, (5,))
+        preds = {}
+        for k, net in nets.items():
+            preds[k] = net(x)
+        for k, peer in (("a", "b"), ("b", "a")):
+            agree = F.mse_loss(F.softmax(preds[k], 1), F.softmax(preds[peer], 1))
+            loss = F.cross_entropy(preds[k], y) + agree
+            opts[k].zero_grad()
+            loss.backward()
+            opts[k].step()
+    print("ok", round(loss.item(), 4))
+"""
+
+
+def test_a_peer_output_read_by_the_earlier_loss_is_detached_where_it_is_read(tmp_path):
+    run, edited = _fix(tmp_path, PEER_OUTPUTS)
+    assert run.returncode == 0, run.stderr
+    assert "F.mse_loss(F.softmax(preds[k], 1), F.softmax(preds[peer].detach(), 1))" in edited
+    assert edited.count(".detach()") == 1
+    _runs_clean(tmp_path)

@@ -11,7 +11,8 @@
 #   (b) `inplace=False` where the module instance that wrote was constructed (NOTE [Resolving the writing
 #       instance to its construction]), or the later `m.inplace = True` removed;
 #   (c) a copy at the save point (the saved input cloned, or the saved output's variable bound to a clone);
-#   (d) a detach where the tensor crosses into a graph an earlier backward freed;
+#   (d) a detach where the tensor crosses into a graph an earlier backward freed (where it is assigned, else where a
+#       call reads it before that backward);
 #   (e) an optimizer step moved after the backward that still needs the weights it updates.
 # Each candidate is verified by a run like any rule's intent; none is ever needed by a rule id to exist.
 """
@@ -204,10 +205,61 @@ def _detach_candidates(finding: dict) -> list[list[FixIntent]]:
     if finding.get("kind") != "backward_twice" or not name or not backward.get("file"):
         return []
     made = assignment_before(backward["file"], backward["line"], name)
-    if made is None:
+    if made is not None:
+        return [[FixIntent("detach_assignment", made.file, made.line, target=name,
+                           reason=f"`{name}` is then a value for later losses, not a path into a freed graph")]]
+    return _detach_read_candidates(finding, name)
+
+
+def _detach_read_candidates(finding: dict, name: str) -> list[list[FixIntent]]:
+    """(d) when the crossing tensor has no assignment of its own (an element of a list, an attribute a module set):
+    detach it where a call reads it after it was made and before the backward that freed its graph. Each argument
+    reading the same variable is a candidate (`outputs[j]` in `kl(outputs[i], outputs[j])` is `outputs[1]` at run
+    time, which the source cannot say); verification keeps the one that makes the failure go."""
+    saved = finding.get("saved_at") or {}
+    freed = [w for w in finding.get("modified_at") or () if w.get("category") == "backward"]
+    file, made = saved.get("file"), saved.get("line")
+    root = name.split("[", 1)[0].split(".", 1)[0]
+    if not (file and made and freed and root.isidentifier()):
         return []
-    return [[FixIntent("detach_assignment", made.file, made.line, target=name,
-                       reason=f"`{name}` is then a value for later losses, not a path into a freed graph")]]
+    end = freed[0].get("line")
+    if os.path.realpath(freed[0].get("file") or "") != os.path.realpath(file) or not end or end <= made:
+        return []
+    from ..core._source_ast import parse_file
+
+    tree = parse_file(file)
+    if tree is None:
+        return []
+    scopes = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+              and n.lineno <= made <= (n.end_lineno or n.lineno)]
+    scope = min(scopes, key=lambda n: (n.end_lineno or n.lineno) - n.lineno) if scopes else tree
+    repairs = []
+    for call in sorted((n for n in ast.walk(scope) if isinstance(n, ast.Call) and made < n.lineno < end),
+                       key=lambda n: (n.lineno, n.col_offset)):
+        for arg in call.args:
+            base = arg
+            while isinstance(base, (ast.Subscript, ast.Attribute)):
+                base = base.value
+            if isinstance(base, ast.Name) and base.id == root and not any(
+                    isinstance(n, ast.Call) for n in ast.walk(arg)):
+                target = ast.unparse(arg)
+                repairs.append([FixIntent("detach_argument", file, _statement_line(scope, call), target=target,
+                                          detail={"call": ast.unparse(call.func)},
+                                          reason=f"`{target}` reaches the loss here as a value, not as a path into "
+                                                 f"the graph the backward at line {end} frees")])
+    return repairs
+
+
+def _statement_line(scope: ast.AST, node: ast.AST) -> int:
+    """The first line of the statement that contains ``node`` (intents address statements)."""
+    best = None
+    for stmt in ast.walk(scope):
+        if isinstance(stmt, ast.stmt) and not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef,
+                                                                  ast.For, ast.While, ast.If, ast.With, ast.Try)) \
+                and stmt.lineno <= node.lineno and node.end_lineno <= (stmt.end_lineno or stmt.lineno):
+            if best is None or stmt.lineno >= best.lineno:
+                best = stmt
+    return best.lineno if best is not None else node.lineno
 
 
 def _step_candidates(finding: dict, write: dict) -> list[list[FixIntent]]:
