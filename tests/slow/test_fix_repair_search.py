@@ -248,3 +248,29 @@ def test_a_peer_output_read_by_the_earlier_loss_is_detached_where_it_is_read(tmp
     assert "F.mse_loss(F.softmax(preds[k], 1), F.softmax(preds[peer].detach(), 1))" in edited
     assert edited.count(".detach()") == 1
     _runs_clean(tmp_path)
+
+
+# Two optimizers stepping one model between two backwards of one loss, each step written on one line with `;`:
+# the later backward is the second statement of its line, and the fresh forward goes after the first step's line.
+TWO_STEPS_ONE_LINE = """
+    import torch
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 1))
+    fast = torch.optim.SGD(net.parameters(), lr=1e-2)
+    slow = torch.optim.SGD(net.parameters(), lr=1e-4)
+    x = torch.randn(6, 3)
+    pred = net(x)
+    loss = pred.pow(2).mean()
+    fast.zero_grad(); loss.backward(retain_graph=True); fast.step()
+    slow.zero_grad(); loss.backward(); slow.step()
+    print("ok", round(loss.item(), 4))
+"""
+
+
+def test_a_fresh_forward_follows_a_step_written_on_one_line_with_its_backward(tmp_path):
+    run, edited = _fix(tmp_path, TWO_STEPS_ONE_LINE)
+    assert run.returncode == 0, run.stderr
+    assert ("fast.zero_grad(); loss.backward(retain_graph=True); fast.step()\n"
+            "pred = net(x)\nloss = pred.pow(2).mean()\nslow.zero_grad()") in edited
+    _runs_clean(tmp_path)

@@ -90,6 +90,13 @@ def _names(found: tuple[ast.stmt, str] | None) -> set[str]:
     return {n.id for n in ast.walk(found[0]) if isinstance(n, ast.Name)} if found else set()
 
 
+def _line_names(tree: ast.AST, line: int) -> set[str]:
+    """The variable names the simple statements on ``line`` read: all of them, for `opt.zero_grad(); loss.backward()`
+    puts the backward after a `;`."""
+    return {n.id for stmt in ast.walk(tree) if isinstance(stmt, ast.stmt) and stmt.lineno == line
+            and not hasattr(stmt, "body") for n in ast.walk(stmt) if isinstance(n, ast.Name)}
+
+
 def _write_candidates(write: dict) -> list[list[FixIntent]]:
     """(a): the write at ``write``'s line out of place, else into a clone."""
     file, line = write.get("file"), write.get("line")
@@ -316,7 +323,8 @@ def _fresh_forward_from(saved: dict, finding: dict, write: dict) -> list[list[Fi
             statements.append(stmt)
         # only what the later backward's loss is computed from (`critic_loss` of an earlier backward is not
         # recomputed: its value, printed or logged, stays the one before the step)
-        needed = _names(_statement(backward.get("file") or file, backward["line"]))
+        needed = _line_names(tree, backward["line"]) if os.path.realpath(backward.get("file") or file) == \
+            os.path.realpath(file) else set()
         kept = []
         for stmt in reversed(statements):
             targets = {n.id for t in (stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target])
