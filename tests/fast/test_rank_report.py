@@ -22,7 +22,7 @@ CHILD = textwrap.dedent("""
                 pass
             handle.write(json.dumps({"part": 2}) + "\\n")
 
-    report = report_on_termination(write, RankInfo(rank=0, world_size=2, local_rank=0))
+    report = report_on_termination(write, RankInfo(rank=0, world_size=2))
     if when == "before":
         os.kill(os.getpid(), signal.SIGTERM)  # the agent's SIGTERM, before the script's end
     report.write(1)

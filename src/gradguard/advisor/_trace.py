@@ -113,7 +113,6 @@ class OpRecord:
     in_leaf_rg: tuple  # input is a leaf that requires grad
     in_view_meta: tuple  # CreationMeta name of a view input that requires grad, else None
     in_overlap: tuple  # input has internal memory overlap (expanded, stride 0)
-    out_refs: tuple
     key: tuple = ()
     swappable: bool = False  # add/mul of two tensors (alpha 1): the other operand may be overwritten instead
     in_alive_end: tuple = ()  # filled by StepMode.finish()
@@ -186,7 +185,6 @@ class StepMode:
         self.events: list[tuple] = []  # ("a", sid, nbytes, op_index) | ("f", sid, op_index)
         self.live_bytes = 0
         self.peak_bytes = 0
-        self.peak_at = -1
         self.sizes: dict[int, int] = {}
         self.preexisting: set[int] = set()
         self.leaves: list[torch.Tensor] = []  # leaves that require grad, in order of first use
@@ -230,7 +228,6 @@ class StepMode:
             self.events.append(("a", sid, nbytes, self._index))
             if self.live_bytes > self.peak_bytes:
                 self.peak_bytes = self.live_bytes
-                self.peak_at = self._index
         else:
             self.preexisting.add(sid)
         weakref.finalize(storage, self._freed, key, sid, allocate)
@@ -432,7 +429,6 @@ class StepMode:
                 in_leaf_rg=tuple(t.is_leaf and t.requires_grad for t in inputs) if candidate else (),
                 in_view_meta=tuple(_view_meta(t) for t in inputs) if candidate else (),
                 in_overlap=tuple(_overlaps(t) for t in inputs) if candidate else (),
-                out_refs=tuple(weakref.ref(t) for t in outputs) if candidate else (),
                 key=key,
                 swappable=candidate and _swappable(func, args, kwargs),
             ))

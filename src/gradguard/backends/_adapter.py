@@ -6,7 +6,17 @@
 # backend is asked for, so importing gradguard never imports a deep-learning framework. The core
 # (``gradguard.core``) works on numpy arrays, findings and source locations only.
 #
-# Adding a framework = one folder with an ``_adapter.py`` and one line in ``backends.KNOWN``.
+# Adding a framework takes more than the adapter. As the Paddle and MindSpore backends do it today:
+#   * ``_adapter.py`` (``ADAPTER``) and its lines in ``backends.KNOWN`` and ``backends.INSTALL``;
+#   * ``_session.py``: the guard probe (a :class:`ProbeBase`), returned by ``ADAPTER.new_guard_session``;
+#   * ``_eager.py``: the explanation of the framework's own in-place errors (``ADAPTER.enrich_error``);
+#   * ``_naming.py``: tensor names (parameter and variable names, from memory ranges);
+#   * ``_check.py``: ``check_op``'s adapter (a ``checks._adapter_base.AdapterBase``), exported as the
+#     package's ``check_op``;
+#   * the framework's name in the dispatchers that list frameworks by name: ``checks.check_op``
+#     (``checks/__init__.py``) and, for the advisor, ``advisor/_api.py``.
+# Torch does not go through its adapter: ``_guard.py`` and ``checks/__init__.py`` call the torch modules
+# directly, and ``_errors.py`` and ``checks/_audit.py`` test ``backend == "torch"`` themselves.
 """
 
 from __future__ import annotations
@@ -16,16 +26,7 @@ from typing import Any, Callable, ContextManager, Protocol, Sequence, runtime_ch
 from ..core._internal import log_fallback
 from ..core._patching import Patch, apply_patch, restore_patch
 
-__all__ = ["BackendAdapter", "GuardSession", "CAPABILITIES", "ProbeBase", "name_by_memory"]
-
-# What a backend can do; ``BackendAdapter.capabilities`` lists the ones it implements.
-CAPABILITIES = (
-    "guard",  # saved-tensor hooks with version + fingerprint checks
-    "write_provenance",  # names the line that wrote a saved tensor
-    "eager_errors",  # explains the framework's own in-place errors
-    "check_op",  # numerical gradient audit of custom ops
-    "graph_mode",  # check_op also runs the op compiled (graph / jit)
-)
+__all__ = ["BackendAdapter", "GuardSession", "ProbeBase", "name_by_memory"]
 
 
 @runtime_checkable
@@ -50,7 +51,6 @@ class BackendAdapter(Protocol):
 
     name: str  # "torch" | "paddle" | "mindspore"
     module_name: str  # the framework's top-level module: "torch" | "paddle" | "mindspore"
-    capabilities: tuple[str, ...]
 
     # -- identity -----------------------------------------------------------------------------
     def is_tensor(self, obj: Any) -> bool: ...
@@ -93,7 +93,6 @@ class AdapterBase:
 
     name = "?"
     module_name = "?"
-    capabilities: tuple[str, ...] = ()
 
     def mode(self) -> str:
         return "eager"

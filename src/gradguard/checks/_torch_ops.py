@@ -43,7 +43,6 @@ class TorchBackend(AdapterBase):
     name = "torch"
     no_grad_hint = "torch.no_grad()"
     tensor_type = torch.Tensor
-    tensor_type_name = "torch.Tensor"
 
     # ---- describing tensors -------------------------------------------------------------------------
     def is_tensor(self, x: Any) -> bool:
@@ -70,9 +69,6 @@ class TorchBackend(AdapterBase):
 
     def requires_grad(self, t: torch.Tensor) -> bool:
         return bool(t.requires_grad)
-
-    def code_dtype(self, dtype_name: str) -> str:
-        return f"torch.{dtype_name}"
 
     # ---- numpy conversion ---------------------------------------------------------------------------
     def to_numpy(self, t: torch.Tensor) -> np.ndarray:

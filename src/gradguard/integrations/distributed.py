@@ -2,7 +2,7 @@
 prompt exit when a rank fails.
 
 Framework-free: reads only the environment variables torchrun (and ``torch.distributed.launch``, SLURM
-wrappers that mimic it) set: ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``.
+wrappers that mimic it) set: ``RANK`` and ``WORLD_SIZE``.
 
 # NOTE [No hang when one rank fails]
 # When one rank raises (say in backward), the others are typically blocked in a collective (DDP's gradient
@@ -31,7 +31,6 @@ _log = logging.getLogger("gradguard.integrations.distributed")
 class RankInfo:
     rank: int
     world_size: int
-    local_rank: int
 
 
 def _int(name: str) -> int | None:
@@ -50,8 +49,7 @@ def rank_info() -> RankInfo | None:
     world = _int("WORLD_SIZE")
     if rank is None or world is None:
         return None
-    local = _int("LOCAL_RANK")
-    return RankInfo(rank=rank, world_size=world, local_rank=rank if local is None else local)
+    return RankInfo(rank=rank, world_size=world)
 
 
 def rank_path(path: str, info: RankInfo | None) -> str:

@@ -30,7 +30,6 @@ def current_mode() -> str:
 class MindSporeAdapter(AdapterBase):
     name = "mindspore"
     module_name = "mindspore"
-    capabilities = ("guard", "write_provenance", "eager_errors", "check_op", "graph_mode")
 
     def is_tensor(self, obj) -> bool:
         return isinstance(obj, ms.Tensor)

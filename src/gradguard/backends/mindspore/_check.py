@@ -87,9 +87,6 @@ class MindSporeCheckAdapter(AdapterBase):
         """Only inputs marked with ``Tensor.requires_grad_()`` (MindSpore has no torch-style flag by default)."""
         return bool(getattr(t, "_requires_grad", False))
 
-    def code_dtype(self, dtype_name: str) -> str:
-        return f"ms.{dtype_name}"
-
     # ---- numpy conversion ---------------------------------------------------------------------------
     def to_numpy(self, t) -> np.ndarray:
         """float64 (int64 for integer tensors) numpy copy (``asnumpy`` shares the tensor's memory)."""

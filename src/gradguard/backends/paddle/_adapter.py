@@ -15,7 +15,6 @@ __all__ = ["PaddleAdapter", "ADAPTER"]
 class PaddleAdapter(AdapterBase):
     name = "paddle"
     module_name = "paddle"
-    capabilities = ("guard", "write_provenance", "eager_errors", "check_op")
 
     def is_tensor(self, obj) -> bool:
         return isinstance(obj, paddle.Tensor)

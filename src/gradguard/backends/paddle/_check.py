@@ -64,9 +64,6 @@ class PaddleCheckAdapter(AdapterBase):
     def requires_grad(self, t) -> bool:
         return not t.stop_gradient
 
-    def code_dtype(self, dtype_name: str) -> str:
-        return f"paddle.{dtype_name}"
-
     # ---- numpy conversion ---------------------------------------------------------------------------
     def to_numpy(self, t) -> np.ndarray:
         t = t.detach()

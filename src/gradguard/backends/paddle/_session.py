@@ -31,10 +31,9 @@ from __future__ import annotations
 
 import sys
 
-import numpy as np
 import paddle
 
-from ...core._engine import fingerprint_bytes, phrase_fix
+from ...core._engine import phrase_fix
 from ...core._events import BackwardEnded, BackwardStarted, TensorSaved
 from ...core._findings import Finding, TensorInfo
 from ...core._frames import LIBRARY_PATHS, user_location
@@ -43,7 +42,7 @@ from .._adapter import ProbeBase
 from ._naming import memory_range, name_by_variable, name_tensor
 from ...core._internal import log_fallback
 
-__all__ = ["PaddleGuardSession", "fingerprint", "paddle_fix"]
+__all__ = ["PaddleGuardSession", "paddle_fix"]
 
 LIBRARY_PATHS.add(paddle.__path__[0])
 
@@ -51,16 +50,6 @@ _ACTIVATIONS = {"relu_", "tanh_", "sigmoid_", "elu_", "leaky_relu_", "hardtanh_"
                 "celu_", "selu_", "silu_", "gelu_", "hardsigmoid_", "hardswish_", "mish_", "clip_", "exp_"}
 _NOT_WRITES = {"requires_grad_", "grad_", "stop_gradient_", "retain_grads", "register_hook"}
 _active: list["PaddleGuardSession"] = []  # sessions whose hooks are installed (Paddle allows one pair)
-
-
-def fingerprint(t, mode: str = "full") -> int | None:
-    """The core fingerprint of a Paddle tensor's values (``check_op`` uses it too)."""
-    try:
-        raw = np.ascontiguousarray(t.numpy())
-    except Exception as error:
-        log_fallback("backends.paddle", "copying a tensor to numpy for its fingerprint", error)
-        return None
-    return fingerprint_bytes(raw, mode)
 
 
 def _pylayer_saver(skip: int) -> str | None:

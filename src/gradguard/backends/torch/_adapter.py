@@ -12,7 +12,6 @@ __all__ = ["TorchAdapter", "ADAPTER"]
 class TorchAdapter(AdapterBase):
     name = "torch"
     module_name = "torch"
-    capabilities = ("guard", "write_provenance", "eager_errors", "check_op")
 
     def is_tensor(self, obj) -> bool:
         return isinstance(obj, torch.Tensor)

@@ -1,4 +1,4 @@
-"""A module's forward changing its own parameter through ``.data`` before using it (issue 14, class 7).
+"""A module's forward changing its own parameter through ``.data`` before using it.
 
 Checked when the forward saves the parameter for backward (write log / forensic mode): the saving frame is a
 module's ``forward``; its source is scanned once for ``.data`` writes that depend on the old value

@@ -188,19 +188,6 @@ def _packed_values(t: torch.Tensor):
         return t.detach().contiguous().reshape(-1).view(torch.uint8).numpy()
 
 
-def _cpu_block(t: torch.Tensor, mode: str):
-    """Fast path: hash a dense CPU tensor's memory straight from its pointer (no torch op, ~1 us fixed cost).
-    Returns None when the tensor needs the general path (gaps, overlaps, conj/neg bits, quantized)."""
-    if t.is_quantized or t.is_conj() or t.is_neg() or t.layout != torch.strided:
-        return None
-    n = t.numel()
-    if n == 0:
-        return _EMPTY
-    if not _is_block(t):
-        return None
-    return _hash_memory(t.data_ptr(), n * t.element_size(), mode)  # data_ptr: the lowest address
-
-
 _BLOCK, _BROADCAST, _OVERLAP, _GAPPED = "block", "broadcast", "overlap", "gapped"
 _LAYOUTS: dict[tuple, str] = {}  # (shape, strides) -> how to hash it; a model has few layouts, seen many times
 

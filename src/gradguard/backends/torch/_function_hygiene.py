@@ -1,6 +1,6 @@
 """Custom autograd.Function and tensor-hook hygiene: writes at a boundary that PyTorch never checks.
 
-Four writes corrupt gradients with no error from PyTorch (issue 14, class 1 and 2):
+Four writes corrupt gradients with no error from PyTorch:
 
 * ``ctx.x = x`` instead of ``ctx.save_for_backward(x)``: the tensor reaches backward with no version check,
   so an in-place write in between (``h += Swish.apply(h)``) makes the gradient silently wrong. Each tensor

@@ -1,4 +1,4 @@
-"""A module writing into its caller's tensor, which the caller then reads again (issue 14, class 5).
+"""A module writing into its caller's tensor, which the caller then reads again.
 
 ``nn.ReLU(inplace=True)`` as the first layer of a residual branch rectifies the caller's ``x`` itself:
 ``x + self.branch(x)`` then adds the rectified ``x``. No saved tensor is involved (an add saves nothing), so

@@ -1,4 +1,4 @@
-"""An in-place update that drops the differentiable gradient it was computed from (issue 14, class 6).
+"""An in-place update that drops the differentiable gradient it was computed from.
 
 MAML's inner step asks for a gradient with a graph (``torch.autograd.grad(loss, params, create_graph=True)``)
 so that the meta-loss can differentiate through the update. Written as ``with torch.no_grad(): p -= lr * g``

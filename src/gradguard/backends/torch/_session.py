@@ -203,12 +203,10 @@ class TorchGuardSession(ProbeBase):
     direct_writers = None  # the core rules' wording is torch's own
     tensor_type = torch.Tensor
 
-    def __init__(self, *, fingerprint: str = "full", track_writes: bool = True, record_sites: bool = True,
-                 bisect: bool = False):
+    def __init__(self, *, fingerprint: str = "full", track_writes: bool = True, bisect: bool = False):
         super().__init__(fingerprint=fingerprint, track_writes=track_writes, bisect=bisect)
         self.bisect = self.engine.bisect
         self._bisect = None
-        self.record_sites = record_sites
         self.backward_calls: list = []  # receivers and call chains of the backward passes: _backward_calls.BackwardCall
         self._mode = None  # the op stream (write log, bisect), or the call gate in front of it, while entered
         # The write log sits behind the call gate, except in bisect mode (the bisector checks around every op) and
@@ -331,7 +329,7 @@ class TorchGuardSession(ProbeBase):
             return self._version_only(t)
         if _compat.DYNAMO_TRACES_HOOKS and torch.compiler.is_compiling():  # NOTE in _compat.py (torch 2.4)
             return t
-        site, caller = user_location_and_caller(2) if self.record_sites else (None, None)
+        site, caller = user_location_and_caller(2)
         record = self._emit(TensorSaved(t if t.is_leaf else self._alias(t), site, None, self._producer(t), None,
                                         caller))  # NOTE [What pack keeps]
         if (self.track_writes and site is not None and site.function == "forward" and t.requires_grad
@@ -359,7 +357,7 @@ class TorchGuardSession(ProbeBase):
         (no version counter) are not watched."""
         if not _plain(t) or t.numel() == 0 or t.layout != torch.strided or t.is_inference():
             return None
-        site = user_location(1) if self.record_sites else None
+        site = user_location(1)
         return self._emit(TensorSaved(t.detach(), site, None, self._producer(t), kept_on=saver))
 
     def check_ctx_tensor(self, record: SavedRecord) -> None:
@@ -435,7 +433,7 @@ class TorchGuardSession(ProbeBase):
             return record.tensor
         if self._ledger.note_backward_pass(torch._C._current_graph_task_id()):
             self._backward_pass_started()
-        if self.record_sites and record.where.site is not None:  # where.site: one property call less per unpack
+        if record.where.site is not None:  # where.site: one property call less per unpack
             self._note_node_site(record)
         return self._emit(TensorUnpacked(record))
 
@@ -459,8 +457,6 @@ class TorchGuardSession(ProbeBase):
                 _second_order.watch_backward(self.report_extra, user_location(3))
             except Exception as error:
                 log_fallback("torch.second_order", "watching a backward for a dropped inner update", error)
-        if not self.record_sites:
-            return
         site = user_location(3)
         if site is None:
             return
@@ -511,7 +507,7 @@ class TorchGuardSession(ProbeBase):
             plain = _plain(t)
             fp = _fingerprint(t.detach(), self.fingerprint_mode) if plain and self.fingerprint_mode != "off" else None
             record = _UserHookRecord(None, tuple(t.shape), t.stride(), t.dtype, fp, _samples(t) if plain else None,
-                                     user_location(2) if self.record_sites else None, self._producer(t), version)
+                                     user_location(2), self._producer(t), version)
             record.packed = user_pack(t)
             return record
 
@@ -559,7 +555,7 @@ class TorchGuardSession(ProbeBase):
     def _on_write(self, func, targets):
         if _attribution.in_kernel():  # the Triton launch boundary reports the kernel's writes itself
             return None
-        if self.record_sites and torch.is_grad_enabled():
+        if torch.is_grad_enabled():
             self._watch_module_inputs(func, targets)
         if _second_order.entries:  # the line of a parameter update that drops a create_graph gradient
             for target in targets:
@@ -589,8 +585,7 @@ class TorchGuardSession(ProbeBase):
     def _wants_ops(self, args, kwargs) -> bool:
         """Whether an in-place call needs the op stream (NOTE [Ops at the price of calls]): something listens to
         every write, or one of its tensor arguments shares storage with a saved tensor."""
-        if (self.record_sites and torch.is_grad_enabled()) or _second_order.entries or (
-                self._write_log.on_read is not None):
+        if torch.is_grad_enabled() or _second_order.entries or self._write_log.on_read is not None:
             return True
         ledger = self._ledger
         if not ledger.any_alive():
