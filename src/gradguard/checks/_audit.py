@@ -425,9 +425,10 @@ class _Audit:
         g_d = self._vjps(fn, args, U, lin_d)
         run = _Run(lin_d=lin_d, U=U, g_d=g_d)
         all64 = all(dt == "float64" for dt in lin_d.out_dtypes) and all(self._dtype(i) == "float64" for i in range(len(self.wrt)))
-        # NOTE [Finite differences as arbiter]: with a reference, outside the given inputs and the kinks, the op's
-        # float64 run only serves finite differences, which run only when the op disagrees with the reference
-        deferred = ref is not None and regime not in ("given", "kinks", "shrink") and self._given_has_64 and not all64
+        # NOTE [Finite differences as arbiter]: with a reference, outside the given inputs the op's float64 run only
+        # serves finite differences and the kinks' subgradient test, which run only when the op disagrees with the
+        # reference
+        deferred = ref is not None and regime not in ("given", "shrink") and self._given_has_64 and not all64
         if all64:
             run.lin_64, run.g_64 = lin_d, g_d
         elif not deferred:
@@ -547,6 +548,10 @@ class _Audit:
                     if not m2.ok:
                         m, rule = m2, "1e-07 x max|reference| (float64 op vs float64 reference)"
                 # a padding row's zero gradient is a convention, not a kink: only the kinks regime has subgradients
+                if not m.ok and regime == "kinks" and deferred and run.lin_64 is None:
+                    run.lin_64, run.g_64 = self._run64(fn, args, U, "fn", run.notes)
+                    if run.lin_64 is not None:
+                        run.lin_64.release()
                 if not m.ok and regime == "kinks" and run.lin_64 is not None and g_cmp is g_d and \
                         self._within_subgradient(i, args, run, got, truth, allowed):
                     name = self.names[self.wrt[i]]
@@ -578,7 +583,7 @@ class _Audit:
             run.checks.append(CheckResult("gradient.numerical", regime, "skip", "the op agrees with the reference's "
                                           "float64 gradient (finite differences would repeat that, less precisely)"))
         else:
-            if deferred:
+            if deferred and run.lin_64 is None:
                 run.lin_64, run.g_64 = self._run64(fn, args, U, "fn", run.notes)
                 if run.lin_64 is not None:
                     run.lin_64.release()
