@@ -136,8 +136,9 @@ def test_a_write_into_the_producer_output_during_backward_is_still_caught():
 def test_a_repeatable_backward_shares_one_graph_among_the_cotangents():
     x = torch.randn(6, generator=torch.Generator().manual_seed(7))
     # given inputs, no regimes, gradient checks only: the op's dtype run, its float64 run, the effective-precision
-    # probes (2), the linearity probes (2) and 2 x 6 finite-difference columns; one forward per run, not per cotangent
-    assert _calls(_xsin, x, checks=("gradient",), regimes=[]) == 1 + 1 + 2 + 2 + 12
+    # probes (2), the linearity probes (2) and 2 x 3 finite-difference directions (a correct op never pays for the
+    # 2 x 6 columns of the full Jacobian: NOTE [Regimes use directions]); one forward per run, not per cotangent
+    assert _calls(_xsin, x, checks=("gradient",), regimes=[]) == 1 + 1 + 2 + 2 + 6
 
 
 # ---- cheaper conversions and comparisons: the same numbers ------------------------------------------
