@@ -13,6 +13,7 @@ from __future__ import annotations
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
+from ._framework_methods import out_of_place_method
 from ._intents import FixIntent
 
 __all__ = ["EditNotApplicable", "apply_intent", "apply_intents"]
@@ -253,8 +254,6 @@ def _is_inplace_method(node) -> bool:
 def _strip_inplace_links(call: cst.Call):
     """``c.mul_(s).add_(m)`` -> (``c.mul(s).add(m)``, receiver ``c``); None when it is not such a chain.
     Raises EditNotApplicable for a link with no out-of-place method (``normal_``; see out_of_place_method)."""
-    from ._fixes import out_of_place_method
-
     links, node = [], call
     while _is_inplace_method(node):
         links.append(node)
@@ -319,8 +318,6 @@ def _method_out_of_place(statement, small):
 
 
 def _out_of_place(statement, detail: dict):
-    from ._fixes import out_of_place_method
-
     small = _single(statement)
     if detail.get("method") == "masked_fill":
         if not (isinstance(small, cst.Assign) and len(small.targets) == 1

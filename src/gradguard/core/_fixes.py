@@ -16,7 +16,6 @@ from ._source_ast import _statement_at
 
 __all__ = [
     "out_of_place",
-    "out_of_place_method",
     "carried_state",
     "CarriedState",
     "step_receivers",
@@ -46,43 +45,12 @@ def statement_code(location: SourceLocation | None) -> str:
     return " ".join(lines)
 
 
-# NOTE [Out-of-place methods come from the framework]
-# `x.div_(n)` becomes `x = x.div(n)` only when the tensor type has a method `div`: the table is the framework
-# itself, not a list kept here. `normal_`, `uniform_`, `zero_`, `fill_`, `copy_` have no out-of-place method, so
-# the repair for them writes into a clone instead (`x = x.clone()` first). `bernoulli_(p)` has a namesake with
-# another meaning (`x.bernoulli()` draws with x as the probabilities), so it is treated as having none.
-_OTHER_MEANING = {"bernoulli_"}
-
-
-def _framework_types() -> list[tuple[object, object]]:
-    """(module, tensor type) of each framework loaded in this process. core imports none: ``gradguard fix`` loads
-    the script's framework before it edits (fix/_verify.load_frameworks)."""
-    import sys
-
-    return [(sys.modules[m], getattr(sys.modules[m], "Tensor", None)) for m in ("torch", "paddle", "mindspore")
-            if m in sys.modules]
-
-
-def out_of_place_method(name: str, namespace: bool = False) -> str | None:
-    """``div_`` -> ``div``; None when the framework has no out-of-place method of that name (``normal_``).
-    ``namespace``: look for a function of the module (``torch.relu`` for ``torch.relu_``) instead."""
-    if not name.endswith("_") or name.endswith("__") or name in _OTHER_MEANING:
-        return None
-    base = name[:-1]
-    frameworks = _framework_types()
-    if not frameworks:
-        return base  # no framework to ask: trust the naming convention
-    if any(callable(getattr(module if namespace else tensor, base, None)) for module, tensor in frameworks):
-        return base
-    return None
-
-
 def out_of_place(code: str) -> str | None:
     """``h *= 0.5`` -> ``h = h * 0.5``; ``a.mul_(2)`` -> ``a = a.mul(2)``; ``torch.relu_(x)`` -> ``x = torch.relu(x)``;
     ``y = x.div_(n)`` -> ``x = x.div(n); y = x``. The text is the edit ``gradguard fix`` makes (the same libcst
     rewrite); None when there is none (``x.normal_()``: no out-of-place method, see NOTE [Out-of-place methods
     come from the framework])."""
-    from ._edits import EditNotApplicable, apply_intent
+    from ._edits import EditNotApplicable, apply_intent  # libcst loads on first use, not with the guard
 
     code = code.strip()
     if _parse_line(code) is None:

@@ -34,7 +34,7 @@ from .._overlay import COVERAGE_ENV, OVERLAY_ENV, read_coverage
 from ..core._frames import LIBRARY_PATHS
 from ..core._intents import FixIntent
 from ..core._edits import EditNotApplicable, apply_intents
-from ._for_pytest import FIX_PYTEST_REPORT_ENV, is_pytest, pytest_argv
+from ._pytest_run import FIX_PYTEST_REPORT_ENV, is_pytest, pytest_argv
 from ._search import general_repairs, same_intent
 
 __all__ = ["RunResult", "AcceptedEdit", "Unfixed", "FixOutcome", "run_guarded", "repair", "lost_gradients"]

@@ -16,6 +16,7 @@ import re
 from html import escape
 from typing import Any, Iterable
 
+from .._version import __version__
 from ..core._findings import SAVED_TENSOR_KINDS, Finding, WriteRecord
 from ._text import _no_write
 
@@ -361,8 +362,6 @@ def notebook_html(finding: Finding) -> str:
 def render_html(findings: Iterable[Finding], *, script: str | None = None, rank: int | None = None,
                 world_size: int | None = None, exit_code: int | None = None) -> str:
     """A complete, self-contained HTML document reporting ``findings`` (possibly none)."""
-    from .. import __version__
-
     findings = list(findings)
     meta = [f"gradguard {_h(__version__)}"]
     if script:
