@@ -7,24 +7,10 @@ import mindspore as ms
 
 from .._adapter import AdapterBase
 from ...core._internal import log_fallback
+from ._mode import current_mode
+from ._naming import memory_range
 
 __all__ = ["MindSporeAdapter", "ADAPTER", "memory_range", "current_mode"]
-
-
-def memory_range(t):
-    try:
-        ptr = int(t.data_ptr())
-        n = int(t.nbytes)
-    except Exception as error:
-        log_fallback("backends.mindspore", "reading data_ptr/nbytes", error)
-        return None
-    if not ptr or n <= 0:
-        return None
-    return 0, ptr, ptr + n
-
-
-def current_mode() -> str:
-    return "graph" if ms.get_context("mode") == ms.GRAPH_MODE else "pynative"
 
 
 class MindSporeAdapter(AdapterBase):

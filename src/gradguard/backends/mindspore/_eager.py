@@ -7,7 +7,7 @@ import re
 from ..._errors import InplaceModificationError
 from ...core._diagnosis import diagnose
 from ...core._findings import Finding, SaveSite, TensorInfo
-from ._adapter import current_mode
+from ._mode import current_mode
 from ._session import mindspore_fix
 
 __all__ = ["enrich_mindspore_error"]

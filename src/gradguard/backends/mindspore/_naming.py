@@ -9,9 +9,21 @@ from __future__ import annotations
 from mindspore import Tensor, nn
 
 from .._adapter import name_by_memory, name_by_variable_memory
-from ._adapter import memory_range
+from ...core._internal import log_fallback
 
-__all__ = ["name_tensor", "name_by_variable"]
+__all__ = ["name_tensor", "name_by_variable", "memory_range"]
+
+
+def memory_range(t):
+    try:
+        ptr = int(t.data_ptr())
+        n = int(t.nbytes)
+    except Exception as error:
+        log_fallback("backends.mindspore", "reading data_ptr/nbytes", error)
+        return None
+    if not ptr or n <= 0:
+        return None
+    return 0, ptr, ptr + n
 
 
 def name_tensor(t) -> tuple[str | None, str | None]:

@@ -33,8 +33,8 @@ from ...core._findings import Finding, TensorInfo
 from ...core._frames import LIBRARY_PATHS, user_location
 from ...core._source_ast import call_name
 from .._adapter import ProbeBase
-from ._adapter import current_mode, memory_range
-from ._naming import name_by_variable, name_tensor
+from ._mode import current_mode
+from ._naming import memory_range, name_by_variable, name_tensor
 
 __all__ = ["MindSporeGuardSession", "GraphModeNotWatched", "mindspore_fix"]
 

@@ -25,6 +25,7 @@ import torch
 
 from ...core._findings import SourceLocation
 from ...core._frames import LIBRARY_PATHS
+from ._receiver import _backward_receiver, _lookup
 
 __all__ = ["BackwardCall", "backward_call", "raised_chain", "second_call_of_same_loss"]
 
@@ -94,8 +95,6 @@ def _innermost_user_frame(frame):
 
 def backward_call(skip: int = 2) -> BackwardCall | None:
     """The running backward pass's receiver and user call chain (CPU: the engine runs on the caller's thread)."""
-    from ._eager import _backward_receiver, _lookup
-
     frame = _innermost_user_frame(sys._getframe(skip))
     if frame is None:
         return None

@@ -24,6 +24,7 @@ import torch
 
 from ...core._diagnosis import saves_running_stat
 from ._fingerprint import bits
+from ._graph import _unpacking_argument
 
 __all__ = ["defer"]
 
@@ -74,8 +75,6 @@ def defer(session, record, now) -> bool:
     name = node.name() if node is not None else None
     argument = None
     if name is not None and "BatchNorm" in name:  # NOTE [Running stats saved in eval mode] (_session.py)
-        from ._session import _unpacking_argument
-
         argument = _unpacking_argument(node, record)
         if saves_running_stat(name, argument) and getattr(node, "_saved_training", True) is not False:
             return True  # a training-mode BatchNorm's running stats: a change is allowed, nothing to compare

@@ -7,8 +7,6 @@ recognises them by message when they leave the guarded block, and reads the user
 from __future__ import annotations
 
 import ast
-import collections
-import functools
 import re
 
 import torch
@@ -19,10 +17,13 @@ from ...core._findings import Finding, SaveSite, SourceLocation, TensorInfo, Wri
 from ...core._intents import FixIntent
 from ...core._frames import innermost_user_entry
 from ...core._fixes import _tree, assigned_names, carried_state, out_of_place, statement_code
-from ...core._source_ast import (_statement_at, accumulations, assignment_before, evaluate_reference,
-                                 resets_between, written_expression)
-from ._graph import walk_nodes
+from ...core._source_ast import (_statement_at, accumulations, assignment_before, resets_between,
+                                 written_expression)
+from ._backward_calls import _is_user, raised_chain, second_call_of_same_loss
+from ._graph import _reaches_any, walk_nodes
+from ._loss_site import forward_before_loop
 from ._naming import name_tensor
+from ._receiver import _backward_receiver, _lookup
 from ...core._internal import log_fallback
 
 __all__ = ["enrich_eager_error"]
@@ -35,10 +36,6 @@ _NO_GRAD_VIEW = "A view was created in no_grad mode and is being modified inplac
 _FUNCTION_VIEW = re.compile(r"Output \d+ of (\w+) is a view and is being modified inplace\. This view was created "
                             r"inside a custom Function")
 _BACKWARD_TWICE = "Trying to backward through the graph a second time"
-
-
-def _lookup(expression: str, frame) -> object:
-    return evaluate_reference(expression, collections.ChainMap(frame.f_locals, frame.f_globals))  # no copy
 
 
 def _describe(tensor, expression: str | None) -> TensorInfo:
@@ -427,25 +424,6 @@ def _freed_nodes(root, limit: int = 5000) -> set:
     return {node for node in walk_nodes([root], limit) if _freed(node)}
 
 
-@functools.lru_cache(maxsize=1024)  # recorded for every backward pass: the same few lines
-def _backward_receiver(code: str) -> str | None:
-    """``errG.backward()`` -> ``errG``; ``torch.autograd.backward(loss)`` -> ``loss``."""
-    import ast
-
-    try:
-        tree = ast.parse(code.strip())
-    except SyntaxError:
-        return None
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "backward":
-            target = node.func.value if not (isinstance(node.func.value, ast.Attribute)
-                                             and ast.unparse(node.func.value) == "torch.autograd") else (
-                node.args[0] if node.args else None)
-            if isinstance(target, (ast.Name, ast.Attribute)):
-                return ast.unparse(target)
-    return None
-
-
 class _Crossing:
     """The tensor that crosses from the graph an earlier backward freed into the one backpropagated now."""
 
@@ -498,7 +476,6 @@ def _crossing_tensor(site: _Site, earlier: SourceLocation | None) -> _Crossing |
 
 def _crossing_by_graph(site: _Site, session):
     """NOTE [Finding the crossing by the graph] (_crossing.py), from the failing backward's user frames outwards."""
-    from ._backward_calls import _is_user
     from ._crossing import find_crossing
 
     import linecache
@@ -521,10 +498,6 @@ def _crossing_by_graph(site: _Site, session):
         return None
     return find_crossing(loss, frames, list(getattr(session, "backward_calls", ())),
                          getattr(session, "node_sites", None) or {})
-
-
-def _reaches_any(root, nodes: set, limit: int = 5000) -> bool:
-    return any(node in nodes for node in walk_nodes([root], limit))
 
 
 def _graph_tensors(scope: dict):
@@ -645,8 +618,6 @@ def _backward_twice(error, session) -> Finding:
     hoisted = same_loss = None
     if not carried and site.frame is not None and session is not None:
         try:  # NOTE [The same loss backpropagated twice]
-            from ._backward_calls import raised_chain, second_call_of_same_loss
-
             receiver = _backward_receiver(site.code)
             loss = _lookup(receiver, site.frame) if receiver else None
             if isinstance(loss, torch.Tensor):
@@ -666,8 +637,6 @@ def _backward_twice(error, session) -> Finding:
             and (mechanism is None or mechanism.holder == "loss")
             and earlier is not None and (earlier.file, earlier.line) == (location.file, location.line)):
         try:  # NOTE [A forward made once, before the loop that backpropagates it]
-            from ._loss_site import forward_before_loop
-
             hoisted = forward_before_loop(site.frame, location.line)
         except Exception as problem:
             log_fallback("torch.eager", "looking for a forward made before the loop", problem)

@@ -47,6 +47,10 @@ def walk_nodes(roots, limit: int | None = None) -> Iterator:
         stack.extend(next_node for next_node, _ in node.next_functions)
 
 
+def _reaches_any(root, nodes: set, limit: int = 5000) -> bool:
+    return any(node in nodes for node in walk_nodes([root], limit))
+
+
 def _tensor_text(t: torch.Tensor) -> str:
     return f"{str(t.dtype).replace('torch.', '')}[{', '.join(str(s) for s in t.shape)}]"
 
@@ -107,6 +111,10 @@ def iter_saved(node) -> Iterator[tuple[str, Any]]:
                 log_fallback("backends.torch", "reading a saved tensor's data", error)
                 data = None
             yield (f"{name}[{index}]" if many else name), data
+
+
+def _unpacking_argument(node, target) -> str | None:
+    return next((argument for argument, data in iter_saved(node) if data is target), None)
 
 
 def _saved_arguments(node, record) -> tuple[list[dict[str, Any]], bool]:

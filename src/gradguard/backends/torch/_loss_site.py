@@ -25,7 +25,8 @@ import torch
 from ...core._fixes import _tree
 from ...core._frames import LIBRARY_PATHS
 from ...core._source_ast import assignment_before
-from ._eager import _backward_receiver, _lookup, _reaches_any
+from ._graph import _reaches_any
+from ._receiver import _backward_receiver, _lookup
 
 __all__ = ["loss_made_before_steps"]
 

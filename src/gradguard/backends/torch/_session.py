@@ -54,8 +54,10 @@ from . import (_attribution, _backward_calls, _call_gate, _compat, _data_in_forw
                _module_inputs,
                _second_order, _step_aside, _user_hooks)
 from . import _device_check
+from ._bisector import Bisector
 from ._fingerprint import fingerprint as _fingerprint
 from ._fingerprint import same as _same_fingerprint
+from ._graph import _unpacking_argument
 from ._naming import name_by_variable, name_in_writing_frame, name_tensor, one_heap_scan
 from ._overlap import share_elements
 from ._call_gate import CallGate, install, python_op_name, uninstall
@@ -275,8 +277,6 @@ class TorchGuardSession(ProbeBase):
             self._write_log = WriteLog(self._on_write)
             subscribers = [self._write_log]
             if self.bisect:
-                from ._bisect import Bisector
-
                 self._bisect = Bisector(self)
                 subscribers.insert(0, self._bisect)  # outermost: it checks around the write log's work too
             mode = dynamo_safe(OpStream)(subscribers)
@@ -832,9 +832,3 @@ class _UnpackBisect:
 
     def stop(self) -> None:
         return None  # the session exits the mode
-
-
-def _unpacking_argument(node, target) -> str | None:
-    from ._graph import iter_saved
-
-    return next((argument for argument, data in iter_saved(node) if data is target), None)
