@@ -451,6 +451,13 @@ class _Audit:
             raise _NotApplicable("outside fn's domain: its float64 outputs are NaN/inf on these inputs, and there is no "
                                  "reference to say whether they should be finite")
 
+        def op64_late() -> None:
+            """The op's float64 run that ``deferred`` put off, made once when a disagreement needs it."""
+            if deferred and run.lin_64 is None:
+                run.lin_64, run.g_64 = self._run64(fn, args, U, "fn", run.notes)
+                if run.lin_64 is not None:
+                    run.lin_64.release()
+
         lin_rd = lin_r64 = g_rd = g_r64 = None
         shared = list(range(len(lin_d.out_names)))  # the op's outputs the reference returns too
         g_cmp = g_d  # the op's gradients to compare with the reference's
@@ -548,10 +555,8 @@ class _Audit:
                     if not m2.ok:
                         m, rule = m2, "1e-07 x max|reference| (float64 op vs float64 reference)"
                 # a padding row's zero gradient is a convention, not a kink: only the kinks regime has subgradients
-                if not m.ok and regime == "kinks" and deferred and run.lin_64 is None:
-                    run.lin_64, run.g_64 = self._run64(fn, args, U, "fn", run.notes)
-                    if run.lin_64 is not None:
-                        run.lin_64.release()
+                if not m.ok and regime == "kinks":
+                    op64_late()
                 if not m.ok and regime == "kinks" and run.lin_64 is not None and g_cmp is g_d and \
                         self._within_subgradient(i, args, run, got, truth, allowed):
                     name = self.names[self.wrt[i]]
@@ -583,10 +588,7 @@ class _Audit:
             run.checks.append(CheckResult("gradient.numerical", regime, "skip", "the op agrees with the reference's "
                                           "float64 gradient (finite differences would repeat that, less precisely)"))
         else:
-            if deferred and run.lin_64 is None:
-                run.lin_64, run.g_64 = self._run64(fn, args, U, "fn", run.notes)
-                if run.lin_64 is not None:
-                    run.lin_64.release()
+            op64_late()
             if run.lin_64 is not None or numeric_dt == "float32":
                 self._numerical(args, run, regime, fail, record, g_r64, numeric_dt)
             else:
