@@ -54,6 +54,7 @@ import numpy as np
 from .._errors import InvalidArgument
 from . import _numerical as num
 from ._composition import audit_composition
+from ._differences import Differences
 from ._mutation import audit_mutation
 from ._op_raised import OpRaised
 from ._arguments import check_vary, discover_arguments
@@ -130,6 +131,46 @@ class _Run:
     checks: list[CheckResult] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     scales: tuple[float, float] | None = None  # max|u| of the first cotangent, max|f| of the outputs (``_floor``)
+
+
+@dataclass
+class _Suite:
+    """One regime's gradient suite in progress: its inputs, the op's run and the reference's runs."""
+
+    args: list[Any]
+    regime: str
+    spec: Spec
+    run: _Run
+    all64: bool  # the op's outputs and differentiated inputs are all float64: its run is the float64 run
+    deferred: bool  # the op's float64 run is put off until a disagreement needs it (NOTE [Finite differences as arbiter])
+    g_cmp: list  # the op's gradients to compare with the reference's (NOTE [Partial references])
+    shared: list[int]  # the op's outputs the reference returns too
+    lin_rd: Any = None  # the reference in the op's dtype
+    lin_r64: Any = None  # the reference in float64
+    g_rd: list | None = None
+    g_r64: list | None = None
+
+
+@dataclass
+class _Sink:
+    """Where one regime's checks put their failures and results."""
+
+    run: _Run
+    regime: str
+
+    def fail(self, check, **kw) -> None:
+        self.run.failures.append(Failure(check=check, regime=self.regime, **kw))
+
+    def record(self, check, ok, detail="") -> None:
+        self.run.checks.append(CheckResult(check, self.regime, "pass" if ok else "fail", detail))
+
+
+def _reorder(lin, names: list[str]) -> None:
+    """``lin``'s outputs in the order of ``names`` (the reference's names of the outputs it shares with fn)."""
+    order = [lin.out_names.index(n) for n in names]
+    lin.out_tensors = [lin.out_tensors[j] for j in order]
+    lin.outputs = [lin.outputs[j] for j in order]
+    lin.out_names = list(names)
 
 
 class _Audit:
@@ -417,6 +458,28 @@ class _Audit:
 
     # ---- the gradient suite ------------------------------------------------------------------------
     def gradient_suite(self, args, regime: str, spec: Spec, linearity: bool, seed_offset: int) -> _Run:
+        s = self._op_runs(args, regime, spec, seed_offset)
+        if self.reference is not None:
+            self._reference_runs(s)
+        sink = _Sink(s.run, regime)
+        if self.reference is not None:
+            self._forward_reference(s, sink)
+        # gradient.reference (run before gradient.numerical, listed after it: NOTE [Finite differences as arbiter])
+        against_ref = self._gradient_reference(s, sink)
+        self._gradient_numerical(s, sink, against_ref[1])
+        s.run.checks += against_ref[0]
+        s.run.failures += against_ref[1]
+        if self.reference is None and spec.precision and s.run.g_64 is not None and not s.all64:
+            self._gradient_precision(s, sink)
+        elif self.reference is None and spec.convention and s.run.g_64 is not None:
+            self._gradient_nonfinite(s, sink)
+        if linearity:
+            self._linearity(s.run, args, regime, sink.fail, sink.record)
+        return s.run
+
+    def _op_runs(self, args, regime: str, spec: Spec, seed_offset: int) -> _Suite:
+        """The op's runs on ``args``: in its dtype, and in float64 unless that is deferred (NOTE [Finite differences
+        as arbiter])."""
         B, fn, ref = self.B, self.fn, self.reference
         rng = np.random.default_rng(self.opts["seed"] + seed_offset)
         lin_d = B.linearize(fn, args, self.kwargs, self.wrt)
@@ -438,11 +501,18 @@ class _Audit:
             if lin is not None:
                 lin.release()
         run.eff = self._effective_dtype(args, run) if run.lin_64 is not None else (self._eff if deferred else None)
+        self._op_domain(run, regime)
+        return _Suite(args=args, regime=regime, spec=spec, run=run, all64=all64, deferred=deferred, g_cmp=g_d,
+                      shared=list(range(len(lin_d.out_names))))
+
+    def _op_domain(self, run: _Run, regime: str) -> None:
+        """What the given inputs' run says for the regimes; a regime where fn's float64 outputs are not finite and no
+        reference says whether they should be: not applicable."""
         if regime == "given":
             self._given_has_64 = run.lin_64 is not None
         if regime == "given":
-            self._given_finite = all(np.all(np.isfinite(o)) for o in (run.lin_64 or lin_d).outputs)
-        elif ref is None and run.lin_64 is not None and self._given_finite and \
+            self._given_finite = all(np.all(np.isfinite(o)) for o in (run.lin_64 or run.lin_d).outputs)
+        elif self.reference is None and run.lin_64 is not None and self._given_finite and \
                 not all(np.all(np.isfinite(o)) for o in run.lin_64.outputs):
             # NOTE [Outside the domain]: fn's own float64 outputs are NaN/inf here (log-probabilities x1000 are no
             # log-probabilities): backward and finite differences are both NaN, and without a reference nothing says
@@ -451,189 +521,200 @@ class _Audit:
             raise _NotApplicable("outside fn's domain: its float64 outputs are NaN/inf on these inputs, and there is no "
                                  "reference to say whether they should be finite")
 
-        def op64_late() -> None:
-            """The op's float64 run that ``deferred`` put off, made once when a disagreement needs it."""
-            if deferred and run.lin_64 is None:
-                run.lin_64, run.g_64 = self._run64(fn, args, U, "fn", run.notes)
-                if run.lin_64 is not None:
-                    run.lin_64.release()
+    def _op64_late(self, s: _Suite) -> None:
+        """The op's float64 run that ``deferred`` put off, made once when a disagreement needs it."""
+        run = s.run
+        if s.deferred and run.lin_64 is None:
+            run.lin_64, run.g_64 = self._run64(self.fn, s.args, run.U, "fn", run.notes)
+            if run.lin_64 is not None:
+                run.lin_64.release()
 
-        lin_rd = lin_r64 = g_rd = g_r64 = None
-        shared = list(range(len(lin_d.out_names)))  # the op's outputs the reference returns too
-        g_cmp = g_d  # the op's gradients to compare with the reference's
-        if ref is not None:
-            try:
-                lin_rd = B.linearize(ref, args, self.kwargs, self.wrt)
-                self._check_outputs(lin_rd, "reference")
-                pairs = self._reference_pairs(lin_d, lin_rd)
-                shared, native = [j for j, _ in pairs], [n for _, n in pairs]
-                order = [lin_rd.out_names.index(n) for n in native]
-                lin_rd.out_tensors = [lin_rd.out_tensors[j] for j in order]
-                lin_rd.outputs = [lin_rd.outputs[j] for j in order]
-                lin_rd.out_names = list(native)
-                U_r = [[us[j] for j in shared] for us in U]
-                g_rd = self._vjps(ref, args, U_r, lin_rd, native)
-                if len(shared) < len(lin_d.out_names):
-                    # NOTE [Partial references]: a reference that returns fewer outputs (a fused add+norm's reference
-                    # without the residual; or, with one input requiring grad, outputs that do not depend on it) is
-                    # compared on what it returns: the op's VJP with zero cotangents on the other outputs
-                    U_m = [[u if j in shared else np.zeros_like(u) for j, u in enumerate(us)] for us in U]
-                    g_cmp = self._vjps(fn, args, U_m, B.linearize(fn, args, self.kwargs, self.wrt))
-                if all64 and run.eff not in (None, "float64"):
-                    # float64 declared, lower precision computed: the reference's own error in that precision
-                    # (inputs rounded, math in it) sets the tolerance, with its float64 run as the truth
-                    lin_r64, g_r64 = lin_rd, g_rd
-                    low_args = [B.from_numpy(B.to_numpy(a), a, run.eff) if i in self.wrt else a for i, a in enumerate(args)]
-                    lin_rd = B.linearize(ref, low_args, self.kwargs, self.wrt)
-                    order = [lin_rd.out_names.index(n) for n in native]
-                    lin_rd.out_tensors = [lin_rd.out_tensors[j] for j in order]
-                    lin_rd.outputs = [lin_rd.outputs[j] for j in order]
-                    lin_rd.out_names = list(native)
-                    g_rd = self._vjps(ref, low_args, U_r, lin_rd, native)
-                elif all64:
-                    lin_r64, g_r64 = lin_rd, g_rd
-                else:
-                    lin_r64, g_r64 = self._run64(ref, args, U_r, "reference", run.notes, native)
-            except OpRaised as exc:
-                raise _ReferenceRaised(exc) from exc
-            for lin in (lin_rd, lin_r64):
-                if lin is not None:
-                    lin.release()
-            if regime != "given":
-                # NOTE [Regime not applicable]: inputs the reference itself cannot handle (every label ignored, a
-                # log of 0) say nothing about the op: the regime is skipped, not failed.
-                truth_vals = list((lin_r64 or lin_rd).outputs) + [g for gs in (g_r64 or g_rd) for g in gs]
-                truth_vals += list(lin_rd.outputs) + [g for gs in g_rd for g in gs]  # overflow in the op's dtype too
-                given_finite = all(np.all(np.isfinite(o)) for o in self._given_ref_outputs)
-                if given_finite and not all(np.all(np.isfinite(v)) for v in truth_vals):
-                    raise _NotApplicable("the reference returns NaN/inf on these inputs (in float64 or in the op's dtype)")
-            else:
-                self._given_ref_outputs = list((lin_r64 or lin_rd).outputs)
+    def _reference_runs(self, s: _Suite) -> None:
+        """The reference's runs on the regime's inputs, into ``s``; the regime is not applicable where the reference
+        itself returns NaN/inf (NOTE [Regime not applicable])."""
+        try:
+            self._reference_linearized(s)
+        except OpRaised as exc:
+            raise _ReferenceRaised(exc) from exc
+        for lin in (s.lin_rd, s.lin_r64):
+            if lin is not None:
+                lin.release()
+        if s.regime != "given":
+            # NOTE [Regime not applicable]: inputs the reference itself cannot handle (every label ignored, a
+            # log of 0) say nothing about the op: the regime is skipped, not failed.
+            truth_vals = list((s.lin_r64 or s.lin_rd).outputs) + [g for gs in (s.g_r64 or s.g_rd) for g in gs]
+            truth_vals += list(s.lin_rd.outputs) + [g for gs in s.g_rd for g in gs]  # overflow in the op's dtype too
+            given_finite = all(np.all(np.isfinite(o)) for o in self._given_ref_outputs)
+            if given_finite and not all(np.all(np.isfinite(v)) for v in truth_vals):
+                raise _NotApplicable("the reference returns NaN/inf on these inputs (in float64 or in the op's dtype)")
+        else:
+            self._given_ref_outputs = list((s.lin_r64 or s.lin_rd).outputs)
 
-        def fail(check, **kw):
-            run.failures.append(Failure(check=check, regime=regime, **kw))
+    def _reference_linearized(self, s: _Suite) -> None:
+        B, fn, ref, args, run = self.B, self.fn, self.reference, s.args, s.run
+        lin_d, U = run.lin_d, run.U
+        lin_rd = B.linearize(ref, args, self.kwargs, self.wrt)
+        self._check_outputs(lin_rd, "reference")
+        pairs = self._reference_pairs(lin_d, lin_rd)
+        s.shared, native = [j for j, _ in pairs], [n for _, n in pairs]
+        _reorder(lin_rd, native)
+        U_r = [[us[j] for j in s.shared] for us in U]
+        g_rd = self._vjps(ref, args, U_r, lin_rd, native)
+        if len(s.shared) < len(lin_d.out_names):
+            # NOTE [Partial references]: a reference that returns fewer outputs (a fused add+norm's reference
+            # without the residual; or, with one input requiring grad, outputs that do not depend on it) is
+            # compared on what it returns: the op's VJP with zero cotangents on the other outputs
+            U_m = [[u if j in s.shared else np.zeros_like(u) for j, u in enumerate(us)] for us in U]
+            s.g_cmp = self._vjps(fn, args, U_m, B.linearize(fn, args, self.kwargs, self.wrt))
+        if s.all64 and run.eff not in (None, "float64"):
+            # float64 declared, lower precision computed: the reference's own error in that precision
+            # (inputs rounded, math in it) sets the tolerance, with its float64 run as the truth
+            s.lin_r64, s.g_r64 = lin_rd, g_rd
+            low_args = [B.from_numpy(B.to_numpy(a), a, run.eff) if i in self.wrt else a for i, a in enumerate(args)]
+            lin_rd = B.linearize(ref, low_args, self.kwargs, self.wrt)
+            _reorder(lin_rd, native)
+            g_rd = self._vjps(ref, low_args, U_r, lin_rd, native)
+        elif s.all64:
+            s.lin_r64, s.g_r64 = lin_rd, g_rd
+        else:
+            s.lin_r64, s.g_r64 = self._run64(ref, args, U_r, "reference", run.notes, native)
+        s.lin_rd, s.g_rd = lin_rd, g_rd
 
-        def record(check, ok, detail=""):
-            run.checks.append(CheckResult(check, regime, "pass" if ok else "fail", detail))
+    def _forward_reference(self, s: _Suite, sink: _Sink) -> None:
+        """``forward.reference``: the op's outputs against the reference's."""
+        lin_d, lin_rd, lin_r64 = s.run.lin_d, s.lin_rd, s.lin_r64
+        ok = True
+        for k, o in enumerate(s.shared):
+            name = lin_d.out_names[o]
+            dt = self._precision_of(lin_d.out_dtypes[o], s.run)
+            truth = lin_r64.outputs[k] if lin_r64 is not None else lin_rd.outputs[k]
+            allowed, rule = self._derived_tol(lin_d.outputs[o], lin_rd.outputs[k], truth, dt, lin_r64 is not None, 0.0)
+            m = num.compare(lin_d.outputs[o], truth, allowed)
+            if not m.ok:
+                ok = False
+                idx = ", ".join(map(str, m.index or ()))
+                sink.fail("forward.reference", input=name, message=f"{name} differs from the reference's",
+                          max_abs_err=m.max_abs, max_rel_err=m.max_rel, tolerance=rule,
+                          where=f"{name}[{idx}]: op {m.got:.6g}, reference {m.expected:.6g}",
+                          why="the forward computes a different function than the reference; gradient checks "
+                          "against finite differences of the op itself cannot see this.",
+                          fix="fix the forward first; then re-run check_op.")
+        sink.record("forward.reference", ok)
 
-        # forward.reference
-        if ref is not None:
-            ok = True
-            for k, o in enumerate(shared):
-                name = lin_d.out_names[o]
-                dt = self._precision_of(lin_d.out_dtypes[o], run)
-                truth = lin_r64.outputs[k] if lin_r64 is not None else lin_rd.outputs[k]
-                allowed, rule = self._derived_tol(lin_d.outputs[o], lin_rd.outputs[k], truth, dt, lin_r64 is not None, 0.0)
-                m = num.compare(lin_d.outputs[o], truth, allowed)
-                if not m.ok:
-                    ok = False
-                    idx = ", ".join(map(str, m.index or ()))
-                    fail("forward.reference", input=name, message=f"{name} differs from the reference's",
-                         max_abs_err=m.max_abs, max_rel_err=m.max_rel, tolerance=rule,
-                         where=f"{name}[{idx}]: op {m.got:.6g}, reference {m.expected:.6g}",
-                         why="the forward computes a different function than the reference; gradient checks "
-                         "against finite differences of the op itself cannot see this.",
-                         fix="fix the forward first; then re-run check_op.")
-            record("forward.reference", ok)
-
-        # gradient.reference (run before gradient.numerical, listed after it: NOTE [Finite differences as arbiter])
+    def _gradient_reference(self, s: _Suite, sink: _Sink) -> tuple[list[CheckResult], list[Failure]]:
+        """``gradient.reference``, taken out of the run's checks and failures (to be listed after gradient.numerical)."""
+        run = s.run
         marks = len(run.checks), len(run.failures)
-        if ref is not None:
+        if self.reference is not None:
             ok = True
             for i in range(len(self.wrt)):
-                dt = self._precision_of(self._dtype(i), run)
-                got = np.stack([g[i] for g in g_cmp])
-                ref_d = np.stack([g[i] for g in g_rd])
-                truth = np.stack([g[i] for g in g_r64]) if g_r64 is not None else ref_d
-                allowed, rule = self._derived_tol(got, ref_d, truth, dt, g_r64 is not None, self._floor(i, run, dt))
-                m = num.compare(got, truth, allowed)
-                if m.ok and run.g_64 is not None and g_r64 is not None and not all64 and run.eff == "float64" \
-                        and g_cmp is g_d:
-                    got64 = np.stack([g[i] for g in run.g_64])
-                    scale = _scale(truth)
-                    m2 = num.compare(got64, truth, 1e-7 * scale + self._floor(i, run, "float64"))
-                    if not m2.ok:
-                        m, rule = m2, "1e-07 x max|reference| (float64 op vs float64 reference)"
-                # a padding row's zero gradient is a convention, not a kink: only the kinks regime has subgradients
-                if not m.ok and regime == "kinks":
-                    op64_late()
-                if not m.ok and regime == "kinks" and run.lin_64 is not None and g_cmp is g_d and \
-                        self._within_subgradient(i, args, run, got, truth, allowed):
-                    name = self.names[self.wrt[i]]
-                    run.notes.append(f"gradient of {name} differs from the reference's only at kinks, where it is another "
-                                     f"valid subgradient (between the one-sided derivatives): accepted")
-                    continue
-                if not m.ok:
-                    ok = False
-                    m.index = m.index[1:] if m.index else m.index
-                    name = self.names[self.wrt[i]]
-                    fail("gradient.reference", input=name,
-                         message=f"gradient of {name} differs from the reference's",
-                         max_abs_err=m.max_abs, max_rel_err=m.max_rel, tolerance=rule,
-                         where=self._where(i, m, "op", "reference"),
-                         why="the op's backward does not compute the reference's gradient (to the precision the "
-                         "reference itself reaches in this dtype).",
-                         fix="compare the backward formula with the reference's; the worst element is shown above.")
-            record("gradient.reference", ok)
+                ok = self._gradient_reference_input(s, sink, i) and ok
+            sink.record("gradient.reference", ok)
         against_ref = run.checks[marks[0]:], run.failures[marks[1]:]
         del run.checks[marks[0]:], run.failures[marks[1]:]
+        return against_ref
 
-        # gradient.numerical
-        numeric_dt = run.eff if run.lin_64 is not None or deferred else self._dtype(0)
+    def _gradient_reference_input(self, s: _Suite, sink: _Sink, i: int) -> bool:
+        run = s.run
+        dt = self._precision_of(self._dtype(i), run)
+        got = np.stack([g[i] for g in s.g_cmp])
+        ref_d = np.stack([g[i] for g in s.g_rd])
+        truth = np.stack([g[i] for g in s.g_r64]) if s.g_r64 is not None else ref_d
+        allowed, rule = self._derived_tol(got, ref_d, truth, dt, s.g_r64 is not None, self._floor(i, run, dt))
+        m = num.compare(got, truth, allowed)
+        if m.ok and run.g_64 is not None and s.g_r64 is not None and not s.all64 and run.eff == "float64" \
+                and s.g_cmp is run.g_d:
+            got64 = np.stack([g[i] for g in run.g_64])
+            scale = _scale(truth)
+            m2 = num.compare(got64, truth, 1e-7 * scale + self._floor(i, run, "float64"))
+            if not m2.ok:
+                m, rule = m2, "1e-07 x max|reference| (float64 op vs float64 reference)"
+        if m.ok:
+            return True
+        # a padding row's zero gradient is a convention, not a kink: only the kinks regime has subgradients
+        if s.regime == "kinks" and self._kink_subgradient(s, i, got, truth, allowed):
+            return True
+        m.index = m.index[1:] if m.index else m.index
+        name = self.names[self.wrt[i]]
+        sink.fail("gradient.reference", input=name,
+                  message=f"gradient of {name} differs from the reference's",
+                  max_abs_err=m.max_abs, max_rel_err=m.max_rel, tolerance=rule,
+                  where=self._where(i, m, "op", "reference"),
+                  why="the op's backward does not compute the reference's gradient (to the precision the "
+                  "reference itself reaches in this dtype).",
+                  fix="compare the backward formula with the reference's; the worst element is shown above.")
+        return False
+
+    def _kink_subgradient(self, s: _Suite, i: int, got, truth, allowed) -> bool:
+        """Whether the op's gradient, which differs from the reference's in the kinks regime, is another valid
+        subgradient there (NOTE [Kink conventions]); a note says so."""
+        run = s.run
+        self._op64_late(s)
+        if run.lin_64 is not None and s.g_cmp is run.g_d and \
+                self._within_subgradient(i, s.args, run, got, truth, allowed):
+            name = self.names[self.wrt[i]]
+            run.notes.append(f"gradient of {name} differs from the reference's only at kinks, where it is another "
+                             f"valid subgradient (between the one-sided derivatives): accepted")
+            return True
+        return False
+
+    def _gradient_numerical(self, s: _Suite, sink: _Sink, against_ref: list[Failure]) -> None:
+        """``gradient.numerical`` (or ``gradient.surrogate``), or why it is skipped."""
+        run, regime, ref = s.run, s.regime, self.reference
+        numeric_dt = run.eff if run.lin_64 is not None or s.deferred else self._dtype(0)
         if self.opts["surrogate"] is not None:
-            self._surrogate(args, run, regime, fail, record)
-        elif not spec.numerical:
+            self._surrogate(s.args, run, regime, sink.fail, sink.record)
+        elif not s.spec.numerical:
             run.checks.append(CheckResult("gradient.numerical", regime, "skip", "finite differences not meaningful here"))
-        elif ref is not None and regime != "given" and not against_ref[1]:
+        elif ref is not None and regime != "given" and not against_ref:
             run.checks.append(CheckResult("gradient.numerical", regime, "skip", "the op agrees with the reference's "
                                           "float64 gradient (finite differences would repeat that, less precisely)"))
         else:
-            op64_late()
+            self._op64_late(s)
             if run.lin_64 is not None or numeric_dt == "float32":
-                self._numerical(args, run, regime, fail, record, g_r64, numeric_dt)
+                self._numerical(s.args, run, regime, sink.fail, sink.record, s.g_r64, numeric_dt)
             else:
                 run.checks.append(CheckResult("gradient.numerical", regime, "skip", f"fn does not run in float64 and {numeric_dt} is too coarse for finite differences"))
 
-        run.checks += against_ref[0]
-        run.failures += against_ref[1]
-        if ref is None and spec.precision and run.g_64 is not None and not all64:
-            ok = True
-            for i in range(len(self.wrt)):
-                dt = self._dtype(i)
-                got = np.stack([g[i] for g in g_d])
-                truth = np.stack([g[i] for g in run.g_64])
-                rel = _PRECISION_REL.get(dt, 1e-4)
-                m = num.compare(got, truth, rel * _scale(truth) + self._floor(i, run, dt))
-                if not m.ok:
-                    ok = False
-                    m.index = m.index[1:] if m.index else m.index
-                    name = self.names[self.wrt[i]]
-                    fail("gradient.precision", input=name,
-                         message=f"gradient of {name} in {dt} is far from the op's own float64 gradient",
-                         max_abs_err=m.max_abs, max_rel_err=m.max_rel, tolerance=f"{rel:g} x max|float64 gradient|",
-                         where=self._where(i, m, dt, "float64"),
-                         why="overflow, cancellation or a missing upcast in low precision (the float64 run is "
-                         "correct or was checked against finite differences).",
-                         fix=f"accumulate in float32 (or subtract the row max / use a stable formula); pass reference= to "
-                         f"judge {dt} error against a trusted implementation instead of a fixed tolerance.")
-            record("gradient.precision", ok)
-        elif ref is None and spec.convention and run.g_64 is not None:
-            ok = True
-            for i in range(len(self.wrt)):
-                got = np.stack([g[i] for g in g_d])
-                truth = np.stack([g[i] for g in run.g_64])
-                bad = ~np.isfinite(got) & np.isfinite(truth)
-                if bad.any():
-                    ok = False
-                    name = self.names[self.wrt[i]]
-                    fail("gradient.nonfinite", input=name, message=f"gradient of {name} is not finite ({int(bad.sum())} elements)",
-                         why="a value at a kink or boundary makes the backward divide by zero or take log(0).",
-                         fix="guard the special value in backward (torch.where) the way the forward does.")
-            record("gradient.nonfinite", ok)
+    def _gradient_precision(self, s: _Suite, sink: _Sink) -> None:
+        """``gradient.precision`` without a reference: the op's dtype run against its own float64 run."""
+        run = s.run
+        ok = True
+        for i in range(len(self.wrt)):
+            dt = self._dtype(i)
+            got = np.stack([g[i] for g in run.g_d])
+            truth = np.stack([g[i] for g in run.g_64])
+            rel = _PRECISION_REL.get(dt, 1e-4)
+            m = num.compare(got, truth, rel * _scale(truth) + self._floor(i, run, dt))
+            if not m.ok:
+                ok = False
+                m.index = m.index[1:] if m.index else m.index
+                name = self.names[self.wrt[i]]
+                sink.fail("gradient.precision", input=name,
+                          message=f"gradient of {name} in {dt} is far from the op's own float64 gradient",
+                          max_abs_err=m.max_abs, max_rel_err=m.max_rel, tolerance=f"{rel:g} x max|float64 gradient|",
+                          where=self._where(i, m, dt, "float64"),
+                          why="overflow, cancellation or a missing upcast in low precision (the float64 run is "
+                          "correct or was checked against finite differences).",
+                          fix=f"accumulate in float32 (or subtract the row max / use a stable formula); pass reference= to "
+                          f"judge {dt} error against a trusted implementation instead of a fixed tolerance.")
+        sink.record("gradient.precision", ok)
 
-        if linearity:
-            self._linearity(run, args, regime, fail, record)
-        return run
+    def _gradient_nonfinite(self, s: _Suite, sink: _Sink) -> None:
+        """``gradient.nonfinite`` at kinks without a reference: finite where the float64 gradient is."""
+        run = s.run
+        ok = True
+        for i in range(len(self.wrt)):
+            got = np.stack([g[i] for g in run.g_d])
+            truth = np.stack([g[i] for g in run.g_64])
+            bad = ~np.isfinite(got) & np.isfinite(truth)
+            if bad.any():
+                ok = False
+                name = self.names[self.wrt[i]]
+                sink.fail("gradient.nonfinite", input=name, message=f"gradient of {name} is not finite ({int(bad.sum())} elements)",
+                          why="a value at a kink or boundary makes the backward divide by zero or take log(0).",
+                          fix="guard the special value in backward (torch.where) the way the forward does.")
+        sink.record("gradient.nonfinite", ok)
 
     def _precision_of(self, dt: str, run: _Run) -> str:
         """A float64 declared dtype computed in lower precision is judged at that precision."""
@@ -655,168 +736,88 @@ class _Audit:
 
     def _numerical(self, args, run: _Run, regime, fail, record, g_r64, dt: str):
         """``gradient.numerical``: see NOTE [Directional probes] and NOTE [Effective precision]."""
-        B, opts = self.B, self.opts
-        low = dt != "float64"
         base_args = self._to64(args) if run.lin_64 is not None else list(args)
         G_all = run.g_64 if run.lin_64 is not None else run.g_d
         lin = run.lin_64 if run.lin_64 is not None else run.lin_d
-        xs = [B.to_numpy(base_args[i]) for i in self.wrt]
-        out_names = lin.out_names
-        f0 = lin.outputs
-        rng = np.random.default_rng(opts["seed"] + 1000)
-        eps = B.eps(dt)
-        input_dts = [B.dtype_name(base_args[i]) for i in self.wrt]
-
-        # the unmoved inputs as the op gets them (contiguous, values xs), built once; forward64 feeds fn copies
-        held = list(base_args)
-        for i, v in zip(self.wrt, xs):
-            held[i] = B.with_values(base_args[i], v)
-
-        def forward(k, value):
-            """fn's outputs with input ``wrt[k]`` set to ``value`` and every other input as held."""
-            new = list(held)
-            new[self.wrt[k]] = B.with_values(base_args[self.wrt[k]], value)
-            return B.forward64(self.fn, new, self.kwargs, out_names)
-
-        # In low precision the step must grow (rounding noise ~ eps/h); Richardson bounds the truncation.
-        rel_step = eps ** 0.5 if low else 1e-6
-        rtol = max(opts["rtol"], 10 * eps ** 0.5) if low else opts["rtol"]
-        round_terms = [num.absdot(u, f0) for u in run.U]
-        rt = np.array(round_terms)
-        cot = num.Cotangents(run.U)  # every cotangent's dot products at once (the same numbers as num.dot per k)
-        f0_finite = all(np.all(np.isfinite(o)) for o in f0)  # a domain edge needs a finite value at x itself
+        fd = Differences(self.B, self.fn, self.kwargs, self.wrt, run.U, base_args, lin, dt, self.opts)
         ok = True
-        for i, x in enumerate(xs):
-            h = num.step_size(x, rel_step)
-            name = self.names[self.wrt[i]]
-            G = np.stack([g[i] for g in G_all]).reshape(len(run.U), -1)  # (K, n): 0-dim inputs too
-            K, n = G.shape
-            # the step each element really takes once rounded to the input's dtype
-            def moved(w):
-                wp = B.round_to(x + w, input_dts[i]) - x
-                wm = x - B.round_to(x - w, input_dts[i])
-                return (wp + wm) / 2.0, x + wp, x - wm
-
-            def column(w, j):
-                w_eff, xp, xm = moved(w)
-                step = float(w_eff.reshape(-1)[j]) or h
-                fp = forward(i, xp)
-                fm = forward(i, xm)
-                with np.errstate(invalid="ignore", over="ignore"):
-                    return [(a - b) / (2.0 * step) for a, b in zip(fp, fm)], step
-
-            def along(w):
-                w_eff, xp, xm = moved(w)
-                fp = forward(i, xp)
-                fm = forward(i, xm)
-                with np.errstate(invalid="ignore", over="ignore"):
-                    return [(a - b) / (2.0 * h) for a, b in zip(fp, fm)], w_eff.reshape(-1) / h  # gradient units
-
-            domain_edge = []
-            # NOTE [Regimes use directions]: K random directions (2K forward calls) see any wrong element, so they
-            # judge every input in every regime. The full Jacobian (2n calls) points at the wrong element: it is
-            # computed only where directions found a disagreement, for small inputs, on the given inputs (or their
-            # shrunk copy), without a reference (whose comparison points at the element already); its verdict then
-            # stands, being the finer test. A correct op never pays the 2n calls.
-            locate = n <= opts["full_jacobian_max"] and regime in ("given", "shrink") and self.reference is None
-            full = False
-            padding = self._padding_rows(x) if g_r64 is None and x.ndim >= 1 else ()
-            exp_s, got_s, allow_s = [], [], []
-            for _ in range(opts["probes"]):
-                direction = rng.standard_normal(x.shape)
-                if padding:  # NOTE [padding_idx convention]: the padding row is not differentiated through
-                    direction[padding] = 0.0
-                jw, d = along(h * direction)
-                if f0_finite and not all(np.all(np.isfinite(c)) for c in jw):
-                    domain_edge.append(len(exp_s))
-                    continue
-                if low:
-                    jw2, d2 = along(h / 2.0 * direction)
-                if cot.fits(jw) and (not low or cot.fits(jw2)):
-                    e, g = cot.dot(jw), np.sum(G * d, axis=1)
-                    al = 64 * eps * rt / h + rtol * (cot.absdot(jw) + np.sum(np.abs(G) * np.abs(d), axis=1))
-                    if low:  # Richardson: compare with half the step, both against the analytic side
-                        al += 4.0 * np.abs((e - g) - 2.0 * (cot.dot(jw2) - np.sum(G * d2, axis=1)))
-                    exp_s += e.tolist()
-                    got_s += g.tolist()
-                    allow_s += al.tolist()
-                    continue
-                for k, u in enumerate(run.U):
-                    exp_s.append(num.dot(u, jw))
-                    got_s.append(float(np.sum(G[k] * d)))
-                    allow_s.append(64 * eps * round_terms[k] / h + rtol * (num.absdot(u, jw) + num.absdot([G[k]], [d])))
-                    if low:
-                        allow_s[-1] += 4.0 * abs((exp_s[-1] - got_s[-1]) - 2.0 * (num.dot(u, jw2) - float(np.sum(G[k] * d2))))
-            m = num.compare(np.array(got_s), np.array(exp_s), np.array(allow_s) + 1e-300)
-            mode = f"{opts['probes']} random directions x {len(run.U)} cotangents"
-            if not m.ok and locate:
-                full, domain_edge = True, []
-                got = G
-                expected = np.zeros_like(G)
-                allowed = np.zeros_like(G)
-                for j in range(n):
-                    w = np.zeros(n)
-                    w[j] = h
-                    w = w.reshape(x.shape)
-                    col, step = column(w, j)
-                    col2 = column(w / 2.0, j)[0] if low else None
-                    if cot.fits(col) and (not low or cot.fits(col2)):
-                        expected[:, j] = e = cot.dot(col)
-                        allowed[:, j] = 64 * eps * rt / step + rtol * (cot.absdot(col) + np.abs(G[:, j]))
-                        if low:  # Richardson: two steps disagreeing bound the finite difference's own error
-                            allowed[:, j] += 4.0 * np.abs(e - cot.dot(col2))
-                    else:  # outputs of another size than the cotangents: one k at a time, broadcasting
-                        for k, u in enumerate(run.U):
-                            expected[k, j] = num.dot(u, col)
-                            allowed[k, j] = 64 * eps * round_terms[k] / step + rtol * (num.absdot(u, col) + abs(G[k, j]))
-                            if low:
-                                allowed[k, j] += 4.0 * abs(expected[k, j] - num.dot(u, col2))
-                    if f0_finite and not all(np.all(np.isfinite(c)) for c in col) and not np.isfinite(expected[:, j]).all():
-                        domain_edge.append(j)
-                mask = np.zeros_like(G, dtype=bool)
-                mask[:, domain_edge] = True
-                allowed = np.where(mask, 1.0, allowed)
-                m = num.compare(np.where(mask, 0.0, got), np.where(mask, 0.0, expected), allowed + 1e-300)
-                mode = "full Jacobian"
-            if domain_edge:
-                run.notes.append(f"{name}: {len(domain_edge)} finite-difference point(s) leave fn's domain (fn(x +- h) is not "
-                                 f"finite, e.g. a log at 0): those are excluded; the gradient there is judged by the reference only")
-            if low:
-                mode += f", {dt} precision: step {rel_step:.2g} x max(1, |x|)"
-            if not m.ok and g_r64 is None and x.ndim >= 1 and full:
-                rows = self._padding_rows(x)
-                if rows:
-                    # NOTE [padding_idx convention]: the padding row's gradient is zero by definition, although the
-                    # forward reads it; without a reference, exclude that row from the finite-difference comparison.
-                    rowmask = np.zeros(x.shape, dtype=bool)
-                    rowmask[rows] = True
-                    rowmask = np.broadcast_to(rowmask.reshape(1, -1), G.shape)
-                    m = num.compare(np.where(rowmask, expected, G), expected, allowed + 1e-300)
-                    run.notes.append(f"row {rows[0]} of {name} (padding_idx) is excluded from the finite-difference check")
-            if m.ok:
-                continue
-            if g_r64 is not None:
-                R = np.stack([g[i] for g in g_r64]).reshape(K, -1)
-                if num.compare(G, R, (1e-7 if not low else 64 * eps) * _scale(R) + self._floor(i, run, dt)).ok:
-                    run.notes.append(f"finite differences disagree with both the op and the reference for {name} "
-                                     f"(a kink or a convention such as a padding row): judged by the reference's convention")
-                    continue
-            ok = False
-            if full:
-                idx = np.unravel_index(m.index[1], x.shape) if m.index and x.ndim else ()
-                m.index = tuple(int(t) for t in idx)
-                where = self._where(i, m, f"backward ({dt})", "finite differences")
-            else:
-                where = f"<u, J d> along a random direction d of {name}: backward {m.got:.6g}, finite differences {m.expected:.6g}"
-            fail("gradient.numerical", input=name,
-                 message=f"backward of {name} disagrees with central differences ({mode})",
-                 max_abs_err=m.max_abs, max_rel_err=m.max_rel,
-                 tolerance=f"rounding + rtol {rtol:g} x magnitude of the terms (gradient units)",
-                 where=where,
-                 why="the hand-written backward does not compute the vector-Jacobian product of the forward "
-                 f"(checked in {dt} with random non-unit upstream gradients).",
-                 fix="re-derive the backward; the worst element is shown above.")
+        for i in range(len(fd.xs)):
+            ok = self._numerical_input(fd, i, G_all, run, regime, fail, g_r64, dt) and ok
         record("gradient.numerical", ok)
+
+    def _numerical_input(self, fd: Differences, i: int, G_all, run: _Run, regime, fail, g_r64, dt: str) -> bool:
+        """``gradient.numerical`` for input ``wrt[i]``: whether it passes (failing, it adds the failure)."""
+        opts = self.opts
+        x = fd.xs[i]
+        h = num.step_size(x, fd.rel_step)
+        name = self.names[self.wrt[i]]
+        G = np.stack([g[i] for g in G_all]).reshape(len(run.U), -1)  # (K, n): 0-dim inputs too
+        n = G.shape[1]
+        # NOTE [Regimes use directions]: K random directions (2K forward calls) see any wrong element, so they
+        # judge every input in every regime. The full Jacobian (2n calls) points at the wrong element: it is
+        # computed only where directions found a disagreement, for small inputs, on the given inputs (or their
+        # shrunk copy), without a reference (whose comparison points at the element already); its verdict then
+        # stands, being the finer test. A correct op never pays the 2n calls.
+        locate = n <= opts["full_jacobian_max"] and regime in ("given", "shrink") and self.reference is None
+        full = False
+        padding = self._padding_rows(x) if g_r64 is None and x.ndim >= 1 else ()
+        m, domain_edge = fd.directions(i, G, h, padding)
+        mode = f"{opts['probes']} random directions x {len(run.U)} cotangents"
+        if not m.ok and locate:
+            full = True
+            m, domain_edge, expected, allowed = fd.jacobian(i, G, h)
+            mode = "full Jacobian"
+        if domain_edge:
+            run.notes.append(f"{name}: {len(domain_edge)} finite-difference point(s) leave fn's domain (fn(x +- h) is not "
+                             f"finite, e.g. a log at 0): those are excluded; the gradient there is judged by the reference only")
+        if fd.low:
+            mode += f", {dt} precision: step {fd.rel_step:.2g} x max(1, |x|)"
+        if not m.ok and g_r64 is None and x.ndim >= 1 and full:
+            m = self._without_padding_row(x, G, expected, allowed, m, name, run)
+        if m.ok:
+            return True
+        if g_r64 is not None and self._reference_agrees_with_differences(i, G, g_r64, fd, run, dt):
+            run.notes.append(f"finite differences disagree with both the op and the reference for {name} "
+                             f"(a kink or a convention such as a padding row): judged by the reference's convention")
+            return True
+        self._numerical_failure(fd, i, m, full, mode, dt, fail)
+        return False
+
+    def _numerical_failure(self, fd: Differences, i: int, m: num.Mismatch, full: bool, mode: str, dt: str, fail) -> None:
+        x = fd.xs[i]
+        name = self.names[self.wrt[i]]
+        if full:
+            idx = np.unravel_index(m.index[1], x.shape) if m.index and x.ndim else ()
+            m.index = tuple(int(t) for t in idx)
+            where = self._where(i, m, f"backward ({dt})", "finite differences")
+        else:
+            where = f"<u, J d> along a random direction d of {name}: backward {m.got:.6g}, finite differences {m.expected:.6g}"
+        fail("gradient.numerical", input=name,
+             message=f"backward of {name} disagrees with central differences ({mode})",
+             max_abs_err=m.max_abs, max_rel_err=m.max_rel,
+             tolerance=f"rounding + rtol {fd.rtol:g} x magnitude of the terms (gradient units)",
+             where=where,
+             why="the hand-written backward does not compute the vector-Jacobian product of the forward "
+             f"(checked in {dt} with random non-unit upstream gradients).",
+             fix="re-derive the backward; the worst element is shown above.")
+
+    def _without_padding_row(self, x, G, expected, allowed, m: num.Mismatch, name: str, run: _Run) -> num.Mismatch:
+        rows = self._padding_rows(x)
+        if not rows:
+            return m
+        # NOTE [padding_idx convention]: the padding row's gradient is zero by definition, although the
+        # forward reads it; without a reference, exclude that row from the finite-difference comparison.
+        rowmask = np.zeros(x.shape, dtype=bool)
+        rowmask[rows] = True
+        rowmask = np.broadcast_to(rowmask.reshape(1, -1), G.shape)
+        m = num.compare(np.where(rowmask, expected, G), expected, allowed + 1e-300)
+        run.notes.append(f"row {rows[0]} of {name} (padding_idx) is excluded from the finite-difference check")
+        return m
+
+    def _reference_agrees_with_differences(self, i: int, G, g_r64, fd: Differences, run: _Run, dt: str) -> bool:
+        """Whether the reference's float64 gradient is the op's: finite differences disagree with both."""
+        R = np.stack([g[i] for g in g_r64]).reshape(G.shape[0], -1)
+        return num.compare(G, R, (1e-7 if not fd.low else 64 * fd.eps) * _scale(R) + self._floor(i, run, dt)).ok
 
     def _surrogate(self, args, run: _Run, regime, fail, record) -> None:
         """``gradient.surrogate``: a declared surrogate gradient (a straight-through estimator, LSQ's step-size gradient)
@@ -977,7 +978,6 @@ class _Audit:
             if reshaped:  # an op written for one rank may reject another: not a finding
                 raise _NotApplicable("fn does not accept the inputs in that shape")
             raise
-        found = []
         check = f"regime.{regime.name}"
         outs = {n: o for n, o in zip(lin.out_names, lin.outputs)}
         if reshaped:
@@ -987,6 +987,17 @@ class _Audit:
             outs = self._reshaped_like(outs, base)
             if outs is None:
                 raise _NotApplicable("fn gives the reshaped inputs another meaning (its outputs change, not only their shape)")
+        found = []
+        for what, got, expected, dt, floor in self._layout_pairs(lin, outs, base, reshaped):
+            if got is None:
+                continue
+            m = num.compare(got, expected, self._same_values_allowed(dt, base, expected) + floor)
+            if not m.ok:
+                found.append(self._layout_failure(regime, what, m))
+        return found, [CheckResult(check, regime.name, "fail" if found else "pass")]
+
+    def _layout_pairs(self, lin, outs: dict, base: _Run, reshaped: bool) -> list[tuple]:
+        """(what, the layout regime's value, the given run's, dtype, floor) for every output and gradient."""
         g = lin.pullback([self._shaped(base.U[0][j], lin.outputs[j]) for j in range(len(base.lin_d.out_names))]) \
             if set(outs) == set(base.lin_d.out_names) else None
         if g is not None and reshaped:
@@ -995,27 +1006,24 @@ class _Audit:
         if g is not None:
             pairs += [(f"gradient of {self.names[self.wrt[i]]}", g[i], base.g_d[0][i], self._dtype(i),
                        self._floor(i, base, self._dtype(i))) for i in range(len(self.wrt))]
-        for what, got, expected, dt, floor in pairs:
-            if got is None:
-                continue
-            m = num.compare(got, expected, self._same_values_allowed(dt, base, expected) + floor)
-            if not m.ok:
-                idx = ", ".join(map(str, m.index or ()))
-                if reshaped:
-                    change = "the inputs get a size-1 dimension (same values; the forward agrees)"
-                    why = ("the backward treats a size-1 dimension differently from the forward: a squeeze() or sum() "
-                           "without a dim drops it, or a broadcast lines up the wrong axes.")
-                    fix = "squeeze and unsqueeze only the dimension the op works on (squeeze(dim), keepdim=True)."
-                else:
-                    change = "the inputs are laid out differently"
-                    why = "the kernel assumes a memory layout (contiguous rows, unit stride) instead of reading the strides."
-                    fix = "call .contiguous() on inputs before launching the kernel, or pass strides to it."
-                found.append(Failure(check=check, regime=regime.name, input=what.split()[-1] if what.startswith("gradient") else None,
-                                     message=f"{what} changes when {change} ({regime.description})",
-                                     max_abs_err=m.max_abs, max_rel_err=m.max_rel, tolerance="16 ulp x max|value|",
-                                     where=f"[{idx}]: {regime.name} {m.got:.6g}, as given {m.expected:.6g}",
-                                     why=why, fix=fix))
-        return found, [CheckResult(check, regime.name, "fail" if found else "pass")]
+        return pairs
+
+    def _layout_failure(self, regime: Regime, what: str, m: num.Mismatch) -> Failure:
+        idx = ", ".join(map(str, m.index or ()))
+        if regime.spec.reshaped:
+            change = "the inputs get a size-1 dimension (same values; the forward agrees)"
+            why = ("the backward treats a size-1 dimension differently from the forward: a squeeze() or sum() "
+                   "without a dim drops it, or a broadcast lines up the wrong axes.")
+            fix = "squeeze and unsqueeze only the dimension the op works on (squeeze(dim), keepdim=True)."
+        else:
+            change = "the inputs are laid out differently"
+            why = "the kernel assumes a memory layout (contiguous rows, unit stride) instead of reading the strides."
+            fix = "call .contiguous() on inputs before launching the kernel, or pass strides to it."
+        return Failure(check=f"regime.{regime.name}", regime=regime.name, input=what.split()[-1] if what.startswith("gradient") else None,
+                       message=f"{what} changes when {change} ({regime.description})",
+                       max_abs_err=m.max_abs, max_rel_err=m.max_rel, tolerance="16 ulp x max|value|",
+                       where=f"[{idx}]: {regime.name} {m.got:.6g}, as given {m.expected:.6g}",
+                       why=why, fix=fix)
 
     def _same_values_allowed(self, dt: str, base: _Run, expected) -> float:
         """What the same computation on the same values may differ by in another layout: 16 ulp x max|value|."""
@@ -1078,27 +1086,9 @@ class _Audit:
     def run(self) -> OpReport:
         t0 = time.perf_counter()
         groups = set(self.opts["checks"])
-        try:
-            base = self.gradient_suite(self.args, "given", Spec(), linearity="gradient" in groups, seed_offset=0)
-        except _ReferenceRaised as exc:
-            err = exc.raised.error
-            raise InvalidArgument(
-                f"check_op: reference raised {type(err).__name__} in its {exc.raised.phase} on the given inputs "
-                f"({str(err)[:200]}); the reference must run on the inputs fn is checked on."
-            ) from err
-        except OpRaised as exc:
-            self.findings.append(self._raised_finding(exc, "given"))
-            self.checks.append(CheckResult("op.raised", "given", "fail", exc.phase))
+        base = self._given_stage(groups)
+        if base is None:
             return self._report(t0)
-        self.notes += base.notes
-        if "gradient" in groups:
-            self.checks += base.checks
-            if base.failures:
-                small = self.shrink(self.args, None, Spec(), base.failures, 0)
-                text = self.repro(small, None)
-                for f in base.failures:
-                    f.repro = text
-                self.findings += base.failures
 
         # NOTE [What a backend cannot check]: an adapter lists the check groups and regimes its framework has no
         # means for (``unsupported``: name -> why); they are reported as skipped with that reason, never as passed.
@@ -1115,6 +1105,39 @@ class _Audit:
                     if group in groups:
                         self.checks.append(CheckResult(group, "given", "skip", self._spent()))
                 return self._report(t0)
+        self._memory_stage(groups, base)
+        if deadline is None:
+            self._regime_stage(groups, unsupported, base, t0, None)
+        return self._report(t0)
+
+    def _given_stage(self, groups: set) -> _Run | None:
+        """The gradient suite on the given inputs; None when fn raised there (the finding is recorded)."""
+        try:
+            base = self.gradient_suite(self.args, "given", Spec(), linearity="gradient" in groups, seed_offset=0)
+        except _ReferenceRaised as exc:
+            err = exc.raised.error
+            raise InvalidArgument(
+                f"check_op: reference raised {type(err).__name__} in its {exc.raised.phase} on the given inputs "
+                f"({str(err)[:200]}); the reference must run on the inputs fn is checked on."
+            ) from err
+        except OpRaised as exc:
+            self.findings.append(self._raised_finding(exc, "given"))
+            self.checks.append(CheckResult("op.raised", "given", "fail", exc.phase))
+            return None
+        self.notes += base.notes
+        if "gradient" in groups:
+            self.checks += base.checks
+            if base.failures:
+                small = self.shrink(self.args, None, Spec(), base.failures, 0)
+                text = self.repro(small, None)
+                for f in base.failures:
+                    f.repro = text
+                self.findings += base.failures
+        return base
+
+    def _memory_stage(self, groups: set, base: _Run) -> None:
+        """The audits of what fn does to memory and in composition: mutation, aliasing, the framework's own checks,
+        torch.library's opcheck, composition."""
         if "mutation" in groups or "aliasing" in groups:
             found, checks = audit_mutation(self.B, self.fn, self.args, self.kwargs, self.wrt, self.names, base.U[0])
             keep = lambda c: c.split(".")[0] in groups
@@ -1130,16 +1153,7 @@ class _Audit:
             self.notes += notes
 
         if "mutation" in groups and self.B.name == "torch":
-            from ._opcheck import audit_opcheck, is_library_op
-
-            if is_library_op(self.fn):
-                found, checks, notes = audit_opcheck(self.B, self.fn, self.args, self.kwargs, self.wrt)
-                if any(f.check == "opcheck.schema" for f in found):
-                    # the write bumped the version, but the schema calls the input read-only: not "declared"
-                    self.findings = [f for f in self.findings if f.check != "mutation.input_write"]
-                self.findings += found
-                self.checks += checks
-                self.notes += notes
+            self._opcheck_stage()
 
         if "composition" in groups:
             found, checks = audit_composition(self.B, self.fn, self.args, self.kwargs, self.wrt, self.names,
@@ -1147,9 +1161,17 @@ class _Audit:
             self.findings += found
             self.checks += checks
 
-        if deadline is None:
-            self._regime_stage(groups, unsupported, base, t0, None)
-        return self._report(t0)
+    def _opcheck_stage(self) -> None:
+        from ._opcheck import audit_opcheck, is_library_op
+
+        if is_library_op(self.fn):
+            found, checks, notes = audit_opcheck(self.B, self.fn, self.args, self.kwargs, self.wrt)
+            if any(f.check == "opcheck.schema" for f in found):
+                # the write bumped the version, but the schema calls the input read-only: not "declared"
+                self.findings = [f for f in self.findings if f.check != "mutation.input_write"]
+            self.findings += found
+            self.checks += checks
+            self.notes += notes
 
     def _deadline(self, t0: float) -> float | None:
         budget = self.opts["budget"]
@@ -1368,33 +1390,43 @@ class _Audit:
                 self._run_regime_inner(regime.fallback, base, n)
             return
         except OpRaised as exc:
-            err = exc.error
-            if regime.new_argument and exc.phase.startswith("forward"):
-                # NOTE [Argument regimes]: an argument value the op does not support says nothing about its gradients
-                self.checks.append(CheckResult(check, regime.name, "skip",
-                                               f"fn rejects {regime.argument} ({type(err).__name__}: {str(err)[:120]})"))
-                return
-            if self.reference is not None and self._reference_raises(regime.args):
-                self.checks.append(CheckResult(check, regime.name, "skip", "regime not applicable: the reference raises on these inputs too"))
-                return
-            if self.reference is not None:
-                # NOTE [The reference runs, the op raises]: inputs the trusted implementation handles are inputs the op
-                # is meant to handle (only a subset requiring grad, a size-1 feature dimension): a failure, with the
-                # line it raised at. Without a reference the op may legitimately not support them: a warning.
-                found = self._raised_finding(exc, regime.name)
-                found.check = check
-                found.message = f"fn's {exc.phase} raised {type(err).__name__} on inputs the reference handles ({regime.description}): {str(err)[:200]}"
-                found.why = f"the reference computes these inputs, the op's {exc.phase} crashes on them."
-                found.repro = self.repro(regime.args, regime)
-                self.findings.append(found)
-                self.checks.append(CheckResult(check, regime.name, "fail", type(err).__name__))
-                return
-            self.findings.append(Failure(check=check, regime=regime.name, severity="warning",
-                                         message=f"fn's {exc.phase} raised {type(err).__name__} on these inputs ({regime.description}): {str(err)[:200]}",
-                                         why="the op may not support this input (fine if documented) or crashes on it.",
-                                         fix="if the op should support it, this is a bug; otherwise exclude the regime with regimes=[...]."))
-            self.checks.append(CheckResult(check, regime.name, "warn", type(err).__name__))
+            self._regime_raised(regime, exc)
             return
+        self._regime_outcome(regime, run, n)
+
+    def _regime_raised(self, regime: Regime, exc: OpRaised) -> None:
+        """fn raised on a regime's inputs: a skip, a failure (the reference handles them) or a warning."""
+        check = f"regime.{regime.name}"
+        err = exc.error
+        if regime.new_argument and exc.phase.startswith("forward"):
+            # NOTE [Argument regimes]: an argument value the op does not support says nothing about its gradients
+            self.checks.append(CheckResult(check, regime.name, "skip",
+                                           f"fn rejects {regime.argument} ({type(err).__name__}: {str(err)[:120]})"))
+            return
+        if self.reference is not None and self._reference_raises(regime.args):
+            self.checks.append(CheckResult(check, regime.name, "skip", "regime not applicable: the reference raises on these inputs too"))
+            return
+        if self.reference is not None:
+            # NOTE [The reference runs, the op raises]: inputs the trusted implementation handles are inputs the op
+            # is meant to handle (only a subset requiring grad, a size-1 feature dimension): a failure, with the
+            # line it raised at. Without a reference the op may legitimately not support them: a warning.
+            found = self._raised_finding(exc, regime.name)
+            found.check = check
+            found.message = f"fn's {exc.phase} raised {type(err).__name__} on inputs the reference handles ({regime.description}): {str(err)[:200]}"
+            found.why = f"the reference computes these inputs, the op's {exc.phase} crashes on them."
+            found.repro = self.repro(regime.args, regime)
+            self.findings.append(found)
+            self.checks.append(CheckResult(check, regime.name, "fail", type(err).__name__))
+            return
+        self.findings.append(Failure(check=check, regime=regime.name, severity="warning",
+                                     message=f"fn's {exc.phase} raised {type(err).__name__} on these inputs ({regime.description}): {str(err)[:200]}",
+                                     why="the op may not support this input (fine if documented) or crashes on it.",
+                                     fix="if the op should support it, this is a bug; otherwise exclude the regime with regimes=[...]."))
+        self.checks.append(CheckResult(check, regime.name, "warn", type(err).__name__))
+
+    def _regime_outcome(self, regime: Regime, run: _Run, n: int) -> None:
+        """A value regime's gradient suite ran: its failures, except those the given inputs already showed."""
+        check = f"regime.{regime.name}"
         self.notes += run.notes
         # A bug that already fails on the given inputs fails in most regimes too: report it once.
         given = {(f.check, f.input) for f in self.findings if f.regime == "given"}
@@ -1415,7 +1447,6 @@ class _Audit:
                 f.repro = text
             self.findings += run.failures
         self.checks.append(CheckResult(check, regime.name, "fail" if run.failures else "pass", regime.description))
-
 
 class _Progress:
     """Progress of a long audit on stderr, only when stderr is a terminal (never in logs, CI or pipes).
@@ -1487,9 +1518,7 @@ def check_options(options: dict, extra: tuple = ()) -> None:
         )
 
 
-def run_check_op(B, fn: Callable, inputs: tuple, reference, options: dict) -> OpReport:
-    check_options(options)
-    opts = {**DEFAULT_OPTIONS, **options}
+def _check_callables(fn, inputs: tuple, reference, opts: dict) -> None:
     if not callable(fn):
         raise InvalidArgument(
             f"check_op: fn must be callable (a function, autograd.Function.apply, a torch.library op or a module); got {_type_name(fn)}."
@@ -1504,10 +1533,18 @@ def run_check_op(B, fn: Callable, inputs: tuple, reference, options: dict) -> Op
     # Like gradcheck, non-tensor positional inputs (Python scalars, None, tuples ...) are passed through unchanged.
     if opts["kwargs"] is not None and not isinstance(opts["kwargs"], dict):
         raise InvalidArgument(f"check_op: kwargs must be a dict of keyword arguments for fn; got {_type_name(opts['kwargs'])}.")
-    bad_groups = sorted(set(opts["checks"]) - set(CHECK_GROUPS)) if not isinstance(opts["checks"], str) else [opts["checks"]]
+
+
+def _outside(chosen, known) -> list:
+    """The names in ``chosen`` that ``known`` does not have (a string is one name, never a sequence of letters)."""
+    return sorted(set(chosen) - set(known)) if not isinstance(chosen, str) else [chosen]
+
+
+def _check_values(opts: dict) -> None:
+    bad_groups = _outside(opts["checks"], CHECK_GROUPS)
     if bad_groups:
         raise InvalidArgument(f"check_op: checks contains {bad_groups[0]!r}; expected a sequence drawn from {list(CHECK_GROUPS)}.")
-    bad_regimes = sorted(set(opts["regimes"]) - set(REGIME_NAMES)) if not isinstance(opts["regimes"], str) else [opts["regimes"]]
+    bad_regimes = _outside(opts["regimes"], REGIME_NAMES)
     if bad_regimes:
         raise InvalidArgument(f"check_op: regimes contains {bad_regimes[0]!r}; expected a sequence drawn from {list(REGIME_NAMES)}.")
     if opts["isolate"] not in (True, False, "auto"):
@@ -1518,5 +1555,12 @@ def run_check_op(B, fn: Callable, inputs: tuple, reference, options: dict) -> Op
         raise InvalidArgument(f"check_op: budget must be a positive number of seconds or 'quick'; got {budget!r}.")
     if not isinstance(opts["probes"], int) or opts["probes"] < 1:
         raise InvalidArgument(f"check_op: probes must be a positive int; got {opts['probes']!r}.")
+
+
+def run_check_op(B, fn: Callable, inputs: tuple, reference, options: dict) -> OpReport:
+    check_options(options)
+    opts = {**DEFAULT_OPTIONS, **options}
+    _check_callables(fn, inputs, reference, opts)
+    _check_values(opts)
     with B.audit_threads(inputs):
         return _Audit(B, fn, inputs, reference, opts, probes_given="probes" in options).run()
