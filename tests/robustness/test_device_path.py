@@ -244,6 +244,25 @@ def test_unsampled_steps_install_no_hooks(monkeypatch):
     assert packed
 
 
+def test_unsampled_steps_install_no_module_hooks(monkeypatch):
+    from torch.nn.modules import module as nn_module
+
+    def global_hooks() -> int:
+        return len(nn_module._global_forward_pre_hooks) + len(nn_module._global_forward_hooks)
+
+    before = global_hooks()
+    monkeypatch.setattr(_sampling, "_ended", 2)  # the cycle after the next one is sampled (n=3)
+    layer = torch.nn.Linear(4, 4)
+    x = torch.randn(2, 4)
+    seen = []
+    with gradguard.guard(sample_steps=3, **SENTINEL):
+        for _ in range(4):
+            seen.append(global_hooks() - before)
+            layer(x).sum().backward()
+    assert seen == [0, 2, 0, 0], seen  # the sentinel's two module hooks only in the sampled cycle
+    assert global_hooks() == before
+
+
 def test_loud_errors_still_raised_on_unsampled_steps(monkeypatch):
     monkeypatch.setattr(_sampling, "_ended", 1)
     x = torch.randn(4, requires_grad=True)

@@ -119,7 +119,7 @@ def _changed(entries: list) -> list:
         old, now = entry[0], entry[1]
         if old.dtype != now.dtype or old.shape != now.shape:  # another layout came back: changed, no read needed
             return [entry] + [e for e in entries if e is not entry and not _same(e)]
-        key = (old.device, old.dtype)
+        key = (old.device, old.dtype, old.shape[1:])  # torch.cat joins tensors alike but in their first dimension
         group = groups.get(key)
         if group is None:
             group = groups[key] = ([], [])
@@ -127,10 +127,10 @@ def _changed(entries: list) -> list:
         group[1].append(now)
     flags: dict = {}  # device -> one flag per dtype
     with torch._C._DisableTorchDispatch():
-        for (device, _dtype), (olds, nows) in groups.items():
+        for (device, _dtype, _rest), (olds, nows) in groups.items():
             flags.setdefault(device, []).append(torch.ne(bits(torch.cat(olds)), bits(torch.cat(nows))).any())
         for per_dtype in flags.values():
-            flag = per_dtype[0] if len(per_dtype) == 1 else torch.stack(per_dtype).any()
+            flag = per_dtype[0] if len(per_dtype) == 1 else torch.stack(per_dtype).any()  # one read per device
             if flag.item():  # the pass's single host read (one per device the pass saved on)
                 return [entry for entry in entries if not _same(entry)]
     return []

@@ -313,6 +313,8 @@ def _device_sample(t: torch.Tensor, n: int, itemsize: int) -> torch.Tensor:
         return torch.take(t, _sample_index(n, itemsize, t.device))
     low = _block_offset(t)
     if n * itemsize <= SAMPLE_BYTES:
+        if low == 0 and t.dim() and t.is_contiguous():  # the common case: one launch and no view (a view is a
+            return t.clone()                             # dispatched op too); the comparison keeps the shape
         if low is not None:  # the whole block, in memory order
             return t.as_strided((n,), (1,), t.storage_offset() - low).clone()
         # a gapped or broadcast view: its values packed (take is one launch too, but ~5x slower on a CPU)

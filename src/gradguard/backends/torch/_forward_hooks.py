@@ -37,6 +37,8 @@ class ForwardHooks:
     def install(self) -> None:
         from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
+        if self._handles:  # installed already (a sampled guard puts them back each sampled cycle)
+            return
         self._handles = [register_module_forward_pre_hook(self._before),
                          register_module_forward_hook(self._after)]
 

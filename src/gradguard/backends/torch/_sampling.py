@@ -3,7 +3,8 @@
 # NOTE [Sampled guard]
 # A cycle is everything from the end of one backward pass to the end of the next (the forward that saves, and the
 # backward that unpacks). In a sampled cycle the guard's saved-tensor hooks are installed as usual; in the others
-# they are removed, so saving and unpacking cost exactly what they cost without gradguard. The switch happens when
+# they are removed, so saving and unpacking cost exactly what they cost without gradguard (the sentinel's module
+# forward hooks, _forward_hooks.py, are removed and put back with them). The switch happens when
 # an outermost ``torch.autograd.backward`` / ``torch.autograd.grad`` call returns (wrapped while a sampled guard is
 # active: one Python call per backward pass). The cycle count is per process, not per guard: a guard entered
 # around each training step (callbacks, benchmarks) keeps the phase, so a write that happens on every step is
@@ -93,6 +94,9 @@ class Cycles:
 
     def switch(self, on: bool) -> None:
         session = self.session
+        forward_hooks = session._forward_hooks  # the sentinel's module hooks cost per module call: off with the rest
+        if forward_hooks is not None:
+            forward_hooks.install() if on else forward_hooks.uninstall()
         if on and self._paused is not None:
             if _user_hooks.top_hooks() is not None:  # the user's own hooks entered meanwhile: stay off
                 return
