@@ -57,15 +57,21 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+# The clock step times are read with: wall time, or this process's CPU time (``run.py --clock cpu``) on a machine
+# shared with other jobs, where wall time measures the neighbours too (single-threaded CPU runs only: a GPU's
+# work and other threads' are not in it).
+CLOCK: Callable[[], float] = time.perf_counter
+
+
 def time_steps(step: Callable[[], object], context: Callable[[], object], n: int, device: str) -> float:
     """Seconds per step for ``n`` steps run inside one ``context()`` (entered once, like a training loop)."""
     sync(device)
     with context():
-        t0 = time.perf_counter()
+        t0 = CLOCK()
         for _ in range(n):
             step()
         sync(device)
-        t1 = time.perf_counter()
+        t1 = CLOCK()
     return (t1 - t0) / n
 
 

@@ -915,6 +915,9 @@ def parse_args(argv=None):
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="few rounds, for a smoke test (~1-2 min)")
     ap.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (default 1)")
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                    help="read step times from wall time (default) or this process's CPU time (a shared machine; "
+                         "CPU runs with --threads 1 only)")
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
     ap.add_argument("--models", default=",".join(zoo.MODELS), help="comma-separated subset of the zoo")
     ap.add_argument("--out", default=os.path.join(HERE, "results.md"))
@@ -939,6 +942,8 @@ def parse_args(argv=None):
     ap.add_argument("--device-rows-only", action="store_true",
                     help="only the device-path and sampled rows, printed as markdown (nothing written)")
     args = ap.parse_args(argv)
+    if args.clock == "cpu" and (args.device != "cpu" or args.threads != 1):
+        ap.error("--clock cpu measures single-threaded CPU runs only (--device cpu --threads 1)")
     if args.quick:
         args.warmup_rounds, args.min_rounds = 1, 3
         args.max_rounds = args.max_rounds or 3
@@ -958,6 +963,8 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     t_start = time.perf_counter()
     torch.set_num_threads(args.threads)
+    if args.clock == "cpu":
+        _timing.CLOCK = time.process_time
     device = args.device
     if device.startswith("cuda") and not torch.cuda.is_available():
         print("CUDA is not available", file=sys.stderr)
