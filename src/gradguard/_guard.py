@@ -67,9 +67,11 @@ class guard(contextlib.ContextDecorator):
                                          or sample_steps < 1):
             raise InvalidArgument(f"guard(sample_steps=...) must be None (check every backward pass) or an int >= 1 "
                                   f"(check one backward cycle in N); got {sample_steps!r}")
-        if sample_steps is not None and backend not in ("auto", "torch"):
-            raise InvalidArgument(f"guard(sample_steps=...) needs the torch backend; got backend={backend!r}")
         from .backends import KNOWN
+
+        if sample_steps is not None and backend != "auto" and (
+                backend not in KNOWN or "sample_steps" not in KNOWN[backend].capabilities):
+            raise InvalidArgument(f"guard(sample_steps=...) needs the torch backend; got backend={backend!r}")
 
         if backend != "auto" and backend not in KNOWN:
             raise InvalidArgument(
@@ -89,28 +91,14 @@ class guard(contextlib.ContextDecorator):
             stack = self._local.stack = []
         return stack
 
-    def _backend_name(self) -> str:
-        if self.backend != "auto":
-            return self.backend
-        from .backends import detect_backend
-
-        # No framework, or several, imported: torch, as before backends existed.
-        return detect_backend() or "torch"
-
     def __enter__(self) -> "guard":
-        name = self._backend_name()
-        if name == "torch":
-            from .backends.torch import TorchGuardSession
+        from .backends import choose
 
-            session = TorchGuardSession(fingerprint=self.fingerprint, track_writes=self.track_writes,
-                                        bisect=self.bisect)
-        else:
-            if self.sample_steps is not None:
-                raise InvalidArgument(f"guard(sample_steps=...) needs the torch backend; the program uses {name}")
-            from .backends import get_adapter
-
-            session = get_adapter(name).new_guard_session(fingerprint=self.fingerprint,
-                                                          track_writes=self.track_writes, bisect=self.bisect)
+        framework = choose(self.backend)  # "auto" with no framework, or several, imported: torch, as before backends
+        if self.sample_steps is not None and "sample_steps" not in framework.capabilities:
+            raise InvalidArgument(f"guard(sample_steps=...) needs the torch backend; the program uses {framework.name}")
+        session = framework.new_guard_session(fingerprint=self.fingerprint, track_writes=self.track_writes,
+                                              bisect=self.bisect)
         session.enter()
         if self.sample_steps is not None and self.sample_steps > 1:  # NOTE [Sampled guard] (backends/torch/_sampling.py)
             from .backends.torch._sampling import Cycles
@@ -144,14 +132,9 @@ class guard(contextlib.ContextDecorator):
         session.exit()
         self.findings = list(session.findings)
         if exc is not None and not isinstance(exc, GradguardError):
-            if session.backend == "torch":
-                from .backends.torch import enrich_eager_error
+            from .backends import get_adapter
 
-                enriched = enrich_eager_error(exc, session)
-            else:
-                from .backends import get_adapter
-
-                enriched = get_adapter(session.backend).enrich_error(exc, session)
+            enriched = get_adapter(session.backend).enrich_error(exc, session)
             if enriched is not None:
                 self.findings.append(enriched.finding)
                 raise enriched.with_traceback(tb) from exc

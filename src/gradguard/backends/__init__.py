@@ -1,23 +1,38 @@
 """Framework backends. Each produces events and answers framework questions for the core.
 
-The registry below maps a backend name to the module holding its adapter; nothing is imported until a
-backend is asked for, so ``import gradguard`` stays framework-free.
+The registry below maps a backend name to the module holding its adapter and to what the backend can do;
+nothing is imported until a backend is asked for, so ``import gradguard`` stays framework-free.
+
+# NOTE [A framework is chosen in one place]
+# ``choose()`` is the only place that turns ``backend=`` (or ``"auto"``) into a framework: ``guard``, ``check_op``,
+# ``gradguard run`` and ``advise`` all call it and then ask the object it returns (its ``capabilities``,
+# ``new_guard_session``, ``check_op``, ``enrich_error``), never compare the framework's name.
+# tests/fast/test_framework_choice.py fails on a framework-name comparison outside ``backends/``.
 """
 
 from __future__ import annotations
 
 import importlib
 import sys
-from typing import Any, Iterable
+from typing import Any, Iterable, NamedTuple
 
-__all__ = ["KNOWN", "INSTALL", "get_adapter", "detect_backend", "resolve_backend", "register", "install_hint",
+__all__ = ["KNOWN", "INSTALL", "choose", "get_adapter", "detect_backend", "resolve_backend", "install_hint",
            "FrameworkImportWatch"]
 
-# backend name -> (framework module name, adapter module)
-KNOWN: dict[str, tuple[str, str]] = {
-    "torch": ("torch", "gradguard.backends.torch._adapter"),
-    "paddle": ("paddle", "gradguard.backends.paddle._adapter"),
-    "mindspore": ("mindspore", "gradguard.backends.mindspore._adapter"),
+
+class Backend(NamedTuple):
+    framework: str  # the framework's top-level module
+    adapter: str  # the module defining ``ADAPTER``
+    # what the backend supports, known before its framework is imported: "guard", "check_op", "advise" (advise()),
+    # "sample_steps" (guard(sample_steps=N)), "coverage" (`gradguard fix`'s record of the gradients used)
+    capabilities: frozenset = frozenset()
+
+
+KNOWN: dict[str, Backend] = {
+    "torch": Backend("torch", "gradguard.backends.torch._adapter",
+                     frozenset({"guard", "check_op", "sample_steps", "coverage", "advise"})),
+    "paddle": Backend("paddle", "gradguard.backends.paddle._adapter", frozenset({"guard", "check_op", "advise"})),
+    "mindspore": Backend("mindspore", "gradguard.backends.mindspore._adapter", frozenset({"guard", "check_op"})),
 }
 
 # framework module -> the command that installs it (named in "not installed" messages)
@@ -37,12 +52,6 @@ def install_hint(framework: str) -> str:
             f"install it with: {command}")
 
 
-def register(name: str, framework_module: str, adapter_module: str) -> None:
-    """Add a backend: ``adapter_module`` must define ``ADAPTER``."""
-    KNOWN[name] = (framework_module, adapter_module)
-    _ADAPTERS.pop(name, None)
-
-
 def _invalid(message: str) -> Exception:
     from .._errors import InvalidArgument
 
@@ -50,14 +59,14 @@ def _invalid(message: str) -> Exception:
 
 
 def get_adapter(name: str):
-    """The adapter of backend ``name`` (imports the framework)."""
+    """The adapter of backend ``name`` (imports the framework), with the backend's ``capabilities``."""
     if name not in KNOWN:
         raise _invalid(f"unknown backend {name!r}; expected one of {', '.join(map(repr, KNOWN))} or 'auto'")
     adapter = _ADAPTERS.get(name)
     if adapter is None:
-        framework = KNOWN[name][0]
+        framework = KNOWN[name].framework
         try:
-            module = importlib.import_module(KNOWN[name][1])
+            module = importlib.import_module(KNOWN[name].adapter)
         except ModuleNotFoundError as error:
             if error.name != framework:
                 raise
@@ -65,13 +74,14 @@ def get_adapter(name: str):
                                       + install_hint(framework).removeprefix("gradguard: "),
                                       name=framework) from error
         adapter = _ADAPTERS[name] = module.ADAPTER
+        adapter.capabilities = KNOWN[name].capabilities
     return adapter
 
 
 def _backend_of(obj: Any) -> str | None:
     module = type(obj).__module__.split(".")[0]
-    for name, (framework, _adapter) in KNOWN.items():
-        if module == framework:
+    for name, entry in KNOWN.items():
+        if module == entry.framework:
             return name
     if isinstance(obj, (list, tuple)):
         for item in obj:
@@ -90,7 +100,7 @@ def detect_backend(objects: Iterable[Any] = ()) -> str | None:
         found = _backend_of(obj)
         if found:
             return found
-    imported = [name for name, (framework, _a) in KNOWN.items() if framework in sys.modules]
+    imported = [name for name, entry in KNOWN.items() if entry.framework in sys.modules]
     return imported[0] if len(imported) == 1 else None
 
 
@@ -104,13 +114,31 @@ def resolve_backend(backend: str, objects: Iterable[Any] = ()) -> str:
         return backend
     found = detect_backend(objects)
     if found is None:
-        imported = [name for name, (framework, _a) in KNOWN.items() if framework in sys.modules]
+        imported = [name for name, entry in KNOWN.items() if entry.framework in sys.modules]
         if imported:
             raise _invalid(f"backend='auto' cannot choose: {', '.join(imported)} are all imported; "
                            f"pass backend=... explicitly")
         raise _invalid("backend='auto' found no deep-learning framework imported (torch, paddle, mindspore); "
                        "import one first or pass backend=...")
     return found
+
+
+def choose(backend: str = "auto", objects: Iterable[Any] = (), *, fallback: str | None = "torch",
+           needs: str | None = None):
+    """The framework every entry point runs on (NOTE [A framework is chosen in one place]): the adapter of
+    ``backend``, or for ``"auto"`` of the framework of the first framework object in ``objects``, else of the one
+    framework imported in this process, else of ``fallback`` (None: an InvalidArgument says why nothing decides).
+    ``needs``: a capability the caller needs (an InvalidArgument, before the framework is imported, when the chosen
+    backend lacks it). Imports the framework."""
+    objects = list(objects)
+    if backend == "auto":
+        name = detect_backend(objects) or fallback or resolve_backend(backend, objects)
+    else:
+        name = resolve_backend(backend)
+    if needs is not None and needs not in KNOWN[name].capabilities:
+        able = " and ".join(n for n, entry in KNOWN.items() if needs in entry.capabilities)
+        raise _invalid(f"{needs}(..., backend={backend!r}): supported by the {able} backends, not {name}")
+    return get_adapter(name)
 
 
 # NOTE [Choosing the backend when the script imports its framework]
@@ -124,7 +152,7 @@ class FrameworkImportWatch:
 
     def __init__(self, callback):
         self._callback = callback
-        self._frameworks = {framework: name for name, (framework, _a) in KNOWN.items()}
+        self._frameworks = {entry.framework: name for name, entry in KNOWN.items()}
         self._searching = False
         self.fired: str | None = None
 

@@ -26,17 +26,6 @@ def check_op(fn: Callable, *inputs: Any, reference: Callable | None = None, **op
     ``"quick"``), ``surrogate`` (a function whose gradient the backward declares), ``isolate`` (regimes in a child
     process), ``seed``, ``probes``, ``full_jacobian_max``, ``rtol``, ``reference_factor``, ``shrink``, ``name``.
     """
-    backend = options.pop("backend", "auto")
-    if backend != "torch":  # PaddlePaddle / MindSpore: the same engine with their adapters
-        from ..backends import detect_backend, resolve_backend
+    from ..backends import choose
 
-        name = resolve_backend(backend, [fn, *inputs]) if backend != "auto" else detect_backend([fn, *inputs])
-        if name in ("paddle", "mindspore"):
-            import importlib
-
-            return importlib.import_module(f"gradguard.backends.{name}").check_op(fn, *inputs, reference=reference,
-                                                                                   **options)
-    from ._audit import run_check_op
-    from ._torch_ops import TORCH
-
-    return run_check_op(TORCH, fn, inputs, reference, options)
+    return choose(options.pop("backend", "auto"), [fn, *inputs]).check_op(fn, *inputs, reference=reference, **options)

@@ -57,6 +57,11 @@ class MindSporeAdapter(AdapterBase):
 
         return MindSporeGuardSession(fingerprint=fingerprint, track_writes=track_writes, bisect=bisect)
 
+    def check_op(self, fn, *inputs, reference=None, **options):
+        from ._check import check_op
+
+        return check_op(fn, *inputs, reference=reference, **options)
+
     def enrich_error(self, error, session=None):
         from ._eager import enrich_mindspore_error
 

@@ -101,19 +101,24 @@ class MindSporeGuardSession(ProbeBase):
             _not_watched(GRAPH_MODE_LINE)
         self._hooks = ms.saved_tensors_hooks(self._pack, self._unpack)
         self._hooks.__enter__()
-        self._watch_jit()
-        self._watch_optimizers()
-        if self.track_writes:
-            for owner, name, label in ((ms.Tensor, "__setitem__", "Tensor.__setitem__"),
-                                       (ms.Tensor, "assign_value", "Tensor.assign_value"),
-                                       (ops, "assign", "ops.assign"), (ops, "assign_add", "ops.assign_add"),
-                                       (ops, "assign_sub", "ops.assign_sub")):
-                original = getattr(owner, name, None)
-                if original is not None:
-                    self._patch(owner, name, self._wrap(original, f"mindspore.{label}", name))
-            self._mode = _WriteMode(self)
-            self._mode.__enter__()
-        self.engine.start(skip=3)
+        try:  # a step that fails midway leaves nothing installed (tests/conformance/test_framework_contract.py)
+            self._watch_jit()
+            self._watch_optimizers()
+            if self.track_writes:
+                for owner, name, label in ((ms.Tensor, "__setitem__", "Tensor.__setitem__"),
+                                           (ms.Tensor, "assign_value", "Tensor.assign_value"),
+                                           (ops, "assign", "ops.assign"), (ops, "assign_add", "ops.assign_add"),
+                                           (ops, "assign_sub", "ops.assign_sub")):
+                    original = getattr(owner, name, None)
+                    if original is not None:
+                        self._patch(owner, name, self._wrap(original, f"mindspore.{label}", name))
+                mode = _WriteMode(self)
+                mode.__enter__()
+                self._mode = mode  # only once entered: exit() must not exit a mode that never entered
+            self.engine.start(skip=3)
+        except BaseException:
+            self.exit()
+            raise
 
     def exit(self) -> None:
         if self._mode is not None:

@@ -68,6 +68,16 @@ class PaddleAdapter(AdapterBase):
 
         return PaddleGuardSession(fingerprint=fingerprint, track_writes=track_writes, bisect=bisect)
 
+    def check_op(self, fn, *inputs, reference=None, **options):
+        from ._check import check_op
+
+        return check_op(fn, *inputs, reference=reference, **options)
+
+    def advise(self, fn, args, kwargs, **options):  # capability "advise": Paddle's own advisor pipeline
+        from ._advisor import advise_paddle
+
+        return advise_paddle(fn, args, kwargs, **options)
+
     def enrich_error(self, error, session=None):
         from ._eager import enrich_paddle_error
 

@@ -59,10 +59,21 @@ class TorchAdapter(AdapterBase):
         grads = torch.autograd.grad([o for o, _ in pairs], list(inputs), [c for _, c in pairs], allow_unused=True)
         return [None if g is None else g.detach().numpy() for g in grads]
 
-    def new_guard_session(self, *, fingerprint: str, track_writes: bool):
+    def new_guard_session(self, *, fingerprint: str, track_writes: bool, bisect: bool = False):
         from ._session import TorchGuardSession
 
-        return TorchGuardSession(fingerprint=fingerprint, track_writes=track_writes)
+        return TorchGuardSession(fingerprint=fingerprint, track_writes=track_writes, bisect=bisect)
+
+    def check_op(self, fn, *inputs, reference=None, **options):
+        from ...checks._audit import run_check_op
+        from ...checks._torch_ops import TORCH
+
+        return run_check_op(TORCH, fn, inputs, reference, options)
+
+    def install_coverage_probe(self) -> None:  # capability "coverage": `gradguard fix`'s used-gradient record
+        from ._coverage import install_coverage_probe
+
+        install_coverage_probe()
 
     def enrich_error(self, error, session=None):
         from ._eager import enrich_eager_error
