@@ -1,9 +1,10 @@
 """The cross-framework conformance table: one hazard, the same finding fields expected in every framework.
 
-Each framework's test file (``tests/paddle/test_paddle_conformance.py``, ``tests/mindspore/test_mindspore_conformance.py``)
-writes the hazards below in its own API and checks its findings with :func:`check_finding`. Where a
-framework's semantics make a hazard impossible (``y += 1`` rebinds in Paddle and MindSpore), the expected
-outcome is "no finding and gradients identical to the unguarded run", and the reason is stated here.
+Each framework's test file (``tests/conformance/test_torch_conformance.py``,
+``tests/paddle/test_paddle_conformance.py``, ``tests/mindspore/test_mindspore_conformance.py``) writes the hazards
+below in its own API and checks its findings with :func:`check_finding`. Where a framework's semantics make a hazard
+impossible (``y += 1`` rebinds in Paddle and MindSpore), the expected outcome is "no finding and gradients identical
+to the unguarded run", and the reason is stated here; so is the reason where torch's finding differs.
 
 ``framework_raises``: what the framework itself does without gradguard (the parity half of the suite):
 the exception class name it raises, or None when it computes a silently wrong (or correct) gradient.
@@ -15,13 +16,20 @@ __all__ = ["HAZARDS", "check_finding"]
 
 HAZARDS = {
     "augmented_assign": {
-        # torch: `y += 1` is in place -> InplaceModificationError, rule augmented_assign.
+        "torch": {"finding": {"kind": "inplace_modification", "rule": "augmented_assignment", "tensor": "y",
+                              "role": "activation", "write_op": "aten.add_.Tensor", "fix": "out of place"},
+                  "framework_raises": "RuntimeError",
+                  "why": "`y += 1` is Tensor.__iadd__ in torch: an in-place add (aten.add_) on the y that sin saved, "
+                         "so the version check fails and gradguard names the augmented assignment"},
         "paddle": {"finding": None, "framework_raises": None,
                    "why": "`y += 1` rebinds y to a new tensor in Paddle 3.3 (Tensor has no __iadd__)"},
         "mindspore": {"finding": None, "framework_raises": None,
                       "why": "`y += 1` rebinds y to a new tensor in MindSpore 2.10"},
     },
     "inplace_activation": {
+        "torch": {"finding": {"kind": "inplace_modification", "rule": "inplace_activation", "tensor": "s",
+                              "role": "activation", "write_op": "aten.tanh_", "fix": "out-of-place"},
+                  "framework_raises": "RuntimeError"},
         "paddle": {"finding": {"kind": "inplace_modification", "rule": "inplace_activation", "role": "activation",
                                "fix": "out-of-place"},
                    "framework_raises": "RuntimeError"},
@@ -31,6 +39,13 @@ HAZARDS = {
                              "exp saved untouched"},
     },
     "optimizer_update": {
+        "torch": {"finding": {"kind": "inplace_modification", "rule": "optimizer_step_before_backward",
+                              "tensor": "net.weight", "role": "parameter", "write_op": "aten.add_.Tensor",
+                              "fix": "after"},
+                  "framework_raises": "RuntimeError",
+                  "why": "torch's SGD.step() updates the parameter with an in-place aten op that bumps its version "
+                         "counter, so torch itself raises and the write is an in-place modification (named by the "
+                         "aten op; the explanation names SGD.step()), not a silent one as in Paddle and MindSpore"},
         "paddle": {"finding": {"kind": "silent_write", "rule": "optimizer_step_before_backward",
                                "tensor": "net.weight", "role": "parameter", "write_op": "paddle.optimizer.SGD.step()",
                                "fix": "after"},
@@ -41,6 +56,9 @@ HAZARDS = {
                       "framework_raises": None},
     },
     "direct_memory_write": {  # a NumPy/DLPack alias written between forward and backward, bisect mode on
+        "torch": {"finding": {"kind": "silent_write", "rule": "silent_kernel_write", "tensor": "y",
+                              "role": "activation", "write_op": "write outside torch", "fix": "copy"},
+                  "framework_raises": None},
         "paddle": {"finding": {"kind": "silent_write", "rule": "silent_kernel_write", "role": "activation",
                                "write_op": "write outside paddle ops", "fix": "copy"},
                    "framework_raises": None},
@@ -64,5 +82,8 @@ def check_finding(finding, expected: dict, *, save_line: int, write_line: int, b
     assert any(line == write_line for _op, line in writes), writes
     if "write_op" in expected:
         assert expected["write_op"] in [op for op, _line in writes], writes
-    assert finding.explanation and "torch" not in finding.explanation.lower(), finding.explanation
-    assert expected["fix"] in finding.suggestion and "torch" not in finding.suggestion.lower(), finding.suggestion
+    # no other framework's name leaks into the words (torch's own findings may say "torch")
+    foreign = ("paddle", "mindspore") if backend == "torch" else ("torch",)
+    assert finding.explanation and not any(f in finding.explanation.lower() for f in foreign), finding.explanation
+    assert expected["fix"] in finding.suggestion, finding.suggestion
+    assert not any(f in finding.suggestion.lower() for f in foreign), finding.suggestion

@@ -192,21 +192,57 @@ def run_advisor(step, *, per_proposal: bool = True, repeats: int = 3, allocator_
                             allocator_check=allocator_check)
 
 
+def _plan_of(cands) -> dict:
+    return {c.op.key: c.operand for c in cands}
+
+
+class _Runs:
+    """The runs of one advice: the step, the progress display, the recorded baseline, and how many ran."""
+
+    def __init__(self, step, tracker):
+        self.step, self.tracker, self.count, self.base = step, tracker, 0, None
+
+    def checked(self, mode: StepMode) -> RunOutcome:
+        outcome = _run(self.step, mode)
+        self.count += 1
+        if outcome.error is not None:
+            raise outcome.error
+        return outcome
+
+    def rewrite(self, cands) -> RunOutcome:
+        self.count += 1
+        self.tracker.update(f"verification run {self.count} ({len(cands)} rewrite(s) applied)")
+        return _run(self.step, StepMode(record=False, plan=_plan_of(cands)))
+
+    def ok(self, outcome: RunOutcome, cands) -> bool:
+        return _identical(self.base, outcome) and len(outcome.mode.applied) == len(cands)
+
+
 def _advise_runs(step, tracker, *, per_proposal: bool, repeats: int, allocator_check: bool) -> AdviceReport:
     report = AdviceReport(memory_method=MEMORY_METHOD)
-    runs = 0
+    runs = _Runs(step, tracker)
     if step.warmup:
         tracker.update("warm-up run")
-        warm = _run(step, StepMode(record=False))
-        runs += 1
-        if warm.error is not None:
-            raise warm.error
+        runs.checked(StepMode(record=False))
     tracker.update("recording the step")
-    base = _run(step, StepMode(record=True))
-    runs += 1
-    if base.error is not None:
-        raise base.error
+    base = runs.base = runs.checked(StepMode(record=True))
     mode = base.mode
+    safe = _record_analysis(report, mode)
+    kept, failed, together = _verify_together(runs, safe)
+    claimed_total = mode.peak_bytes - _sim(mode, kept)
+    for c in safe:
+        _judge_proposal(runs, report, c, failed, per_proposal)
+    _report_totals(report, base, together, claimed_total)
+    if allocator_check and kept and not _cuda_in_use():
+        _allocator_cross_check(runs, report, kept)
+    if repeats > 0 and kept:
+        _time_runs(runs, report, kept, repeats)
+    report.runs = runs.count
+    return report
+
+
+def _record_analysis(report: AdviceReport, mode: StepMode) -> list:
+    """What the recorded step says (ops, peak, device, unsafe writes, rejected candidates): the safe candidates."""
     report.ops_recorded = len(mode.ops)
     report.baseline_peak = mode.peak_bytes
     devices = {t.device.type for t in mode.leaves}
@@ -219,72 +255,66 @@ def _advise_runs(step, tracker, *, per_proposal: bool, repeats: int, allocator_c
             report.rejected.append(RejectedCandidate(
                 c.op.name, c.op.location, "self" if c.operand == 0 else "other", c.op.out_shapes[0],
                 [(r.code, r.detail) for r in c.reasons]))
-    safe = [c for c in candidates if c.safe]
     if unsafe:
         report.notes.append("the step has unsafe in-place writes; its gradients already differ from what plain "
                             "PyTorch would compute (or raise), and proposals are checked against them as recorded")
+    return [c for c in candidates if c.safe]
 
-    def plan_of(cands):
-        return {c.op.key: c.operand for c in cands}
 
-    def rewrite(cands) -> RunOutcome:
-        nonlocal runs
-        runs += 1
-        tracker.update(f"verification run {runs} ({len(cands)} rewrite(s) applied)")
-        return _run(step, StepMode(record=False, plan=plan_of(cands)))
-
-    def ok(outcome: RunOutcome, cands) -> bool:
-        return _identical(base, outcome) and len(outcome.mode.applied) == len(cands)
-
-    # Verify all safe candidates together; on failure, find the culprits one by one.
+def _verify_together(runs: _Runs, safe: list):
+    """(kept, failed, together): verify all safe candidates together; on failure, find the culprits one by one."""
     kept = list(safe)
     failed: dict[int, str] = {}
-    if kept:
-        together = rewrite(kept)
-        if not ok(together, kept):
-            for c in list(kept):
-                alone = rewrite([c])
-                if not ok(alone, [c]):
-                    failed[id(c)] = ("raised " + type(alone.error).__name__ if alone.error is not None
-                                     else "gradients or parameters differ" if len(alone.mode.applied) == 1
-                                     else "the op was not found again in the rewrite run")
-                    kept.remove(c)
-            together = rewrite(kept) if kept else None
-            if together is not None and not ok(together, kept):
-                for c in kept:
-                    failed[id(c)] = "failed when applied together with the others"
-                kept = []
-                together = None
-    else:
+    if not kept:
+        return kept, failed, None
+    together = runs.rewrite(kept)
+    if runs.ok(together, kept):
+        return kept, failed, together
+    for c in list(kept):
+        alone = runs.rewrite([c])
+        if not runs.ok(alone, [c]):
+            failed[id(c)] = ("raised " + type(alone.error).__name__ if alone.error is not None
+                             else "gradients or parameters differ" if len(alone.mode.applied) == 1
+                             else "the op was not found again in the rewrite run")
+            kept.remove(c)
+    together = runs.rewrite(kept) if kept else None
+    if together is not None and not runs.ok(together, kept):
+        for c in kept:
+            failed[id(c)] = "failed when applied together with the others"
+        kept = []
         together = None
+    return kept, failed, together
 
-    claimed_total = mode.peak_bytes - _sim(mode, kept)
-    for c in safe:
-        p = _proposal(c)
-        if id(c) in failed:
-            p.note = failed[id(c)]
-            p.gradients_identical = False
-            report.unverified.append(p)
-            continue
-        p.gradients_identical = True
-        if c.claimed_peak_saving <= 0:
-            p.verified = True
-            p.measured_peak_saving = 0 if not per_proposal else None
-            report.safe_without_peak_gain.append(p)
-            continue
-        if per_proposal:
-            alone = rewrite([c])
-            measured = mode.peak_bytes - alone.mode.peak_bytes
-            p.measured_peak_saving = measured
-            p.gradients_identical = ok(alone, [c])
-            p.verified = p.gradients_identical and measured == c.claimed_peak_saving
-            if not p.verified:
-                p.note = (f"measured {measured} B vs claimed {c.claimed_peak_saving} B"
-                          if p.gradients_identical else "gradients differ when applied alone")
-        else:
-            p.verified = True
-        (report.proposals if p.verified else report.unverified).append(p)
 
+def _judge_proposal(runs: _Runs, report: AdviceReport, c, failed: dict, per_proposal: bool) -> None:
+    """File one safe candidate's proposal as verified, safe without a peak gain, or unverified."""
+    p = _proposal(c)
+    if id(c) in failed:
+        p.note = failed[id(c)]
+        p.gradients_identical = False
+        report.unverified.append(p)
+        return
+    p.gradients_identical = True
+    if c.claimed_peak_saving <= 0:
+        p.verified = True
+        p.measured_peak_saving = 0 if not per_proposal else None
+        report.safe_without_peak_gain.append(p)
+        return
+    if per_proposal:
+        alone = runs.rewrite([c])
+        measured = runs.base.mode.peak_bytes - alone.mode.peak_bytes
+        p.measured_peak_saving = measured
+        p.gradients_identical = runs.ok(alone, [c])
+        p.verified = p.gradients_identical and measured == c.claimed_peak_saving
+        if not p.verified:
+            p.note = (f"measured {measured} B vs claimed {c.claimed_peak_saving} B"
+                      if p.gradients_identical else "gradients differ when applied alone")
+    else:
+        p.verified = True
+    (report.proposals if p.verified else report.unverified).append(p)
+
+
+def _report_totals(report: AdviceReport, base: RunOutcome, together: RunOutcome | None, claimed_total: int) -> None:
     if base.cuda_peak is not None:
         report.notes.append(f"CUDA allocator (torch.cuda.max_memory_allocated above the step's start): baseline "
                             f"{base.cuda_peak} B" + (f", all proposals applied {together.cuda_peak} B"
@@ -293,35 +323,36 @@ def _advise_runs(step, tracker, *, per_proposal: bool, repeats: int, allocator_c
         report.cuda_peaks = (base.cuda_peak, together.cuda_peak if together is not None else None)
     if together is not None:
         report.rewritten_peak = together.mode.peak_bytes
-        report.measured_total_saving = mode.peak_bytes - together.mode.peak_bytes
+        report.measured_total_saving = base.mode.peak_bytes - together.mode.peak_bytes
         report.gradients_identical = _identical(base, together)
         report.claimed_total_saving = claimed_total
         if report.measured_total_saving != claimed_total:
             report.notes.append(f"combined: measured {report.measured_total_saving} B vs claimed {claimed_total} B")
 
-    if allocator_check and kept and not _cuda_in_use():
-        tracker.update("allocator cross-check (2 runs under torch.profiler)")
-        base_alloc = _allocator_peak(step, StepMode(record=False, plan={("no such op",): 0}))
-        new_alloc = _allocator_peak(step, StepMode(record=False, plan=plan_of(kept)))
-        runs += 2
-        if base_alloc is not None and new_alloc is not None:
-            report.allocator_peaks = (base_alloc, new_alloc)
-        else:
-            report.notes.append("the CPU allocator cross-check did not run (torch.profiler failed or the step "
-                                "raised under it; the 'gradguard.advisor' log says why)")
-    if repeats > 0 and kept:
-        plain_t, fast_t = [], []
-        for repeat in range(repeats):
-            tracker.update(f"timing {repeat + 1}/{repeats}")
-            # The same mode work as the rewritten run (user-line lookup per op), with nothing to rewrite.
-            plain_t.append(_run(step, StepMode(record=False, plan={("no such op",): 0})).seconds)
-            fast_t.append(_run(step, StepMode(record=False, plan=plan_of(kept))).seconds)
-            runs += 2
-        report.baseline_seconds = statistics.median(plain_t)
-        report.rewritten_seconds = statistics.median(fast_t)
-        report.timing_runs = (plain_t, fast_t)
-    report.runs = runs
-    return report
+
+def _allocator_cross_check(runs: _Runs, report: AdviceReport, kept: list) -> None:
+    runs.tracker.update("allocator cross-check (2 runs under torch.profiler)")
+    base_alloc = _allocator_peak(runs.step, StepMode(record=False, plan={("no such op",): 0}))
+    new_alloc = _allocator_peak(runs.step, StepMode(record=False, plan=_plan_of(kept)))
+    runs.count += 2
+    if base_alloc is not None and new_alloc is not None:
+        report.allocator_peaks = (base_alloc, new_alloc)
+    else:
+        report.notes.append("the CPU allocator cross-check did not run (torch.profiler failed or the step "
+                            "raised under it; the 'gradguard.advisor' log says why)")
+
+
+def _time_runs(runs: _Runs, report: AdviceReport, kept: list, repeats: int) -> None:
+    plain_t, fast_t = [], []
+    for repeat in range(repeats):
+        runs.tracker.update(f"timing {repeat + 1}/{repeats}")
+        # The same mode work as the rewritten run (user-line lookup per op), with nothing to rewrite.
+        plain_t.append(_run(runs.step, StepMode(record=False, plan={("no such op",): 0})).seconds)
+        fast_t.append(_run(runs.step, StepMode(record=False, plan=_plan_of(kept))).seconds)
+        runs.count += 2
+    report.baseline_seconds = statistics.median(plain_t)
+    report.rewritten_seconds = statistics.median(fast_t)
+    report.timing_runs = (plain_t, fast_t)
 
 
 @contextlib.contextmanager

@@ -321,52 +321,25 @@ class StepMode:
     def op(self, func, args, kwargs, call):
         if self._quiet:
             return call(func, args, kwargs)
-        if self.stop_after_optimizer_steps is not None and self.optimizer_steps >= self.stop_after_optimizer_steps \
-                and not self.in_optimizer:
-            raise StepComplete()
+        self._stop_when_done()
         self._index += 1
         index = self._index
         inputs: list[torch.Tensor] = []
-        for a in args:
-            _tensors(a, inputs)
-        for a in kwargs.values():
+        for a in (*args, *kwargs.values()):
             _tensors(a, inputs)
         in_sids = tuple(self._sid(t, allocate=False) for t in inputs)
         if self._pending_saves:
-            # Autograd saves an op's inputs before the op reaches us: attribute them to this op.
-            for record, producer, packed in self._pending_saves:
-                if record.sid is None or record.sid not in in_sids:
-                    continue
-                if producer is not None and _node_holds(producer, packed):
-                    continue
-                record.after_op = index
-                record.node = func.name()
-            self._pending_saves = []
-        spec = written_arguments(func)
-        write_targets: list[torch.Tensor] = []
-        if spec:
-            for position, name, kwarg_only in spec:
-                value = kwargs.get(name) if (kwarg_only or position >= len(args)) else args[position]
-                _tensors(value, write_targets)
+            self._attribute_pending_saves(func, index, in_sids)
+        write_targets = _write_targets(func, args, kwargs)
         grad_enabled = torch.is_grad_enabled()
-        phase = "backward" if torch._C._current_graph_task_id() != -1 else (
-            "optimizer" if self.in_optimizer else "forward")
+        phase = self._phase()
 
         # Snapshot pre-existing memory before its first in-place write, so the runner can restore state.
         if write_targets and self.snapshot_writes:
-            for t in write_targets:
-                sid = self._sid(t, allocate=False)
-                if sid is not None and sid in self.preexisting and sid not in self.snapshots:
-                    storage = t.untyped_storage()
-                    with self.quiet():
-                        self.snapshots[sid] = (storage, storage.clone())
+            self._snapshot(write_targets)
 
         if grad_enabled and phase == "forward":
-            for t in inputs:
-                if t.requires_grad and t.is_leaf and id(t) not in self._leaf_ids:
-                    self._leaf_ids.add(id(t))
-                    self.leaves.append(t)
-                    self.leaf_grads_before.append(t.grad)
+            self._note_leaves(inputs)
 
         location = None
         in_shapes = tuple(tuple(t.shape) for t in inputs)
@@ -375,20 +348,7 @@ class StepMode:
             location = user_location(2)
         key = op_key(func.name(), phase, location, in_shapes, self._counter) if want_location else ()
 
-        # -- the rewrite: run the in-place overload on the dead operand and return an alias of it --
-        operand = self.plan.get(key) if self.plan else None
-        out = None
-        if operand is not None:
-            target = inplace_overload(func)
-            tensor_args = [a for a in args if isinstance(a, torch.Tensor)]
-            if target is not None and operand < len(tensor_args):
-                new_args = list(args)
-                if operand == 1:
-                    new_args[0], new_args[1] = args[1], args[0]
-                victim = new_args[0]
-                target(*new_args, **kwargs)
-                out = torch.ops.aten.alias.default(victim)
-                self.applied.add(key)
+        out = self._rewritten(key, func, args, kwargs) if self.plan else None
         if out is None:
             out = call(func, args, kwargs)  # run_op repairs the _foreach_ version bump (see _writes.py)
 
@@ -396,43 +356,101 @@ class StepMode:
         out_sids = tuple(self._sid(t, allocate=True) for t in outputs)
         self._last_out_sids = out_sids
 
-        if self.record and phase == "forward":
+        if self.record:
+            self._record_op(func, args, kwargs, index, phase, location, grad_enabled, inputs, in_sids, in_shapes,
+                            write_targets, outputs, out_sids, key)
+        return out
+
+    def _stop_when_done(self) -> None:
+        if self.stop_after_optimizer_steps is not None and self.optimizer_steps >= self.stop_after_optimizer_steps \
+                and not self.in_optimizer:
+            raise StepComplete()
+
+    def _phase(self) -> str:
+        return "backward" if torch._C._current_graph_task_id() != -1 else (
+            "optimizer" if self.in_optimizer else "forward")
+
+    def _attribute_pending_saves(self, func, index: int, in_sids: tuple) -> None:
+        # Autograd saves an op's inputs before the op reaches us: attribute them to this op.
+        for record, producer, packed in self._pending_saves:
+            if record.sid is None or record.sid not in in_sids:
+                continue
+            if producer is not None and _node_holds(producer, packed):
+                continue
+            record.after_op = index
+            record.node = func.name()
+        self._pending_saves = []
+
+    def _snapshot(self, write_targets: list) -> None:
+        for t in write_targets:
+            sid = self._sid(t, allocate=False)
+            if sid is not None and sid in self.preexisting and sid not in self.snapshots:
+                storage = t.untyped_storage()
+                with self.quiet():
+                    self.snapshots[sid] = (storage, storage.clone())
+
+    def _note_leaves(self, inputs: list) -> None:
+        for t in inputs:
+            if t.requires_grad and t.is_leaf and id(t) not in self._leaf_ids:
+                self._leaf_ids.add(id(t))
+                self.leaves.append(t)
+                self.leaf_grads_before.append(t.grad)
+
+    def _rewritten(self, key, func, args, kwargs):
+        """The rewrite: run the in-place overload on the dead operand and return an alias of it (None: no rewrite)."""
+        operand = self.plan.get(key)
+        if operand is None:
+            return None
+        target = inplace_overload(func)
+        tensor_args = [a for a in args if isinstance(a, torch.Tensor)]
+        if target is None or operand >= len(tensor_args):
+            return None
+        new_args = list(args)
+        if operand == 1:
+            new_args[0], new_args[1] = args[1], args[0]
+        victim = new_args[0]
+        target(*new_args, **kwargs)
+        out = torch.ops.aten.alias.default(victim)
+        self.applied.add(key)
+        return out
+
+    def _record_op(self, func, args, kwargs, index, phase, location, grad_enabled, inputs, in_sids, in_shapes,
+                   write_targets, outputs, out_sids, key) -> None:
+        if phase == "forward":
             for t, sid in zip(outputs, out_sids):
                 if sid is not None and sid in in_sids:
                     self._aliases.setdefault(sid, []).append(weakref.ref(t))
-        if self.record:
-            write_sids = []
-            for t in write_targets:
-                sid = self._sid(t, allocate=False)
-                write_sids.append(sid)
-                if sid is not None:
-                    start, end = _byte_range(t)
-                    self.writes.setdefault(sid, []).append(
-                        WriteEvent(index, func.name(), location or user_location(2), start, end))
-            candidate = inplace_overload(func) is not None and phase == "forward"
-            self.ops.append(OpRecord(
-                index=index,
-                name=func.name(),
-                func=func,
-                phase=phase,
-                location=location,
-                module=_module_context() if candidate else None,
-                grad_enabled=grad_enabled,
-                in_sids=in_sids,
-                out_sids=out_sids,
-                write_sids=tuple(write_sids),
-                in_shapes=in_shapes,
-                out_shapes=tuple(tuple(t.shape) for t in outputs),
-                in_dtypes=tuple(t.dtype for t in inputs),
-                out_dtypes=tuple(t.dtype for t in outputs),
-                in_refs=tuple(weakref.ref(t) for t in inputs) if candidate else (),
-                in_leaf_rg=tuple(t.is_leaf and t.requires_grad for t in inputs) if candidate else (),
-                in_view_meta=tuple(_view_meta(t) for t in inputs) if candidate else (),
-                in_overlap=tuple(_overlaps(t) for t in inputs) if candidate else (),
-                key=key,
-                swappable=candidate and _swappable(func, args, kwargs),
-            ))
-        return out
+        write_sids = self._record_writes(func, index, location, write_targets)
+        candidate = inplace_overload(func) is not None and phase == "forward"
+        self.ops.append(OpRecord(
+            index=index,
+            name=func.name(),
+            func=func,
+            phase=phase,
+            location=location,
+            grad_enabled=grad_enabled,
+            in_sids=in_sids,
+            out_sids=out_sids,
+            write_sids=tuple(write_sids),
+            in_shapes=in_shapes,
+            out_shapes=tuple(tuple(t.shape) for t in outputs),
+            in_dtypes=tuple(t.dtype for t in inputs),
+            out_dtypes=tuple(t.dtype for t in outputs),
+            **_candidate_facts(inputs, candidate),
+            key=key,
+            swappable=candidate and _swappable(func, args, kwargs),
+        ))
+
+    def _record_writes(self, func, index: int, location, write_targets: list) -> list:
+        write_sids = []
+        for t in write_targets:
+            sid = self._sid(t, allocate=False)
+            write_sids.append(sid)
+            if sid is not None:
+                start, end = _byte_range(t)
+                self.writes.setdefault(sid, []).append(
+                    WriteEvent(index, func.name(), location or user_location(4), start, end))
+        return write_sids
 
     def finish(self) -> None:
         """Called at the end of the step, before the caller drops its references: what is still alive."""
@@ -447,6 +465,28 @@ class StepMode:
                     for o, sid in zip(objs, op.in_sids)
                 )
                 del objs
+
+
+def _write_targets(func, args, kwargs) -> list[torch.Tensor]:
+    """The tensors ``func`` writes in place, read from its schema's mutable arguments."""
+    write_targets: list[torch.Tensor] = []
+    for position, name, kwarg_only in written_arguments(func) or ():
+        value = kwargs.get(name) if (kwarg_only or position >= len(args)) else args[position]
+        _tensors(value, write_targets)
+    return write_targets
+
+
+def _candidate_facts(inputs: list, candidate: bool) -> dict:
+    """The autograd facts an in-place candidate's inputs need (the module around the op, liveness refs ...)."""
+    if not candidate:
+        return dict(module=None, in_refs=(), in_leaf_rg=(), in_view_meta=(), in_overlap=())
+    return dict(
+        module=_module_context(),
+        in_refs=tuple(weakref.ref(t) for t in inputs),
+        in_leaf_rg=tuple(t.is_leaf and t.requires_grad for t in inputs),
+        in_view_meta=tuple(_view_meta(t) for t in inputs),
+        in_overlap=tuple(_overlaps(t) for t in inputs),
+    )
 
 
 _SWAPPABLE = ("aten::add.Tensor", "aten::mul.Tensor")

@@ -243,17 +243,7 @@ def crossing_recompute(call: SourceLocation | None, step: SourceLocation | None,
     # detached keeps the second loss inside the other model (its own gradient is unchanged: the other model's
     # weights have not been stepped yet) and cuts the path whose saved weights the step overwrote.
     """
-    if call is None or step is None or backward is None or not call.line < step.line <= backward.line:
-        return None
-    if len({call.file, step.file, backward.file}) != 1:
-        return None
-    tree = _tree(call.file)
-    if tree is None:
-        return None
-    scope = _innermost(tree, step.line, (ast.FunctionDef, ast.AsyncFunctionDef)) or tree
-    if not (scope is tree or scope.lineno <= call.line and backward.line <= (scope.end_lineno or scope.lineno)):
-        return None
-    statements = _simple_statements(scope.body)
+    statements = _statements_around(call, step, backward)
     made = next((st for st in statements if st.lineno <= call.line <= (st.end_lineno or st.lineno)), None)
     if made is None:
         return None
@@ -261,9 +251,7 @@ def crossing_recompute(call: SourceLocation | None, step: SourceLocation | None,
     between = [st for st in statements if made.lineno < st.lineno < step.line]
     later = [st for st in statements if step.line < st.lineno <= backward.line]
     for st in between:
-        if not (isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name)
-                and isinstance(st.value, ast.Call) and len(st.value.args) == 1 and not st.value.keywords
-                and isinstance(st.value.args[0], ast.Name) and st.value.args[0].id in outputs):
+        if not _one_call_on(st, outputs):
             continue
         name, argument = st.targets[0].id, st.value.args[0].id
         if any(name in _loads_and_stores(x)[0] for x in later) and not any(
@@ -271,6 +259,29 @@ def crossing_recompute(call: SourceLocation | None, step: SourceLocation | None,
             code = f"{name} = {ast.unparse(st.value.func)}({argument}.detach())"
             return name, argument, code
     return None
+
+
+def _statements_around(call: SourceLocation | None, step: SourceLocation | None,
+                       backward: SourceLocation | None) -> list:
+    """The simple statements of the function holding ``call`` < ``step`` <= ``backward`` (one file); else []."""
+    if call is None or step is None or backward is None or not call.line < step.line <= backward.line:
+        return []
+    if len({call.file, step.file, backward.file}) != 1:
+        return []
+    tree = _tree(call.file)
+    if tree is None:
+        return []
+    scope = _innermost(tree, step.line, (ast.FunctionDef, ast.AsyncFunctionDef)) or tree
+    if not (scope is tree or scope.lineno <= call.line and backward.line <= (scope.end_lineno or scope.lineno)):
+        return []
+    return _simple_statements(scope.body)
+
+
+def _one_call_on(st: ast.stmt, outputs: set) -> bool:
+    """``name = f(output)``: one positional argument, one of ``outputs``, no keywords."""
+    return (isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name)
+            and isinstance(st.value, ast.Call) and len(st.value.args) == 1 and not st.value.keywords
+            and isinstance(st.value.args[0], ast.Name) and st.value.args[0].id in outputs)
 
 
 def step_receivers(location: SourceLocation | None) -> list[str]:

@@ -172,6 +172,51 @@ def optimizer_before_backward_rule(f: Finding, opt: WriteRecord) -> Verdict:
     )
 
 
+def _two_model_intents(f: Finding, opt: WriteRecord, save, backward) -> tuple[list[FixIntent], tuple | None]:
+    """(intents, detach hint) when two models are stepped: recompute what crosses into the stepped model's graph,
+    re-run its forward after the step, or feed it a detached input."""
+    fixes = []
+    chain = f.saved_at.chain[0] if getattr(f.saved_at, "chain", None) else save
+    crossing = crossing_recompute(chain, opt.location, backward)
+    if crossing is not None:
+        name, argument, code = crossing
+        fixes.append(FixIntent("insert_after", *_loc(opt.location), target=name, detail={"code": code},
+                               reason=f"recompute `{name}` from `{argument}.detach()` after the step: the "
+                                      f"second loss then stays out of the stepped model's graph"))
+    if (save is not None and opt.location is not None and save.line < opt.location.line
+            and _same_function(save, opt.location) and is_valid_python(save.code)):
+        # a copy, not a move: the statements between the save and the step still use the first value
+        fixes.append(FixIntent("insert_after", *_loc(opt.location), target=save.code,
+                               detail={"code": save.code},
+                               reason=f"recompute `{save.code}` from a fresh forward after the step at line "
+                                      f"{opt.location.line}"))
+    hint = _detached_call(save.code if save else "")
+    # Only at the user's own call of the model: a detach inside the model's forward would cut the gradient of
+    # every layer before it (the error goes away, the training is broken).
+    if hint is not None and save is not None and _same_function(save, opt.location):
+        fixes.append(FixIntent("detach_argument", *_loc(save), target=hint[1], detail={"call": hint[0]},
+                               reason="feed the stepped model a detached input", preferred=not fixes))
+    fixes += _loss_site_repairs(f, opt, fixes)
+    if crossing is not None:  # the most precise repair: the others become alternatives, tried one at a time
+        fixes = fixes[:1] + [FixIntent(x.action, x.file, x.line, x.target, x.detail, x.reason, False)
+                             for x in fixes[1:]]
+    return fixes, hint
+
+
+def _move_step_intents(opt: WriteRecord, backward) -> list[FixIntent]:
+    """The step moved after the backward that needs the weights it updates (when it does not already follow it)."""
+    fixes = []
+    # NOTE [A loss made before the steps]: when the step already follows this backward (a helper's zero_grad,
+    # backward, step), moving it cannot help: the loss must be made after the earlier steps.
+    step_follows = (_same_function(backward, opt.location) and backward is not None and opt.location is not None
+                    and opt.location.line > backward.line)
+    if opt.location is not None and backward is not None and not step_follows:
+        fixes.append(FixIntent("move_statement", *_loc(opt.location), target=opt.location.code,
+                               detail={"after_line": backward.line},
+                               reason=f"backpropagate every loss before stepping (after line {backward.line})"))
+    return fixes
+
+
 def optimizer_between_backwards_rule(f: Finding, opt: WriteRecord) -> Verdict:
     saver = f.saved_at.op or "an autograd node"
     stepper = opt.via or "the optimizer step"
@@ -188,31 +233,7 @@ def optimizer_between_backwards_rule(f: Finding, opt: WriteRecord) -> Verdict:
         f"with a weight that forward never used (PyTorch < 1.5 did exactly that, silently)."
     )
     if len(receivers) > 1:
-        fixes = []
-        chain = f.saved_at.chain[0] if getattr(f.saved_at, "chain", None) else save
-        crossing = crossing_recompute(chain, opt.location, backward)
-        if crossing is not None:
-            name, argument, code = crossing
-            fixes.append(FixIntent("insert_after", *_loc(opt.location), target=name, detail={"code": code},
-                                   reason=f"recompute `{name}` from `{argument}.detach()` after the step: the "
-                                          f"second loss then stays out of the stepped model's graph"))
-        if (save is not None and opt.location is not None and save.line < opt.location.line
-                and _same_function(save, opt.location) and is_valid_python(save.code)):
-            # a copy, not a move: the statements between the save and the step still use the first value
-            fixes.append(FixIntent("insert_after", *_loc(opt.location), target=save.code,
-                                   detail={"code": save.code},
-                                   reason=f"recompute `{save.code}` from a fresh forward after the step at line "
-                                          f"{opt.location.line}"))
-        hint = _detached_call(save.code if save else "")
-        # Only at the user's own call of the model: a detach inside the model's forward would cut the gradient of
-        # every layer before it (the error goes away, the training is broken).
-        if hint is not None and save is not None and _same_function(save, opt.location):
-            fixes.append(FixIntent("detach_argument", *_loc(save), target=hint[1], detail={"call": hint[0]},
-                                   reason="feed the stepped model a detached input", preferred=not fixes))
-        fixes += _loss_site_repairs(f, opt, fixes)
-        if crossing is not None:  # the most precise repair: the others become alternatives, tried one at a time
-            fixes = fixes[:1] + [FixIntent(x.action, x.file, x.line, x.target, x.detail, x.reason, False)
-                                 for x in fixes[1:]]
+        fixes, hint = _two_model_intents(f, opt, save, backward)
         hint_text = (f"e.g. `{hint[0]}({hint[1]}.detach())`" if hint is not None
                      else "the other model's output `.detach()`ed")
         two_models = _two_models_wording(receivers)
@@ -225,15 +246,7 @@ def optimizer_between_backwards_rule(f: Finding, opt: WriteRecord) -> Verdict:
             f"({hint_text}), so its backward stays inside the model it trains and needs no retain_graph=True.",
             fixes,
         )
-    fixes = []
-    # NOTE [A loss made before the steps]: when the step already follows this backward (a helper's zero_grad,
-    # backward, step), moving it cannot help: the loss must be made after the earlier steps.
-    step_follows = (_same_function(backward, opt.location) and backward is not None and opt.location is not None
-                    and opt.location.line > backward.line)
-    if opt.location is not None and backward is not None and not step_follows:
-        fixes.append(FixIntent("move_statement", *_loc(opt.location), target=opt.location.code,
-                               detail={"after_line": backward.line},
-                               reason=f"backpropagate every loss before stepping (after line {backward.line})"))
+    fixes = _move_step_intents(opt, backward)
     fixes += _loss_site_repairs(f, opt, fixes)
     return Verdict(
         "optimizer_step_between_backwards",
@@ -395,18 +408,13 @@ def _construction_sites(f: Finding, act: WriteRecord):
     return writer_sites(files, act.via)
 
 
-def activation_rule(f: Finding, act: WriteRecord) -> Verdict:
+def _construction_intents(f: Finding, act: WriteRecord, module, written_op: str, saver_op: str):
+    """(intents, construction sites, switching statements) for an in-place module's write."""
     from ._module_sites import inplace_position
 
-    saver = f.saved_at.op or "an autograd node"
-    via = act.via or act.op
-    module = _INPLACE_MODULE.search(via)
-    written_op = act.op.split(".")[1] if act.op.count(".") >= 1 else act.op  # "relu_"
-    saver_op = (_op_of(f.saved_at.node) or "").lower()
     found = _construction_sites(f, act) if module else None
     resolved, switches = bool(found and found[2]), found[1] if found else []
     site_list = found[0] if found else []
-    sites = [s.location for s in site_list]
     # One intent per construction. Unresolved (the instance unknown): one per call of the class on each line with
     # inplace=True, the later first when two in-place activations follow each other, since the second is the one
     # that overwrites. Several candidates: none is preferred, gradguard fix tries them one at a time.
@@ -415,10 +423,7 @@ def activation_rule(f: Finding, act: WriteRecord) -> Verdict:
                        reason=f"`{s.code}` made it write in place") for s in switches]
     position = inplace_position(module.group(1)) if module else None
     for site in site_list:
-        occurrences = ([site.occurrence] if resolved else
-                       [None] if site.location.code.count(f"{module.group(1)}(") <= 1 else
-                       list(range(site.location.code.count(f"{module.group(1)}(")))[::-1 if consecutive else 1])
-        for k in occurrences:
+        for k in _occurrences(site, module.group(1), resolved, consecutive):
             detail = {"call": module.group(1), "keyword": "inplace", "value": False}
             if k is not None:
                 detail["occurrence"] = k
@@ -428,6 +433,58 @@ def activation_rule(f: Finding, act: WriteRecord) -> Verdict:
                                    reason=f"construct {module.group(1)} with inplace=False", preferred=False))
     if len(fixes) == 1:
         fixes = [FixIntent(x.action, x.file, x.line, x.target, x.detail, x.reason, preferred=True) for x in fixes]
+    return fixes, [s.location for s in site_list], switches
+
+
+def _occurrences(site, call: str, resolved: bool, consecutive: bool) -> list:
+    """Which calls of ``call`` on the construction line the intents edit (None: the only one)."""
+    if resolved:
+        return [site.occurrence]
+    count = site.location.code.count(f"{call}(")
+    if count <= 1:
+        return [None]
+    return list(range(count))[::-1 if consecutive else 1]
+
+
+def _module_fix(f: Finding, module, via: str, sites: list, switches: list) -> str:
+    """The suggestion for an in-place module: delete the statements that switched it, or construct it out of place."""
+    owner = via[: module.start()].strip().rstrip("(").strip()  # "gate.2" in "gate.2 (ReLU(inplace=True))"
+    if switches:
+        lines = ", ".join(f"`{s.code}` ({_short(s, _home(f))})" for s in switches)
+        return (f"{lines} switched {owner or 'the ' + module.group(1)} to in-place after it was constructed: delete "
+                f"{'it' if len(switches) == 1 else 'them'} (or set inplace to False). An in-place op is safe only "
+                f"right after an op that does not save its output (Linear, Conv, BatchNorm).")
+    at = f" at {_short(sites[0], _home(f))}" if len(sites) == 1 else ""
+    edited = (sites[0].code.replace("inplace=True", "inplace=False").rstrip(",").strip()
+              if len(sites) == 1 and sites[0].code.count("inplace=True") == 1 else "")
+    shown = edited if edited and is_valid_python(edited) else f"nn.{module.group(1)}(inplace=False)"
+    return (f"Construct {owner or 'it'} with inplace=False{at}: `{shown}`. An "
+            f"in-place op is safe only right after an op that does not save its output (Linear, Conv, "
+            f"BatchNorm).")
+
+
+def _op_fix(act: WriteRecord, via: str, written_op: str, fixes: list) -> str:
+    """The suggestion (and intent, added to ``fixes``) for an in-place op no module made: its out-of-place form."""
+    plain = via.replace("torch.", "").rstrip("_")
+    code = statement_code(act.location)
+    if act.location is not None and "inplace" in code:
+        fixes.append(FixIntent("set_keyword", *_loc(act.location), target=None,
+                               detail={"call": callee_of(code, keyword="inplace"), "keyword": "inplace", "value": False},
+                               reason="call it out of place"))
+    elif act.location is not None and out_of_place(code):
+        fixes.append(FixIntent("inplace_to_out_of_place", *_loc(act.location), target=written_op,
+                               reason=f"`{out_of_place(code)}` leaves the saved output intact"))
+    return (f"Use the out-of-place form: `torch.{plain}(x)` (or `F.{plain}(x)` without inplace=True) instead "
+            f"of {via}.")
+
+
+def activation_rule(f: Finding, act: WriteRecord) -> Verdict:
+    saver = f.saved_at.op or "an autograd node"
+    via = act.via or act.op
+    module = _INPLACE_MODULE.search(via)
+    written_op = act.op.split(".")[1] if act.op.count(".") >= 1 else act.op  # "relu_"
+    saver_op = (_op_of(f.saved_at.node) or "").lower()
+    fixes, sites, switches = _construction_intents(f, act, module, written_op, saver_op)
     written = (f" (written at {_short(sites[0], _home(f))}: `{sites[0].code}`)" if len(sites) == 1
                else f" (constructed with inplace=True at {', '.join(_short(s, _home(f)) for s in sites)})" if sites
                else "")
@@ -443,33 +500,7 @@ def activation_rule(f: Finding, act: WriteRecord) -> Verdict:
             f"{' at ' + _short(sites[0], _home(f)) if len(sites) == 1 else ''}.",
             fixes,
         )
-    if module is not None and switches:
-        owner = via[: module.start()].strip().rstrip("(").strip()
-        lines = ", ".join(f"`{s.code}` ({_short(s, _home(f))})" for s in switches)
-        fix = (f"{lines} switched {owner or 'the ' + module.group(1)} to in-place after it was constructed: delete "
-               f"{'it' if len(switches) == 1 else 'them'} (or set inplace to False). An in-place op is safe only "
-               f"right after an op that does not save its output (Linear, Conv, BatchNorm).")
-    elif module is not None:
-        owner = via[: module.start()].strip().rstrip("(").strip()  # "gate.2" in "gate.2 (ReLU(inplace=True))"
-        at = f" at {_short(sites[0], _home(f))}" if len(sites) == 1 else ""
-        edited = (sites[0].code.replace("inplace=True", "inplace=False").rstrip(",").strip()
-                  if len(sites) == 1 and sites[0].code.count("inplace=True") == 1 else "")
-        shown = edited if edited and is_valid_python(edited) else f"nn.{module.group(1)}(inplace=False)"
-        fix = (f"Construct {owner or 'it'} with inplace=False{at}: `{shown}`. An "
-               f"in-place op is safe only right after an op that does not save its output (Linear, Conv, "
-               f"BatchNorm).")
-    else:
-        plain = via.replace("torch.", "").rstrip("_")
-        fix = (f"Use the out-of-place form: `torch.{plain}(x)` (or `F.{plain}(x)` without inplace=True) instead "
-               f"of {via}.")
-        code = statement_code(act.location)
-        if act.location is not None and "inplace" in code:
-            fixes.append(FixIntent("set_keyword", *_loc(act.location), target=None,
-                                   detail={"call": callee_of(code, keyword="inplace"), "keyword": "inplace", "value": False},
-                                   reason="call it out of place"))
-        elif act.location is not None and out_of_place(code):
-            fixes.append(FixIntent("inplace_to_out_of_place", *_loc(act.location), target=written_op,
-                                   reason=f"`{out_of_place(code)}` leaves the saved output intact"))
+    fix = _module_fix(f, module, via, sites, switches) if module is not None else _op_fix(act, via, written_op, fixes)
     return Verdict(
         "inplace_activation",
         f"The in-place {'module' if module else 'op'} {via} at {_where(act, f)}{written} overwrote "

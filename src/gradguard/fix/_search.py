@@ -223,15 +223,10 @@ def _detach_read_candidates(finding: dict, name: str) -> list[list[FixIntent]]:
     detach it where a call reads it after it was made and before the backward that freed its graph. Each argument
     reading the same variable is a candidate (`outputs[j]` in `kl(outputs[i], outputs[j])` is `outputs[1]` at run
     time, which the source cannot say); verification keeps the one that makes the failure go."""
-    saved = finding.get("saved_at") or {}
-    freed = [w for w in finding.get("modified_at") or () if w.get("category") == "backward"]
-    file, made = saved.get("file"), saved.get("line")
-    root = name.split("[", 1)[0].split(".", 1)[0]
-    if not (file and made and freed and root.isidentifier()):
+    window = _read_window(finding, name)
+    if window is None:
         return []
-    end = freed[0].get("line")
-    if os.path.realpath(freed[0].get("file") or "") != os.path.realpath(file) or not end or end <= made:
-        return []
+    file, made, end, root = window
     from ..core._source_ast import parse_file
 
     tree = parse_file(file)
@@ -244,17 +239,37 @@ def _detach_read_candidates(finding: dict, name: str) -> list[list[FixIntent]]:
     for call in sorted((n for n in ast.walk(scope) if isinstance(n, ast.Call) and made < n.lineno < end),
                        key=lambda n: (n.lineno, n.col_offset)):
         for arg in call.args:
-            base = arg
-            while isinstance(base, (ast.Subscript, ast.Attribute)):
-                base = base.value
-            if isinstance(base, ast.Name) and base.id == root and not any(
-                    isinstance(n, ast.Call) for n in ast.walk(arg)):
+            if _plain_read_of(arg, root):
                 target = ast.unparse(arg)
                 repairs.append([FixIntent("detach_argument", file, _statement_line(scope, call), target=target,
                                           detail={"call": ast.unparse(call.func)},
                                           reason=f"`{target}` reaches the loss here as a value, not as a path into "
                                                  f"the graph the backward at line {end} frees")])
     return repairs
+
+
+def _read_window(finding: dict, name: str):
+    """(file, line made, line of the backward that freed its graph, root variable) of the crossing tensor, when
+    both lines are known and in one file; else None."""
+    saved = finding.get("saved_at") or {}
+    freed = [w for w in finding.get("modified_at") or () if w.get("category") == "backward"]
+    file, made = saved.get("file"), saved.get("line")
+    root = name.split("[", 1)[0].split(".", 1)[0]
+    if not (file and made and freed and root.isidentifier()):
+        return None
+    end = freed[0].get("line")
+    if os.path.realpath(freed[0].get("file") or "") != os.path.realpath(file) or not end or end <= made:
+        return None
+    return file, made, end, root
+
+
+def _plain_read_of(arg: ast.expr, root: str) -> bool:
+    """Whether ``arg`` reads ``root`` (``outputs[1]``, ``model.h``) and calls nothing."""
+    base = arg
+    while isinstance(base, (ast.Subscript, ast.Attribute)):
+        base = base.value
+    return isinstance(base, ast.Name) and base.id == root and not any(
+        isinstance(n, ast.Call) for n in ast.walk(arg))
 
 
 def _statement_line(scope: ast.AST, node: ast.AST) -> int:
@@ -299,39 +314,19 @@ def _fresh_forward_candidates(finding: dict, write: dict) -> list[list[FixIntent
 def _fresh_forward_from(saved: dict, finding: dict, write: dict) -> list[list[FixIntent]]:
     from ..core._source_ast import parse_file
 
-    backward = (finding.get("context") or {}).get("backward_at") or {}
-    file, step, start = write.get("file"), write.get("line"), saved.get("line")
-    if write.get("category") != "optimizer" or not (file and step and start and backward.get("line")):
+    span = _step_span(saved, finding, write)
+    if span is None:
         return []
-    same = {os.path.realpath(p) for p in (file, saved.get("file") or "", backward.get("file") or "")}
-    if len(same) != 1 or not start < step <= backward["line"]:
-        return []
+    file, step, start, backward = span
     tree = parse_file(file)
     if tree is None:
         return []
-    for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        if not isinstance(body, list) or not any(isinstance(b, ast.stmt) and b.lineno == start for b in body):
-            continue
-        statements = []
-        for stmt in body:
-            if stmt.lineno < start:
-                continue
-            if stmt.lineno >= step or not isinstance(stmt, (ast.Assign, ast.AnnAssign)) or any(
-                    isinstance(n, ast.Attribute) and n.attr in ("backward", "step") for n in ast.walk(stmt)):
-                break
-            statements.append(stmt)
+    for body in _bodies_with_line(tree, start):
         # only what the later backward's loss is computed from (`critic_loss` of an earlier backward is not
         # recomputed: its value, printed or logged, stays the one before the step)
         needed = _line_names(tree, backward["line"]) if os.path.realpath(backward.get("file") or file) == \
             os.path.realpath(file) else set()
-        kept = []
-        for stmt in reversed(statements):
-            targets = {n.id for t in (stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target])
-                       for n in ast.walk(t) if isinstance(n, ast.Name)}
-            if not needed or targets & needed:
-                kept.append(stmt)
-                needed |= {n.id for n in ast.walk(stmt.value) if isinstance(n, ast.Name)} if stmt.value else set()
+        kept = _needed_statements(_forward_statements(body, start, step), needed)
         text = "".join(linecache.getlines(file))
         forward = [ast.get_source_segment(text, stmt) for stmt in reversed(kept)]
         if forward and all(forward):
@@ -339,6 +334,52 @@ def _fresh_forward_from(saved: dict, finding: dict, write: dict) -> list[list[Fi
                                reason=f"a fresh forward after the step at line {step}: the backward at line "
                                       f"{backward['line']} then uses the weights the step wrote")]]
     return []
+
+
+def _step_span(saved: dict, finding: dict, write: dict):
+    """(file, step line, save line, backward) when an optimizer step sits between the save and the later backward,
+    all in one file; else None."""
+    backward = (finding.get("context") or {}).get("backward_at") or {}
+    file, step, start = write.get("file"), write.get("line"), saved.get("line")
+    if write.get("category") != "optimizer" or not (file and step and start and backward.get("line")):
+        return None
+    same = {os.path.realpath(p) for p in (file, saved.get("file") or "", backward.get("file") or "")}
+    if len(same) != 1 or not start < step <= backward["line"]:
+        return None
+    return file, step, start, backward
+
+
+def _bodies_with_line(tree: ast.AST, line: int):
+    """The statement lists in ``tree`` (in walk order) that hold a statement starting at ``line``."""
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and any(isinstance(b, ast.stmt) and b.lineno == line for b in body):
+            yield body
+
+
+def _forward_statements(body: list, start: int, step: int) -> list:
+    """The assignments of ``body`` from line ``start`` up to the first backward, step or other statement."""
+    statements = []
+    for stmt in body:
+        if stmt.lineno < start:
+            continue
+        if stmt.lineno >= step or not isinstance(stmt, (ast.Assign, ast.AnnAssign)) or any(
+                isinstance(n, ast.Attribute) and n.attr in ("backward", "step") for n in ast.walk(stmt)):
+            break
+        statements.append(stmt)
+    return statements
+
+
+def _needed_statements(statements: list, needed: set) -> list:
+    """``statements`` that compute the names in ``needed`` (all of them when nothing is named), last first."""
+    kept = []
+    for stmt in reversed(statements):
+        targets = {n.id for t in (stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target])
+                   for n in ast.walk(t) if isinstance(n, ast.Name)}
+        if not needed or targets & needed:
+            kept.append(stmt)
+            needed |= {n.id for n in ast.walk(stmt.value) if isinstance(n, ast.Name)} if stmt.value else set()
+    return kept
 
 
 def general_repairs(finding: dict, sources: dict[str, str], editable: Callable[[str], bool]
@@ -357,11 +398,7 @@ def general_repairs(finding: dict, sources: dict[str, str], editable: Callable[[
     for write in writes:
         if not editable(write["file"]):
             continue
-        repairs += _write_candidates(write)
-        repairs += _module_candidates(write, files)
-        repairs += _called_module_candidates(write, files)
-        repairs += _step_candidates(finding, write)
-        repairs += _fresh_forward_candidates(finding, write)
+        repairs += _write_repairs(finding, write, files)
         found = _statement(write["file"], write["line"])
         receiver = receiver or (_receiver(found[0]) if found else None)
     if finding.get("kind") != "backward_twice" and not any(w.get("category") == "optimizer" for w in writes):
@@ -369,9 +406,20 @@ def general_repairs(finding: dict, sources: dict[str, str], editable: Callable[[
         # PyTorch < 1.5 did silently), not repair it
         repairs += _save_candidates(finding, receiver)
     repairs += _detach_candidates(finding)
+    return _distinct_editable(repairs, editable)[:_MAX_CANDIDATES]
+
+
+def _write_repairs(finding: dict, write: dict, files: list[str]) -> list[list[FixIntent]]:
+    """The candidates that undo or move one write: (a), (b) and (e)."""
+    return (_write_candidates(write) + _module_candidates(write, files) + _called_module_candidates(write, files)
+            + _step_candidates(finding, write) + _fresh_forward_candidates(finding, write))
+
+
+def _distinct_editable(repairs: list[list[FixIntent]], editable: Callable[[str], bool]) -> list[list[FixIntent]]:
+    """``repairs`` that edit only editable files, each once."""
     kept: list[list[FixIntent]] = []
     for repair in repairs:
         if all(i.file and editable(i.file) for i in repair) and not any(
                 len(k) == len(repair) and all(same_intent(a, b) for a, b in zip(k, repair)) for k in kept):
             kept.append(repair)
-    return kept[:_MAX_CANDIDATES]
+    return kept

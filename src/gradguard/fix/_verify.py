@@ -261,54 +261,17 @@ def repair(command: list[str], cwd: str, *, timeout: float, max_rounds: int = 6,
     # fresh forward, the other candidate, also repairs).
     choices: list[tuple[list, dict, int, RunResult, set, dict]] = []
     for _round in range(max_rounds):
-        if current.timed_out:
-            unfixed.append(Unfixed({}, f"the run did not finish within {timeout:g} s"))
-            break
-        if not current.findings:
+        stop, why = _round_stop(current, seen, timeout)
+        if stop:
+            unfixed += [why] if why is not None else []
             break
         finding = current.findings[0]
         key = signature(finding)
-        if key in seen:
-            unfixed.append(Unfixed(finding, "the same hazard came back after an edit meant to remove it"))
-            break
-        seen.add(key)
-        if finding.get("kind") in _SILENT_KINDS:
-            unfixed.append(Unfixed(finding, "a silent write has no failure to check an edit against; gradguard "
-                                            "cannot verify a repair, so it offers none"))
-            break
-        repairs = candidate_repairs(finding)
-        repairs += [(extra, []) for extra in general_repairs(finding, sources, lambda p: _editable(p) is None)
-                    if not any(_same_repair(extra, known) for known, _ in repairs)]
-        kept = None
-        partials: list = []
-        tried: list[str] = []
-        for intents, alternatives in repairs:
-            try:
-                edited = _apply(sources, original, intents)
-            except EditNotApplicable as problem:
-                tried.append(f"{intents[0].action} at line {intents[0].line}: {problem}")
-                continue
-            say(f"trying {', '.join(f'{i.action} at line {i.line}' for i in intents)}")
-            result = run_guarded(command, cwd, edited, timeout, mode)
-            runs += 1
-            gone = not any(signature(f) == key for f in result.findings)
-            cut = None if result.timed_out else (lost_gradients(first, result) or merged_losses(first, result))
-            if cut is not None:
-                tried.append(f"{intents[0].action} at line {intents[0].line}: {cut}")
-            elif result.timed_out:
-                tried.append(f"{intents[0].action} at line {intents[0].line}: the re-run timed out")
-            elif not result.findings and result.exit_code == healthy:
-                kept = (intents, alternatives, edited, result)
-                break
-            elif result.findings and gone:
-                # This hazard is gone and the next one surfaced: keep it unless another repair runs clean
-                # (NOTE [A repair that runs clean comes first]).
-                partials.append((intents, alternatives, edited, result))
-            elif not result.findings:
-                tried.append(f"{intents[0].action} at line {intents[0].line}: the edited script exits "
-                             f"{result.exit_code}, not {healthy}{_last_error(result.stderr_tail)}")
-            else:
-                tried.append(f"{intents[0].action} at line {intents[0].line}: the same hazard remains")
+        repairs = _round_repairs(finding, sources)
+        kept, partials, tried, tries = _try_repairs(
+            repairs, lambda edited: run_guarded(command, cwd, edited, timeout, mode), sources, original,
+            key, first, healthy, say)
+        runs += tries
         why = ("no proposed edit verified: " + "; ".join(tried) if repairs
                else f"no edit is known for this diagnosis ({finding.get('rule')})")
         if kept is None and not partials and choices:
@@ -331,15 +294,93 @@ def repair(command: list[str], cwd: str, *, timeout: float, max_rounds: int = 6,
             unfixed.append(Unfixed(current.findings[0], f"still failing after {max_rounds} rounds of edits"))
     clean = not current.timed_out and not current.findings and current.exit_code == healthy
     if not clean and accepted:
-        # NOTE [What "verified" means]: an edit is kept only when the script's failure is gone, not when one
-        # finding's signature went away.
-        dropped = "; ".join(f"{edit.reason} (line {edit.intents[0].line})" for edit in accepted)
-        note = (f" (the edits of the earlier rounds are not kept, since the script still fails with them: "
-                f"{dropped})")
-        if unfixed:
-            unfixed[-1] = Unfixed(unfixed[-1].finding, unfixed[-1].why + note)
+        _note_dropped(accepted, unfixed)
         accepted, sources = [], {}
     return first, FixOutcome(original, sources, accepted, unfixed, clean, runs)
+
+
+def _round_repairs(finding: dict, sources: dict) -> list:
+    """The rule's repairs, then the general ones (NOTE [Repairs from the mechanism, not the rule id]) it lacks."""
+    repairs = candidate_repairs(finding)
+    repairs += [(extra, []) for extra in general_repairs(finding, sources, lambda p: _editable(p) is None)
+                if not any(_same_repair(extra, known) for known, _ in repairs)]
+    return repairs
+
+
+def _round_stop(current: RunResult, seen: set, timeout: float) -> tuple[bool, Unfixed | None]:
+    """(whether the search ends before this round, why when that leaves a hazard unfixed); records the round's
+    hazard in ``seen``."""
+    if current.timed_out:
+        return True, Unfixed({}, f"the run did not finish within {timeout:g} s")
+    if not current.findings:
+        return True, None
+    finding = current.findings[0]
+    key = signature(finding)
+    if key in seen:
+        return True, Unfixed(finding, "the same hazard came back after an edit meant to remove it")
+    seen.add(key)
+    if finding.get("kind") in _SILENT_KINDS:
+        return True, Unfixed(finding, "a silent write has no failure to check an edit against; gradguard "
+                                      "cannot verify a repair, so it offers none")
+    return False, None
+
+
+def _try_repairs(repairs: list, run: Callable, sources: dict, original: dict, key, first: RunResult, healthy,
+                 say: Callable[[str], None]):
+    """(kept, partials, tried, runs): each repair applied and re-run until one runs clean; the ones that only
+    removed this hazard, and why the others were not kept."""
+    kept = None
+    partials: list = []
+    tried: list[str] = []
+    runs = 0
+    for intents, alternatives in repairs:
+        try:
+            edited = _apply(sources, original, intents)
+        except EditNotApplicable as problem:
+            tried.append(f"{intents[0].action} at line {intents[0].line}: {problem}")
+            continue
+        say(f"trying {', '.join(f'{i.action} at line {i.line}' for i in intents)}")
+        result = run(edited)
+        runs += 1
+        status, why = _verdict(result, key, first, healthy)
+        if status == "clean":
+            kept = (intents, alternatives, edited, result)
+            break
+        if status == "partial":
+            # This hazard is gone and the next one surfaced: keep it unless another repair runs clean
+            # (NOTE [A repair that runs clean comes first]).
+            partials.append((intents, alternatives, edited, result))
+        else:
+            tried.append(f"{intents[0].action} at line {intents[0].line}: {why}")
+    return kept, partials, tried, runs
+
+
+def _verdict(result: RunResult, key, first: RunResult, healthy) -> tuple[str | None, str | None]:
+    """("clean", None) when the edited run is healthy, ("partial", None) when only this hazard went, else
+    (None, why the edit is not kept)."""
+    gone = not any(signature(f) == key for f in result.findings)
+    cut = None if result.timed_out else (lost_gradients(first, result) or merged_losses(first, result))
+    if cut is not None:
+        return None, cut
+    if result.timed_out:
+        return None, "the re-run timed out"
+    if not result.findings and result.exit_code == healthy:
+        return "clean", None
+    if result.findings and gone:
+        return "partial", None
+    if not result.findings:
+        return None, f"the edited script exits {result.exit_code}, not {healthy}{_last_error(result.stderr_tail)}"
+    return None, "the same hazard remains"
+
+
+def _note_dropped(accepted: list[AcceptedEdit], unfixed: list[Unfixed]) -> None:
+    # NOTE [What "verified" means]: an edit is kept only when the script's failure is gone, not when one
+    # finding's signature went away.
+    dropped = "; ".join(f"{edit.reason} (line {edit.intents[0].line})" for edit in accepted)
+    note = (f" (the edits of the earlier rounds are not kept, since the script still fails with them: "
+            f"{dropped})")
+    if unfixed:
+        unfixed[-1] = Unfixed(unfixed[-1].finding, unfixed[-1].why + note)
 
 
 def _same_repair(a: list[FixIntent], b: list[FixIntent]) -> bool:

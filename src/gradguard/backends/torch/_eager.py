@@ -444,6 +444,20 @@ def _crossing_tensor(site: _Site, earlier: SourceLocation | None) -> _Crossing |
     freed = _freed_nodes(loss.grad_fn)
     if not freed:
         return None
+    filename, line = site.location.file, site.location.line
+    candidates = list(_crossing_candidates(site, receiver, freed, earlier))
+    if not candidates:
+        return None
+    _line, name, made, value = max(candidates, key=lambda c: c[:2])  # the latest: nearest to where graphs meet
+    used, callee = None, None
+    if made is not None and earlier is not None and earlier.file == filename:
+        used, callee = _first_call_with(filename, made.line + 1, min(earlier.line, line), name)
+    return _Crossing(name, value, made, used, callee)
+
+
+def _crossing_candidates(site: _Site, receiver: str | None, freed: set, earlier: SourceLocation | None):
+    """(line made, name, where made, tensor) for each graph-carrying variable in the failing frame whose graph
+    reaches what an earlier backward freed, made before that backward ran."""
     scope = {**site.frame.f_globals, **site.frame.f_locals}
     filename, line = site.location.file, site.location.line
     # When the earlier backward is this statement in an earlier iteration, a tensor assigned unconditionally in
@@ -451,7 +465,6 @@ def _crossing_tensor(site: _Site, earlier: SourceLocation | None) -> _Crossing |
     # out`) or outside the loop may still hold the old graph.
     every_iteration = _assigned_every_iteration(filename, line) if earlier is not None and (
         earlier.file, earlier.line) == (filename, line) else frozenset()
-    candidates = []
     for name, value, binding in _graph_tensors(scope):
         # State kept on a module (`self.hidden`) is replaced by every forward: its new value's graph runs back
         # through the old value into the freed graph.
@@ -464,14 +477,7 @@ def _crossing_tensor(site: _Site, earlier: SourceLocation | None) -> _Crossing |
             continue
         if made.line in every_iteration:
             continue  # recomputed in every iteration (a loop target, though, may hand out pieces of an old graph)
-        candidates.append((made.line, name, made, value))
-    if not candidates:
-        return None
-    _line, name, made, value = max(candidates, key=lambda c: c[:2])  # the latest: nearest to where graphs meet
-    used, callee = None, None
-    if made is not None and earlier is not None and earlier.file == filename:
-        used, callee = _first_call_with(filename, made.line + 1, min(earlier.line, line), name)
-    return _Crossing(name, value, made, used, callee)
+        yield made.line, name, made, value
 
 
 def _crossing_by_graph(site: _Site, session):
@@ -588,243 +594,333 @@ def _is_expression_statement(code: str) -> bool:
     return len(body) == 1 and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Call)
 
 
-def _backward_twice(error, session) -> Finding:
-    site = _Site(error)
-    # read before anything below walks the graph: reading a live node's saved tensor runs the unpack hook
-    passes = (session.ledger.backward_passes, session.backward_sites[-1] if session.backward_sites else None) if (
-        session is not None) else None
-    location = site.location
-    sites = list(session.backward_sites) if session is not None else []
-    home = location.file if location is not None else None
+class _TwiceCase:
+    """What the diagnosis of a backward through a freed graph gathers before it explains it."""
 
-    def at(loc):
-        return f"line {loc.line}" if home is not None and loc.file == home else loc.short
+    def __init__(self, error, site: _Site, session):
+        self.error, self.site, self.session = error, site, session
+        self.location = site.location
+        self.home = site.location.file if site.location is not None else None
+        self.display: list = []
+        self.fixes: list[FixIntent] = []
+        self.saved_at = SaveSite()  # no autograd node saved anything here; only the accumulation rule names a line
+        self.carried = self._carried()
+        self.earlier = self._earlier(list(session.backward_sites) if session is not None else [])
+        self.rule_name = "carried_state_backward_twice" if self.carried else "backward_twice"
+        self.loss = self.receiver = None
+        self.same_loss = self._same_loss()
+        self.mechanism = self._mechanism()
+        if self.mechanism is not None and self.mechanism.freed_by is not None:
+            self.earlier = self.mechanism.freed_by
+        self.hoisted = self._hoisted()
+        self.crossing = self._crossing()
 
-    carried = []
-    if site.frame is not None:
+    def at(self, loc) -> str:
+        return f"line {loc.line}" if self.home is not None and loc.file == self.home else loc.short
+
+    def _carried(self) -> list:
+        site = self.site
+        if site.frame is None:
+            return []
         scope = {**site.frame.f_globals, **site.frame.f_locals}
-        carried = [c for c in carried_state(location) if _carries_graph(scope.get(c.name))]
-    # In a loop the earlier backward is the same line one iteration ago (carried state); otherwise the
-    # failing backward is recorded too (it unpacked its new graph before reaching the freed one), so the
-    # earlier backward is the latest one on another line.
-    earlier = sites[-1] if sites else None
-    if not carried and location is not None:
-        earlier = next((s for s in reversed(sites) if (s.file, s.line) != (location.file, location.line)), earlier)
-    display = []
-    fixes: list[FixIntent] = []
-    saved_at = SaveSite()  # no autograd node saved anything here; only the accumulation rule names a line
-    crossing = None
-    rule_name = "carried_state_backward_twice" if carried else "backward_twice"
-    hoisted = same_loss = None
-    if not carried and site.frame is not None and session is not None:
+        return [c for c in carried_state(self.location) if _carries_graph(scope.get(c.name))]
+
+    def _earlier(self, sites: list):
+        # In a loop the earlier backward is the same line one iteration ago (carried state); otherwise the
+        # failing backward is recorded too (it unpacked its new graph before reaching the freed one), so the
+        # earlier backward is the latest one on another line.
+        earlier = sites[-1] if sites else None
+        location = self.location
+        if not self.carried and location is not None:
+            earlier = next((s for s in reversed(sites) if (s.file, s.line) != (location.file, location.line)), earlier)
+        return earlier
+
+    def _searching(self) -> bool:
+        """Whether the graph of the failing loss is still to be read (no carried state explains it)."""
+        return not self.carried and self.site.frame is not None and self.session is not None
+
+    def _same_loss(self):
+        if not self._searching():
+            return None
+        site = self.site
         try:  # NOTE [The same loss backpropagated twice]
-            receiver = _backward_receiver(site.code)
-            loss = _lookup(receiver, site.frame) if receiver else None
-            if isinstance(loss, torch.Tensor):
-                same_loss = second_call_of_same_loss(list(getattr(session, "backward_calls", ())), loss,
-                                                     raised_chain(error.__traceback__))
+            self.receiver = _backward_receiver(site.code)
+            self.loss = _lookup(self.receiver, site.frame) if self.receiver else None
+            if isinstance(self.loss, torch.Tensor):
+                return second_call_of_same_loss(list(getattr(self.session, "backward_calls", ())), self.loss,
+                                                raised_chain(self.error.__traceback__))
         except Exception as problem:
             log_fallback("torch.eager", "comparing the backward calls", problem)
-    mechanism = None
-    if not carried and same_loss is None and site.frame is not None and session is not None:
+        return None
+
+    def _mechanism(self):
+        if self.same_loss is not None or not self._searching():
+            return None
         try:  # NOTE [Finding the crossing by the graph]
-            mechanism = _crossing_by_graph(site, session)
+            return _crossing_by_graph(self.site, self.session)
         except Exception as problem:
             log_fallback("torch.eager", "following the graph to the part an earlier backward freed", problem)
-    if mechanism is not None and mechanism.freed_by is not None:
-        earlier = mechanism.freed_by
-    if (not carried and same_loss is None and site.frame is not None and location is not None
-            and (mechanism is None or mechanism.holder == "loss")
-            and earlier is not None and (earlier.file, earlier.line) == (location.file, location.line)):
+        return None
+
+    def _hoisted(self):
+        location, earlier, mechanism = self.location, self.earlier, self.mechanism
+        if (self.carried or self.same_loss is not None or self.site.frame is None or location is None
+                or (mechanism is not None and mechanism.holder != "loss")
+                or earlier is None or (earlier.file, earlier.line) != (location.file, location.line)):
+            return None
         try:  # NOTE [A forward made once, before the loop that backpropagates it]
-            hoisted = forward_before_loop(site.frame, location.line)
+            return forward_before_loop(self.site.frame, location.line)
         except Exception as problem:
             log_fallback("torch.eager", "looking for a forward made before the loop", problem)
-    if mechanism is not None and mechanism.tensor is not None and hoisted is None:
-        crossing = _Crossing(mechanism.name, mechanism.tensor, mechanism.made, None, None)
-        crossing.holder = mechanism.holder
-        made = mechanism.made
-        if (mechanism.holder == "variable" and made is not None and earlier is not None and location is not None
-                and made.file == earlier.file == location.file):
-            crossing.used, crossing.callee = _first_call_with(made.file, made.line + 1,
-                                                              min(earlier.line, location.line), mechanism.name)
-    elif not carried and hoisted is None and same_loss is None:
+        return None
+
+    def _crossing(self) -> _Crossing | None:
+        mechanism, earlier, location = self.mechanism, self.earlier, self.location
+        if mechanism is not None and mechanism.tensor is not None and self.hoisted is None:
+            crossing = _Crossing(mechanism.name, mechanism.tensor, mechanism.made, None, None)
+            crossing.holder = mechanism.holder
+            made = mechanism.made
+            if (mechanism.holder == "variable" and made is not None and earlier is not None and location is not None
+                    and made.file == earlier.file == location.file):
+                crossing.used, crossing.callee = _first_call_with(made.file, made.line + 1,
+                                                                  min(earlier.line, location.line), mechanism.name)
+            return crossing
+        if self.carried or self.hoisted is not None or self.same_loss is not None:
+            return None
         try:
-            crossing = _crossing_tensor(site, earlier)
+            return _crossing_tensor(self.site, earlier)
         except RuntimeError:  # reading the graph failed: the plain diagnosis below still stands
-            crossing = None
-    if earlier is not None and same_loss is None:
-        display.append(("freed by", f"the earlier backward at {at(earlier)}: {earlier.code}"))
-    if carried:
-        state = carried[0]
-        value = site.frame.f_locals.get(state.name, site.frame.f_globals.get(state.name))
-        is_tuple = isinstance(value, (tuple, list))
-        first = value[0] if is_tuple else value
-        tensor = TensorInfo(shape=tuple(first.shape), dtype=str(first.dtype).replace("torch.", ""),
-                            device=str(first.device), name=f"{state.name}[0]" if is_tuple else state.name,
-                            role="carried state",
-                            producer=first.grad_fn.name() if first.grad_fn is not None else None)
-        kind_of = f"a tuple of {len(value)} tensors" if is_tuple else "a tensor"
-        display.insert(0, ("carried by", f"`{state.name}` ({kind_of}), assigned at {at(state.assignment)}: "
-                                         f"{state.assignment.code}"))
-        why = (f"`{state.name}` carries the previous iteration's output into this one without .detach(), so this "
-               f"backward at {at(location)} runs on into the previous iteration's graph. The previous backward "
-               f"{'at ' + at(earlier) + ' ' if earlier else ''}already freed that graph's saved tensors (backward "
-               f"frees them unless retain_graph=True).")
-        fix = (f"Detach the carried state: {state.detach_fix(is_tuple)}. Each backward then covers only its own "
-               f"iteration (truncated backpropagation through time). Do not add retain_graph=True to silence this: "
-               f"it keeps every iteration's graph alive, and the next optimizer step turns it into \"modified by "
-               f"an inplace operation\".")
-        fixes.append(state.detach_intent(is_tuple))
-    elif same_loss is not None:
-        first, path, again = same_loss
-        tensor = _describe(loss, receiver)  # both read above, where same_loss was found
-        called = f" (called from {at(path)})" if (path.file, path.line) != (first.file, first.line) else ""
-        display[:0] = [("freed by", f"the backward of the same `{receiver}` at {at(first)}{called}: {first.code}"),
-                       ("again", f"at {at(again)}: {again.code}")]
-        through = f" (through `{site.code}` at {at(location)})" if (again.file, again.line) != (
-            location.file, location.line) else ""
-        why = (f"The same `{receiver}` is backpropagated twice{through}: `{first.code}` at {at(first)}{called} "
-               f"already ran its backward, which freed the saved tensors of its graph, and `{again.code}` at "
-               f"{at(again)} backpropagates it again.")
-        fix = (f"Backpropagate each loss once: delete `{again.code}` at {at(again)}; the call at {at(first)} already "
-               f"computed its gradients. retain_graph=True would only hide it: the second backward would add the "
-               f"same gradients again.")
-        code = statement_code(again)
-        if _is_expression_statement(code):
-            fixes.append(FixIntent("remove_statement", again.file, again.line, target=code,
-                                   reason=f"`{receiver}` is already backpropagated at {at(first)}"))
-        rule_name = "same_loss_backward_twice"
-    elif hoisted is not None:
-        name, lines = hoisted["name"], (f"line {hoisted['first']}" if hoisted["first"] == hoisted["last"]
-                                        else f"lines {hoisted['first']}-{hoisted['last']}")
-        tensor = _describe(_lookup(name, site.frame), name)
-        display.insert(0, ("made", f"`{name}` once, before the loop ({lines})"))
-        why = (f"`{name}` is made once, before the loop ({lines}), and backpropagated in every iteration at "
-               f"{at(location)}: the first backward frees the saved tensors of its graph, and the next iteration "
-               f"backpropagates the same graph again.")
-        fix = (f"Run the forward inside the loop: {lines} again before line {hoisted['line']}, so every iteration "
-               f"backpropagates a graph of its own (and sees the updated weights). retain_graph=True would only "
-               f"hide it: every iteration would reuse the first forward's values.")
-        fixes.append(FixIntent("insert_before", location.file, hoisted["line"], target=name,
-                               detail={"code": hoisted["code"]},
-                               reason=f"the forward ({lines}) runs in every iteration, so each backward has its own "
-                                      f"graph"))
-        rule_name = "forward_outside_loop"
-        saved_at = SaveSite(location=SourceLocation(location.file, hoisted["first"], location.function))
-    elif crossing is not None:
-        value = crossing.value
-        tensor = TensorInfo(shape=tuple(value.shape), dtype=str(value.dtype).replace("torch.", ""),
-                            device=str(value.device), name=crossing.name, role="activation",
-                            producer=value.grad_fn.name() if value.grad_fn is not None else None)
-        made = crossing.made
-        if made is not None:
-            display.insert(0, ("crosses", f"`{crossing.name}`, made at {at(made)}: {made.code}"))
-        freed_by = f"the backward at {at(earlier)} (`{earlier.code}`)" if earlier is not None else "an earlier backward"
-        fed = (f" `{crossing.used.code}` ({at(crossing.used)}) fed `{crossing.name}` into that backward's graph "
-               f"without .detach(), so" if crossing.used is not None else "")
-        why = (f"`{crossing.name}`{' (made at ' + at(made) + ')' if made else ''} belongs to a graph that "
-               f"{freed_by} already went through and freed:{fed} that backward ran on into the graph that made "
-               f"`{crossing.name}`. The backward at {at(location)} (`{site.code}`) reaches that graph again "
-               f"through `{crossing.name}` and finds its saved tensors gone.")
-        if getattr(crossing, "holder", None) == "module attribute":
-            # NOTE [Finding the crossing by the graph]: state a module keeps between forwards (a membrane, a
-            # hidden state) still holds the previous iteration's graph when the next forward starts from it.
-            held = (f"`{mechanism.binding}` of {crossing.name}" if mechanism.binding
-                    else crossing.name)  # `net.1.mem` is no Python expression: the path stays plain text
-            why = (f"{held} is state the module keeps from one forward to the next"
-                   f"{' (assigned at ' + at(made) + ')' if made else ''}. It still holds the graph of the previous "
-                   f"iteration, which {freed_by} already went through and freed; this iteration's forward starts "
-                   f"from it, so the backward at {at(location)} (`{site.code}`) runs on into that freed graph.")
-            binding = mechanism.binding or ""
-            several = made is not None and len(assigned_names(statement_code(made))) > 1  # `out, self.h = ...`
-            if several and binding in assigned_names(statement_code(made)):
-                # a tuple target cannot take `.detach()` on its right-hand side: detach the state on the next line
-                detach_code = f"{binding} = {binding}.detach()"
-                detached = None
-                how = f", or detach it right after it is made: insert `{detach_code}` after {at(made)}"
-            else:
-                detach_code = None
-                detached = _clone_assignment(statement_code(made), "detach") if made is not None else None
-                how = f", or detach it where it is made: `{detached}` ({at(made)})" if detached else ""
-            fix = ("Reset the state before each new sequence (set it to a fresh tensor, as a `reset()` or "
-                   "`reset_net(model)` after the optimizer step does)" + how
-                   + ". retain_graph=True would only hide it: every iteration would backpropagate into all earlier "
-                     "ones.")
-            reason = (f"`{binding}` carries values into the next batch, not its graph" if binding
-                      else f"{held} carries values into the next iteration, not its graph")
-            if detach_code is not None:
-                fixes.append(FixIntent("insert_after", made.file, made.line, target=binding,
-                                       detail={"code": detach_code}, reason=reason))
-            elif detached is not None:
-                fixes.append(FixIntent("detach_assignment", made.file, made.line, target=binding, reason=reason))
-        elif crossing.used is not None and crossing.callee:
-            fix = (f"Detach it where the earlier loss uses it: `{crossing.callee}({crossing.name}.detach())` at "
-                   f"{at(crossing.used)}, so the earlier backward stops at `{crossing.name}` and leaves its graph "
-                   f"for the backward at {at(location)}.")
-            fixes.append(FixIntent("detach_argument", crossing.used.file, crossing.used.line,
-                                   target=crossing.name, detail={"call": crossing.callee},
-                                   reason=f"the backward at {at(earlier) if earlier else 'the earlier line'} then "
-                                          f"stops at `{crossing.name}`"))
-        else:
-            fix = (f"Detach `{crossing.name}` where an earlier loss uses it (`{crossing.name}.detach()`), or "
-                   f"recompute it after the earlier backward, so each backward covers its own graph.")
-            if made is not None and crossing.made is not None:
-                target = next((t for t in assigned_names(statement_code(made)) if t in (crossing.name, "self." +
-                               crossing.name.rsplit(".", 1)[-1])), None)
-                detached = _clone_assignment(statement_code(made), "detach")
-                several = len(assigned_names(statement_code(made))) > 1  # `out, self.hidden = self.lstm(...)`
-                whole = _lookup(crossing.name, site.frame) if site.frame is not None else None
-                if target is not None and (several or isinstance(whole, (tuple, list))):
-                    detach_code = (f"{target} = tuple(h.detach() for h in {target})"
-                                   if isinstance(whole, (tuple, list)) else f"{target} = {target}.detach()")
-                    fix += (f" If it is state carried from one batch to the next (a recurrent hidden state), detach "
-                            f"it right after it is made: insert `{detach_code}` after {at(made)}.")
-                    fixes.append(FixIntent("insert_after", made.file, made.line, target=target,
-                                           detail={"code": detach_code},
-                                           reason=f"`{target}` carries values into the next batch, not its graph"))
-                elif target is not None and detached is not None:
-                    fix += (f" If later losses only need its value (a constant such as a target, a centre or old "
-                            f"log-probabilities), detach it where it is made: `{detached}` ({at(made)}).")
-                    fixes.append(FixIntent("detach_assignment", made.file, made.line, target=target,
-                                           reason=f"`{target}` is a value for later losses, not a path for their "
-                                                  f"gradients"))
-        rule_name = "freed_graph_reused"
-    elif (accumulated := _accumulated_without_reset(site, earlier)) is not None:
-        receiver, first, again, loop = accumulated
-        value = _lookup(receiver, site.frame)
-        tensor = _describe(value, receiver)
-        saver = SourceLocation(location.file, first.lineno, location.function)  # code read on first use
-        display.insert(0, ("accumulates", f"`{receiver}` at {at(saver)}, and again at line {again.lineno} without a "
-                                          f"reset in between"))
-        why = (f"`{receiver}` accumulates losses ({at(saver)}) and is backpropagated at {at(earlier)}, which frees "
-               f"that graph's saved tensors; it is not reset afterwards, so line {again.lineno} adds the next "
-               f"losses to the same `{receiver}`, and the backward at {at(location)} runs through the freed graph "
-               f"again.")
-        reset_line = loop.lineno if loop is not None else again.lineno
-        fix = (f"Reset the accumulator before accumulating again: insert `{receiver} = 0` before line {reset_line}, "
-               f"so each backward covers only its own losses.")
-        fixes.append(FixIntent("insert_before", location.file, reset_line, target=receiver,
-                               detail={"code": f"{receiver} = 0"},
-                               reason=f"the backward at {at(location)} then covers only the losses added after it"))
-        rule_name = "accumulated_loss_not_reset"
-        saved_at = SaveSite(location=saver)
+            return None
+
+
+def _explain_carried(case: _TwiceCase):
+    site, at, earlier, location = case.site, case.at, case.earlier, case.location
+    state = case.carried[0]
+    value = site.frame.f_locals.get(state.name, site.frame.f_globals.get(state.name))
+    is_tuple = isinstance(value, (tuple, list))
+    first = value[0] if is_tuple else value
+    tensor = TensorInfo(shape=tuple(first.shape), dtype=str(first.dtype).replace("torch.", ""),
+                        device=str(first.device), name=f"{state.name}[0]" if is_tuple else state.name,
+                        role="carried state",
+                        producer=first.grad_fn.name() if first.grad_fn is not None else None)
+    kind_of = f"a tuple of {len(value)} tensors" if is_tuple else "a tensor"
+    case.display.insert(0, ("carried by", f"`{state.name}` ({kind_of}), assigned at {at(state.assignment)}: "
+                                          f"{state.assignment.code}"))
+    why = (f"`{state.name}` carries the previous iteration's output into this one without .detach(), so this "
+           f"backward at {at(location)} runs on into the previous iteration's graph. The previous backward "
+           f"{'at ' + at(earlier) + ' ' if earlier else ''}already freed that graph's saved tensors (backward "
+           f"frees them unless retain_graph=True).")
+    fix = (f"Detach the carried state: {state.detach_fix(is_tuple)}. Each backward then covers only its own "
+           f"iteration (truncated backpropagation through time). Do not add retain_graph=True to silence this: "
+           f"it keeps every iteration's graph alive, and the next optimizer step turns it into \"modified by "
+           f"an inplace operation\".")
+    case.fixes.append(state.detach_intent(is_tuple))
+    return tensor, why, fix
+
+
+def _explain_same_loss(case: _TwiceCase):
+    site, at, location, receiver = case.site, case.at, case.location, case.receiver
+    first, path, again = case.same_loss
+    tensor = _describe(case.loss, receiver)  # both read above, where same_loss was found
+    called = f" (called from {at(path)})" if (path.file, path.line) != (first.file, first.line) else ""
+    case.display[:0] = [("freed by", f"the backward of the same `{receiver}` at {at(first)}{called}: {first.code}"),
+                        ("again", f"at {at(again)}: {again.code}")]
+    through = f" (through `{site.code}` at {at(location)})" if (again.file, again.line) != (
+        location.file, location.line) else ""
+    why = (f"The same `{receiver}` is backpropagated twice{through}: `{first.code}` at {at(first)}{called} "
+           f"already ran its backward, which freed the saved tensors of its graph, and `{again.code}` at "
+           f"{at(again)} backpropagates it again.")
+    fix = (f"Backpropagate each loss once: delete `{again.code}` at {at(again)}; the call at {at(first)} already "
+           f"computed its gradients. retain_graph=True would only hide it: the second backward would add the "
+           f"same gradients again.")
+    code = statement_code(again)
+    if _is_expression_statement(code):
+        case.fixes.append(FixIntent("remove_statement", again.file, again.line, target=code,
+                                    reason=f"`{receiver}` is already backpropagated at {at(first)}"))
+    case.rule_name = "same_loss_backward_twice"
+    return tensor, why, fix
+
+
+def _explain_hoisted(case: _TwiceCase):
+    at, location, hoisted = case.at, case.location, case.hoisted
+    name, lines = hoisted["name"], (f"line {hoisted['first']}" if hoisted["first"] == hoisted["last"]
+                                    else f"lines {hoisted['first']}-{hoisted['last']}")
+    tensor = _describe(_lookup(name, case.site.frame), name)
+    case.display.insert(0, ("made", f"`{name}` once, before the loop ({lines})"))
+    why = (f"`{name}` is made once, before the loop ({lines}), and backpropagated in every iteration at "
+           f"{at(location)}: the first backward frees the saved tensors of its graph, and the next iteration "
+           f"backpropagates the same graph again.")
+    fix = (f"Run the forward inside the loop: {lines} again before line {hoisted['line']}, so every iteration "
+           f"backpropagates a graph of its own (and sees the updated weights). retain_graph=True would only "
+           f"hide it: every iteration would reuse the first forward's values.")
+    case.fixes.append(FixIntent("insert_before", location.file, hoisted["line"], target=name,
+                                detail={"code": hoisted["code"]},
+                                reason=f"the forward ({lines}) runs in every iteration, so each backward has its own "
+                                       f"graph"))
+    case.rule_name = "forward_outside_loop"
+    case.saved_at = SaveSite(location=SourceLocation(location.file, hoisted["first"], location.function))
+    return tensor, why, fix
+
+
+def _explain_crossing(case: _TwiceCase):
+    site, at, earlier, location, crossing = case.site, case.at, case.earlier, case.location, case.crossing
+    value = crossing.value
+    tensor = TensorInfo(shape=tuple(value.shape), dtype=str(value.dtype).replace("torch.", ""),
+                        device=str(value.device), name=crossing.name, role="activation",
+                        producer=value.grad_fn.name() if value.grad_fn is not None else None)
+    made = crossing.made
+    if made is not None:
+        case.display.insert(0, ("crosses", f"`{crossing.name}`, made at {at(made)}: {made.code}"))
+    freed_by = f"the backward at {at(earlier)} (`{earlier.code}`)" if earlier is not None else "an earlier backward"
+    fed = (f" `{crossing.used.code}` ({at(crossing.used)}) fed `{crossing.name}` into that backward's graph "
+           f"without .detach(), so" if crossing.used is not None else "")
+    why = (f"`{crossing.name}`{' (made at ' + at(made) + ')' if made else ''} belongs to a graph that "
+           f"{freed_by} already went through and freed:{fed} that backward ran on into the graph that made "
+           f"`{crossing.name}`. The backward at {at(location)} (`{site.code}`) reaches that graph again "
+           f"through `{crossing.name}` and finds its saved tensors gone.")
+    if getattr(crossing, "holder", None) == "module attribute":
+        why, fix = _module_state_fix(case, freed_by)
+    elif crossing.used is not None and crossing.callee:
+        fix = (f"Detach it where the earlier loss uses it: `{crossing.callee}({crossing.name}.detach())` at "
+               f"{at(crossing.used)}, so the earlier backward stops at `{crossing.name}` and leaves its graph "
+               f"for the backward at {at(location)}.")
+        case.fixes.append(FixIntent("detach_argument", crossing.used.file, crossing.used.line,
+                                    target=crossing.name, detail={"call": crossing.callee},
+                                    reason=f"the backward at {at(earlier) if earlier else 'the earlier line'} then "
+                                           f"stops at `{crossing.name}`"))
     else:
-        receiver = _backward_receiver(site.code)
-        value = _lookup(receiver, site.frame) if receiver and site.frame is not None else None
-        tensor = (_describe(value, receiver) if isinstance(value, torch.Tensor)
-                  else TensorInfo(shape=(), dtype="unknown dtype", name=receiver, role="graph"))
-        why = ("An earlier backward freed the saved tensors of part of this graph (backward frees them unless "
-               "retain_graph=True). This backward reaches that part again: usually a tensor from a previous "
-               "iteration (an RNN hidden state, a running average, a cached embedding) was carried into this "
-               "iteration without .detach(), or the same loss is backpropagated twice.")
-        fix = ("Detach what you carry across iterations (`h = h.detach()`), so each backward only covers its own "
-               "iteration. Pass retain_graph=True to the earlier backward only if you really need to backpropagate "
-               "through the same graph twice (and then do not step the optimizer in between).")
+        fix = (f"Detach `{crossing.name}` where an earlier loss uses it (`{crossing.name}.detach()`), or "
+               f"recompute it after the earlier backward, so each backward covers its own graph.")
+        if made is not None:
+            fix += _detach_where_made(case)
+    case.rule_name = "freed_graph_reused"
+    return tensor, why, fix
+
+
+def _module_state_fix(case: _TwiceCase, freed_by: str):
+    """(why, fix) for state a module keeps between forwards that still holds a freed graph."""
+    at, location, crossing, mechanism = case.at, case.location, case.crossing, case.mechanism
+    made = crossing.made
+    # NOTE [Finding the crossing by the graph]: state a module keeps between forwards (a membrane, a
+    # hidden state) still holds the previous iteration's graph when the next forward starts from it.
+    held = (f"`{mechanism.binding}` of {crossing.name}" if mechanism.binding
+            else crossing.name)  # `net.1.mem` is no Python expression: the path stays plain text
+    why = (f"{held} is state the module keeps from one forward to the next"
+           f"{' (assigned at ' + at(made) + ')' if made else ''}. It still holds the graph of the previous "
+           f"iteration, which {freed_by} already went through and freed; this iteration's forward starts "
+           f"from it, so the backward at {at(location)} (`{case.site.code}`) runs on into that freed graph.")
+    binding = mechanism.binding or ""
+    several = made is not None and len(assigned_names(statement_code(made))) > 1  # `out, self.h = ...`
+    if several and binding in assigned_names(statement_code(made)):
+        # a tuple target cannot take `.detach()` on its right-hand side: detach the state on the next line
+        detach_code = f"{binding} = {binding}.detach()"
+        detached = None
+        how = f", or detach it right after it is made: insert `{detach_code}` after {at(made)}"
+    else:
+        detach_code = None
+        detached = _clone_assignment(statement_code(made), "detach") if made is not None else None
+        how = f", or detach it where it is made: `{detached}` ({at(made)})" if detached else ""
+    fix = ("Reset the state before each new sequence (set it to a fresh tensor, as a `reset()` or "
+           "`reset_net(model)` after the optimizer step does)" + how
+           + ". retain_graph=True would only hide it: every iteration would backpropagate into all earlier "
+             "ones.")
+    reason = (f"`{binding}` carries values into the next batch, not its graph" if binding
+              else f"{held} carries values into the next iteration, not its graph")
+    if detach_code is not None:
+        case.fixes.append(FixIntent("insert_after", made.file, made.line, target=binding,
+                                    detail={"code": detach_code}, reason=reason))
+    elif detached is not None:
+        case.fixes.append(FixIntent("detach_assignment", made.file, made.line, target=binding, reason=reason))
+    return why, fix
+
+
+def _detach_where_made(case: _TwiceCase) -> str:
+    """The sentence (and intent) that detaches the crossing tensor at the statement that made it."""
+    at, crossing, site = case.at, case.crossing, case.site
+    made = crossing.made
+    target = next((t for t in assigned_names(statement_code(made)) if t in (crossing.name, "self." +
+                   crossing.name.rsplit(".", 1)[-1])), None)
+    detached = _clone_assignment(statement_code(made), "detach")
+    several = len(assigned_names(statement_code(made))) > 1  # `out, self.hidden = self.lstm(...)`
+    whole = _lookup(crossing.name, site.frame) if site.frame is not None else None
+    if target is not None and (several or isinstance(whole, (tuple, list))):
+        detach_code = (f"{target} = tuple(h.detach() for h in {target})"
+                       if isinstance(whole, (tuple, list)) else f"{target} = {target}.detach()")
+        case.fixes.append(FixIntent("insert_after", made.file, made.line, target=target,
+                                    detail={"code": detach_code},
+                                    reason=f"`{target}` carries values into the next batch, not its graph"))
+        return (f" If it is state carried from one batch to the next (a recurrent hidden state), detach "
+                f"it right after it is made: insert `{detach_code}` after {at(made)}.")
+    if target is not None and detached is not None:
+        case.fixes.append(FixIntent("detach_assignment", made.file, made.line, target=target,
+                                    reason=f"`{target}` is a value for later losses, not a path for their "
+                                           f"gradients"))
+        return (f" If later losses only need its value (a constant such as a target, a centre or old "
+                f"log-probabilities), detach it where it is made: `{detached}` ({at(made)}).")
+    return ""
+
+
+def _explain_accumulated(case: _TwiceCase, receiver, first, again, loop):
+    at, earlier, location = case.at, case.earlier, case.location
+    value = _lookup(receiver, case.site.frame)
+    tensor = _describe(value, receiver)
+    saver = SourceLocation(location.file, first.lineno, location.function)  # code read on first use
+    case.display.insert(0, ("accumulates", f"`{receiver}` at {at(saver)}, and again at line {again.lineno} without "
+                                           f"a reset in between"))
+    why = (f"`{receiver}` accumulates losses ({at(saver)}) and is backpropagated at {at(earlier)}, which frees "
+           f"that graph's saved tensors; it is not reset afterwards, so line {again.lineno} adds the next "
+           f"losses to the same `{receiver}`, and the backward at {at(location)} runs through the freed graph "
+           f"again.")
+    reset_line = loop.lineno if loop is not None else again.lineno
+    fix = (f"Reset the accumulator before accumulating again: insert `{receiver} = 0` before line {reset_line}, "
+           f"so each backward covers only its own losses.")
+    case.fixes.append(FixIntent("insert_before", location.file, reset_line, target=receiver,
+                                detail={"code": f"{receiver} = 0"},
+                                reason=f"the backward at {at(location)} then covers only the losses added after it"))
+    case.rule_name = "accumulated_loss_not_reset"
+    case.saved_at = SaveSite(location=saver)
+    return tensor, why, fix
+
+
+def _explain_unknown(case: _TwiceCase):
+    site = case.site
+    receiver = _backward_receiver(site.code)
+    value = _lookup(receiver, site.frame) if receiver and site.frame is not None else None
+    tensor = (_describe(value, receiver) if isinstance(value, torch.Tensor)
+              else TensorInfo(shape=(), dtype="unknown dtype", name=receiver, role="graph"))
+    why = ("An earlier backward freed the saved tensors of part of this graph (backward frees them unless "
+           "retain_graph=True). This backward reaches that part again: usually a tensor from a previous "
+           "iteration (an RNN hidden state, a running average, a cached embedding) was carried into this "
+           "iteration without .detach(), or the same loss is backpropagated twice.")
+    fix = ("Detach what you carry across iterations (`h = h.detach()`), so each backward only covers its own "
+           "iteration. Pass retain_graph=True to the earlier backward only if you really need to backpropagate "
+           "through the same graph twice (and then do not step the optimizer in between).")
+    return tensor, why, fix
+
+
+def _explain_twice(case: _TwiceCase):
+    """(tensor, why, fix) of the first explanation that fits, in order of how much each one knows."""
+    if case.carried:
+        return _explain_carried(case)
+    if case.same_loss is not None:
+        return _explain_same_loss(case)
+    if case.hoisted is not None:
+        return _explain_hoisted(case)
+    if case.crossing is not None:
+        return _explain_crossing(case)
+    accumulated = _accumulated_without_reset(case.site, case.earlier)
+    if accumulated is not None:
+        return _explain_accumulated(case, *accumulated)
+    return _explain_unknown(case)
+
+
+def _twice_saved_at(case: _TwiceCase, passes) -> SaveSite:
+    """Where the freed graph was made: the node an earlier pass freed, or the line that made the crossing tensor."""
+    saved_at, crossing = case.saved_at, case.crossing
     made_crossing = crossing is not None and crossing.made is not None and saved_at.location is None
-    if saved_at.location is None and session is not None:
+    if saved_at.location is None and case.session is not None:
         try:
-            freed = _freed_saver(site, session, *passes)
+            freed = _freed_saver(case.site, case.session, *passes)
         except Exception as problem:  # only a detail of the diagnosis
             log_fallback("torch.eager", "naming the forward of the freed graph", problem)
             freed = None
@@ -833,8 +929,22 @@ def _backward_twice(error, session) -> Finding:
     if made_crossing and (saved_at.location is None or (saved_at.location.file, saved_at.location.line) != (
             crossing.made.file, crossing.made.line)):
         saved_at = SaveSite(location=crossing.made)  # the line that made the tensor crossing into the freed graph
+    return saved_at
+
+
+def _backward_twice(error, session) -> Finding:
+    site = _Site(error)
+    # read before anything below walks the graph: reading a live node's saved tensor runs the unpack hook
+    passes = (session.ledger.backward_passes, session.backward_sites[-1] if session.backward_sites else None) if (
+        session is not None) else None
+    case = _TwiceCase(error, site, session)
+    earlier, location = case.earlier, site.location
+    if earlier is not None and case.same_loss is None:
+        case.display.append(("freed by", f"the earlier backward at {case.at(earlier)}: {earlier.code}"))
+    tensor, why, fix = _explain_twice(case)
+    saved_at = _twice_saved_at(case, passes)
     # The earlier backward is what made this graph unusable: the "write" of this kind, in the JSON too.
-    freed_by = same_loss[0] if same_loss is not None else earlier
+    freed_by = case.same_loss[0] if case.same_loss is not None else earlier
     writes = [WriteRecord(op="backward", location=freed_by, via="the earlier backward, which freed the saved tensors",
                           category="backward")] if freed_by is not None else []
     finding = Finding(
@@ -844,9 +954,9 @@ def _backward_twice(error, session) -> Finding:
         modified_at=writes,
         explanation=why,
         suggestion=fix,
-        rule=rule_name,
-        fixes=fixes,
-        context={"display": display, "torch_message": str(error),
+        rule=case.rule_name,
+        fixes=case.fixes,
+        context={"display": case.display, "torch_message": str(error),
                  "backward_at": location.to_dict() if location else None},
     )
     return diagnose(finding)

@@ -140,102 +140,108 @@ def _via(write) -> str | None:
     return None
 
 
-def capture_graph(node, record=None, finding=None, *, max_depth: int = _MAX_DEPTH,
-                  max_nodes: int = _MAX_NODES) -> dict[str, Any] | None:
-    """The graph around ``node`` (the saver), with ``record``'s tensor and ``finding``'s writes marked."""
-    if node is None:
-        return None
-    names: dict[int, str] | None = None
-    nodes: list[dict[str, Any]] = []
-    edges: list[dict[str, Any]] = []
-    ids: dict[int, str] = {}
-    truncated = False
-    keep_alive: list[object] = []  # ids are only unique while the nodes are alive
+class _Capture:
+    """The nodes and edges of a captured graph, one entry per autograd node."""
 
-    def add(fn, depth: int, role: str) -> str:
-        nonlocal names
+    def __init__(self, record):
+        self.record = record
+        self.names: dict[int, str] | None = None
+        self.nodes: list[dict[str, Any]] = []
+        self.edges: list[dict[str, Any]] = []
+        self.ids: dict[int, str] = {}
+        self.keep_alive: list[object] = []  # ids are only unique while the nodes are alive
+
+    def add(self, fn, depth: int, role: str) -> str:
         key = id(fn)
-        if key in ids:
-            return ids[key]
-        node_id = f"n{len(ids)}"
-        ids[key] = node_id
-        keep_alive.append(fn)
+        if key in self.ids:
+            return self.ids[key]
+        node_id = f"n{len(self.ids)}"
+        self.ids[key] = node_id
+        self.keep_alive.append(fn)
         name = fn.name().replace("torch::autograd::", "")
         entry: dict[str, Any] = {"id": node_id, "type": "op", "role": role, "name": name, "label": name,
                                  "detail": "", "depth": depth, "saved": []}
         variable = getattr(fn, "variable", None) if "AccumulateGrad" in name else None
         if isinstance(variable, torch.Tensor):
-            if names is None:
-                try:
-                    names = _parameter_names()
-                except Exception as error:
-                    log_fallback("backends.torch", "naming parameters", error)
-                    names = {}
-            try:
-                label = names.get(variable.untyped_storage().data_ptr())
-            except Exception as error:
-                log_fallback("backends.torch", "naming a leaf", error)
-                label = None
-            entry["type"] = "leaf"
-            entry["label"] = label or "leaf tensor"
-            entry["detail"] = f"{'parameter' if label else 'leaf'} {_tensor_text(variable)}"
-            try:  # the saved tensor is (a view of) this parameter
-                stale_storage = record.tensor.untyped_storage().data_ptr() if record is not None else None
-                if stale_storage and variable.untyped_storage().data_ptr() == stale_storage:
-                    entry["stale_alias"] = True
-                    entry["detail"] += ": the stale tensor"
-            except Exception as error:
-                log_fallback("backends.torch", "comparing a leaf with the stale storage", error)
+            self._describe_leaf(entry, variable)
         else:
-            saved, _ = _saved_arguments(fn, record)
+            saved, _ = _saved_arguments(fn, self.record)
             entry["saved"] = saved
             if saved:
                 entry["detail"] = "saved: " + ", ".join(s["argument"] for s in saved)
-        nodes.append(entry)
+        self.nodes.append(entry)
         return node_id
 
-    saver_id = add(node, 0, "saver")
-    frontier = [(node, saver_id)]
-    for depth in range(1, max_depth + 1):
-        following = []
-        for fn, fn_id in frontier:
-            for position, (child, _) in enumerate(getattr(fn, "next_functions", ()) or ()):
-                if child is None:
-                    continue
-                if id(child) not in ids and len(ids) >= max_nodes:
-                    truncated = True
-                    continue
-                new = id(child) not in ids
-                child_id = add(child, depth, "input")
-                edges.append({"from": fn_id, "to": child_id, "kind": "input", "label": f"input {position}"})
-                if new:
-                    following.append((child, child_id))
-        frontier = following
-    if any(getattr(fn, "next_functions", ()) for fn, _ in frontier):
-        truncated = True
+    def _describe_leaf(self, entry: dict[str, Any], variable) -> None:
+        if self.names is None:
+            try:
+                self.names = _parameter_names()
+            except Exception as error:
+                log_fallback("backends.torch", "naming parameters", error)
+                self.names = {}
+        try:
+            label = self.names.get(variable.untyped_storage().data_ptr())
+        except Exception as error:
+            log_fallback("backends.torch", "naming a leaf", error)
+            label = None
+        entry["type"] = "leaf"
+        entry["label"] = label or "leaf tensor"
+        entry["detail"] = f"{'parameter' if label else 'leaf'} {_tensor_text(variable)}"
+        record = self.record
+        try:  # the saved tensor is (a view of) this parameter
+            stale_storage = record.tensor.untyped_storage().data_ptr() if record is not None else None
+            if stale_storage and variable.untyped_storage().data_ptr() == stale_storage:
+                entry["stale_alias"] = True
+                entry["detail"] += ": the stale tensor"
+        except Exception as error:
+            log_fallback("backends.torch", "comparing a leaf with the stale storage", error)
 
-    stale_id = None
-    saver_entry = nodes[0]
-    stale_argument = next((s for s in saver_entry["saved"] if s.get("stale")), None)
-    if finding is not None or stale_argument is not None:
+    def walk_inputs(self, node, saver_id: str, max_depth: int, max_nodes: int) -> bool:
+        """Add the inputs of ``node`` breadth first up to ``max_depth``; whether the graph was cut short."""
+        truncated = False
+        frontier = [(node, saver_id)]
+        for depth in range(1, max_depth + 1):
+            following = []
+            for fn, fn_id in frontier:
+                for position, (child, _) in enumerate(getattr(fn, "next_functions", ()) or ()):
+                    if child is None:
+                        continue
+                    if id(child) not in self.ids and len(self.ids) >= max_nodes:
+                        truncated = True
+                        continue
+                    new = id(child) not in self.ids
+                    child_id = self.add(child, depth, "input")
+                    self.edges.append({"from": fn_id, "to": child_id, "kind": "input", "label": f"input {position}"})
+                    if new:
+                        following.append((child, child_id))
+            frontier = following
+        return truncated or any(getattr(fn, "next_functions", ()) for fn, _ in frontier)
+
+    def add_stale(self, saver_id: str, finding) -> str | None:
+        """The stale tensor's node, saved by the saver; None when neither the finding nor the saver names one."""
+        stale_argument = next((s for s in self.nodes[0]["saved"] if s.get("stale")), None)
+        if finding is None and stale_argument is None:
+            return None
         stale_id = "t0"
         label = finding.tensor.label if finding is not None else "saved tensor"
         detail = ""
         if finding is not None and finding.versions:
             detail = f"version saved {finding.versions.get('saved')}, now {finding.versions.get('now')}"
-        nodes.append({"id": stale_id, "type": "tensor", "role": "stale", "name": "stale tensor", "label": label,
-                      "detail": detail, "depth": 1, "saved": []})
+        self.nodes.append({"id": stale_id, "type": "tensor", "role": "stale", "name": "stale tensor", "label": label,
+                           "detail": detail, "depth": 1, "saved": []})
         argument = stale_argument["argument"] if stale_argument else (
             finding.saved_at.argument if finding is not None else None)
-        edges.append({"from": saver_id, "to": stale_id, "kind": "saved", "label": f"saved {argument or ''}".strip()})
+        self.edges.append({"from": saver_id, "to": stale_id, "kind": "saved",
+                           "label": f"saved {argument or ''}".strip()})
+        return stale_id
 
-    write_ids: list[str] = []
-    if finding is not None and stale_id is not None:
+    def add_writes(self, finding, stale_id: str) -> list[str]:
+        write_ids: list[str] = []
         for index, write in enumerate(finding.modified_at[:4]):
             write_id = f"w{index}"
             write_ids.append(write_id)
             where = write.location.short if write.location else "an unknown line"
-            nodes.append({
+            self.nodes.append({
                 "id": write_id, "type": "write", "role": "write", "name": write.op,
                 "label": f"{write.op}{' via ' + _via(write) if _via(write) else ''}",
                 "detail": f"at {where}" + (f": {write.location.code}" if write.location and write.location.code else ""),
@@ -246,6 +252,19 @@ def capture_graph(node, record=None, finding=None, *, max_depth: int = _MAX_DEPT
                 versions = f"version {write.version_before} -> {write.version_after}"
             if not write.bumps_version:
                 versions = f"{versions}, no version bump" if versions else "no version bump"
-            edges.append({"from": write_id, "to": stale_id, "kind": "write", "label": versions or "wrote"})
-    return {"format_version": GRAPH_FORMAT_VERSION, "nodes": nodes, "edges": edges, "saver": saver_id,
-            "stale": stale_id, "writes": write_ids, "truncated": truncated}
+            self.edges.append({"from": write_id, "to": stale_id, "kind": "write", "label": versions or "wrote"})
+        return write_ids
+
+
+def capture_graph(node, record=None, finding=None, *, max_depth: int = _MAX_DEPTH,
+                  max_nodes: int = _MAX_NODES) -> dict[str, Any] | None:
+    """The graph around ``node`` (the saver), with ``record``'s tensor and ``finding``'s writes marked."""
+    if node is None:
+        return None
+    capture = _Capture(record)
+    saver_id = capture.add(node, 0, "saver")
+    truncated = capture.walk_inputs(node, saver_id, max_depth, max_nodes)
+    stale_id = capture.add_stale(saver_id, finding)
+    write_ids = capture.add_writes(finding, stale_id) if finding is not None and stale_id is not None else []
+    return {"format_version": GRAPH_FORMAT_VERSION, "nodes": capture.nodes, "edges": capture.edges,
+            "saver": saver_id, "stale": stale_id, "writes": write_ids, "truncated": truncated}

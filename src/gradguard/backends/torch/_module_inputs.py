@@ -262,28 +262,44 @@ def _definite_reads(code, span: Span, names: tuple) -> tuple:
     stored = {n.id for n in ast.walk(calling) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
     pending = [n for n in names if n not in stored]
     for block, index in reversed(chain):
-        for statement in block[index + 1:]:
-            if not pending:
-                return tuple(found)
-            if isinstance(statement, (ast.With, ast.AsyncWith)):
-                statements = list(statement.body)
-            elif isinstance(statement, (ast.If, ast.For, ast.While, ast.Try, ast.AsyncFor, ast.FunctionDef,
-                                        ast.AsyncFunctionDef, ast.ClassDef)) or type(statement).__name__ in (
-                    "Match", "TryStar"):
-                continue
-            else:
-                statements = [statement]
-            for simple in statements:
-                loads = {n.id for n in ast.walk(simple) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-                for name in [n for n in pending if n in loads]:
-                    found.append((name, (simple.lineno, simple.end_lineno or simple.lineno, simple.col_offset,
-                                         simple.end_col_offset or 0)))
-                    pending.remove(name)
-                stores = {n.id for n in ast.walk(simple) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
-                pending = [n for n in pending if n not in stores]
+        pending = _reads_in(block[index + 1:], pending, found)
+        if not pending:
+            return tuple(found)
         if isinstance(block, list) and any(isinstance(s, (ast.Return, ast.Raise)) for s in block[index + 1:]):
             break  # the block returns: the statements after its compound statement do not run
     return tuple(found)
+
+
+def _reads_in(statements: list, pending: list, found: list) -> list:
+    """Add to ``found`` the first load of each name in ``pending`` among the statements that surely run; the
+    names still pending (neither read nor rebound)."""
+    import ast
+
+    for statement in statements:
+        if not pending:
+            break
+        for simple in _surely_run(statement):
+            loads = {n.id for n in ast.walk(simple) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+            for name in [n for n in pending if n in loads]:
+                found.append((name, (simple.lineno, simple.end_lineno or simple.lineno, simple.col_offset,
+                                     simple.end_col_offset or 0)))
+                pending.remove(name)
+            stores = {n.id for n in ast.walk(simple) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+            pending = [n for n in pending if n not in stores]
+    return pending
+
+
+def _surely_run(statement) -> list:
+    """The simple statements of ``statement`` that run whenever it does: a ``with`` block's body, none of a
+    branch, loop, ``try`` or definition."""
+    import ast
+
+    if isinstance(statement, (ast.With, ast.AsyncWith)):
+        return list(statement.body)
+    if isinstance(statement, (ast.If, ast.For, ast.While, ast.Try, ast.AsyncFor, ast.FunctionDef,
+                              ast.AsyncFunctionDef, ast.ClassDef)) or type(statement).__name__ in ("Match", "TryStar"):
+        return []
+    return [statement]
 
 
 def _block_chain(function, line: int) -> list:
