@@ -20,14 +20,9 @@ FRAMEWORKS = {"torch", "paddle", "mindspore"}
 ALLOWED = {
     # cli.py and advisor/_api.py: edits handed to their owner (issue 33; `choose()` + capabilities replace them)
     ("cli.py", 'if backend == "torch" and os.environ.get(COVERAGE_ENV):  # a `gradguard fix` run'),
-    ("advisor/_api.py", 'if _backend(fn, args, kwargs or {}, backend) == "paddle":'),
-    ("advisor/_api.py", 'if name not in ("torch", "paddle"):'),
-    ("advisor/_api.py", 'if name == "torch" and torch is None:'),
-    ("advisor/_api.py", 'if root in ("torch", "paddle"):'),
     # advisor/_api.py: not a dispatch, which module a failed `import torch` names (NOTE [advise without torch])
     ("advisor/_api.py", 'if _missing.name != "torch":'),
     # checks/_audit.py and _errors.py: outside this change's files too (same kind of edit, handed to their owner)
-    ("checks/_audit.py", 'if "mutation" in groups and self.B.name == "torch":'),
     ("_errors.py", 'if finding.kind != "inplace_modification" or finding.backend != "torch" or versions.get("now") '
                    'is None:'),
 }

@@ -433,11 +433,10 @@ def advise(fn, *args, kwargs: dict | None = None, per_proposal: bool = True, rep
         raise InvalidArgument(f"advise(...): 'warmup' must be a bool, got {warmup!r}")
     if allocator_check is not None and not isinstance(allocator_check, bool):
         raise InvalidArgument(f"advise(...): 'allocator_check' must be a bool, got {allocator_check!r}")
-    if _backend(fn, args, kwargs or {}, backend) == "paddle":
-        from ..backends.paddle._advisor import advise_paddle
-
-        return advise_paddle(fn, args, kwargs, per_proposal=per_proposal, repeats=repeats, warmup=warmup,
-                             allocator_check=allocator_check)
+    framework = _framework(fn, args, kwargs or {}, backend)
+    if hasattr(framework, "advise"):  # a framework with its own advisor (Paddle); torch's is this module's
+        return framework.advise(fn, args, kwargs, per_proposal=per_proposal, repeats=repeats, warmup=warmup,
+                                allocator_check=allocator_check)
     if allocator_check is None:
         allocator_check = True
     step = FunctionStep(fn, args, kwargs or {})
@@ -445,26 +444,22 @@ def advise(fn, *args, kwargs: dict | None = None, per_proposal: bool = True, rep
     return run_advisor(step, per_proposal=per_proposal, repeats=repeats, allocator_check=allocator_check)
 
 
-def _backend(fn, args, kwargs, backend) -> str:
-    """"torch" or "paddle" for this step (``backend="auto"``: the framework of its arguments, else the one imported)."""
-    from ..backends import install_hint, resolve_backend
+def _framework(fn, args, kwargs, backend):
+    """The framework of this step (``backend="auto"``: the framework of its arguments, else the one imported)."""
+    from ..backends import choose
 
     objects = [*args, *kwargs.values(), *_closure_values(fn)]
     # a user's model (class MLP(paddle.nn.Layer)) tells the framework through its base classes
     found = next((f for f in map(_framework_of, objects) if f is not None), None) if backend == "auto" else None
-    name = found or resolve_backend(backend, objects)
-    if name not in ("torch", "paddle"):
-        raise InvalidArgument(f"advise(..., backend={backend!r}): the in-place advisor supports torch and paddle, "
-                              f"not {name}")
-    if name == "torch" and torch is None:
-        raise ModuleNotFoundError(install_hint("torch"), name="torch")
-    return name
+    return choose(found or backend, objects, fallback=None, needs="advise")
 
 
 def _framework_of(obj) -> str | None:
+    from ..backends import KNOWN
+
     for cls in type(obj).__mro__:
         root = (cls.__module__ or "").split(".")[0]
-        if root in ("torch", "paddle"):
+        if root in KNOWN:
             return root
     return None
 

@@ -115,6 +115,7 @@ class AdapterBase:
     name = "?"
     unsupported: dict[str, str] = {}
     framework_checks: tuple = ()
+    opcheck = False  # the framework's own operator-registration checker (torch.library.opcheck) runs with "mutation"
     no_grad_hint = "a no-grad context"
 
     def eps(self, dtype_name: str) -> float:

@@ -1152,7 +1152,7 @@ class _Audit:
             self.checks += checks
             self.notes += notes
 
-        if "mutation" in groups and self.B.name == "torch":
+        if "mutation" in groups and self.B.opcheck:
             self._opcheck_stage()
 
         if "composition" in groups:

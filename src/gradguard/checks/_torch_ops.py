@@ -41,6 +41,7 @@ class TorchBackend(AdapterBase):
     """The PyTorch side of ``check_op``."""
 
     name = "torch"
+    opcheck = True
     no_grad_hint = "torch.no_grad()"
     tensor_type = torch.Tensor
 
