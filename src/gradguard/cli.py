@@ -236,10 +236,12 @@ class _GuardOnFrameworkImport:
         engine = getattr(getattr(self.block, "session", None), "engine", None)
         if self._on_finding is not None and type(getattr(engine, "findings", None)) is list:
             engine.findings = _Recorded(engine.findings, self._on_finding)
-        if backend == "torch" and os.environ.get(COVERAGE_ENV):  # a `gradguard fix` run
-            from .backends.torch._coverage import install_coverage_probe
+        if os.environ.get(COVERAGE_ENV):  # a `gradguard fix` run
+            from .backends import choose
 
-            install_coverage_probe()
+            framework = choose(backend)
+            if "coverage" in framework.capabilities:
+                framework.install_coverage_probe()
 
     def __enter__(self):
         from .backends import FrameworkImportWatch, detect_backend
@@ -268,23 +270,23 @@ def _missing_framework_hint(error: BaseException) -> str:
     return ""
 
 
-def run_script(options) -> int:
-    from ._overlay import install_overlay
-    from ._script import ProgramError, load_program
-
-    install_overlay()
-
+def _run_target(options):
+    """(target, args, is_module) from the command line, or the usage error's exit status."""
     if options.module is not None:
         if not options.module:
             return _usage_error("argument -m: expected a module name")
-        target, args, is_module = options.module[0], [*options.module[1:]], True
-    elif options.script is None:
+        return options.module[0], [*options.module[1:]], True
+    if options.script is None:
         return _usage_error("the following arguments are required: script (or -m MODULE)")
-    else:
-        target, args, is_module = options.script, list(options.args), False
-    cwd = os.getcwd()
+    return options.script, list(options.args), False
+
+
+def _load_program(target, is_module):
+    """The loaded program, or the exit status after printing why it could not be loaded."""
+    from ._script import ProgramError, load_program
+
     try:
-        program = load_program(target, is_module)
+        return load_program(target, is_module)
     except ProgramError as error:
         print(error, file=sys.stderr)
         return error.exit_code
@@ -293,6 +295,74 @@ def run_script(options) -> int:
 
         sys.stderr.write("".join(traceback.format_exception_only(type(error), error)))
         return 1
+
+
+def _guard_for(options):
+    """The run's mode and the guard block configured for it."""
+    from . import guard
+    from .integrations.distributed import rank_info
+
+    mode = "sentinel" if options.no_track_writes else options.mode
+    if mode == "auto" and rank_info() is not None:  # torchrun: a rank cannot be re-run alone; log writes now
+        mode = "forensic"
+    fingerprint = options.fingerprint
+    if fingerprint == "auto":
+        fingerprint = "sample" if mode in ("auto", "sentinel") else "full"
+    guard_block = guard(fingerprint=fingerprint, track_writes=mode in ("forensic", "bisect"),
+                        bisect=mode == "bisect", sample_steps=options.sample)
+    return mode, guard_block
+
+
+def _should_rerun(mode, info, finding, options) -> bool:
+    from .core._findings import SAVED_TENSOR_KINDS
+
+    return mode == "auto" and info is None and finding.kind in SAVED_TENSOR_KINDS and (
+        not finding.modified_at
+    ) and not options.no_rerun and not finding.context.get("writer_unknowable")
+
+
+def _report_hazard(error, mode, options, program, args, cwd, guard_block) -> int:
+    """Print a GradientHazardError's finding (improved by a re-run when possible); the exit status."""
+    from ._traceback import call_users_excepthook
+    from .integrations.distributed import rank_info, tag_findings
+    from .report._rich import print_findings
+
+    sys.stdout.flush()
+    exit_code = 0
+    info = rank_info()
+    finding = error.finding
+    if _should_rerun(mode, info, finding, options):
+        from ._rerun import RerunInterrupted, diagnose_by_rerun
+
+        try:
+            better = diagnose_by_rerun(finding, program.command_words, args, options.fingerprint, cwd=cwd,
+                                       timeout=options.rerun_timeout, stdin_source=program.stdin_source)
+        except RerunInterrupted as stop:  # Ctrl-C / SIGTERM during the re-run: the first run's finding
+            better, exit_code = None, 128 + stop.signum
+        if better:
+            first, others = better[0], better[1:]
+            guard_block.findings = [first if f is finding else f for f in guard_block.findings] + others
+            finding = first
+    tag_findings([finding], info)
+    if not call_users_excepthook(error):
+        sys.stderr.write(_traceback_head(error))
+    print_findings([finding], sys.stderr, type(error).__name__ + (f" on rank {info.rank}" if info else ""))
+    return exit_code or 1
+
+
+def run_script(options) -> int:
+    from ._overlay import install_overlay
+
+    install_overlay()
+
+    target_args = _run_target(options)
+    if isinstance(target_args, int):
+        return target_args
+    target, args, is_module = target_args
+    cwd = os.getcwd()
+    program = _load_program(target, is_module)
+    if isinstance(program, int):
+        return program
     program.args = args
     problem = _check_report_paths(options, program)
     if problem:
@@ -301,20 +371,10 @@ def run_script(options) -> int:
     options.json, options.html = (os.path.abspath(p) if p else p for p in (options.json, options.html))
     script = target
 
-    from . import guard
     from ._errors import GradientHazardError
     from ._traceback import call_users_excepthook, format_user_exception
 
-    mode = "sentinel" if options.no_track_writes else options.mode
-    from .integrations.distributed import rank_info
-
-    if mode == "auto" and rank_info() is not None:  # torchrun: a rank cannot be re-run alone; log writes now
-        mode = "forensic"
-    fingerprint = options.fingerprint
-    if fingerprint == "auto":
-        fingerprint = "sample" if mode in ("auto", "sentinel") else "full"
-    guard_block = guard(fingerprint=fingerprint, track_writes=mode in ("forensic", "bisect"),
-                        bisect=mode == "bisect", sample_steps=options.sample)
+    mode, guard_block = _guard_for(options)
     exit_code = 0
     from .integrations.distributed import rank_info, report_on_termination
 
@@ -334,33 +394,7 @@ def run_script(options) -> int:
         rank_report.write()
         raise
     except GradientHazardError as error:
-        from .report._rich import print_findings
-
-        sys.stdout.flush()
-        from .core._findings import SAVED_TENSOR_KINDS
-        from .integrations.distributed import rank_info, tag_findings
-
-        info = rank_info()
-        finding = error.finding
-        if mode == "auto" and info is None and finding.kind in SAVED_TENSOR_KINDS and (
-            not finding.modified_at
-        ) and not options.no_rerun and not finding.context.get("writer_unknowable"):
-            from ._rerun import RerunInterrupted, diagnose_by_rerun
-
-            try:
-                better = diagnose_by_rerun(finding, program.command_words, args, options.fingerprint, cwd=cwd,
-                                           timeout=options.rerun_timeout, stdin_source=program.stdin_source)
-            except RerunInterrupted as stop:  # Ctrl-C / SIGTERM during the re-run: the first run's finding
-                better, exit_code = None, 128 + stop.signum
-            if better:
-                first, others = better[0], better[1:]
-                guard_block.findings = [first if f is finding else f for f in guard_block.findings] + others
-                finding = first
-        tag_findings([finding], info)
-        if not call_users_excepthook(error):
-            sys.stderr.write(_traceback_head(error))
-        print_findings([finding], sys.stderr, type(error).__name__ + (f" on rank {info.rank}" if info else ""))
-        exit_code = exit_code or 1
+        exit_code = _report_hazard(error, mode, options, program, args, cwd, guard_block)
     except BaseException as error:  # the user's own error: their traceback (or their excepthook), Python's exit code
         sys.stdout.flush()
         if not call_users_excepthook(error):
@@ -369,7 +403,7 @@ def run_script(options) -> int:
         exit_code = 1
     rank_report.write(exit_code)
     sys.stdout.flush()
-    from .integrations.distributed import leave, rank_info
+    from .integrations.distributed import leave
 
     return leave(exit_code, rank_info())
 

@@ -5,7 +5,8 @@ this?" unanswerable; the usual way around one, an import moved into a function, 
 removing it. So the graph here is read from the source with ``ast`` (nothing is imported: no framework needed,
 and an import that would fail still counts), and every ``import`` and ``from ... import`` of a gradguard module
 is an edge, at module level or inside a function alike. A circle is broken by moving the shared piece into a
-module both sides import, or by passing a function or value in.
+module both sides import, or by passing a function or value in. Imports under ``if TYPE_CHECKING:`` are not
+edges: they are never executed (annotations only, for mypy).
 """
 
 from __future__ import annotations
@@ -40,13 +41,26 @@ def _absolute(module: str, path: pathlib.Path, level: int, name: str | None) -> 
     return ".".join(base + ([name] if name else []))
 
 
+def _is_type_checking_block(node: ast.AST) -> bool:
+    if not isinstance(node, ast.If):
+        return False
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
 def import_graph(src: pathlib.Path = SRC, package: str = PACKAGE) -> dict[str, set[str]]:
     """Module -> the modules of ``package`` it imports, anywhere in its file. ``from pkg import name`` is an edge
     to ``pkg.name`` when that is a module, else to ``pkg``."""
     modules = _modules(src, package)
     graph: dict[str, set[str]] = {module: set() for module in modules}
     for module, path in modules.items():
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        typing_only = {id(inner) for node in ast.walk(tree) if _is_type_checking_block(node)
+                       for child in node.body for inner in ast.walk(child)}
+        for node in ast.walk(tree):
+            if id(node) in typing_only:
+                continue
             if isinstance(node, ast.Import):
                 graph[module].update(alias.name for alias in node.names if alias.name in modules)
             elif isinstance(node, ast.ImportFrom):

@@ -18,11 +18,10 @@ FRAMEWORKS = {"torch", "paddle", "mindspore"}
 # The comparisons still to remove, each with why it is still here. Matched by file and stripped line text (not line
 # numbers), and each must still occur: remove an entry when its line goes.
 ALLOWED = {
-    # cli.py and advisor/_api.py: edits handed to their owner (issue 33; `choose()` + capabilities replace them)
-    ("cli.py", 'if backend == "torch" and os.environ.get(COVERAGE_ENV):  # a `gradguard fix` run'),
     # advisor/_api.py: not a dispatch, which module a failed `import torch` names (NOTE [advise without torch])
     ("advisor/_api.py", 'if _missing.name != "torch":'),
-    # checks/_audit.py and _errors.py: outside this change's files too (same kind of edit, handed to their owner)
+    # _errors.py: torch's own version-check message rebuilt for a torch finding; belongs in the torch backend's
+    # phrasebook (not moved yet)
     ("_errors.py", 'if finding.kind != "inplace_modification" or finding.backend != "torch" or versions.get("now") '
                    'is None:'),
 }

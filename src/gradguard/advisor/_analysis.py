@@ -94,34 +94,55 @@ def _grad_sids(mode: StepMode) -> set[int]:
     return out
 
 
-def analyse(mode: StepMode) -> tuple[list[Candidate], list[UnsafeInplace]]:
-    """Candidates (each with its rejection reasons, empty when safe) and the unsafe in-place writes."""
-    readers = _readers(mode)
+def _saves_by_sid(mode: StepMode) -> dict[int, list]:
     saves_by_sid: dict[int, list] = {}
     for s in mode.saves:
         if s.sid is not None:
             saves_by_sid.setdefault(s.sid, []).append(s)
+    return saves_by_sid
+
+
+def _candidate_sid(op: OpRecord, position: int, out_sid: int) -> int | None:
+    """The storage of ``op``'s operand at ``position`` if an in-place form could overwrite it, else None."""
+    if position >= len(op.in_sids):
+        return None
+    sid = op.in_sids[position]
+    if sid is None or sid == out_sid:
+        return None
+    if op.in_shapes[position] != op.out_shapes[0] or op.in_dtypes[position] != op.out_dtypes[0]:
+        return None  # broadcasting or type promotion: no in-place form exists
+    if op.in_overlap[position]:
+        return None
+    if position == 1 and op.in_sids[0] == sid:
+        return None
+    return sid
+
+
+def _out_sid(mode: StepMode, op: OpRecord) -> int | None:
+    """The single new output storage of a forward op, or None when the op is no candidate."""
+    if op.phase != "forward" or not op.in_refs or len(op.out_sids) != 1:
+        return None
+    out_sid = op.out_sids[0]
+    if out_sid is None or out_sid in mode.preexisting or not op.out_shapes:
+        return None
+    return out_sid
+
+
+def analyse(mode: StepMode) -> tuple[list[Candidate], list[UnsafeInplace]]:
+    """Candidates (each with its rejection reasons, empty when safe) and the unsafe in-place writes."""
+    readers = _readers(mode)
+    saves_by_sid = _saves_by_sid(mode)
     grad_sids = _grad_sids(mode)
     alive_end = mode.alive_sids_at_end or set()
     candidates: list[Candidate] = []
     for op in mode.ops:
-        if op.phase != "forward" or not op.in_refs or len(op.out_sids) != 1:
-            continue
-        out_sid = op.out_sids[0]
-        if out_sid is None or out_sid in mode.preexisting or not op.out_shapes:
+        out_sid = _out_sid(mode, op)
+        if out_sid is None:
             continue
         operands = [0, 1] if op.swappable else [0]
         for position in operands:
-            if position >= len(op.in_sids):
-                continue
-            sid = op.in_sids[position]
-            if sid is None or sid == out_sid:
-                continue
-            if op.in_shapes[position] != op.out_shapes[0] or op.in_dtypes[position] != op.out_dtypes[0]:
-                continue  # broadcasting or type promotion: no in-place form exists
-            if op.in_overlap[position]:
-                continue
-            if position == 1 and op.in_sids[0] == sid:
+            sid = _candidate_sid(op, position, out_sid)
+            if sid is None:
                 continue
             cand = Candidate(op, position, sid, out_sid, mode.sizes.get(out_sid, 0))
             cand.reasons = _reasons(mode, op, position, sid, readers, saves_by_sid, grad_sids, alive_end)
@@ -141,6 +162,26 @@ def analyse(mode: StepMode) -> tuple[list[Candidate], list[UnsafeInplace]]:
 
 
 def _reasons(mode, op, position, sid, readers, saves_by_sid, grad_sids, alive_end) -> list[Rejection]:
+    out = _operand_reasons(mode, op, position, sid)
+    saves = saves_by_sid.get(sid, [])
+    if saves:
+        s = saves[0]
+        own = any(x.after_op == op.index for x in saves)
+        who = "this op saves it" if own else f"saved by {s.node or '?'} at {_where(s.location)}"
+        out.append(Rejection("saved_for_backward", f"autograd needs the operand for backward ({who})"))
+    out += _later_reasons(op, sid, readers, grad_sids)
+    if sid in alive_end and sid not in mode.preexisting:
+        view_alive = bool(op.view_alive_end) and op.view_alive_end[position]
+        if view_alive or not (op.in_alive_end and op.in_alive_end[position]):
+            out.append(Rejection("aliased_by_live_view",
+                                 "another tensor sharing the operand's memory (a view) is alive after the step"))
+        else:
+            out.append(Rejection("outlives_step", "the operand is still referenced after the step"))
+    return out
+
+
+def _operand_reasons(mode, op, position, sid) -> list[Rejection]:
+    """The rules on the operand itself: leaf_requires_grad, autograd_view, outlives_step (pre-existing)."""
     out: list[Rejection] = []
     if op.in_leaf_rg[position] and op.grad_enabled:
         out.append(Rejection("leaf_requires_grad",
@@ -152,12 +193,12 @@ def _reasons(mode, op, position, sid, readers, saves_by_sid, grad_sids, alive_en
     if sid in mode.preexisting:
         out.append(Rejection("outlives_step",
                              "the operand's memory existed before the step (an input, parameter or buffer)"))
-    saves = saves_by_sid.get(sid, [])
-    if saves:
-        s = saves[0]
-        own = any(x.after_op == op.index for x in saves)
-        who = "this op saves it" if own else f"saved by {s.node or '?'} at {_where(s.location)}"
-        out.append(Rejection("saved_for_backward", f"autograd needs the operand for backward ({who})"))
+    return out
+
+
+def _later_reasons(op, sid, readers, grad_sids) -> list[Rejection]:
+    """The rules on later reads: needed_by_optimizer, used_later."""
+    out: list[Rejection] = []
     later = [r for r in readers.get(sid, []) if r.index > op.index]
     opt_readers = [r for r in later if r.phase == "optimizer"]
     if opt_readers or sid in grad_sids:
@@ -170,13 +211,6 @@ def _reasons(mode, op, position, sid, readers, saves_by_sid, grad_sids, alive_en
         where = f"at {_where(r.location)}"
         out.append(Rejection("used_later", f"read later by {r.name} {where}"
                                             + (f" (+{len(other) - 1} more)" if len(other) > 1 else "")))
-    if sid in alive_end and sid not in mode.preexisting:
-        view_alive = bool(op.view_alive_end) and op.view_alive_end[position]
-        if view_alive or not (op.in_alive_end and op.in_alive_end[position]):
-            out.append(Rejection("aliased_by_live_view",
-                                 "another tensor sharing the operand's memory (a view) is alive after the step"))
-        else:
-            out.append(Rejection("outlives_step", "the operand is still referenced after the step"))
     return out
 
 

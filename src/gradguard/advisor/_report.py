@@ -147,20 +147,32 @@ class AdviceReport:
         step = f"{self.ops_recorded} aten ops recorded, " if self.ops_recorded else ""
         lines.append(f"  step: {step}{self.runs} runs; memory = {self.memory_method}")
         lines.append(f"  baseline peak: {format_bytes(self.baseline_peak)}")
-        if self.proposals:
-            lines.append(f"\n{len(self.proposals)} verified proposal(s) (gradients bit-identical, peak drop measured):")
-            for i, p in enumerate(self.proposals, 1):
-                where = (p.location.short if p.location else "?") + (
-                    f" (call #{p.occurrence})" if p.occurrence > 1 else "")
-                lines.append(f"  {i}. {where}: {p.op} -> {p.inplace_op}  [{p.dtype}{list(p.shape)}, operand {p.operand}"
-                             + (f", inside nn.{p.module}" if p.module else "") + "]")
-                if p.location and p.location.code:
-                    lines.append(f"       {p.location.code}")
-                lines.append(f"       suggestion: {p.suggestion}")
-                lines.append(f"       frees at peak: claimed {format_bytes(p.claimed_peak_saving)}, "
-                             f"measured {format_bytes(p.measured_peak_saving)}")
-        else:
-            lines.append("\nno verified proposal: no out-of-place op can become in-place with a peak-memory gain")
+        lines += self._proposal_lines()
+        lines += self._measurement_lines()
+        lines += self._other_lines()
+        for n in self.notes:
+            lines.append(f"note: {n}")
+        return "\n".join(lines)
+
+    def _proposal_lines(self) -> list[str]:
+        if not self.proposals:
+            return ["\nno verified proposal: no out-of-place op can become in-place with a peak-memory gain"]
+        lines = [f"\n{len(self.proposals)} verified proposal(s) (gradients bit-identical, peak drop measured):"]
+        for i, p in enumerate(self.proposals, 1):
+            where = (p.location.short if p.location else "?") + (
+                f" (call #{p.occurrence})" if p.occurrence > 1 else "")
+            lines.append(f"  {i}. {where}: {p.op} -> {p.inplace_op}  [{p.dtype}{list(p.shape)}, operand {p.operand}"
+                         + (f", inside nn.{p.module}" if p.module else "") + "]")
+            if p.location and p.location.code:
+                lines.append(f"       {p.location.code}")
+            lines.append(f"       suggestion: {p.suggestion}")
+            lines.append(f"       frees at peak: claimed {format_bytes(p.claimed_peak_saving)}, "
+                         f"measured {format_bytes(p.measured_peak_saving)}")
+        return lines
+
+    def _measurement_lines(self) -> list[str]:
+        """The proposals together: peak, the allocator cross-check, step time."""
+        lines = []
         if self.rewritten_peak is not None and self.proposals:
             lines.append(f"\n  all verified proposals together: peak {format_bytes(self.baseline_peak)} -> "
                          f"{format_bytes(self.rewritten_peak)} (claimed -{format_bytes(self.claimed_total_saving)}, "
@@ -176,6 +188,11 @@ class AdviceReport:
                          f"{self.baseline_seconds * 1e3:.1f} ms -> {self.rewritten_seconds * 1e3:.1f} ms"
                          + (f" (min {min(self.timing_runs[0]) * 1e3:.1f} -> {min(self.timing_runs[1]) * 1e3:.1f} ms)"
                             if self.timing_runs[0] else ""))
+        return lines
+
+    def _other_lines(self) -> list[str]:
+        """Safe ops without a gain, failed verifications, unsafe in-place ops, rejected candidates."""
+        lines = []
         if self.safe_without_peak_gain:
             locs = ", ".join(sorted({p.location.short + (f" (call #{p.occurrence})" if p.occurrence > 1 else "")
                                      for p in self.safe_without_peak_gain if p.location}))
@@ -194,9 +211,7 @@ class AdviceReport:
             for r in self.rejected:
                 where = r.location.short if r.location else "?"
                 lines.append(f"  {where} {r.op} ({r.operand}): " + "; ".join(f"{c}: {d}" for c, d in r.reasons[:2]))
-        for n in self.notes:
-            lines.append(f"note: {n}")
-        return "\n".join(lines)
+        return lines
 
     def __str__(self) -> str:
         return self.render()

@@ -75,6 +75,26 @@ def audit_mutation(B, fn, args: Sequence[Any], kwargs: dict, wrt: Sequence[int],
     findings += _diff(before, after_fwd, "forward", names, B, fed, regime)
 
     # aliasing: an output that shares memory with an input without autograd knowing it is a view
+    findings += _alias_failures(B, lin, fed, names, regime)
+    checks = [CheckResult("aliasing.output_aliases_input", regime,
+                          "fail" if any(f.check.startswith("aliasing") for f in findings) else "pass")]
+
+    cots = lin.cotangent_tensors(cotangent)
+    cot_fp = [B.fingerprint(c) for c in cots]
+    g1 = [B.to_numpy(g) for g in lin.pullback_tensors(cotangent, cots)]
+    after_bwd = _snapshot(B, fed)
+    findings += _diff(after_fwd, after_bwd, "backward", names, B, fed, regime)
+    findings += _grad_output_writes(B, lin, cots, cot_fp, regime)
+    findings += _repeat_failures(B, lin, cotangent, g1, names, wrt, regime)
+    failed = {f.check for f in findings if f.severity == "failure"}
+    for name in ("mutation.silent_input_write", "mutation.grad_output_write", "mutation.backward_not_repeatable"):
+        checks.append(CheckResult(name, regime, "fail" if name in failed else "pass"))
+    return findings, checks
+
+
+def _alias_failures(B, lin, fed, names, regime) -> list[Failure]:
+    """Outputs that share memory with an input without autograd knowing they are views."""
+    found = []
     spans = {i: B.memory_span(t) for i, t in enumerate(fed) if B.is_tensor(t)}
     for out_name, out in lin.all_outputs:
         span = B.memory_span(out)
@@ -85,7 +105,7 @@ def audit_mutation(B, fn, args: Sequence[Any], kwargs: dict, wrt: Sequence[int],
                 continue
             if B.autograd_view_of(out, fed[i]):
                 continue
-            findings.append(
+            found.append(
                 Failure(
                     check="aliasing.output_aliases_input",
                     regime=regime,
@@ -97,17 +117,15 @@ def audit_mutation(B, fn, args: Sequence[Any], kwargs: dict, wrt: Sequence[int],
                     "autograd tracks it.",
                 )
             )
-    checks = [CheckResult("aliasing.output_aliases_input", regime,
-                          "fail" if any(f.check.startswith("aliasing") for f in findings) else "pass")]
+    return found
 
-    cots = lin.cotangent_tensors(cotangent)
-    cot_fp = [B.fingerprint(c) for c in cots]
-    g1 = [B.to_numpy(g) for g in lin.pullback_tensors(cotangent, cots)]
-    after_bwd = _snapshot(B, fed)
-    findings += _diff(after_fwd, after_bwd, "backward", names, B, fed, regime)
+
+def _grad_output_writes(B, lin, cots, cot_fp, regime) -> list[Failure]:
+    """Upstream gradients whose bytes the backward changed."""
+    found = []
     for k, (c, fp) in enumerate(zip(cots, cot_fp)):
         if B.fingerprint(c) != fp:
-            findings.append(
+            found.append(
                 Failure(
                     check="mutation.grad_output_write",
                     regime=regime,
@@ -118,11 +136,17 @@ def audit_mutation(B, fn, args: Sequence[Any], kwargs: dict, wrt: Sequence[int],
                     fix="compute into a new tensor (grad_output * x instead of grad_output.mul_(x)).",
                 )
             )
+    return found
+
+
+def _repeat_failures(B, lin, cotangent, g1, names, wrt, regime) -> list[Failure]:
+    """A second backward with the same upstream gradient must succeed and agree with the first (``g1``)."""
+    found = []
     try:
         g2 = [B.to_numpy(g) for g in lin.pullback_tensors(cotangent, lin.cotangent_tensors(cotangent))]
     except Exception as exc:  # e.g. PyTorch's own "modified by an inplace operation" on the second backward
         g2 = None
-        findings.append(
+        found.append(
             Failure(
                 check="mutation.backward_not_repeatable",
                 regime=regime,
@@ -138,7 +162,7 @@ def audit_mutation(B, fn, args: Sequence[Any], kwargs: dict, wrt: Sequence[int],
         m = compare(b, a, 4 * eps * scale)
         if not m.ok:
             name = names[wrt[i]]
-            findings.append(
+            found.append(
                 Failure(
                     check="mutation.backward_not_repeatable",
                     regime=regime,
@@ -153,7 +177,4 @@ def audit_mutation(B, fn, args: Sequence[Any], kwargs: dict, wrt: Sequence[int],
                     "new tensor.",
                 )
             )
-    failed = {f.check for f in findings if f.severity == "failure"}
-    for name in ("mutation.silent_input_write", "mutation.grad_output_write", "mutation.backward_not_repeatable"):
-        checks.append(CheckResult(name, regime, "fail" if name in failed else "pass"))
-    return findings, checks
+    return found

@@ -65,7 +65,7 @@ def _statement_writes(statement: ast.stmt) -> str | None:
     return None
 
 
-def _walk(body, found: list, filename: str) -> None:
+def _walk(body: list[ast.stmt], found: list[tuple[str, int, str]], filename: str) -> None:
     for statement in body:
         if isinstance(statement, (ast.With, ast.AsyncWith, ast.For, ast.AsyncFor)):
             _walk(statement.body, found, filename)

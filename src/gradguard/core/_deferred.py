@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Callable
 
 __all__ = ["DeferredUnderLock"]
@@ -20,7 +21,7 @@ class DeferredUnderLock:
 
     __slots__ = ("lock", "_pending")
 
-    def __init__(self, lock) -> None:
+    def __init__(self, lock: threading.Lock) -> None:
         self.lock = lock
         self._pending: list[tuple[Callable[[Any], None], Any]] = []
 

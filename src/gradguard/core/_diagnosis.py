@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from . import _inplace_rules
 from ._findings import SAVED_TENSOR_KINDS, Finding, SourceLocation, TensorInfo, WriteRecord
@@ -86,7 +86,7 @@ def diagnose(finding: Finding) -> Finding:
         if not finding.fixes:
             finding.fixes = list(verdict.fixes)
         if on_ctx:
-            attribute = finding.saved_at.argument[len("ctx."):].split("[", 1)[0]
+            attribute = finding.saved_at.argument[len("ctx."):].split("[", 1)[0]  # type: ignore[index]  # on_ctx: a str
             finding.notes.append(
                 f"In the Function, keep the tensor with `ctx.save_for_backward({attribute})` instead of "
                 f"`ctx.{attribute} = ...` and read it back from `ctx.saved_tensors` in backward: PyTorch then checks "
@@ -125,10 +125,11 @@ def _apply_rules(f: Finding) -> Verdict:
     raise AssertionError("the last rule always matches")  # pragma: no cover
 
 
-def _write(category: str, *, silent: bool | None = None, extra=None):
+def _write(category: str, *, silent: bool | None = None,
+           extra: Callable[[Finding, WriteRecord], object] | None = None) -> Callable[[Finding], WriteRecord | None]:
     """``when`` for the rules keyed on a write category (optionally only for silent or loud findings)."""
 
-    def when(f: Finding):
+    def when(f: Finding) -> WriteRecord | None:
         if silent is not None and (f.kind == "silent_write") != silent:
             return None
         write = _first(f.modified_at, category)
@@ -193,7 +194,7 @@ def _kernel_write(f: Finding, kernel: WriteRecord) -> Verdict:
     )
 
 
-def _outside_when(f: Finding):
+def _outside_when(f: Finding) -> WriteRecord | bool | None:
     if f.kind != "silent_write":
         return None
     outside = _first(f.modified_at, "outside")
@@ -202,7 +203,7 @@ def _outside_when(f: Finding):
     return True if not f.modified_at else None
 
 
-def _outside_write(f: Finding, outside) -> Verdict:
+def _outside_write(f: Finding, outside: WriteRecord | bool) -> Verdict:
     if isinstance(outside, WriteRecord):
         where = outside.op.replace("write outside torch", "", 1).strip() or f"at {_where(outside)}"
         why = (f"No torch op wrote it: the bytes changed {where}, in code that writes memory directly "
@@ -226,12 +227,12 @@ def saves_running_stat(node: str | None, argument: str | None) -> bool:
     return node is not None and "BatchNorm" in node and argument in ("running_mean", "running_var")
 
 
-def _eval_running_stats_when(f: Finding):
+def _eval_running_stats_when(f: Finding) -> bool | None:
     # NOTE [Running stats saved in eval mode] (backends/torch/_session.py): only nodes saved in eval mode get here
     return True if f.kind == "silent_write" and saves_running_stat(f.saved_at.node, f.saved_at.argument) else None
 
 
-def _eval_running_stats(f: Finding, _) -> Verdict:
+def _eval_running_stats(f: Finding, _: object) -> Verdict:
     module = f.tensor.name.rsplit(".", 1)[0] if f.tensor.name and "." in f.tensor.name else "the BatchNorm module"
     write = f.modified_at[0] if f.modified_at else None
     writer = (f"the training-mode forward at {_where(write)} (`{write.location.code}`) updated them in place, "
@@ -248,14 +249,14 @@ def _eval_running_stats(f: Finding, _) -> Verdict:
     )
 
 
-def _user_hooks_when(f: Finding):
+def _user_hooks_when(f: Finding) -> bool | None:
     reason = f.context.get("user_hooks")
     if reason in ("shape", "layout") or (reason == "values" and not f.modified_at):
         return True
     return None
 
 
-def _user_hooks_round_trip(f: Finding, _) -> Verdict:
+def _user_hooks_round_trip(f: Finding, _: object) -> Verdict:
     reason = f.context["user_hooks"]
     packed, unpacked = f.context.get("packed") or {}, f.context.get("unpacked") or {}
     saver = _saver(f)
@@ -289,7 +290,7 @@ def _numpy_write(f: Finding, numpy_write: WriteRecord) -> Verdict:
     )
 
 
-def _ddp_when(f: Finding):
+def _ddp_when(f: Finding) -> WriteRecord | None:
     # DistributedDataParallel's forward broadcasts rank 0's buffers into every rank's buffers in place
     # (broadcast_buffers=True). It is the cause when every version-bumping write is DDP's own.
     ddp = [w for w in f.modified_at if "nn/parallel/distributed.py" in (w.library_frame or "").replace("\\", "/")]
@@ -313,13 +314,13 @@ def _ddp_broadcast(f: Finding, ddp: WriteRecord) -> Verdict:
     )
 
 
-def _shared_counter_when(f: Finding):
+def _shared_counter_when(f: Finding) -> WriteRecord | None:
     """The version moved through a write into another part of the same storage (a slot of a preallocated
     buffer): the backend records it as a ``shared_counter`` write."""
     return _first(f.modified_at, "shared_counter")
 
 
-def _unseen_write(f: Finding, _subject) -> Verdict:
+def _unseen_write(f: Finding, _subject: object) -> Verdict:
     if f.context.get("write_log") is False:  # the sentinel: no write log, so no writer to name (and none missed)
         return Verdict(
             "unseen_write",
@@ -401,11 +402,11 @@ def _refilled_name(code: str) -> str | None:
 
 # -- custom Function and tensor-hook hygiene (backends/torch/_function_hygiene.py) ------------------------
 
-def _kind(kind: str):
+def _kind(kind: str) -> Callable[[Finding], bool | None]:
     return lambda f: True if f.kind == kind else None
 
 
-def _forward_writes_input(f: Finding, _) -> Verdict:
+def _forward_writes_input(f: Finding, _: object) -> Verdict:
     function, argument = f.context.get("function", "the Function"), f.context.get("argument") or "its input"
     write = f.modified_at[0] if f.modified_at else None
     line = f" at {_where(write)} (`{write.location.code}`)" if write is not None and write.location else ""
@@ -433,7 +434,7 @@ def _grad_write_text(f: Finding, writer: str) -> tuple[str, str]:
     return why, argument
 
 
-def _backward_writes_shared_grad(f: Finding, _) -> Verdict:
+def _backward_writes_shared_grad(f: Finding, _: object) -> Verdict:
     why, argument = _grad_write_text(f, f.context.get("writer", "A custom backward"))
     return Verdict(
         "backward_writes_shared_grad", why,
@@ -443,7 +444,7 @@ def _backward_writes_shared_grad(f: Finding, _) -> Verdict:
     )
 
 
-def _hook_writes_shared_grad(f: Finding, _) -> Verdict:
+def _hook_writes_shared_grad(f: Finding, _: object) -> Verdict:
     why, argument = _grad_write_text(f, f"The {f.context.get('writer', 'tensor hook')}")
     return Verdict(
         "hook_writes_shared_grad", why,
@@ -453,12 +454,12 @@ def _hook_writes_shared_grad(f: Finding, _) -> Verdict:
     )
 
 
-def _module_writes_caller_input(f: Finding, _) -> Verdict:
+def _module_writes_caller_input(f: Finding, _: object) -> Verdict:
     name, module = f.tensor.name or "the input", f.context.get("module") or "a module"
     write = f.modified_at[0] if f.modified_at else None
     call, read = SourceLocation.from_dict(f.context.get("call")), SourceLocation.from_dict(f.context.get("read"))
     inplace = _inplace_rules._INPLACE_MODULE.search(module)
-    sites = []
+    sites: list[SourceLocation] = []
     if inplace is not None:
         for file in dict.fromkeys(loc.file for loc in (call, read) if loc is not None):
             sites.extend(s for s in keyword_calls(file, inplace.group(1), "inplace", True) if s not in sites)
@@ -471,7 +472,7 @@ def _module_writes_caller_input(f: Finding, _) -> Verdict:
            f"values, not the ones `{name}` held before the call. No tensor saved for backward is involved, so "
            f"PyTorch raises nothing; the forward (and its gradient) silently compute something else.")
     fixes = []
-    if sites:
+    if sites and inplace is not None:  # (sites are found only when inplace matched)
         owner = module[: inplace.start()].strip().rstrip("(").strip()
         at = f" at {sites[0].short} (`{sites[0].code.rstrip(',')}`)" if len(sites) == 1 else ""
         suggestion = (f"Construct {owner or 'it'} with inplace=False{at}. An in-place module is safe only where "
@@ -494,7 +495,7 @@ def _module_writes_caller_input(f: Finding, _) -> Verdict:
     return Verdict("module_writes_caller_input", why, suggestion, fixes)
 
 
-def _inner_update_dropped(f: Finding, _) -> Verdict:
+def _inner_update_dropped(f: Finding, _: object) -> Verdict:
     name = f.tensor.name or "the parameter"
     grad_at = SourceLocation.from_dict(f.context.get("gradient_at"))
     backward_at = SourceLocation.from_dict(f.context.get("backward_at"))
@@ -516,7 +517,7 @@ def _inner_update_dropped(f: Finding, _) -> Verdict:
     )
 
 
-def _data_in_forward(f: Finding, _) -> Verdict:
+def _data_in_forward(f: Finding, _: object) -> Verdict:
     target = f.context.get("target") or f.tensor.name or "the parameter"
     module = f.context.get("module") or "the module"
     write = f.modified_at[0] if f.modified_at else None
@@ -574,7 +575,8 @@ RULES: tuple[Rule, ...] = (
 )
 
 
-def diagnose_or_fallback(build, *, kind: str, shape, dtype, backend: str) -> Finding:
+def diagnose_or_fallback(build: Callable[[], Finding], *, kind: str, shape: Iterable[int], dtype: object,
+                         backend: str) -> Finding:
     """``build()``; if gradguard itself fails there, a minimal finding that still reports the hazard.
     Every backend's error path uses this: our own failure must never hide the user's hazard."""
     try:

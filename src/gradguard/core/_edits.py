@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, Callable, TypeAlias, TypeGuard
+
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
@@ -18,12 +20,21 @@ from ._intents import FixIntent
 
 __all__ = ["EditNotApplicable", "apply_intent", "apply_intents"]
 
+if TYPE_CHECKING:
+    class _InplaceCall(cst.Call):
+        """What ``_is_inplace_method`` tells the type checker: a call whose callee is an attribute."""
+
+        func: cst.Attribute
+
+    # What an intent makes of its statement: the new statement, several (inserted or moved ones), or None (removed)
+    _Replacement: TypeAlias = cst.BaseStatement | list[cst.BaseStatement] | None
+
 
 class EditNotApplicable(Exception):
     """The intent does not match the source (the statement moved, or has another shape); ``str()`` says why."""
 
 
-_AUG_TO_BINARY = {
+_AUG_TO_BINARY: dict[type[cst.BaseAugOp], Callable[[], cst.BaseBinaryOp]] = {
     cst.AddAssign: cst.Add, cst.SubtractAssign: cst.Subtract, cst.MultiplyAssign: cst.Multiply,
     cst.DivideAssign: cst.Divide, cst.FloorDivideAssign: cst.FloorDivide, cst.ModuloAssign: cst.Modulo,
     cst.PowerAssign: cst.Power, cst.MatrixMultiplyAssign: cst.MatrixMultiply, cst.BitAndAssign: cst.BitAnd,
@@ -62,7 +73,7 @@ def _statements(code: str) -> list[cst.SimpleStatementLine]:
         raise EditNotApplicable(f"the statement to insert is not valid Python: {code!r}") from error
     if not parsed or not all(isinstance(s, cst.SimpleStatementLine) for s in parsed):
         raise EditNotApplicable(f"expected simple statements to insert, got {code!r}")
-    return [s.with_changes(leading_lines=[]) for s in parsed]
+    return [s.with_changes(leading_lines=[]) for s in parsed]  # type: ignore[misc]  # all simple: checked above
 
 
 class _Locate(cst.CSTVisitor):
@@ -70,12 +81,13 @@ class _Locate(cst.CSTVisitor):
 
     METADATA_DEPENDENCIES = (PositionProvider,)
 
-    def __init__(self, *lines: int):
+    def __init__(self, *lines: int) -> None:
         self.lines = lines
-        self.found: dict[int, cst.BaseStatement] = {}
+        # line -> statement (looked up with None too: an intent without a line, which finds nothing)
+        self.found: dict[int | None, cst.BaseStatement] = {}
         self.following: dict[int, cst.BaseStatement] = {}  # id(statement) -> the next one in its block
 
-    def next_is_same(self, line: int, other: int) -> bool:
+    def next_is_same(self, line: int, other: int | None) -> bool:
         """The statement after the one at ``line`` reads exactly as the one at ``other``."""
         nxt, moved = self.following.get(id(self.found.get(line))), self.found.get(other)
         simple = (cst.SimpleStatementLine,)
@@ -103,12 +115,16 @@ class _Replace(cst.CSTTransformer):
     """Replace the statements in ``changes`` (by identity) with a node, several nodes, or nothing. A block whose
     statements are all removed gets ``pass`` (or disappears, for an effect-free ``with``)."""
 
-    def __init__(self, changes: dict[int, object]):
+    def __init__(self, changes: dict[int, _Replacement]) -> None:
         self.changes = changes  # id(original statement) -> replacement
         self.emptied: set[int] = set()  # ids of the blocks that got `pass` because everything in them was removed
 
-    def on_leave(self, original, updated):
-        if isinstance(updated, cst.IndentedBlock) and not updated.body and original.body:
+    # libcst declares on_leave generic in the node type (a node of the same kind back); this one replaces
+    # statements by other statements, and empty blocks by `pass`
+    def on_leave(  # type: ignore[override]
+        self, original: cst.CSTNode, updated: cst.CSTNode
+    ) -> cst.CSTNode | cst.RemovalSentinel | cst.FlattenSentinel[cst.BaseStatement]:
+        if isinstance(updated, cst.IndentedBlock) and not updated.body and original.body:  # type: ignore[attr-defined]  # same kind
             block = updated.with_changes(body=[cst.SimpleStatementLine([cst.Pass()])])
             self.emptied.add(id(block))
             return block
@@ -128,10 +144,13 @@ class _Replace(cst.CSTTransformer):
 class _ExpressionEdit(cst.CSTTransformer):
     """Rewrite the first expression matching ``match`` (a predicate on nodes) with ``rewrite``."""
 
-    def __init__(self, match, rewrite):
+    def __init__(self, match: Callable[[cst.BaseExpression], bool],
+                 rewrite: Callable[[Any], cst.BaseExpression]) -> None:  # rewrite: of a node ``match`` accepted
         self.match, self.rewrite, self.done = match, rewrite, False
 
-    def on_leave(self, original, updated):
+    def on_leave(  # type: ignore[override]  # (see _Replace.on_leave) an expression for an expression
+        self, original: cst.CSTNode, updated: cst.CSTNode
+    ) -> cst.CSTNode:
         if not self.done and isinstance(original, cst.BaseExpression) and self.match(original):
             self.done = True
             return self.rewrite(updated)
@@ -142,15 +161,18 @@ class _CallEdit(cst.CSTTransformer):
     """Rewrite the argument list of the first call whose callee matches ``callee`` (or the call number
     ``occurrence`` among the matching ones, counted in source order)."""
 
-    def __init__(self, callee, rewrite_args, occurrence: int | None = None):
+    def __init__(self, callee: Callable[[str], bool], rewrite_args: Callable[[list[cst.Arg]], list[cst.Arg] | None],
+                 occurrence: int | None = None) -> None:
         self.callee, self.rewrite_args, self.done = callee, rewrite_args, False
+        self.occurrence: int | None
+        self.order: dict[int, int]  # id(call) -> its number among the matching calls
         self.occurrence, self.order = occurrence, {}
 
-    def visit_Call(self, node) -> None:
+    def visit_Call(self, node: cst.Call) -> None:
         if self.callee(_code(node.func)):
             self.order[id(node)] = len(self.order)
 
-    def leave_Call(self, original, updated):
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         if self.done or not self.callee(_code(original.func)):
             return updated
         if self.occurrence is not None and self.order.get(id(original)) != self.occurrence:
@@ -162,7 +184,7 @@ class _CallEdit(cst.CSTTransformer):
         return updated.with_changes(args=args)
 
 
-def _callee_matcher(call: str | None):
+def _callee_matcher(call: str | None) -> Callable[[str], bool]:
     """``"backward"`` matches ``loss.backward``; ``"ReLU"`` matches ``nn.ReLU``; an exact callee matches itself."""
     def match(code: str) -> bool:
         if not call:
@@ -172,20 +194,20 @@ def _callee_matcher(call: str | None):
     return match
 
 
-def _within(statement: cst.SimpleStatementLine, transformer, what: str) -> cst.SimpleStatementLine:
+def _within(statement: cst.SimpleStatementLine, transformer: _CallEdit, what: str) -> cst.SimpleStatementLine:
     edited = statement.visit(transformer)
     if not transformer.done:
         raise EditNotApplicable(f"{what} not found in `{_code(statement).strip()}`")
-    return edited
+    return edited  # type: ignore[return-value]  # a call's arguments rewritten: never the statement removed
 
 
-def _single(statement: cst.SimpleStatementLine):
+def _single(statement: cst.SimpleStatementLine) -> cst.BaseSmallStatement:
     if len(statement.body) != 1:
         raise EditNotApplicable(f"expected one statement on the line, got `{_code(statement).strip()}`")
     return statement.body[0]
 
 
-def _assignment_value(statement, method: str, target: str | None):
+def _assignment_value(statement: cst.SimpleStatementLine, method: str, target: str | None) -> cst.SimpleStatementLine:
     small = _single(statement)
     if not isinstance(small, (cst.Assign, cst.AnnAssign)) or small.value is None:
         raise EditNotApplicable(f"expected an assignment, got `{_code(statement).strip()}`")
@@ -199,13 +221,13 @@ def _assignment_value(statement, method: str, target: str | None):
     return statement.with_changes(body=[small.with_changes(value=_method(value, method))])
 
 
-def _rebind_slice_target(statement, target: str | None):
+def _rebind_slice_target(statement: cst.SimpleStatementLine, target: str | None) -> cst.SimpleStatementLine:
     """``self.obs[:], r = step()`` -> ``self.obs, r = step()`` (the target ``self.obs``, a full slice)."""
     small = _single(statement)
     if not isinstance(small, cst.Assign):
         raise EditNotApplicable(f"expected an assignment, got `{_code(statement).strip()}`")
 
-    def full_slice_of_target(node) -> bool:
+    def full_slice_of_target(node: cst.BaseExpression) -> bool:
         if not isinstance(node, cst.Subscript) or not _same(_code(node.value), target) or len(node.slice) != 1:
             return False
         index = node.slice[0].slice
@@ -233,7 +255,7 @@ def _right_operand(value: cst.BaseExpression, operator: cst.BaseBinaryOp) -> cst
     return _atom(value)
 
 
-def _augmented_to_binary(statement):
+def _augmented_to_binary(statement: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
     small = _single(statement)
     if not isinstance(small, cst.AugAssign) or type(small.operator) not in _AUG_TO_BINARY:
         raise EditNotApplicable(f"expected an augmented assignment (x += y), got `{_code(statement).strip()}`")
@@ -243,7 +265,7 @@ def _augmented_to_binary(statement):
     return statement.with_changes(body=[cst.Assign(targets=[cst.AssignTarget(target=small.target)], value=binary)])
 
 
-def _is_inplace_method(node) -> bool:
+def _is_inplace_method(node: cst.CSTNode) -> TypeGuard[_InplaceCall]:
     """``x.add_(...)``: a call of a method whose name ends in one underscore (``__setitem__`` is not one)."""
     if not (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)):
         return False
@@ -251,10 +273,11 @@ def _is_inplace_method(node) -> bool:
     return name.endswith("_") and not name.endswith("__")
 
 
-def _strip_inplace_links(call: cst.Call):
+def _strip_inplace_links(call: cst.Call) -> tuple[cst.Call, cst.BaseExpression] | None:
     """``c.mul_(s).add_(m)`` -> (``c.mul(s).add(m)``, receiver ``c``); None when it is not such a chain.
     Raises EditNotApplicable for a link with no out-of-place method (``normal_``; see out_of_place_method)."""
-    links, node = [], call
+    links: list[_InplaceCall] = []
+    node: cst.BaseExpression = call
     while _is_inplace_method(node):
         links.append(node)
         node = node.func.value
@@ -267,23 +290,23 @@ def _strip_inplace_links(call: cst.Call):
                                     f"instead")
 
     class Strip(cst.CSTTransformer):
-        def leave_Attribute(self, original, updated):
+        def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.BaseExpression:
             if any(original is link.func for link in links):
                 return updated.with_changes(attr=cst.Name(original.attr.value[:-1]))
             return updated
 
-    return call.visit(Strip()), receiver
+    return call.visit(Strip()), receiver  # type: ignore[return-value]  # attributes renamed: still the call
 
 
 class _FirstInplaceChain(cst.CSTVisitor):
     """The outermost in-place method chain of a statement whose receiver is a name or an attribute."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.found: cst.Call | None = None
 
-    def visit_Call(self, node) -> bool:
+    def visit_Call(self, node: cst.Call) -> bool:
         if self.found is None and _is_inplace_method(node):
-            receiver = node
+            receiver: cst.BaseExpression = node
             while _is_inplace_method(receiver):
                 receiver = receiver.func.value
             if isinstance(receiver, (cst.Name, cst.Attribute)):
@@ -293,10 +316,12 @@ class _FirstInplaceChain(cst.CSTVisitor):
 
 
 def _assign(target: cst.BaseExpression, value: cst.BaseExpression) -> cst.Assign:
-    return cst.Assign(targets=[cst.AssignTarget(target.deep_clone())], value=value)
+    # target: a name, an attribute or a subscript (an expression assigned to, as the user wrote it)
+    return cst.Assign(targets=[cst.AssignTarget(target.deep_clone())], value=value)  # type: ignore[arg-type]
 
 
-def _method_out_of_place(statement, small):
+def _method_out_of_place(statement: cst.SimpleStatementLine, small: cst.BaseSmallStatement
+                         ) -> cst.SimpleStatementLine | list[cst.BaseStatement]:
     """``x.div_(n)`` -> ``x = x.div(n)``; ``y = x.div_(n)`` (the result used) -> ``x = x.div(n)`` then ``y = x``;
     an in-place call inside an expression is hoisted the same way (``a - t.mul_(k)``: ``t = t.mul(k)`` first)."""
     finder = _FirstInplaceChain()
@@ -304,7 +329,7 @@ def _method_out_of_place(statement, small):
     if finder.found is None:
         raise EditNotApplicable(f"no in-place method call on a name or attribute in `{_code(statement).strip()}`")
     chain = finder.found
-    new, receiver = _strip_inplace_links(chain)
+    new, receiver = _strip_inplace_links(chain)  # type: ignore[misc]  # chain is an in-place chain: not None
     rebind = statement.with_changes(body=[_assign(receiver, new)])
     if isinstance(small, cst.Expr) and small.value is chain:
         return rebind
@@ -317,7 +342,8 @@ def _method_out_of_place(statement, small):
             statement.with_changes(body=[rest], leading_lines=[])]
 
 
-def _out_of_place(statement, detail: dict):
+def _out_of_place(statement: cst.SimpleStatementLine, detail: dict[str, Any]
+                  ) -> cst.SimpleStatementLine | list[cst.BaseStatement]:
     small = _single(statement)
     if detail.get("method") == "masked_fill":
         if not (isinstance(small, cst.Assign) and len(small.targets) == 1
@@ -325,11 +351,11 @@ def _out_of_place(statement, detail: dict):
                 and len(small.targets[0].target.slice) == 1):
             raise EditNotApplicable(f"expected a mask assignment x[mask] = v, got `{_code(statement).strip()}`")
         subscript = small.targets[0].target
-        base, mask = subscript.value, subscript.slice[0].slice.value
-        call = cst.Call(func=cst.Attribute(value=_atom(base), attr=cst.Name("masked_fill")),
-                        args=[cst.Arg(mask, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))),
-                              cst.Arg(small.value)])
-        return statement.with_changes(body=[_assign(base, call)])
+        base, mask = subscript.value, subscript.slice[0].slice.value  # type: ignore[attr-defined]  # an Index
+        masked = cst.Call(func=cst.Attribute(value=_atom(base), attr=cst.Name("masked_fill")),
+                          args=[cst.Arg(mask, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))),
+                                cst.Arg(small.value)])
+        return statement.with_changes(body=[_assign(base, masked)])
     if isinstance(small, cst.AugAssign):
         return _augmented_to_binary(statement)
     call = small.value if isinstance(small, cst.Expr) else None
@@ -340,8 +366,9 @@ def _out_of_place(statement, detail: dict):
             name = call.func.attr.value
             target = call.args[0].value
             if any(a.keyword is not None and a.keyword.value == "inplace" for a in call.args):
-                new = _edit_keyword(cst.SimpleStatementLine([cst.Expr(call)]), {"keyword": "inplace", "value": None})
-                return statement.with_changes(body=[_assign(target, _single(new).value)])
+                dropped = _edit_keyword(cst.SimpleStatementLine([cst.Expr(call)]), {"keyword": "inplace", "value": None})
+                # the Expr built here
+                return statement.with_changes(body=[_assign(target, _single(dropped).value)])  # type: ignore[attr-defined]
             if not name.endswith("_") or name.endswith("__"):
                 raise EditNotApplicable(f"`{_code(call)}` is not an in-place call")
             if out_of_place_method(name, namespace=True) is None:
@@ -363,13 +390,13 @@ def _drop_arg(args: list[cst.Arg], index: int) -> list[cst.Arg]:
     return kept
 
 
-def _edit_keyword(statement, detail: dict):
+def _edit_keyword(statement: cst.SimpleStatementLine, detail: dict[str, Any]) -> cst.SimpleStatementLine:
     """Set keyword ``detail["keyword"]`` of call ``detail["call"]`` to ``detail["value"]``; None removes it.
     ``detail["position"]``: where the parameter sits when it is passed positionally instead; ``detail["add"]``:
     add the keyword when the call does not pass it."""
     keyword, value = detail["keyword"], detail.get("value")
 
-    def rewrite(args):
+    def rewrite(args: list[cst.Arg]) -> list[cst.Arg] | None:
         for index, arg in enumerate(args):
             if arg.keyword is not None and arg.keyword.value == keyword:
                 if value is None:
@@ -393,8 +420,8 @@ def _edit_keyword(statement, detail: dict):
                    f"a call{' of ' + detail['call'] if detail.get('call') else ''} with keyword {keyword}=")
 
 
-def _edit_argument(statement, intent: FixIntent, method: str):
-    def rewrite(args):
+def _edit_argument(statement: cst.SimpleStatementLine, intent: FixIntent, method: str) -> cst.SimpleStatementLine:
+    def rewrite(args: list[cst.Arg]) -> list[cst.Arg] | None:
         for index, arg in enumerate(args):
             if _same(_code(arg.value), intent.target):
                 return args[:index] + [arg.with_changes(value=_method(arg.value, method))] + args[index + 1:]
@@ -405,7 +432,7 @@ def _edit_argument(statement, intent: FixIntent, method: str):
                    f"the argument `{intent.target}`{' of ' + call if call else ''}")
 
 
-def _clone_expression(statement, target: str | None):
+def _clone_expression(statement: cst.SimpleStatementLine, target: str | None) -> cst.SimpleStatementLine:
     small = _single(statement)
     scope = small.value if isinstance(small, (cst.Assign, cst.AnnAssign, cst.Expr, cst.Return)) else None
     if scope is None:
@@ -417,14 +444,14 @@ def _clone_expression(statement, target: str | None):
     return statement.with_changes(body=[small.with_changes(value=edited)])
 
 
-def _wrap_no_grad(statement, detail: dict):
+def _wrap_no_grad(statement: cst.SimpleStatementLine, detail: dict[str, Any]) -> cst.With:
     manager = detail.get("context") or "torch.no_grad()"
     small = _single(statement)
     if "replace" in detail:  # `w.data.add_(g)` -> `w.add_(g)` under no_grad
         suffix = detail["replace"]
         edit = _ExpressionEdit(lambda node: isinstance(node, cst.Attribute) and "." + node.attr.value == suffix,
                                lambda node: node.value)
-        small = small.visit(edit)
+        small = small.visit(edit)  # type: ignore[assignment]  # an attribute replaced: still the statement
         if not edit.done:
             raise EditNotApplicable(f"`{suffix}` not found in `{_code(statement).strip()}`")
     inner = statement.with_changes(body=[small], leading_lines=[])
@@ -445,7 +472,7 @@ def _is_plain_reference(expression: cst.BaseExpression) -> bool:
     return all(isinstance(node, allowed) for node in ast.walk(tree))
 
 
-def _index_loop_variable(statement, target: str | None, index: str):
+def _index_loop_variable(statement: cst.BaseStatement, target: str | None, index: str) -> cst.For:
     """``for x in t:`` -> ``for i, x in enumerate(t):`` with ``x = t[i]`` first in the body (see ACTIONS)."""
     if not isinstance(statement, cst.For) or target is None:
         raise EditNotApplicable(f"index_loop_variable edits a for loop over `{target}`")
@@ -482,8 +509,8 @@ def apply_intents(source: str, intents: list[FixIntent]) -> str:
     lines = [n for intent in intents for n in (intent.line, intent.detail.get("after_line")) if n]
     locate = _Locate(*lines)
     wrapper.visit(locate)
-    changes: dict[int, object] = {}
-    after: dict[int, list] = {}  # id(statement) -> statements to put after it (moves)
+    changes: dict[int, _Replacement] = {}
+    after: dict[int, list[cst.BaseStatement]] = {}  # id(statement) -> statements to put after it (moves)
     for intent in intents:
         statement = locate.found.get(intent.line)
         if statement is None:
@@ -494,7 +521,8 @@ def apply_intents(source: str, intents: list[FixIntent]) -> str:
         if not isinstance(current, cst.SimpleStatementLine) and intent.action not in _STATEMENT_ACTIONS:
             raise EditNotApplicable(f"line {intent.line} is the header of a compound statement; "
                                     f"{intent.action} edits simple statements")
-        changes[id(statement)] = _apply_one(current, intent, locate, after)
+        # a compound statement (checked above) reaches only the _STATEMENT_ACTIONS, which take any statement
+        changes[id(statement)] = _apply_one(current, intent, locate, after)  # type: ignore[arg-type]
     for key, extra in after.items():
         current = changes.get(key)
         base = current if current is not None else next(
@@ -510,7 +538,8 @@ def apply_intents(source: str, intents: list[FixIntent]) -> str:
 _STATEMENT_ACTIONS = ("insert_before", "insert_after", "move_statement", "index_loop_variable")
 
 
-def _apply_one(statement, intent: FixIntent, locate: _Locate, after: dict):
+def _apply_one(statement: cst.SimpleStatementLine, intent: FixIntent, locate: _Locate,
+               after: dict[int, list[cst.BaseStatement]]) -> _Replacement:
     action, detail = intent.action, intent.detail
     if action == "detach_assignment":
         return _assignment_value(statement, "detach", intent.target)

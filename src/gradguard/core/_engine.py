@@ -35,7 +35,8 @@ import functools
 import sys
 import threading
 import weakref
-from typing import Any, Callable, Protocol
+from types import FrameType
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Literal, NoReturn, Protocol, TypeVar
 
 import xxhash
 
@@ -52,6 +53,21 @@ from ._events import (
 from ._findings import Finding, SaveSite, SourceLocation, TensorInfo, WriteRecord
 from ._frames import LIBRARY_PATHS
 from ._ledger import SavedLedger
+
+if TYPE_CHECKING:
+    # a function for sys.settrace (typeshed's _typeshed.TraceFunction; core imports only the standard library)
+    TraceFunction = Callable[[FrameType, Literal["call", "line", "return", "exception", "opcode"], Any], Any]
+
+    _V = TypeVar("_V")
+
+    class _Field(Protocol[_V]):
+        """How the type checker sees a ``_seldom`` field: a ``property`` whose value has type ``_V``."""
+
+        def __get__(self, record: SavedRecord, owner: type | None = None, /) -> _V: ...
+
+        def __set__(self, record: SavedRecord, value: _V, /) -> None: ...
+
+_T = TypeVar("_T")
 
 __all__ = ["GuardEngine", "Probe", "SavedRecord", "SAMPLE_BYTES", "sample_spans", "fingerprint_bytes", "phrase_fix"]
 
@@ -70,12 +86,12 @@ def sample_spans(nbytes: int) -> tuple[tuple[int, int], ...]:
     return tuple((s, s + chunk) for s in starts)
 
 
-def _nbytes(raw) -> int:
+def _nbytes(raw: Any) -> int:
     nbytes = getattr(raw, "nbytes", None)  # numpy arrays and memoryviews say it without a new view
     return memoryview(raw).nbytes if nbytes is None else nbytes
 
 
-def fingerprint_bytes(raw, mode: str = "full") -> int:
+def fingerprint_bytes(raw: Any, mode: str = "full") -> int:
     """xxh3-64 of a C-contiguous buffer's bytes (all of them, or the sample spans)."""
     if mode == "sample" and _nbytes(raw) > SAMPLE_BYTES:
         view = memoryview(raw).cast("B")  # byte offsets for the spans
@@ -115,17 +131,28 @@ class Probe(Protocol):
 
     def span(self, t: Any) -> tuple[int, int, int] | None: ...  # (storage key, start byte, end byte)
 
-    def host_bytes(self, t: Any): ...  # a C-contiguous buffer of the tensor's values (numpy), or None
+    def host_bytes(self, t: Any) -> Any: ...  # a C-contiguous buffer of the tensor's values (numpy), or None
 
     def describe(self, t: Any) -> TensorInfo: ...  # shape, dtype, device, qualified name and role
 
-    def context(self) -> dict: ...  # Finding.context: mode, framework version, device
+    def context(self) -> dict[str, Any]: ...  # Finding.context: mode, framework version, device
 
     def saver(self, record: "SavedRecord", tensor: TensorInfo) -> tuple[str | None, str | None]: ...  # (op, argument)
 
     def phrase(self, finding: Finding, record: "SavedRecord") -> None: ...  # framework wording, notes
 
     def restore_after_error(self) -> None: ...  # undo what a failed unpack may have left (Paddle's grad mode)
+
+
+class Bisector(Protocol):
+    """What the engine's bisector slot holds: its own line tracer (``_LineBisector``) or a probe's own (torch: a
+    dispatch mode), see ``GuardEngine.attach_bisector``."""
+
+    def check(self, location: SourceLocation | None) -> None: ...
+
+    def rebase(self, records: Iterable[SavedRecord]) -> None: ...
+
+    def stop(self) -> None: ...
 
 
 # NOTE [A small record per saved tensor]
@@ -145,16 +172,22 @@ class SavePlace:
     how many backward passes had run by then."""
 
     __slots__ = ("site", "caller", "producer", "passes_at_save")
+    site: SourceLocation | None
+    caller: SourceLocation | None
+    producer: str | None
+    passes_at_save: int
 
-    def __init__(self, site, caller, producer, passes_at_save):
+    def __init__(self, site: SourceLocation | None, caller: SourceLocation | None, producer: str | None,
+                 passes_at_save: int) -> None:
         self.site, self.caller, self.producer, self.passes_at_save = site, caller, producer, passes_at_save
 
 
-_SAVE_PLACES: dict[tuple, SavePlace] = {}
+_SAVE_PLACES: dict[tuple[int, int, str | None, int], SavePlace] = {}
 _SAVE_PLACES_MAX = 4096  # distinct places kept before the table starts over (records keep their own)
 
 
-def save_place(site, caller, producer, passes_at_save) -> SavePlace:
+def save_place(site: SourceLocation | None, caller: SourceLocation | None, producer: str | None,
+               passes_at_save: int) -> SavePlace:
     """The shared ``SavePlace`` for this place and pass. Keyed by the locations' identities: a ``SavePlace`` in
     the table holds its locations, so their ids cannot be reused while it is there."""
     key = (id(site), id(caller), producer, passes_at_save)
@@ -166,14 +199,15 @@ def save_place(site, caller, producer, passes_at_save) -> SavePlace:
     return found
 
 
-def _seldom(name: str, default=None) -> property:
-    """A record field most records never set, kept in the record's ``_seldom`` dict."""
+def _seldom(name: str, default: object = None) -> _Field[Any]:
+    """A record field most records never set, kept in the record's ``_seldom`` dict (a ``property``; the class
+    body declares each field's type: ``saver: _Field[str | None] = _seldom("saver")``)."""
 
-    def get(record):
+    def get(record: SavedRecord) -> Any:
         seldom = record._seldom
         return default if seldom is None else seldom.get(name, default)
 
-    def set_(record, value):
+    def set_(record: SavedRecord, value: object) -> None:
         if record._seldom is None:
             record._seldom = {}
         record._seldom[name] = value
@@ -186,15 +220,21 @@ class SavedRecord:
     Deliberately not a sequence: Paddle's PyLayer would iterate one. NOTE [A small record per saved tensor]."""
 
     __slots__ = ("tensor", "version", "fp", "where", "_seldom")
+    tensor: Any  # the framework's tensor (an alias that shares its memory)
+    version: int | None
+    fp: object  # the fingerprint: an int (the host-bytes hash), a probe's own device digest, or None (off)
+    where: SavePlace
 
-    def __init__(self, tensor, version, fp, site, saver=None, producer=None, custom_function=None, caller=None,
-                 kept_on=None, passes_at_save=0):
+    def __init__(self, tensor: Any, version: int | None, fp: object, site: SourceLocation | None,
+                 saver: str | None = None, producer: str | None = None, custom_function: str | None = None,
+                 caller: SourceLocation | None = None, kept_on: tuple[str, str] | None = None,
+                 passes_at_save: int = 0) -> None:
         self.tensor = tensor
         self.version = version
         self.fp = fp
         where = _SAVE_PLACES.get((id(site), id(caller), producer, passes_at_save))  # save_place(), inlined
         self.where = where if where is not None else save_place(site, caller, producer, passes_at_save)
-        self._seldom = None
+        self._seldom: dict[str, Any] | None = None
         if saver is not None:
             self.saver = saver
         if custom_function is not None:
@@ -202,16 +242,28 @@ class SavedRecord:
         if kept_on is not None:
             self.kept_on = kept_on  # (node, "ctx.x"): kept on a custom function's ctx, checked when its backward starts
 
-    site = property(lambda record: record.where.site)
-    caller = property(lambda record: record.where.caller)  # the user's call around ``site`` (the call of the model)
-    producer = property(lambda record: record.where.producer)
-    passes_at_save = property(lambda record: record.where.passes_at_save)  # backward passes seen when it was saved
-    saver = _seldom("saver")
-    custom_function = _seldom("custom_function")
-    kept_on = _seldom("kept_on")
-    writes: "list[WriteRecord] | None" = _seldom("writes")
-    name_at_write: "str | None" = _seldom("name_at_write")  # NOTE [Naming a tensor where it is written]
-    reported = _seldom("reported", False)
+    @property
+    def site(self) -> SourceLocation | None:
+        return self.where.site
+
+    @property
+    def caller(self) -> SourceLocation | None:  # the user's call around ``site`` (the call of the model)
+        return self.where.caller
+
+    @property
+    def producer(self) -> str | None:
+        return self.where.producer
+
+    @property
+    def passes_at_save(self) -> int:  # backward passes seen when it was saved
+        return self.where.passes_at_save
+
+    saver: _Field[str | None] = _seldom("saver")
+    custom_function: _Field[str | None] = _seldom("custom_function")
+    kept_on: _Field[tuple[str, str] | None] = _seldom("kept_on")
+    writes: _Field[list[WriteRecord] | None] = _seldom("writes")
+    name_at_write: _Field[str | None] = _seldom("name_at_write")  # NOTE [Naming a tensor where it is written]
+    reported: _Field[bool] = _seldom("reported", False)
 
 
 class LedgerRecord(SavedRecord):
@@ -248,18 +300,19 @@ class GuardEngine:
         self.subscribers: list[Callable[[Any], None]] = []
         self._pending: list[tuple[Finding, type]] = []
         self._lock = threading.Lock()
-        self._bisect = None  # the bisector: the engine's line tracer, or a probe's own (torch: a dispatch mode)
+        # the bisector: the engine's line tracer, or a probe's own (torch: a dispatch mode)
+        self._bisect: Bisector | None = None
         self._line_bisect = False
-        # the probe's answers, bound once: these run per saved tensor
+        # the probe's answers, bound once: these run per saved tensor (the optional ones: see Probe)
         self._version = probe.version
-        self._own_fingerprint = getattr(probe, "fingerprint", None)
-        self._own_same = getattr(probe, "same_fingerprint", None)
+        self._own_fingerprint: Callable[[Any, str], object] | None = getattr(probe, "fingerprint", None)
+        self._own_same: Callable[[object, object], bool] | None = getattr(probe, "same_fingerprint", None)
         # defer_fingerprint_check(record, now) -> bool: compare later, without a host sync (torch on a GPU)
-        self._defer = getattr(probe, "defer_fingerprint_check", None)
-        self._allowed_change = getattr(probe, "allowed_change", None)
-        self._annotate = getattr(probe, "annotate", None)
-        self._name_at_write = getattr(probe, "name_at_write", None)
-        self._handlers = {
+        self._defer: Callable[[SavedRecord, object], bool] | None = getattr(probe, "defer_fingerprint_check", None)
+        self._allowed_change: Callable[[SavedRecord], bool] | None = getattr(probe, "allowed_change", None)
+        self._annotate: Callable[[Finding, SavedRecord, bool], None] | None = getattr(probe, "annotate", None)
+        self._name_at_write: Callable[[Any], str | None] | None = getattr(probe, "name_at_write", None)
+        self._handlers: dict[type, Callable[[Any], Any]] = {
             TensorSaved: self._saved,
             TensorWritten: self._written,
             TensorUnpacked: self._unpacked,
@@ -270,7 +323,7 @@ class GuardEngine:
         }
 
     # -- the event entry point --------------------------------------------------------------------
-    def emit(self, event) -> Any:
+    def emit(self, event: object) -> Any:
         """Handle one event; returns the pack record for TensorSaved and the tensor for TensorUnpacked."""
         if not self.subscribers:
             return self._handlers[type(event)](event)
@@ -280,14 +333,15 @@ class GuardEngine:
             for subscriber in self.subscribers:
                 subscriber(event)
 
-    def watches(self, target) -> list[SavedRecord]:
+    def watches(self, target: Any) -> list[SavedRecord]:
         """The live records whose memory ``target`` overlaps (probes skip logging writes elsewhere)."""
         if not len(self.ledger):
             return []
         span = self.probe.span(target)
         return self.ledger.overlapping(*span) if span is not None else []
 
-    def watch_update(self, targets, run: Callable[[], Any], *, op: str, category: str, via: str | None = None):
+    def watch_update(self, targets: Iterable[Any], run: Callable[[], _T], *, op: str, category: str,
+                     via: str | None = None) -> _T:
         """Run ``run()`` (an optimizer step, a compiled call) that may write ``targets`` without the write log
         seeing it; emit a TensorWritten for each saved target whose version or bytes it changed.
         Only targets saved for backward are compared (one hash each, before and after)."""
@@ -305,7 +359,7 @@ class GuardEngine:
                                             via=via, span=span))
         return out
 
-    def _full_fingerprint(self, t) -> int | None:
+    def _full_fingerprint(self, t: Any) -> int | None:
         raw = self.probe.host_bytes(t)
         return None if raw is None else fingerprint_bytes(raw, "full")
 
@@ -317,7 +371,7 @@ class GuardEngine:
             self._line_bisect = True
             self._bisect.start(sys._getframe(skip))
 
-    def attach_bisector(self, bisector) -> None:
+    def attach_bisector(self, bisector: Bisector) -> None:
         """A probe's own bisector (``check(location)``, ``rebase(records)``, ``stop()``) instead of lines."""
         self._bisect = bisector
 
@@ -328,7 +382,7 @@ class GuardEngine:
         self.raise_pending()
 
     # -- handlers ---------------------------------------------------------------------------------
-    def fingerprint(self, t):
+    def fingerprint(self, t: Any) -> object:
         """The saved-time/unpack-time fingerprint: the probe's own when it has one (a device digest that needs
         no host copy), else the core hash of its host bytes."""
         if self.fingerprint_mode == "off":
@@ -338,7 +392,7 @@ class GuardEngine:
         raw = self.probe.host_bytes(t)
         return None if raw is None else fingerprint_bytes(raw, self.fingerprint_mode)
 
-    def same(self, a, b) -> bool:
+    def same(self, a: object, b: object) -> bool:
         return self._own_same(a, b) if self._own_same is not None else a == b
 
     def _saved(self, event: TensorSaved) -> SavedRecord:
@@ -371,7 +425,7 @@ class GuardEngine:
         if self._bisect is not None:
             self._bisect.rebase(records)
 
-    def record_write(self, records, write: WriteRecord) -> None:
+    def record_write(self, records: Iterable[SavedRecord], write: WriteRecord) -> None:
         """Attach ``write`` to saved records. A write logged before it ran (no versions) is stored with each
         record's own version at that moment; the version after it is read when a finding is built."""
         per_record = write.version_before is None and write.version_after is None
@@ -403,7 +457,7 @@ class GuardEngine:
             return "silent_write"
         return None
 
-    def _unpacked(self, event: TensorUnpacked):
+    def _unpacked(self, event: TensorUnpacked) -> Any:
         record = event.record
         if not isinstance(record, SavedRecord):
             return record
@@ -456,8 +510,9 @@ class GuardEngine:
             self.raise_record(record, "unchecked_write")
 
     # -- findings ---------------------------------------------------------------------------------
-    def _diagnosed(self, record: SavedRecord, kind: str, note: str | None = None, context: dict | None = None,
-                   saver: tuple | None = None):
+    def _diagnosed(self, record: SavedRecord, kind: str, note: str | None = None,
+                   context: dict[str, Any] | None = None, saver: tuple[str | None, str | None] | None = None
+                   ) -> Finding:
         t = record.tensor
 
         def build() -> Finding:
@@ -468,8 +523,9 @@ class GuardEngine:
 
         return diagnose_or_fallback(build, kind=kind, shape=t.shape, dtype=t.dtype, backend=self.probe.backend)
 
-    def raise_record(self, record: SavedRecord, kind: str, note: str | None = None, context: dict | None = None,
-                     saver: tuple | None = None):
+    def raise_record(self, record: SavedRecord, kind: str, note: str | None = None,
+                     context: dict[str, Any] | None = None, saver: tuple[str | None, str | None] | None = None
+                     ) -> NoReturn:
         """Build the finding of a stale record and raise it, with every other stale saved tensor whose write was
         seen (``inplace_modification``). ``saver``: (node, argument) when no node is unpacking the record now
         (a comparison made when backward ended)."""
@@ -490,7 +546,7 @@ class GuardEngine:
             self.findings.append(finding)
         return finding
 
-    def raise_finding(self, finding: Finding):
+    def raise_finding(self, finding: Finding) -> NoReturn:
         """Diagnose and raise a finding a probe built itself."""
         raise self._error_for(finding.kind)(self.keep(finding))  # the error's findings: [finding]
 
@@ -562,7 +618,8 @@ class GuardEngine:
         return out
 
     def build_finding(self, record: SavedRecord, kind: str, current: bool = True,
-                      context: dict | None = None, saver: tuple | None = None) -> Finding:
+                      context: dict[str, Any] | None = None,
+                      saver: tuple[str | None, str | None] | None = None) -> Finding:
         """The finding of a stale record. ``current``: the framework is unpacking this record now (its graph
         node is the one running); False for the other stale records named in the same error. ``saver``: the
         (node, argument) that unpacked it, when known without the node running."""
@@ -570,8 +627,8 @@ class GuardEngine:
         with scope() if scope is not None else contextlib.nullcontext():
             return self._build_finding(record, kind, current, context, saver)
 
-    def _build_finding(self, record: SavedRecord, kind: str, current: bool, context: dict | None,
-                       saver: tuple | None) -> Finding:
+    def _build_finding(self, record: SavedRecord, kind: str, current: bool, context: dict[str, Any] | None,
+                       saver: tuple[str | None, str | None] | None) -> Finding:
         probe = self.probe
         t = record.tensor
         tensor = probe.describe(t)
@@ -649,9 +706,10 @@ class SavedBaselines:
 
     def __init__(self, engine: GuardEngine):
         self.engine = engine
-        self._entries: dict[int, tuple[weakref.ref, Any, int | None, int]] = {}
+        # id(record) -> (the record, weakly; fingerprint, version, number of logged writes)
+        self._entries: dict[int, tuple[weakref.ref[SavedRecord], object, int | None, int]] = {}
 
-    def unexplained_changes(self):
+    def unexplained_changes(self) -> Iterator[SavedRecord]:
         """Yield every live record whose bytes changed since its baseline while neither its version nor its
         logged writes moved (the caller attributes the write); every baseline then moves to now."""
         engine = self.engine
@@ -672,7 +730,7 @@ class SavedBaselines:
         if len(entries) > 4 * (len(engine.ledger) + 16):
             self._entries = {k: v for k, v in entries.items() if v[0]() is not None}
 
-    def rebase(self, records) -> None:
+    def rebase(self, records: Iterable[SavedRecord]) -> None:
         """Logged writes explain these records' changes: their baselines move to now."""
         engine = self.engine
         for record in records:
@@ -687,8 +745,8 @@ class _LineBisector:
         self.engine = engine
         self.baselines = SavedBaselines(engine)
         self.last: SourceLocation | None = None
-        self._previous_trace = None
-        self._frames: list = []
+        self._previous_trace: TraceFunction | None = None
+        self._frames: list[tuple[FrameType, Callable[[FrameType, str, Any], Any] | None]] = []  # (frame, its f_trace)
         self._thread = threading.get_ident()
         import sysconfig
 
@@ -705,7 +763,7 @@ class _LineBisector:
                                                or filename.startswith("<"))  # generated code: dataclass __init__
         return user
 
-    def start(self, frame) -> None:
+    def start(self, frame: FrameType | None) -> None:
         self._previous_trace = sys.gettrace()
         sys.settrace(self._global)
         while frame is not None:  # the frames already running (the `with` block) trace too
@@ -720,18 +778,18 @@ class _LineBisector:
             frame.f_trace = previous
         self._frames = []
 
-    def _global(self, frame, event, arg):
+    def _global(self, frame: FrameType, event: str, arg: object) -> TraceFunction | None:
         if event == "call" and self._is_user(frame.f_code.co_filename):
             return self._local
         return None
 
-    def _local(self, frame, event, arg):
+    def _local(self, frame: FrameType, event: str, arg: object) -> TraceFunction:
         if event == "line" and threading.get_ident() == self._thread:
             code = frame.f_code
             self.engine.emit(LineReached(SourceLocation(code.co_filename, frame.f_lineno, code.co_name)))
         return self._local
 
-    def rebase(self, records) -> None:
+    def rebase(self, records: Iterable[SavedRecord]) -> None:
         self.baselines.rebase(records)
 
     def check(self, location: SourceLocation | None) -> None:

@@ -14,9 +14,12 @@ checks, findings, raising). Events carry facts only: the framework's tensor obje
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._findings import SourceLocation
+
+if TYPE_CHECKING:
+    from ._engine import SavedRecord
 
 __all__ = [
     "Event",
@@ -57,7 +60,7 @@ class TensorWritten:
     via: str | None = None
     span: tuple[int, int, int] | None = None  # (storage key, start, end) taken BEFORE the write: some writes
     # (MindSpore's ``t[i] = v``) move the target's data pointer
-    records: list | None = None  # the saved records it hits, when the probe matched them itself (element-wise
+    records: list[SavedRecord] | None = None  # the saved records it hits, when the probe matched them itself (element-wise
     # overlap of strided views); versions None: logged before the write ran, each record's own version is read
 
 

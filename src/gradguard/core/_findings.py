@@ -48,10 +48,10 @@ class SourceLocation:
     def short(self) -> str:
         return f"{display_path(self.file)}:{self.line}"
 
-    def _key(self):
+    def _key(self) -> tuple[str, int, str, str]:
         return (self.file, self.line, self.function, self.code)
 
-    def __eq__(self, other) -> bool:
+    def __eq__(self, other: object) -> bool:
         return isinstance(other, SourceLocation) and self._key() == other._key()
 
     def __hash__(self) -> int:
@@ -224,7 +224,7 @@ class Finding:
     def __str__(self) -> str:
         return text_view(self)
 
-    def _repr_mimebundle_(self, include=None, exclude=None):
+    def _repr_mimebundle_(self, include: object = None, exclude: object = None) -> dict[str, str]:
         text = text_view(self)
         try:
             html = html_view(self)

@@ -13,7 +13,8 @@ import os
 import sys
 import threading
 from dataclasses import dataclass
-from typing import Callable
+from types import CodeType, FrameType, TracebackType
+from typing import Callable, Iterator
 
 from ._findings import SourceLocation
 
@@ -58,11 +59,11 @@ class LibraryPaths:
 LIBRARY_PATHS = LibraryPaths()
 
 
-_LOCATIONS: dict[tuple, tuple] = {}
+_LOCATIONS: dict[tuple[int, int], tuple[CodeType, SourceLocation]] = {}
 _MAX_LOCATIONS = 8192
 
 
-def _location(frame) -> SourceLocation:
+def _location(frame: FrameType) -> SourceLocation:
     # NOTE [One SourceLocation per line]: a training loop saves tensors at the same few lines every step; one
     # shared object per (code object, line) costs a dict lookup instead of an allocation, and ~130 bytes less per
     # saved tensor (site and caller). Keyed by the code object's identity: code objects compare equal by content,
@@ -77,7 +78,7 @@ def _location(frame) -> SourceLocation:
     return entry[1]  # the code object is kept in the entry, so its id is not reused while cached
 
 
-def _first_user_frame(frame, paths: LibraryPaths):
+def _first_user_frame(frame: FrameType | None, paths: LibraryPaths) -> FrameType | None:
     """``frame`` or the first frame outward from it that is outside every library directory, or None."""
     cache = paths._cache  # inlined lookups: this loop runs for every saved tensor
     while frame is not None:
@@ -91,7 +92,7 @@ def _first_user_frame(frame, paths: LibraryPaths):
     return None
 
 
-def location_of(frame) -> SourceLocation:
+def location_of(frame: FrameType) -> SourceLocation:
     """The line ``frame`` is running, as a :class:`SourceLocation` (source text read on first use)."""
     return _location(frame)
 
@@ -105,7 +106,9 @@ def user_location(skip: int = 1, paths: LibraryPaths = LIBRARY_PATHS) -> SourceL
     return _location(frame) if frame is not None else None
 
 
-def user_location_and_caller(skip: int = 1, paths: LibraryPaths = LIBRARY_PATHS):
+def user_location_and_caller(
+    skip: int = 1, paths: LibraryPaths = LIBRARY_PATHS
+) -> tuple[SourceLocation | None, SourceLocation | None]:
     """``(user_location, caller)``: the innermost user frame and, when that frame is inside a function (a
     module's ``forward``, a helper), the next user frame outward: the user's call of the model. Runs per saved
     tensor: the same inlined lookups as :func:`user_location`, and only frames up to the caller are walked."""
@@ -162,6 +165,7 @@ def caller_context(
     ``owner_filter`` picks, among the ``self`` objects of the library frames, the one to name
     (e.g. "is an optimizer or a module"); the outermost match wins because that is what the user called.
     """
+    frame: FrameType | None
     try:
         frame = sys._getframe(skip)
     except ValueError:
@@ -196,7 +200,7 @@ def user_variable_names(ids: set[int], paths: LibraryPaths = LIBRARY_PATHS) -> d
     return names
 
 
-def user_frames(frame, paths: LibraryPaths = LIBRARY_PATHS):
+def user_frames(frame: FrameType | None, paths: LibraryPaths = LIBRARY_PATHS) -> Iterator[FrameType]:
     """The frames of the user's code from ``frame`` outwards (library frames skipped)."""
     while frame is not None:
         if not paths.is_library(frame.f_code.co_filename):
@@ -204,7 +208,7 @@ def user_frames(frame, paths: LibraryPaths = LIBRARY_PATHS):
         frame = frame.f_back
 
 
-def innermost_user_entry(tb, paths: LibraryPaths = LIBRARY_PATHS):
+def innermost_user_entry(tb: TracebackType | None, paths: LibraryPaths = LIBRARY_PATHS) -> TracebackType | None:
     """The innermost traceback entry in user code (where a framework error surfaced in the user's program)."""
     found = None
     while tb is not None:

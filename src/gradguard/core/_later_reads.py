@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import ast
 import functools
-from types import CodeType
+from types import CodeType, FrameType
+from typing import Iterable, Iterator
 
 from ._source_ast import function_node
 
@@ -34,26 +35,27 @@ _COMPOUND = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.For, ast.A
              ast.With, ast.AsyncWith, ast.Try)
 
 
-def position_of(frame) -> Span | None:
+def position_of(frame: FrameType) -> Span | None:
     """The source range of the instruction ``frame`` is running (the call it is in), or None."""
     positions = _positions(frame.f_code)
     index = frame.f_lasti // 2
     if positions is None or not 0 <= index < len(positions):
         return None
     span = positions[index]
-    return span if None not in span else None
+    return span if None not in span else None  # type: ignore[return-value]  # None-free: a Span
 
 
 @functools.lru_cache(maxsize=512)
-def _positions(code: CodeType):
+def _positions(code: CodeType) -> tuple[tuple[int | None, int | None, int | None, int | None], ...] | None:
     try:
-        return tuple(code.co_positions())
+        return tuple(code.co_positions())  # type: ignore[attr-defined]  # Python 3.11+, the lowest checked is 3.10
     except AttributeError:  # Python < 3.11: no column positions, nothing is reported
         return None
 
 
-def _span(node: ast.AST) -> Span:
-    return (node.lineno, node.end_lineno, node.col_offset, node.end_col_offset)
+def _span(node: ast.expr | ast.stmt) -> Span:
+    # end positions are None only on nodes built by hand; these come from ast.parse
+    return (node.lineno, node.end_lineno, node.col_offset, node.end_col_offset)  # type: ignore[return-value]
 
 
 def span_contains(outer: Span, inner: Span) -> bool:
@@ -61,7 +63,7 @@ def span_contains(outer: Span, inner: Span) -> bool:
     return (outer[0], outer[2]) <= (inner[0], inner[2]) and (inner[1], inner[3]) <= (outer[1], outer[3])
 
 
-def _own_nodes(statement: ast.stmt):
+def _own_nodes(statement: ast.stmt) -> Iterator[ast.AST]:
     """The expressions of ``statement`` itself, not of the statements nested in its body."""
     if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
         return
@@ -73,11 +75,11 @@ def _own_nodes(statement: ast.stmt):
                 yield from ast.walk(item)
 
 
-def _statements(function: ast.AST) -> list[ast.stmt]:
+def _statements(function: ast.Module | ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.stmt]:
     """Every statement of the function (nested blocks included, nested functions excluded), in source order."""
     found: list[ast.stmt] = []
 
-    def visit(body):
+    def visit(body: list[ast.stmt]) -> None:
         for statement in body:
             found.append(statement)
             if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
@@ -91,13 +93,16 @@ def _statements(function: ast.AST) -> list[ast.stmt]:
     return sorted(found, key=lambda s: (s.lineno, s.col_offset))
 
 
-def _is_metadata(node: ast.Name, parents: dict) -> bool:
+def _is_metadata(node: ast.Name, parents: dict[ast.AST, ast.AST]) -> bool:
     parent = parents.get(node)
     return isinstance(parent, ast.Attribute) and parent.attr in _METADATA
 
 
-def _reads_and_stores(nodes, names: frozenset, parents: dict, skip: Span | None):
-    reads, stores = [], set()
+def _reads_and_stores(
+    nodes: Iterable[ast.AST], names: frozenset[str], parents: dict[ast.AST, ast.AST], skip: Span | None
+) -> tuple[list[tuple[str, Span]], set[str]]:
+    reads: list[tuple[str, Span]] = []
+    stores: set[str] = set()
     for node in nodes:
         if isinstance(node, ast.Name) and node.id in names:
             if isinstance(node.ctx, ast.Store):
@@ -109,7 +114,7 @@ def _reads_and_stores(nodes, names: frozenset, parents: dict, skip: Span | None)
 
 
 @functools.lru_cache(maxsize=1024)
-def later_reads(code: CodeType, call: Span, names: frozenset) -> tuple[tuple[str, Span], ...]:
+def later_reads(code: CodeType, call: Span, names: frozenset[str]) -> tuple[tuple[str, Span], ...]:
     """The loads of ``names`` that read the value they held while the call at ``call`` ran: other loads in the
     calling statement, then loads in the statements after it until the name is stored again. Empty when the
     source cannot be read."""

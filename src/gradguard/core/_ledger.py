@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from ._deferred import DeferredUnderLock
+
+if TYPE_CHECKING:
+    from ._engine import SavedRecord
 
 __all__ = ["SavedLedger"]
 
@@ -32,10 +35,14 @@ __all__ = ["SavedLedger"]
 # (benchmarks/bench_records.py, forensic less sentinel).
 
 
-class _Entry(weakref.ref):
+class _Entry(weakref.ref["SavedRecord"]):
     """A weak reference to a record, with where its memory lies and its place in its storage's list."""
 
     __slots__ = ("key", "start", "end", "index")
+    key: int
+    start: int
+    end: int
+    index: int
 
 
 class _DropFrom:
@@ -69,7 +76,7 @@ def _shared_int(n: int) -> int:
     return found
 
 
-def _entries(bucket) -> list[_Entry]:
+def _entries(bucket: _Entry | list[_Entry]) -> list[_Entry]:
     return bucket if isinstance(bucket, list) else [bucket]
 
 
@@ -84,7 +91,7 @@ class SavedLedger:
         self.backward_passes = 0  # distinct backward passes that unpacked something, as seen by the hooks
         self._last_pass_id: object = None
 
-    def add(self, record, storage_key: int, start: int, end: int) -> None:
+    def add(self, record: SavedRecord, storage_key: int, start: int, end: int) -> None:
         entry = _Entry(record, self._drop)
         entry.start, entry.end = _shared_int(start), _shared_int(end)
         with self._lock:
@@ -102,7 +109,7 @@ class SavedLedger:
                 bucket.index, entry.index = 0, 1
                 self._by_storage[storage_key] = [bucket, entry]
 
-    def overlapping(self, storage_key: int, start: int, end: int) -> list:
+    def overlapping(self, storage_key: int, start: int, end: int) -> list[SavedRecord]:
         """Live records whose memory overlaps ``[start, end)`` of the given storage."""
         with self._lock:
             self._deferred.drain()
@@ -144,7 +151,7 @@ class SavedLedger:
         self._deferred.settle()
         return bool(self._by_storage)
 
-    def live_records(self) -> Iterator:
+    def live_records(self) -> Iterator[SavedRecord]:
         with self._lock:
             self._deferred.drain()
             entries = [entry for bucket in self._by_storage.values() for entry in _entries(bucket)]
@@ -153,7 +160,7 @@ class SavedLedger:
             if record is not None:
                 yield record
 
-    def storage_key_of(self, record) -> int | None:
+    def storage_key_of(self, record: SavedRecord) -> int | None:
         """The storage key ``record`` was saved under (a scan: for building a finding, never per tensor)."""
         with self._lock:
             self._deferred.drain()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 import linecache
 from dataclasses import dataclass
+from typing import Iterator
 
 from ._findings import SourceLocation
 from ._source_ast import parse_file
@@ -53,13 +54,13 @@ def _callee(node: ast.AST) -> str | None:
     return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
 
 
-def _preorder(node: ast.AST):
+def _preorder(node: ast.AST) -> Iterator[ast.AST]:
     yield node
     for child in ast.iter_child_nodes(node):
         yield from _preorder(child)
 
 
-def _statements(tree: ast.AST):
+def _statements(tree: ast.AST) -> list[ast.stmt]:
     return [n for n in ast.walk(tree) if isinstance(n, ast.stmt)]
 
 
@@ -75,7 +76,7 @@ def _enclosing_statement(tree: ast.AST, node: ast.AST) -> ast.stmt | None:
     return best
 
 
-def _site(file: str, tree: ast.AST, call: ast.Call, kind: str) -> ModuleSite | None:
+def _site(file: str, tree: ast.AST, call: ast.expr, kind: str | None) -> ModuleSite | None:
     stmt = _enclosing_statement(tree, call)
     if stmt is None:
         return None
@@ -88,7 +89,7 @@ def _site(file: str, tree: ast.AST, call: ast.Call, kind: str) -> ModuleSite | N
 def _elements(expr: ast.expr) -> list[ast.expr] | None:
     """The positional modules of ``Sequential(a, b)``, ``ModuleList([a, b])``, ``Sequential(*[a, b])``; a
     comprehension gives its one element expression (every index selects it); None when not such a call."""
-    if _callee(expr) not in _CONTAINERS:
+    if not isinstance(expr, ast.Call) or _callee(expr) not in _CONTAINERS:  # (_callee is None for any other node)
         return None
     args = list(expr.args)
     if len(args) == 1 and isinstance(args[0], ast.Starred):
@@ -107,7 +108,9 @@ def _select(expr: ast.expr, indices: list[int]) -> list[ast.expr]:
         elements = _elements(expr)
         if elements is None:
             return []
-        if len(elements) == 1 and isinstance(expr.args[-1] if expr.args else None, (ast.ListComp, ast.GeneratorExp)):
+        # elements is not None: expr is an ast.Call (_elements)
+        if len(elements) == 1 and isinstance(expr.args[-1] if expr.args else None,  # type: ignore[attr-defined]
+                                             (ast.ListComp, ast.GeneratorExp)):
             expr = elements[0]
         elif 0 <= index < len(elements):
             expr = elements[index]
@@ -125,13 +128,15 @@ def _functions(trees: dict[str, ast.Module]) -> dict[str, list[tuple[str, ast.AS
     return found
 
 
-def _constructions(file: str, expr: ast.expr, kind: str, trees, functions) -> list[tuple[str, ast.Call]]:
+def _constructions(file: str, expr: ast.expr, kind: str, trees: dict[str, ast.Module],
+                   functions: dict[str, list[tuple[str, ast.AST]]]) -> list[tuple[str, ast.Call]]:
     """The calls of ``kind`` that build ``expr``: itself, or the ones inside the factory function it calls."""
-    if _callee(expr) == kind:
+    # (the isinstance tests only say to the type checker what ``_callee(...) == kind`` implies)
+    if isinstance(expr, ast.Call) and _callee(expr) == kind:
         return [(file, expr)]
     name = _callee(expr)
     return [(where, call) for where, function in functions.get(name or "", ())
-            for call in _preorder(function) if _callee(call) == kind]
+            for call in _preorder(function) if isinstance(call, ast.Call) and _callee(call) == kind]
 
 
 def _assigned_to(stmt: ast.stmt, attribute: str) -> ast.expr | None:
@@ -217,7 +222,8 @@ def inplace_position(kind: str) -> int | None:
         return None
     cls = getattr(torch.nn, kind, None)
     try:
-        names = list(inspect.signature(cls.__init__).parameters)[1:] if isinstance(cls, type) else []
+        # the class's own __init__ (a signature, never called)
+        names = list(inspect.signature(cls.__init__).parameters)[1:] if isinstance(cls, type) else []  # type: ignore[misc]
     except (TypeError, ValueError):
         return None
     return names.index("inplace") if "inplace" in names else None
@@ -242,7 +248,7 @@ def writer_sites(files: list[str], via: str | None) -> tuple[list[ModuleSite], l
     return fallback, [], False
 
 
-def path_in_user_self(module) -> str | None:
+def path_in_user_self(module: object) -> str | None:
     """``self.gate`` for a module reached as an attribute of the ``self`` of a user frame (``Net.forward`` calling
     ``self.gate(x)``): the path a construction can be looked up by when no variable holds the module. Error
     paths only (it walks the user's frames)."""
@@ -287,15 +293,16 @@ def inplace_parameter_calls(files: list[str], file: str, line: int) -> list[tupl
     stmt = _statement_at(file, line)
     if stmt is None or not defined:
         return []
-    found = []
+    found: list[tuple[SourceLocation, str]] = []
     for node in _preorder(stmt):
-        if _callee(node) in defined:
+        if isinstance(node, ast.Call) and (callee := _callee(node)) in defined:  # (only calls have a callee)
             code = linecache.getline(file, node.lineno).strip()
-            found.append((SourceLocation(file, node.lineno, "", code), _callee(node)))
+            found.append((SourceLocation(file, node.lineno, "", code), callee))
     return found
 
 
-def called_inplace_modules(files: list[str], file: str, line: int) -> list[tuple[ModuleSite, str, ast.Call]]:
+def called_inplace_modules(files: list[str], file: str,
+                           line: int) -> list[tuple[ModuleSite, str | None, ast.Call]]:
     """Modules called in the statement at ``file:line`` (``self.relu(x)``) that were constructed with
     ``inplace=True`` (``self.relu = nn.ReLU(inplace=True)``): for a write reported without the module that made it
     (autograd refusing a write into a view names only the line). (site, class name, the call in the statement)."""
@@ -305,7 +312,7 @@ def called_inplace_modules(files: list[str], file: str, line: int) -> list[tuple
     if stmt is None:
         return []
     trees = {f: t for f in dict.fromkeys(files) if (t := parse_file(f)) is not None}
-    found = []
+    found: list[tuple[ModuleSite, str | None, ast.Call]] = []
     for node in _preorder(stmt):
         if not isinstance(node, ast.Call) or not isinstance(node.func, (ast.Attribute, ast.Name)):
             continue

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import warnings
+from types import FrameType
 
 from ._frames import LIBRARY_PATHS
 
@@ -21,6 +22,7 @@ def notice(message: str, category: type[Warning], stacklevel: int | None = None)
     # filters still decide ("ignore" hides the notice); an "error" filter is shown as the warning it is, on
     # stderr, instead of raising.
     """
+    frame: FrameType | None
     if stacklevel is None:
         stacklevel, frame = 2, sys._getframe(1)  # stacklevel 1 is this function
         while frame is not None and LIBRARY_PATHS.is_library(frame.f_code.co_filename):
@@ -35,6 +37,7 @@ def notice(message: str, category: type[Warning], stacklevel: int | None = None)
 
 
 def _depth() -> int:
+    frame: FrameType | None
     depth, frame = 0, sys._getframe(1)
     while frame is not None:
         depth, frame = depth + 1, frame.f_back

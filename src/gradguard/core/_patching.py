@@ -37,14 +37,14 @@ class Patch:
     own: bool  # the attribute was in ``owner.__dict__`` (or ``owner`` is not a class)
 
 
-def _current(owner, name: str):
+def _current(owner: Any, name: str) -> Any:
     """What ``owner`` holds under ``name`` itself (a class's own ``__dict__`` entry: no descriptor binding)."""
     if isinstance(owner, type):
         return owner.__dict__.get(name, _MISSING)
     return getattr(owner, name, _MISSING)
 
 
-def apply_patch(owner, name: str, wrap: Callable[[Any], Any]) -> Patch | None:
+def apply_patch(owner: Any, name: str, wrap: Callable[[Any], Any]) -> Patch | None:
     """Replace ``owner.name`` by ``wrap(original)``; None (and a log record) when there is nothing to wrap.
 
     ``original`` is the attribute as found: the class's own entry, or the inherited one for a class that
@@ -108,7 +108,7 @@ class SharedPatches:
                     restore_patch(patch)
                 self._patches.clear()
 
-    def add(self, owner, name: str, wrap: Callable[[Any], Any]) -> bool:
+    def add(self, owner: Any, name: str, wrap: Callable[[Any], Any]) -> bool:
         """Patch one more entry point now, while held (a library imported after the first guard started);
         undone with the rest. False when not held or already patched."""
         with self._lock:
@@ -117,13 +117,13 @@ class SharedPatches:
             self._install([(owner, name, wrap)])
             return True
 
-    def patched(self, owner, name: str) -> bool:
+    def patched(self, owner: Any, name: str) -> bool:
         return any(p.owner is owner and p.name == name for p in self._patches)
 
     def names(self) -> list[str]:
         return [p.name for p in self._patches]
 
-    def _install(self, targets) -> None:
+    def _install(self, targets: Iterable[tuple[Any, str, Callable[[Any], Any]]]) -> None:
         for owner, name, wrap in targets:
             patch = apply_patch(owner, name, wrap)
             if patch is not None:

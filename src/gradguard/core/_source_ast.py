@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import functools
 import linecache
+from typing import Any, Mapping
 
 from ._findings import SourceLocation
 
@@ -39,7 +40,9 @@ def _statement_at(filename: str, line: int) -> ast.stmt | None:
 
 
 @functools.lru_cache(maxsize=512)
-def function_node(filename: str, first_line: int, name: str) -> ast.AST | None:
+def function_node(
+    filename: str, first_line: int, name: str
+) -> ast.Module | ast.FunctionDef | ast.AsyncFunctionDef | None:
     """The ``def`` of function ``name`` whose first line (``co_firstlineno``: the def or a decorator) is
     ``first_line`` in ``filename``; the module itself for ``<module>``; None when the source cannot be read."""
     tree = parse_file(filename)
@@ -78,15 +81,18 @@ def _is_plain_reference(node: ast.AST) -> bool:
     return isinstance(node, ast.Name)
 
 
+_Step = tuple[str, Any]  # ("attr", name) or ("index", ("constant", value) | ("name", variable))
+
+
 @functools.lru_cache(maxsize=1024)
-def _reference_steps(expression: str):
+def _reference_steps(expression: str) -> tuple[str, tuple[_Step, ...]] | None:
     """``model.layers[i].weight`` -> ("model", (("attr", "layers"), ("index", ("name", "i")), ("attr", "weight"))),
     or None: parsed once per expression (a backward pass looks up its receiver every step)."""
     try:
         node = ast.parse(expression, mode="eval").body
     except SyntaxError:
         return None
-    steps = []
+    steps: list[_Step] = []
     while isinstance(node, (ast.Attribute, ast.Subscript)):
         if isinstance(node, ast.Attribute):
             steps.append(("attr", node.attr))
@@ -102,7 +108,7 @@ def _reference_steps(expression: str):
     return node.id, tuple(reversed(steps))
 
 
-def evaluate_reference(expression: str, scope) -> object:
+def evaluate_reference(expression: str, scope: Mapping[str, Any]) -> object:
     """The value of a plain reference (see ``_is_plain_reference``) in ``scope`` (a mapping), or None. Attribute
     steps use getattr, index steps only index lists, tuples, dicts and torch module containers: no user code
     runs."""
@@ -138,7 +144,7 @@ def written_expression(filename: str, line: int) -> str | None:
     stmt = _statement_at(filename, line)
     if stmt is None:
         return None
-    target = None
+    target: ast.expr | None = None
     if isinstance(stmt, ast.AugAssign):
         target = stmt.target
     elif isinstance(stmt, ast.Assign) and stmt.targets and isinstance(stmt.targets[0], ast.Subscript):
@@ -222,7 +228,7 @@ def call_name(code: str, operand: str | None = None) -> str | None:
     except SyntaxError:
         return None
     if operand is not None:
-        innermost = None
+        innermost: ast.BinOp | ast.Call | None = None
         for node in ast.walk(tree):  # breadth first: the last match is the innermost
             if isinstance(node, ast.BinOp):
                 operands = [node.left, node.right]
@@ -244,7 +250,7 @@ def call_name(code: str, operand: str | None = None) -> str | None:
     return _node_name(calls[0])
 
 
-def _node_name(node: ast.AST) -> str | None:
+def _node_name(node: ast.BinOp | ast.Call) -> str | None:
     if isinstance(node, ast.BinOp):
         return _BINOP_NAMES.get(type(node.op).__name__)
     func = node.func
@@ -259,9 +265,9 @@ def accumulations(filename: str, name: str) -> list[tuple[ast.stmt, ast.stmt | N
         tree = ast.parse(source)
     except SyntaxError:
         return []
-    found = []
+    found: list[tuple[ast.stmt, ast.stmt | None]] = []
 
-    def visit(node, loop):
+    def visit(node: ast.AST, loop: ast.stmt | None) -> None:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.AugAssign) and isinstance(child.target, ast.Name) and child.target.id == name:
                 found.append((child, loop))

@@ -10,24 +10,28 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ._findings import Finding
 
 __all__ = ["register_views", "text_view", "html_view"]
 
-_text: Callable | None = None
-_html: Callable | None = None
+_text: Callable[[Finding], str] | None = None
+_html: Callable[[Finding], str | None] | None = None
 
 
-def register_views(text: Callable, html: Callable) -> None:
+def register_views(text: Callable[[Finding], str], html: Callable[[Finding], str | None]) -> None:
     """Called by ``gradguard.report``: ``text(finding) -> str`` and ``html(finding) -> str``."""
     global _text, _html
     _text, _html = text, html
 
 
-def text_view(finding) -> str:
+def text_view(finding: Finding) -> str:
     if _text is None:
         return f"gradguard finding: {finding.kind} ({finding.headline or finding.rule})"
     return _text(finding)
 
 
-def html_view(finding) -> str | None:
+def html_view(finding: Finding) -> str | None:
     return None if _html is None else _html(finding)

@@ -228,18 +228,13 @@ def pytest_runtest_call(item):
     enabled, kwargs = _guard_arguments(item)
     if not enabled:
         return (yield)
-    from gradguard import guard
-
     from gradguard import GradientHazardError
 
     blanket = item.get_closest_marker("gradguard") is None and "gradguard" not in item.fixturenames
     mode = item.config.getoption("--gradguard-mode") if blanket else "forensic"
     if blanket:
         kwargs = {**(_FORENSIC if mode == "forensic" else _SENTINEL), **kwargs}
-    block = guard(**kwargs)
-    handle = getattr(item, "funcargs", {}).get("gradguard")
-    if isinstance(handle, GradguardFixture):
-        handle.guard = block
+    block = _test_guard(item, kwargs)
     reason = None
     findings_of = block
     try:
@@ -257,19 +252,40 @@ def pytest_runtest_call(item):
         if reason is None:
             raise
     finally:
-        findings = list(findings_of if isinstance(findings_of, list) else findings_of.findings)
-        if findings:
-            from gradguard.report._text import render_finding
+        _report_findings(item, list(findings_of if isinstance(findings_of, list) else findings_of.findings))
+    return _step_aside(item, reason)
 
-            text = "\n\n".join(render_finding(f) for f in findings)
-            item.add_report_section("call", "gradguard", text + "\n")
-            item.config.stash[_all_key].extend((item.nodeid, f) for f in findings)
-            if item.config.getoption("--gradguard-fix") and not os.environ.get(_FIX_REPORT_ENV):
-                fix_text = _verified_fix(item) if any(f.fixes for f in findings) else (
-                    "no edit is known for this diagnosis "
-                    f"({', '.join(dict.fromkeys(f.rule or f.kind for f in findings))}): nothing to verify\n")
-                item.add_report_section("call", "gradguard fix", fix_text)
-                item.config.stash[_fix_key][item.nodeid] = fix_text
+
+def _test_guard(item, kwargs: dict):
+    """The test's guard block, handed to its ``gradguard`` fixture if it uses one."""
+    from gradguard import guard
+
+    block = guard(**kwargs)
+    handle = getattr(item, "funcargs", {}).get("gradguard")
+    if isinstance(handle, GradguardFixture):
+        handle.guard = block
+    return block
+
+
+def _report_findings(item, findings: list) -> None:
+    """The test's "gradguard" report section (and "gradguard fix" with --gradguard-fix)."""
+    if not findings:
+        return
+    from gradguard.report._text import render_finding
+
+    text = "\n\n".join(render_finding(f) for f in findings)
+    item.add_report_section("call", "gradguard", text + "\n")
+    item.config.stash[_all_key].extend((item.nodeid, f) for f in findings)
+    if item.config.getoption("--gradguard-fix") and not os.environ.get(_FIX_REPORT_ENV):
+        fix_text = _verified_fix(item) if any(f.fixes for f in findings) else (
+            "no edit is known for this diagnosis "
+            f"({', '.join(dict.fromkeys(f.rule or f.kind for f in findings))}): nothing to verify\n")
+        item.add_report_section("call", "gradguard fix", fix_text)
+        item.config.stash[_fix_key][item.nodeid] = fix_text
+
+
+def _step_aside(item, reason: str):
+    """Run the test again without the guard, which caused its failure (NOTE [--gradguard never changes ...])."""
     reason = " ".join(reason.split())[:200]
     item.add_report_section("call", "gradguard", f"gradguard stepped aside: the guard cannot watch this test "
                                                  f"({reason}); it ran again without the guard\n")

@@ -200,58 +200,75 @@ def graph_svg(graph: dict[str, Any] | None) -> str:
         "</defs>",
     ]
     for edge in graph.get("edges", []):
-        a, b = pos.get(edge.get("from")), pos.get(edge.get("to"))
-        if a is None or b is None:
-            continue
-        kind = edge.get("kind")
-        if kind == "saved":
-            x1, y1 = a[0] + a[2], a[1] + _NODE_H / 2
-            x2, y2 = b[0], b[1] + _NODE_H / 2
-            colour, marker, extra = "#d97800", "gg-arrow-orange", ' stroke-width="2.5"'
-        elif kind == "write":
-            x1, y1 = a[0] + a[2] / 2, a[1]
-            x2, y2 = b[0] + b[2] / 2, b[1] + _NODE_H
-            colour, marker, extra = "#c62828", "gg-arrow-red", ' stroke-width="3"'
-        elif kind == "alias":  # a graph input that is the stale tensor's memory (NOTE [one box ...])
-            x1, y1 = a[0] + a[2], a[1] + _NODE_H / 2
-            x2, y2 = b[0] + 16, b[1] + _NODE_H
-            colour, marker, extra = "#c62828", "gg-arrow-red", ' stroke-width="1.5" stroke-dasharray="5 4"'
-        else:
-            x1, y1 = a[0] + a[2] / 2, a[1] + _NODE_H
-            x2, y2 = b[0] + b[2] / 2, b[1]
-            colour, marker, extra = "#7f8fa3", "gg-arrow", ' stroke-width="1.3"'
-        out.append(f'<line class="gg-edge gg-edge-{_h(kind)}" x1="{x1:.1f}" y1="{y1:.1f}" x2="{x2:.1f}" '
-                   f'y2="{y2:.1f}" stroke="{colour}"{extra} marker-end="url(#{marker})"/>')
-        label = edge.get("label")
-        if label and kind in ("saved", "write"):
-            lx, ly = (x1 + x2) / 2, (y1 + y2) / 2 - 5
-            anchor = "middle" if kind == "saved" else "start"
-            if kind == "write":
-                lx += 8
-            out.append(f'<text x="{lx:.1f}" y="{ly:.1f}" font-size="12" fill="{colour}" text-anchor="{anchor}" '
-                       f'font-weight="bold" paint-order="stroke" stroke="#fff" stroke-width="4">{_h(label)}</text>')
+        out += _edge_svg(edge, pos)
     for node in graph["nodes"]:
-        p = pos.get(node["id"])
-        if p is None:
-            continue
-        x, y, w = p
-        key = _style_key(node)
-        fill, stroke, stroke_w, dash = _STYLE[key]
-        dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
-        out.append(f'<g class="gg-node gg-{key}" data-id="{_h(node["id"])}">')
-        out.append(f'<title>{_h(node.get("label"))} {_h(node.get("detail"))}</title>')
-        out.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="{w:.1f}" height="{_NODE_H}" rx="7" fill="{fill}" '
-                   f'stroke="{stroke}" stroke-width="{stroke_w}"{dash_attr}/>')
-        weight = ' font-weight="bold"' if key in ("saver", "stale", "write", "leaf_stale") else ""
-        out.append(f'<text x="{x + 10:.1f}" y="{y + 19:.1f}" font-size="12" fill="#1f2328"{weight}>'
-                   f'{_h(_clip(node.get("label", "")))}</text>')
-        if node.get("detail"):
-            detail = _write_detail(node["detail"]) if node.get("type") == "write" else _clip(node["detail"])
-            out.append(f'<text x="{x + 10:.1f}" y="{y + 36:.1f}" font-size="11" fill="#57606a">'
-                       f'{_h(detail)}</text>')
-        out.append("</g>")
+        out += _node_svg(node, pos)
+    out += _legend_svg(legend_y, graph.get("truncated"))
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+def _edge_geometry(kind, a, b) -> tuple[float, float, float, float, str, str, str]:
+    """x1, y1, x2, y2, colour, marker and extra attributes of an edge of ``kind`` from box ``a`` to box ``b``."""
+    if kind == "saved":
+        return (a[0] + a[2], a[1] + _NODE_H / 2, b[0], b[1] + _NODE_H / 2,
+                "#d97800", "gg-arrow-orange", ' stroke-width="2.5"')
+    if kind == "write":
+        return (a[0] + a[2] / 2, a[1], b[0] + b[2] / 2, b[1] + _NODE_H,
+                "#c62828", "gg-arrow-red", ' stroke-width="3"')
+    if kind == "alias":  # a graph input that is the stale tensor's memory (NOTE [one box ...])
+        return (a[0] + a[2], a[1] + _NODE_H / 2, b[0] + 16, b[1] + _NODE_H,
+                "#c62828", "gg-arrow-red", ' stroke-width="1.5" stroke-dasharray="5 4"')
+    return (a[0] + a[2] / 2, a[1] + _NODE_H, b[0] + b[2] / 2, b[1],
+            "#7f8fa3", "gg-arrow", ' stroke-width="1.3"')
+
+
+def _edge_svg(edge: dict[str, Any], pos) -> list[str]:
+    a, b = pos.get(edge.get("from")), pos.get(edge.get("to"))
+    if a is None or b is None:
+        return []
+    kind = edge.get("kind")
+    x1, y1, x2, y2, colour, marker, extra = _edge_geometry(kind, a, b)
+    out = [f'<line class="gg-edge gg-edge-{_h(kind)}" x1="{x1:.1f}" y1="{y1:.1f}" x2="{x2:.1f}" '
+           f'y2="{y2:.1f}" stroke="{colour}"{extra} marker-end="url(#{marker})"/>']
+    label = edge.get("label")
+    if label and kind in ("saved", "write"):
+        lx, ly = (x1 + x2) / 2, (y1 + y2) / 2 - 5
+        anchor = "middle" if kind == "saved" else "start"
+        if kind == "write":
+            lx += 8
+        out.append(f'<text x="{lx:.1f}" y="{ly:.1f}" font-size="12" fill="{colour}" text-anchor="{anchor}" '
+                   f'font-weight="bold" paint-order="stroke" stroke="#fff" stroke-width="4">{_h(label)}</text>')
+    return out
+
+
+def _node_svg(node: dict[str, Any], pos) -> list[str]:
+    p = pos.get(node["id"])
+    if p is None:
+        return []
+    x, y, w = p
+    key = _style_key(node)
+    fill, stroke, stroke_w, dash = _STYLE[key]
+    dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
+    out = [f'<g class="gg-node gg-{key}" data-id="{_h(node["id"])}">',
+           f'<title>{_h(node.get("label"))} {_h(node.get("detail"))}</title>',
+           f'<rect x="{x:.1f}" y="{y:.1f}" width="{w:.1f}" height="{_NODE_H}" rx="7" fill="{fill}" '
+           f'stroke="{stroke}" stroke-width="{stroke_w}"{dash_attr}/>']
+    weight = ' font-weight="bold"' if key in ("saver", "stale", "write", "leaf_stale") else ""
+    out.append(f'<text x="{x + 10:.1f}" y="{y + 19:.1f}" font-size="12" fill="#1f2328"{weight}>'
+               f'{_h(_clip(node.get("label", "")))}</text>')
+    if node.get("detail"):
+        detail = _write_detail(node["detail"]) if node.get("type") == "write" else _clip(node["detail"])
+        out.append(f'<text x="{x + 10:.1f}" y="{y + 36:.1f}" font-size="11" fill="#57606a">'
+                   f'{_h(detail)}</text>')
+    out.append("</g>")
+    return out
+
+
+def _legend_svg(legend_y: float, truncated: Any) -> list[str]:
     legend = [("saver", "saved the tensor"), ("stale", "stale tensor"), ("write", "the write"),
               ("op", "autograd node"), ("leaf", "parameter / leaf")]
+    out = []
     x = _MARGIN
     for key, text in legend:
         fill, stroke, stroke_w, dash = _STYLE[key]
@@ -260,11 +277,10 @@ def graph_svg(graph: dict[str, Any] | None) -> str:
                    f'stroke-width="{min(stroke_w, 2)}"{dash_attr}/>')
         out.append(f'<text x="{x + 22}" y="{legend_y + 11}" font-size="11" fill="#57606a">{_h(text)}</text>')
         x += 30 + len(text) * 6.8
-    if graph.get("truncated"):
+    if truncated:
         out.append(f'<text x="{x}" y="{legend_y + 11}" font-size="11" fill="#57606a">(graph cut off: '
                    f'deeper nodes not shown)</text>')
-    out.append("</svg>")
-    return "\n".join(out)
+    return out
 
 
 # -- finding -------------------------------------------------------------------------------------
@@ -296,6 +312,32 @@ def _diff(text: str) -> str:
     return '<pre class="diff">' + "\n".join(lines) + "</pre>"
 
 
+def _saver_rows(f: Finding, row) -> None:
+    """The "saved by" row and its "called from" rows."""
+    if not (f.saved_at.node or f.saved_at.location):
+        return
+    if f.saved_at.op:
+        saver = f"<code>{_h(f.saved_at.op)}</code>"
+        if f.saved_at.location:
+            saver += f", saved in the forward call at <code>{_h(f.saved_at.location.short)}</code>"
+    else:  # no autograd node to name: only where
+        saver = f"the forward call at <code>{_h(f.saved_at.location.short)}</code>"
+    if f.saved_at.location:
+        saver += _src(f.saved_at.location.code)
+    row("saved by", saver)
+    for call in f.saved_at.chain:
+        row("called from", f"<code>{_h(call.short)}</code>" + _src(call.code))
+
+
+def _write_rows(f: Finding, row) -> None:
+    writes = [w for w in f.modified_at if w.category != "backward"]  # a freeing backward: the "freed by" row
+    if writes:
+        label = "modified by" if f.kind in SAVED_TENSOR_KINDS else "at"
+        row(label, '<ol class="writes">' + "".join(_write_item(w) for w in writes) + "</ol>")
+    elif f.kind in SAVED_TENSOR_KINDS:
+        row("modified by", _no_write(f))
+
+
 def finding_html(finding: Finding, *, graph: bool = True, raw: bool = False) -> str:
     """One finding as an HTML fragment (a ``<section>``): the facts, the why and the fix, the graph."""
     f = finding
@@ -305,26 +347,10 @@ def finding_html(finding: Finding, *, graph: bool = True, raw: bool = False) -> 
         rows.append(f'<tr class="{cls}"><th>{_h(label)}</th><td>{body}</td></tr>')
 
     row("tensor", f"<b>{_h(f.tensor.label)}</b>")
-    if f.saved_at.node or f.saved_at.location:
-        if f.saved_at.op:
-            saver = f"<code>{_h(f.saved_at.op)}</code>"
-            if f.saved_at.location:
-                saver += f", saved in the forward call at <code>{_h(f.saved_at.location.short)}</code>"
-        else:  # no autograd node to name: only where
-            saver = f"the forward call at <code>{_h(f.saved_at.location.short)}</code>"
-        if f.saved_at.location:
-            saver += _src(f.saved_at.location.code)
-        row("saved by", saver)
-        for call in f.saved_at.chain:
-            row("called from", f"<code>{_h(call.short)}</code>" + _src(call.code))
+    _saver_rows(f, row)
     if f.versions:
         row("versions", f"saved at {_h(f.versions.get('saved'))}, now {_h(f.versions.get('now'))}")
-    writes = [w for w in f.modified_at if w.category != "backward"]  # a freeing backward: the "freed by" row
-    if writes:
-        label = "modified by" if f.kind in SAVED_TENSOR_KINDS else "at"
-        row(label, '<ol class="writes">' + "".join(_write_item(w) for w in writes) + "</ol>")
-    elif f.kind in SAVED_TENSOR_KINDS:
-        row("modified by", _no_write(f))
+    _write_rows(f, row)
     if f.context.get("rank") is not None:
         row("rank", _h(f.context["rank"]))
     for label, value in f.context.get("display", []):

@@ -104,40 +104,54 @@ def _write_lines(index: int, w: WriteRecord, width: int) -> list[str]:
     return lines
 
 
+def _saver_lines(f: Finding, width: int) -> list[str]:
+    """The "saved by" field with its source line and the calls that led to it."""
+    if not (f.saved_at.node or f.saved_at.location):
+        return []
+    if f.saved_at.op:
+        saver = f.saved_at.op + (f", saved in the forward call at {f.saved_at.location.short}"
+                                 if f.saved_at.location else "")
+    else:  # no autograd node to name (a graph built by a statement): only where
+        saver = f"the forward call at {f.saved_at.location.short}"
+    lines = _field("saved by", saver, width)
+    if f.saved_at.location:
+        lines += _code(f.saved_at.location.code, 17)
+    for call in f.saved_at.chain:  # the user's call of the model whose forward saved it
+        lines += _field("called from", call.short, width)
+        lines += _code(call.code, 17)
+    return lines
+
+
+def _modified_lines(f: Finding, width: int) -> list[str]:
+    """The writes: "modified by" for a saved tensor, "at" otherwise."""
+    lines: list[str] = []
+    if f.kind in SAVED_TENSOR_KINDS:
+        if not f.modified_at:
+            return _field("modified by", _no_write(f), width)
+        lines.append(f"  {'modified by':<{_LABEL}}:")
+        for i, w in enumerate(f.modified_at, 1):
+            lines += _write_lines(i, w, width)
+        return lines
+    # an earlier backward that freed the graph is already the "freed by" row
+    for i, w in enumerate((w for w in f.modified_at if w.category != "backward"), 1):
+        label = "at" if i == 1 else ""
+        where = w.location.short if w.location else "an unknown line"
+        lines += _field(label, f"{w.op} at {where}", width)
+        if w.location:
+            lines += _code(w.location.code, 17)
+    return lines
+
+
 def render_finding(f: Finding, width: int = _WIDTH) -> str:
     """The finding as plain text, wrapped at ``width`` columns (100: the exception message)."""
     width = max(int(width), _MIN_WIDTH)
     lines = [f"{f.headline or f.kind}"]
     lines += _field("tensor", f.tensor.label, width)
-    if f.saved_at.node or f.saved_at.location:
-        if f.saved_at.op:
-            saver = f.saved_at.op + (f", saved in the forward call at {f.saved_at.location.short}"
-                                     if f.saved_at.location else "")
-        else:  # no autograd node to name (a graph built by a statement): only where
-            saver = f"the forward call at {f.saved_at.location.short}"
-        lines += _field("saved by", saver, width)
-        if f.saved_at.location:
-            lines += _code(f.saved_at.location.code, 17)
-        for call in f.saved_at.chain:  # the user's call of the model whose forward saved it
-            lines += _field("called from", call.short, width)
-            lines += _code(call.code, 17)
+    lines += _saver_lines(f, width)
     if f.versions:
         saved, now = f.versions.get("saved"), f.versions.get("now")
         lines += _field("versions", f"saved at {saved}, now {now}", width)
-    if f.kind in SAVED_TENSOR_KINDS:
-        if f.modified_at:
-            lines.append(f"  {'modified by':<{_LABEL}}:")
-            for i, w in enumerate(f.modified_at, 1):
-                lines += _write_lines(i, w, width)
-        else:
-            lines += _field("modified by", _no_write(f), width)
-    else:  # an earlier backward that freed the graph is already the "freed by" row
-        for i, w in enumerate((w for w in f.modified_at if w.category != "backward"), 1):
-            label = "at" if i == 1 else ""
-            where = w.location.short if w.location else "an unknown line"
-            lines += _field(label, f"{w.op} at {where}", width)
-            if w.location:
-                lines += _code(w.location.code, 17)
+    lines += _modified_lines(f, width)
     for label, value in f.context.get("display", []):
         lines += _field(label, value, width)
     if f.explanation:

@@ -254,8 +254,23 @@ def _run_advisor(step: _Step, tracker, *, repeats: int, warmup: bool) -> AdviceR
                             "op(s) first; no proposal was verified")
         report.runs = advisor.runs
         return report
-    base_runs = ([] if warmup else [first]) + [advisor.execute(_Run("plain"), "baseline")
-                                                for _ in range(repeats - (0 if warmup else 1))]
+    base_runs = _baseline_runs(advisor, [] if warmup else [first], repeats, recorded)
+    report.baseline_peak = int(statistics.median(o.peak for o in base_runs))
+    baseline_seconds = [o.seconds for o in base_runs]
+
+    safe = [c for c in candidates if not c.reasons]
+    kept = _measure_each(advisor, report, safe)
+    if kept:
+        _measure_together(advisor, report, kept, baseline_seconds)
+    if report.unsafe_inplace:
+        report.notes.append("the step has unsafe in-place writes; proposals are checked against the step as it is")
+    report.runs = advisor.runs
+    return report
+
+
+def _baseline_runs(advisor: _Advisor, done: list, repeats: int, recorded) -> list:
+    """The plain baseline runs (``done`` already run), checked to reproduce each other and the recording."""
+    base_runs = done + [advisor.execute(_Run("plain"), "baseline") for _ in range(repeats - len(done))]
     error = next((o.error for o in base_runs if o.error is not None), None)
     if error is not None:
         raise error
@@ -268,10 +283,11 @@ def _run_advisor(step: _Step, tracker, *, repeats: int, warmup: bool) -> AdviceR
                 "The advisor compares runs bit for bit, so the step must be deterministic and all of its state "
                 "(layers, optimizers, schedulers) reachable from fn, its arguments or the globals it names. "
                 "Pass the model and optimizer as arguments (advise(step, model, opt)) or make the step deterministic.")
-    report.baseline_peak = int(statistics.median(o.peak for o in base_runs))
-    baseline_seconds = [o.seconds for o in base_runs]
+    return base_runs
 
-    safe = [c for c in candidates if not c.reasons]
+
+def _measure_each(advisor: _Advisor, report: AdviceReport, safe: list[_Candidate]) -> list[_Candidate]:
+    """Verify and measure each safe candidate alone, sorting its proposal into the report; those kept."""
     failed = advisor.verify(safe)
     kept = []
     for c in safe:
@@ -292,20 +308,19 @@ def _run_advisor(step: _Step, tracker, *, repeats: int, warmup: bool) -> AdviceR
             kept.append(c)
         else:
             report.safe_without_peak_gain.append(p)
-    if kept:
-        peak, seconds, problem = advisor.measure(kept, "all proposals together")
-        report.rewritten_peak = peak
-        report.measured_total_saving = report.baseline_peak - peak
-        report.claimed_total_saving = sum(p.claimed_peak_saving for p in report.proposals)
-        report.gradients_identical = problem is None
-        if seconds:
-            report.baseline_seconds = statistics.median(baseline_seconds)
-            report.rewritten_seconds = statistics.median(seconds)
-            report.timing_runs = (baseline_seconds, seconds)
-    if report.unsafe_inplace:
-        report.notes.append("the step has unsafe in-place writes; proposals are checked against the step as it is")
-    report.runs = advisor.runs
-    return report
+    return kept
+
+
+def _measure_together(advisor: _Advisor, report: AdviceReport, kept: list[_Candidate], baseline_seconds) -> None:
+    peak, seconds, problem = advisor.measure(kept, "all proposals together")
+    report.rewritten_peak = peak
+    report.measured_total_saving = report.baseline_peak - peak
+    report.claimed_total_saving = sum(p.claimed_peak_saving for p in report.proposals)
+    report.gradients_identical = problem is None
+    if seconds:
+        report.baseline_seconds = statistics.median(baseline_seconds)
+        report.rewritten_seconds = statistics.median(seconds)
+        report.timing_runs = (baseline_seconds, seconds)
 
 
 def _check_optimizers(state: _State, run: _Run) -> None:

@@ -29,7 +29,7 @@ _SKIP_MODULES = ("builtins", "numpy", "paddle", "typing", "functools", "collecti
 def _discover(roots) -> tuple[list, list, list, list]:
     """Layers, optimizers, LR schedulers and loose tensors reachable from ``fn``, its arguments, closure cells
     and the globals its code names (bounded walk, depth 5)."""
-    layers, optimizers, schedulers, tensors = {}, {}, {}, {}
+    found: tuple[dict, dict, dict, dict] = ({}, {}, {}, {})  # layers, optimizers, schedulers, tensors
     seen: set = set()
     todo = [(r, 0) for r in roots]
     while todo:
@@ -37,37 +37,50 @@ def _discover(roots) -> tuple[list, list, list, list]:
         if id(obj) in seen or depth > 5:
             continue
         seen.add(id(obj))
-        nxt = depth + 1
-        if isinstance(obj, paddle.Tensor):
-            tensors[id(obj)] = obj
-        elif isinstance(obj, paddle.nn.Layer):
-            layers[id(obj)] = obj
-        elif isinstance(obj, paddle.optimizer.Optimizer):
-            optimizers[id(obj)] = obj
-            lr = getattr(obj, "_learning_rate", None)
-            if isinstance(lr, paddle.optimizer.lr.LRScheduler):
-                schedulers[id(lr)] = lr
-        elif isinstance(obj, paddle.optimizer.lr.LRScheduler):
-            schedulers[id(obj)] = obj
-        elif isinstance(obj, (list, tuple, set, frozenset)):
-            if len(obj) <= 10000:
-                todo += [(v, nxt) for v in obj]
-        elif isinstance(obj, dict):
-            if len(obj) <= 10000:
-                todo += [(v, nxt) for v in obj.values()]
-        elif isinstance(obj, types.MethodType):
-            todo += [(obj.__self__, nxt), (obj.__func__, nxt)]
-        elif isinstance(obj, functools.partial):
-            todo += [(obj.func, nxt), (obj.args, nxt), (obj.keywords, nxt)]
-        elif isinstance(obj, types.FunctionType):
-            todo += [(c.cell_contents, nxt) for c in (obj.__closure__ or ()) if _has_contents(c)]
-            todo += [(obj.__defaults__ or (), nxt)]
-            todo += [(obj.__globals__[n], nxt) for n in _global_names(obj.__code__) if n in obj.__globals__]
-        elif isinstance(obj, (types.ModuleType, type)) or type(obj).__module__.split(".")[0] in _SKIP_MODULES:
-            continue
-        elif hasattr(obj, "__dict__"):
-            todo += [(v, nxt) for v in vars(obj).values()]
+        if not _collect(obj, found):
+            todo += [(v, depth + 1) for v in _children(obj)]
+    layers, optimizers, schedulers, tensors = found
     return list(layers.values()), list(optimizers.values()), list(schedulers.values()), list(tensors.values())
+
+
+def _collect(obj, found) -> bool:
+    """Record ``obj`` when it is a tensor, layer, optimizer or LR scheduler (the walk stops there)."""
+    layers, optimizers, schedulers, tensors = found
+    if isinstance(obj, paddle.Tensor):
+        tensors[id(obj)] = obj
+    elif isinstance(obj, paddle.nn.Layer):
+        layers[id(obj)] = obj
+    elif isinstance(obj, paddle.optimizer.Optimizer):
+        optimizers[id(obj)] = obj
+        lr = getattr(obj, "_learning_rate", None)
+        if isinstance(lr, paddle.optimizer.lr.LRScheduler):
+            schedulers[id(lr)] = lr
+    elif isinstance(obj, paddle.optimizer.lr.LRScheduler):
+        schedulers[id(obj)] = obj
+    else:
+        return False
+    return True
+
+
+def _children(obj) -> list:
+    """What the walk visits next from ``obj`` (nothing inside modules, classes and library objects)."""
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        return list(obj) if len(obj) <= 10000 else []
+    if isinstance(obj, dict):
+        return list(obj.values()) if len(obj) <= 10000 else []
+    if isinstance(obj, types.MethodType):
+        return [obj.__self__, obj.__func__]
+    if isinstance(obj, functools.partial):
+        return [obj.func, obj.args, obj.keywords]
+    if isinstance(obj, types.FunctionType):
+        return [*(c.cell_contents for c in (obj.__closure__ or ()) if _has_contents(c)),
+                obj.__defaults__ or (),
+                *(obj.__globals__[n] for n in _global_names(obj.__code__) if n in obj.__globals__)]
+    if isinstance(obj, (types.ModuleType, type)) or type(obj).__module__.split(".")[0] in _SKIP_MODULES:
+        return []
+    if hasattr(obj, "__dict__"):
+        return list(vars(obj).values())
+    return []
 
 
 def _has_contents(cell) -> bool:
