@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from gradguard.backends.torch._fingerprint import device_digest, device_sample, fingerprint
+from gradguard.backends.torch.fingerprint import device_digest, device_sample, fingerprint
 
 MiB = 1 << 20
 

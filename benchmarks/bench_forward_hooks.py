@@ -1,5 +1,5 @@
 """What the sentinel's module forward hooks cost (NOTE [Silent classes without the write log],
-src/gradguard/backends/torch/_forward_hooks.py): zoo training steps, plain, under the sentinel as shipped, and
+src/gradguard/backends/torch/forward_hooks.py): zoo training steps, plain, under the sentinel as shipped, and
 under the sentinel with the hooks left out; paired per-round ratios (benchmarks/_timing.py).
 
     .venv/bin/python benchmarks/bench_forward_hooks.py [--models tiny_mlp,lstmcell_loop] [--rounds 15]
@@ -22,7 +22,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "src"))
 
 import gradguard  # noqa: E402
-from gradguard.backends.torch import _forward_hooks  # noqa: E402
+from gradguard.backends.torch import forward_hooks as _forward_hooks  # noqa: E402
 from _timing import interleaved, median, paired_ratios  # noqa: E402
 from zoo import build  # noqa: E402
 

@@ -318,13 +318,13 @@ def time_model(name: str, modes: dict, args, device: str) -> dict:
 # The device path (emulated on CPU) and the sampled mode
 # ---------------------------------------------------------------------------------------------------------
 SENTINEL = {"fingerprint": "sample", "track_writes": False}
-from gradguard.integrations._callback_core import SAMPLE_STEPS  # noqa: E402 - the callbacks' default N
+from gradguard.integrations.callback_core import SAMPLE_STEPS  # noqa: E402 - the callbacks' default N
 
 
 @contextlib.contextmanager
 def device_path():
     """Send CPU tensors down the guard's device path (NOTE [Sending CPU tensors down the device path])."""
-    from gradguard.backends.torch import _fingerprint
+    from gradguard.backends.torch import fingerprint as _fingerprint
 
     before, _fingerprint.DEVICE_PATH = _fingerprint.DEVICE_PATH, True
     try:

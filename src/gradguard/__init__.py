@@ -15,10 +15,19 @@ from ._errors import (
     SilentModificationError,
 )
 from ._guard import guard
-from .core._findings import Finding
+from .core.findings import Finding
 from . import report as _report  # noqa: F401  registers how findings show (NOTE [Findings do not import report])
 
 from ._version import __version__
+
+# NOTE [Public names]
+# The public surface is this module (plus ``gradguard.checks``, ``gradguard.testing`` and ``gradguard.integrations``'s
+# modules); every other package here (core, backends, checks' and report's modules, fix, advisor) is implementation,
+# named plainly, with no promise of stability. The classes users see say where users import them from.
+for _public in (Finding, GradguardError, NotWatched, InvalidArgument, GradientHazardError, InplaceModificationError,
+                SilentModificationError, BackwardTwiceError, InternalError):
+    _public.__module__ = __name__
+del _public
 
 
 def load_ipython_extension(ipython) -> None:

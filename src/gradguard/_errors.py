@@ -72,7 +72,7 @@ class BackwardTwiceError(GradientHazardError):
 
 def error_for(kind: str) -> type[GradientHazardError]:
     """The exception class raised for a saved-tensor finding of this kind."""
-    from .core._findings import SILENT_KINDS
+    from .core.findings import SILENT_KINDS
 
     return SilentModificationError if kind in SILENT_KINDS else InplaceModificationError
 
@@ -108,7 +108,7 @@ def framework_message(finding) -> str | None:
 
 def _render(finding) -> str:
     # Imported lazily: the renderer is not needed until an error is actually built.
-    from .report._text import render_finding
+    from .report.text import render_finding
 
     original = framework_message(finding)
     text = render_finding(finding)

@@ -100,8 +100,8 @@ class guard(contextlib.ContextDecorator):
         session = framework.new_guard_session(fingerprint=self.fingerprint, track_writes=self.track_writes,
                                               bisect=self.bisect)
         session.enter()
-        if self.sample_steps is not None and self.sample_steps > 1:  # NOTE [Sampled guard] (backends/torch/_sampling.py)
-            from .backends.torch._sampling import Cycles
+        if self.sample_steps is not None and self.sample_steps > 1:  # NOTE [Sampled guard] (backends/torch/sampling.py)
+            from .backends.torch.sampling import Cycles
 
             session.cycles = Cycles(session, self.sample_steps)
             session.cycles.start()

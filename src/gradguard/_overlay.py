@@ -67,7 +67,7 @@ def install_overlay() -> None:
 
 
 def read_coverage(path: str) -> list[dict[str, set[str]]] | None:
-    """Per backward of a run, the optimizer parameters it ``used`` and ``reached`` (backends/torch/_coverage.py);
+    """Per backward of a run, the optimizer parameters it ``used`` and ``reached`` (backends/torch/coverage.py);
     None when the run recorded none."""
     try:
         with open(path, encoding="utf-8") as handle:

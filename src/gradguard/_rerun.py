@@ -28,9 +28,9 @@ import subprocess
 import sys
 import tempfile
 
-from .core._findings import Finding
-from .report._json import read_findings
-from .report._text import wrap_notice
+from .core.findings import Finding
+from .report.json import read_findings
+from .report.text import wrap_notice
 
 __all__ = ["diagnose_by_rerun", "in_diagnosing_rerun", "RERUN_ENV", "DEFAULT_RERUN_TIMEOUT", "RerunInterrupted"]
 

@@ -71,8 +71,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="run a library module as a script, like `python -m MODULE ARGS`")
     run.add_argument("script", nargs="?", help="the Python script to run")
     run.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
-    from .advisor._cli import add_advise_parser
-    from .fix._cli import add_fix_parser
+    from .advisor.cli import add_advise_parser
+    from .fix.cli import add_fix_parser
 
     add_advise_parser(sub)
     add_fix_parser(sub)
@@ -83,11 +83,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     options = parser.parse_args(argv)
     if options.command == "advise":
-        from .advisor._cli import advise_script
+        from .advisor.cli import advise_script
 
         return advise_script(options)
     if options.command == "fix":
-        from .fix._cli import fix_script
+        from .fix.cli import fix_script
 
         return fix_script(options)
     if options.command != "run":
@@ -115,7 +115,7 @@ def _check_report_paths(options, program) -> str | None:
 def _json_text(findings, script: str) -> str:
     # Under torchrun: findings tagged with the rank, one file per rank (report.rank1.json, report.rank1.html).
     from .integrations.distributed import rank_info, tag_findings
-    from .report._json import findings_to_json
+    from .report.json import findings_to_json
 
     info = rank_info()
     tag_findings(findings, info)
@@ -139,7 +139,7 @@ def _replace_file(path: str, text: str) -> None:
 def _report_failed(flag: str, path: str, error: BaseException) -> None:
     # Checked writable before the run; a later failure (disk full, directory removed) costs the report, never the
     # script's exit code, and is said on stderr.
-    from .report._text import wrap_notice
+    from .report.text import wrap_notice
 
     sys.stderr.write(wrap_notice(f"could not write the {flag} report to {path!r} ({type(error).__name__}: "
                                  f"{error}); the run itself is unaffected"))
@@ -157,8 +157,8 @@ def _write_json(path: str | None, findings, script: str, options=None, exit_code
             _report_failed("--json", target, error)
     html = getattr(options, "html", None)
     if html:
-        from .report._html import render_html
-        from .report._text import wrap_notice
+        from .report.html import render_html
+        from .report.text import wrap_notice
 
         target = rank_path(html, info)
         try:
@@ -217,7 +217,7 @@ class _GuardOnFrameworkImport:
     def _enter(self, backend: str) -> None:
         import threading
 
-        from .report._text import wrap_notice
+        from .report.text import wrap_notice
 
         if threading.current_thread() is not threading.main_thread():
             sys.stderr.write(wrap_notice(f"{backend} was first imported on thread "
@@ -314,7 +314,7 @@ def _guard_for(options):
 
 
 def _should_rerun(mode, info, finding, options) -> bool:
-    from .core._findings import SAVED_TENSOR_KINDS
+    from .core.findings import SAVED_TENSOR_KINDS
 
     return mode == "auto" and info is None and finding.kind in SAVED_TENSOR_KINDS and (
         not finding.modified_at
@@ -325,7 +325,7 @@ def _report_hazard(error, mode, options, program, args, cwd, guard_block) -> int
     """Print a GradientHazardError's finding (improved by a re-run when possible); the exit status."""
     from ._traceback import call_users_excepthook
     from .integrations.distributed import rank_info, tag_findings
-    from .report._rich import print_findings
+    from .report.rich import print_findings
 
     sys.stdout.flush()
     exit_code = 0
@@ -379,7 +379,7 @@ def run_script(options) -> int:
     from .integrations.distributed import rank_info, report_on_termination
 
     if rank_info() is not None:  # the SIGTERM handler must not import (NOTE [A SIGTERM during the report])
-        from .report import _html, _json  # noqa: F401
+        from .report import html as _html, json as _json  # noqa: F401
     rank_report = report_on_termination(
         lambda code: _write_json(options.json, guard_block.findings, script, options, code), rank_info())
     globals_ = program.install_main(args)
@@ -412,7 +412,7 @@ def _usage_error(message: str) -> int:
     """``gradguard run: error: ...`` with the usage line, exit status 2 (argparse's convention)."""
     parser = _parser()
     run = next(action for action in parser._subparsers._group_actions).choices["run"]
-    from .report._text import wrap_notice
+    from .report.text import wrap_notice
 
     run.print_usage(sys.stderr)
     sys.stderr.write(wrap_notice(message, prefix=f"{run.prog}: error: "))
@@ -425,7 +425,7 @@ def _traceback_head(error) -> str:
 
     from ._traceback import trim_traceback
 
-    from .core._frames import LIBRARY_PATHS
+    from .core.frames import LIBRARY_PATHS
 
     tb = trim_traceback(error.__traceback__)
     entries = []
@@ -436,7 +436,7 @@ def _traceback_head(error) -> str:
     frames = traceback.format_list(
         [traceback.FrameSummary(e.tb_frame.f_code.co_filename, e.tb_lineno, e.tb_frame.f_code.co_name) for e in user]
     )
-    from .report._text import printable  # a quoted source line must not drive the terminal
+    from .report.text import printable  # a quoted source line must not drive the terminal
 
     return "Traceback (most recent call last):\n" + printable("".join(frames))
 

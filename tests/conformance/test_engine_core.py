@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from gradguard.backends.torch._fingerprint import fingerprint as torch_fingerprint
-from gradguard.core._engine import SAMPLE_BYTES, fingerprint_bytes, sample_spans
-from gradguard.core._events import BackwardEnded, TensorSaved, TensorWritten
+from gradguard.backends.torch.fingerprint import fingerprint as torch_fingerprint
+from gradguard.core.engine import SAMPLE_BYTES, fingerprint_bytes, sample_spans
+from gradguard.core.events import BackwardEnded, TensorSaved, TensorWritten
 
 
 def test_sample_spans_cover_both_ends_in_16_chunks_of_4_kib():
@@ -55,7 +55,7 @@ def test_events_are_slotted_dataclasses():
 def test_engine_and_events_import_no_framework():
     # Renderers are loaded by the top-level package (which registers them), never by core: core's sources are
     # read for such imports in tests/fast/test_core_neutral.py.
-    code = ("import json, sys\nimport gradguard.core._engine, gradguard.core._events\n"
+    code = ("import json, sys\nimport gradguard.core.engine, gradguard.core.events\n"
             "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'paddle', 'mindspore'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []
@@ -63,8 +63,8 @@ def test_engine_and_events_import_no_framework():
 
 def test_the_torch_guard_runs_on_the_core_engine_and_emits_typed_events():
     import gradguard
-    from gradguard.core._engine import GuardEngine
-    from gradguard.core._events import BackwardStarted, TensorUnpacked
+    from gradguard.core.engine import GuardEngine
+    from gradguard.core.events import BackwardStarted, TensorUnpacked
 
     seen = []
     x = torch.randn(4, requires_grad=True)
@@ -87,20 +87,20 @@ def test_the_torch_guard_runs_on_the_core_engine_and_emits_typed_events():
 
 @pytest.mark.parametrize("backend", ["torch", "paddle", "mindspore"])
 def test_backend_probes_hold_no_copy_of_the_pipeline(backend):
-    # records, the ledger, the unpack check, finding assembly and raising live in core/_engine.py only
+    # records, the ledger, the unpack check, finding assembly and raising live in core/engine.py only
     import pathlib
 
     import gradguard
 
-    source = (pathlib.Path(gradguard.__file__).parent / "backends" / backend / "_session.py").read_text()
+    source = (pathlib.Path(gradguard.__file__).parent / "backends" / backend / "session.py").read_text()
     for piece in ("SavedLedger(", "error_for", "diagnose(", "Finding(", "class _SavedRecord", "raise error"):
         assert piece not in source, f"{backend}'s probe still has {piece!r}"
 
 
 def test_write_log_and_bisect_subscribe_to_one_dispatch_mode():
     import gradguard
-    from gradguard.backends.torch._bisect import Bisector
-    from gradguard.backends.torch._writes import OpStream, WriteLog
+    from gradguard.backends.torch.bisect import Bisector
+    from gradguard.backends.torch.writes import OpStream, WriteLog
     from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
     with gradguard.guard(bisect=True):

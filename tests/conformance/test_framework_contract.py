@@ -20,14 +20,14 @@ import pytest
 
 from gradguard import InvalidArgument
 from gradguard.backends import choose
-from gradguard.core._engine import SAMPLE_BYTES, fingerprint_bytes
+from gradguard.core.engine import SAMPLE_BYTES, fingerprint_bytes
 
 FRAMEWORKS = ("torch", "paddle", "mindspore")
 
 
 # -- one kit per framework: the only framework-specific code here ----------------------------------------
 class TorchKit:
-    check_adapter = ("gradguard.checks._torch_ops", "TORCH")
+    check_adapter = ("gradguard.checks.torch_ops", "TORCH")
 
     def __init__(self):
         import torch
@@ -61,13 +61,13 @@ class TorchKit:
         from torch.overrides import _get_current_function_mode_stack
         from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
-        from gradguard.backends.torch._compat import saved_tensors_hooks_active
+        from gradguard.backends.torch.compat import saved_tensors_hooks_active
 
         left = ["saved-tensor hooks"] if saved_tensors_hooks_active() else []
         return left + [repr(m) for m in [*_get_current_dispatch_mode_stack(), *_get_current_function_mode_stack()]]
 
     def fail_midway(self, monkeypatch, error):
-        from gradguard.backends.torch import _compat, _session
+        from gradguard.backends.torch import compat as _compat, session as _session
 
         # the call gate's install is enter's last step (hooks, user hooks, attribution and the op stream are in);
         # torch 2.4 has no call gate: attribution's install, after the hooks
@@ -78,7 +78,7 @@ class TorchKit:
 
 
 class PaddleKit:
-    check_adapter = ("gradguard.backends.paddle._check", "PADDLE")
+    check_adapter = ("gradguard.backends.paddle.check", "PADDLE")
 
     def __init__(self):
         import paddle
@@ -110,7 +110,7 @@ class PaddleKit:
         return [paddle, paddle.Tensor, paddle.autograd, paddle.optimizer.SGD, paddle.optimizer.Adam]
 
     def hooks_left(self) -> list[str]:
-        from gradguard.backends.paddle import _session
+        from gradguard.backends.paddle import session as _session
 
         return [repr(s) for s in _session._active]  # the session that holds Paddle's (unnestable) hooks
 
@@ -119,7 +119,7 @@ class PaddleKit:
 
 
 class MindSporeKit:
-    check_adapter = ("gradguard.backends.mindspore._check", "MindSporeCheckAdapter")
+    check_adapter = ("gradguard.backends.mindspore.check", "MindSporeCheckAdapter")
 
     def __init__(self):
         import mindspore
@@ -173,7 +173,7 @@ def _raise(error):
 
 
 def _fail_third_patch(monkeypatch, error):
-    from gradguard.backends._adapter import ProbeBase
+    from gradguard.backends.adapter import ProbeBase
 
     original, calls = ProbeBase._patch, []
 

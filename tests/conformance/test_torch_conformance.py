@@ -123,7 +123,7 @@ def test_without_bisect_the_direct_write_is_caught_and_bisect_is_suggested():
 
 
 def test_ctypes_write_is_placed_between_its_neighbouring_ops_by_bisect():
-    # torch's bisect is a dispatch mode, not Paddle's line tracer (core/_engine.py NOTE [Bisect without a per-op
+    # torch's bisect is a dispatch mode, not Paddle's line tracer (core/engine.py NOTE [Bisect without a per-op
     # hook]): a write no torch op made is named by the interval between the last op before it and the first op
     # after it, and placed at the line of the op after it
     x = _x()
@@ -156,7 +156,7 @@ def test_engine_keeps_no_saved_tensor_alive_after_backward():
 
 
 def test_subscribers_see_the_typed_event_stream_in_order():
-    from gradguard.core import _events
+    from gradguard.core import events as _events
 
     x = _x()
     seen = []
@@ -167,7 +167,7 @@ def test_subscribers_see_the_typed_event_stream_in_order():
             z = y.sin()
             y.add_(torch.tensor(1.0))
             z.sum().backward()
-    # torch raises at unpack, inside its own backward (core/_engine.py NOTE [Raising: at unpack or after
+    # torch raises at unpack, inside its own backward (core/engine.py NOTE [Raising: at unpack or after
     # backward]): its probe emits no BackwardEnded, unlike Paddle's and MindSpore's wrappers around backward
     assert [n for i, n in enumerate(seen) if i == 0 or seen[i - 1] != n] == [
         "TensorSaved", "TensorWritten", "BackwardStarted", "TensorUnpacked"]

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 import gradguard
-from gradguard.advisor._analysis import simulate_peak
-from gradguard.advisor._api import FunctionStep, _identical, _run
-from gradguard.advisor._trace import StepMode
+from gradguard.advisor.analysis import simulate_peak
+from gradguard.advisor.api import FunctionStep, _identical, _run
+from gradguard.advisor.trace import StepMode
 
 
 def _line_of(fn, marker: str) -> int:

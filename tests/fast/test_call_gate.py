@@ -1,4 +1,4 @@
-"""The write log's call gate (NOTE [Ops at the price of calls], backends/torch/_call_gate.py): the op stream runs
+"""The write log's call gate (NOTE [Ops at the price of calls], backends/torch/call_gate.py): the op stream runs
 only inside in-place calls that may touch saved memory; every other write into saved memory is still named."""
 
 import pytest
@@ -8,7 +8,7 @@ from torch.overrides import TorchFunctionMode, handle_torch_function, has_torch_
 import gradguard
 from _markers import Markers
 from gradguard import InplaceModificationError
-from gradguard.backends.torch import _call_gate, _compat
+from gradguard.backends.torch import call_gate as _call_gate, compat as _compat
 
 # On torch 2.4 the write log keeps its op stream on for the whole guard (no gate): the behaviour tests below run
 # there too; the ones about the gate's own mechanics do not apply.
@@ -159,7 +159,7 @@ def test_an_optimizer_step_after_backward_does_not_enter_the_op_stream():
 
 
 def _session_sessions():
-    from gradguard.backends.torch import _attribution
+    from gradguard.backends.torch import attribution as _attribution
 
     return [ref() for ref in _attribution._sessions if ref() is not None]
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import gradguard
-from gradguard.integrations._callback_core import StepGuard
+from gradguard.integrations.callback_core import StepGuard
 
 
 def _step(steps: StepGuard, buggy: bool):

@@ -185,8 +185,8 @@ def test_float64_inputs_with_part_of_the_math_in_float32_are_measured_not_failed
 
 def test_shrink_candidates_never_pair_a_batch_with_a_cut_per_feature_tensor():
     # NOTE [Shrinking never mismatches shapes]: k04's heap corruption came from x (1, 12) beside a weight cut to (1,)
-    from gradguard.checks._regimes import shrink_candidates
-    from gradguard.checks._torch_ops import TorchBackend
+    from gradguard.checks.regimes import shrink_candidates
+    from gradguard.checks.torch_ops import TorchBackend
 
     B = TorchBackend()
     shapes = lambda cands: [[tuple(a.shape) if isinstance(a, torch.Tensor) else a for a in c] for c in cands]

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 import gradguard
-from gradguard.checks import _numerical as num
+from gradguard.checks import numerical as num
 
 
 class _Counted:
@@ -143,7 +143,7 @@ def test_a_repeatable_backward_shares_one_graph_among_the_cotangents():
 
 # ---- cheaper conversions and comparisons: the same numbers ------------------------------------------
 def test_rounding_to_float32_matches_torch_cast():
-    from gradguard.checks._torch_ops import TORCH
+    from gradguard.checks.torch_ops import TORCH
 
     rng = np.random.default_rng(8)
     values = np.concatenate([rng.standard_normal(1000) * 10.0 ** rng.uniform(-45, 39, 1000),

@@ -261,7 +261,7 @@ def test_a_wrong_float64_backward_is_not_taken_for_lower_precision():
 
 
 def test_large_inputs_get_one_probe_unless_asked():
-    from gradguard.checks._audit import LARGE_INPUT_ELEMENTS
+    from gradguard.checks.audit import LARGE_INPUT_ELEMENTS
 
     x = torch.randn(LARGE_INPUT_ELEMENTS // 64 + 1, 64, generator=_g(3))
     fn = lambda a: torch.sin(a) * a  # noqa: E731
@@ -273,7 +273,7 @@ def test_large_inputs_get_one_probe_unless_asked():
 
 
 def test_large_inputs_run_the_regimes_on_a_slice_of_the_batch():
-    from gradguard.checks._audit import LARGE_INPUT_ELEMENTS
+    from gradguard.checks.audit import LARGE_INPUT_ELEMENTS
 
     rows = 2 * LARGE_INPUT_ELEMENTS // 64
     x = torch.randn(rows, 64, generator=_g(4))

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import textwrap
 
-from gradguard.report._json import read_findings
+from gradguard.report.json import read_findings
 
 PYTHON = sys.executable
 

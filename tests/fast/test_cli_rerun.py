@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from gradguard.report._json import read_findings
+from gradguard.report.json import read_findings
 
 GRADGUARD = [sys.executable, "-m", "gradguard", "run"]
 ANNOUNCE = "gradguard: re-running script.py with write tracking to name the writer"

@@ -6,7 +6,7 @@ import sys
 
 CODE = """
 import json, sys
-import gradguard, gradguard.core, gradguard.backends, gradguard.backends._adapter
+import gradguard, gradguard.core, gradguard.backends, gradguard.backends.adapter
 print(json.dumps(sorted(m for m in ("torch", "paddle", "mindspore") if m in sys.modules)))
 """
 

@@ -14,7 +14,7 @@ from torch import nn
 import gradguard
 from _markers import Markers
 from gradguard import SilentModificationError
-from gradguard.core._data_statements import data_statements
+from gradguard.core.data_statements import data_statements
 
 MARKERS = Markers(__file__)
 line_of = MARKERS.line

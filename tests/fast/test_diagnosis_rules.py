@@ -8,9 +8,9 @@ import textwrap
 
 import pytest
 
-from gradguard.core._diagnosis import diagnose
-from gradguard.core._findings import Finding, SaveSite, SourceLocation, TensorInfo, WriteRecord
-from gradguard.core._fixes import assigned_names, carried_state, mask_assignment, out_of_place, step_receivers
+from gradguard.core.diagnosis import diagnose
+from gradguard.core.findings import Finding, SaveSite, SourceLocation, TensorInfo, WriteRecord
+from gradguard.core.fixes import assigned_names, carried_state, mask_assignment, out_of_place, step_receivers
 
 
 @pytest.fixture

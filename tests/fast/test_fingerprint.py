@@ -5,7 +5,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gradguard.backends.torch._fingerprint import SAMPLE_BYTES, device_digest, fingerprint, same
+from gradguard.backends.torch.fingerprint import SAMPLE_BYTES, device_digest, fingerprint, same
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.int64, torch.uint8,
           torch.bool, torch.complex64]
@@ -139,7 +139,7 @@ def test_sample_mode_hashes_a_bounded_spread_sample():
 def test_pointer_fast_path_equals_the_general_path(make, mode):
     import xxhash
 
-    from gradguard.backends.torch import _fingerprint as fp
+    from gradguard.backends.torch import fingerprint as fp
 
     t = make()
     raw = fp._dense_bytes(t)

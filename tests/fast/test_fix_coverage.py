@@ -3,8 +3,8 @@ optimizer uses is not a fix (NOTE [A fix must keep the gradients the optimizer u
 
 import torch
 
-from gradguard.backends.torch._coverage import _Recorder
-from gradguard.fix._verify import RunResult, lost_gradients, merged_losses
+from gradguard.backends.torch.coverage import _Recorder
+from gradguard.fix.verify import RunResult, lost_gradients, merged_losses
 
 
 def test_a_backward_uses_what_the_steps_before_the_next_backward_update():

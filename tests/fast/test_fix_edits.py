@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gradguard.core._intents import FixIntent
+from gradguard.core.intents import FixIntent
 from gradguard.fix import EditNotApplicable, apply_intent, apply_intents
 
 

@@ -18,8 +18,8 @@ FRAMEWORKS = {"torch", "paddle", "mindspore"}
 # The comparisons still to remove, each with why it is still here. Matched by file and stripped line text (not line
 # numbers), and each must still occur: remove an entry when its line goes.
 ALLOWED = {
-    # advisor/_api.py: not a dispatch, which module a failed `import torch` names (NOTE [advise without torch])
-    ("advisor/_api.py", 'if _missing.name != "torch":'),
+    # advisor/api.py: not a dispatch, which module a failed `import torch` names (NOTE [advise without torch])
+    ("advisor/api.py", 'if _missing.name != "torch":'),
     # _errors.py: torch's own version-check message rebuilt for a torch finding; belongs in the torch backend's
     # phrasebook (not moved yet)
     ("_errors.py", 'if finding.kind != "inplace_modification" or finding.backend != "torch" or versions.get("now") '

@@ -15,7 +15,7 @@ import gradguard
 def _hooks_and_modes():
     # (whether saved-tensor hooks are active, dispatch and function modes on the stacks: the write log is one of
     # them, the call gate or, on torch 2.4, the op stream); torch 2.4 cannot list the hooks
-    from gradguard.backends.torch._compat import saved_tensors_hooks_active
+    from gradguard.backends.torch.compat import saved_tensors_hooks_active
 
     return (True if saved_tensors_hooks_active() else None), (
         torch._C._len_torch_dispatch_stack() + torch._C._len_torch_function_stack())
@@ -256,7 +256,7 @@ def test_op_stream_turns_dynamo_off_itself_and_compiled_graph_breaks_still_compi
 
     script = (
         "import torch, torch._dynamo, gradguard\n"
-        "from gradguard.backends.torch._writes import OpStream, dynamo_safe\n"
+        "from gradguard.backends.torch.writes import OpStream, dynamo_safe\n"
         "cls = dynamo_safe(OpStream)\n"
         "print(cls is not OpStream, hasattr(cls.__torch_dispatch__, '__wrapped__'))\n"
         "graphs = []\n"
@@ -287,7 +287,7 @@ def test_op_stream_turns_dynamo_off_itself_and_compiled_graph_breaks_still_compi
 
 def test_internal_failure_still_reports_the_hazard():
     from gradguard._errors import error_for
-    from gradguard.core._diagnosis import diagnose_or_fallback
+    from gradguard.core.diagnosis import diagnose_or_fallback
 
     def broken_builder():
         raise ValueError("bug in gradguard")
@@ -331,7 +331,7 @@ def test_leaving_the_guard_on_another_thread_says_so_and_the_entering_thread_can
 
 def test_a_loop_shares_one_location_per_line():
     # NOTE [One SourceLocation per line]: records saved at one line share its location object; lines differ.
-    from gradguard.core._events import TensorSaved
+    from gradguard.core.events import TensorSaved
 
     sites = []
     x = torch.randn(4, requires_grad=True)
@@ -350,7 +350,7 @@ def test_a_loop_shares_one_location_per_line():
 def test_identical_code_in_two_files_keeps_each_files_name():
     # Code objects compare equal by content, without their file name: the location cache must not merge them
     # (it once named a previous pytester test's file for an identical test body).
-    from gradguard.core._events import TensorSaved
+    from gradguard.core.events import TensorSaved
 
     source = "def f(x):\n    return x.exp()\n"
     files = []

@@ -5,7 +5,7 @@ import logging
 import pathlib
 
 import gradguard
-from gradguard.core._internal import log_fallback
+from gradguard.core.internal import log_fallback
 
 SRC = pathlib.Path(gradguard.__file__).parent
 
@@ -36,7 +36,7 @@ def test_core_imports_neither_a_framework_nor_report():
 
 def test_a_finding_renders_through_the_registered_views():
     import gradguard.report
-    from gradguard.core._findings import Finding, TensorInfo
+    from gradguard.core.findings import Finding, TensorInfo
 
     finding = Finding(kind="inplace_modification", tensor=TensorInfo((2,), "float32"))
     assert str(finding) == gradguard.report.render_finding(finding)

@@ -12,7 +12,7 @@ from torch import nn
 import gradguard
 from _markers import Markers
 from gradguard import SilentModificationError
-from gradguard.core._later_reads import later_reads
+from gradguard.core.later_reads import later_reads
 
 MARKERS = Markers(__file__)
 line_of = MARKERS.line

@@ -124,7 +124,7 @@ def test_check_op_text_and_panel_fit_in_a_pipe(short_dir):
 
 
 def test_the_width_is_columns_else_the_terminal_else_80(monkeypatch, tmp_path):
-    from gradguard.report._text import output_width, wrap_notice
+    from gradguard.report.text import output_width, wrap_notice
 
     with open(tmp_path / "out.txt", "w") as not_a_terminal:
         monkeypatch.setenv("COLUMNS", "50")

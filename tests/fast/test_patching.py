@@ -1,4 +1,4 @@
-"""core/_patching.py: the one way gradguard replaces framework entry points (NOTE [One way to patch])."""
+"""core/patching.py: the one way gradguard replaces framework entry points (NOTE [One way to patch])."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import gradguard
-from gradguard.core._patching import SharedPatches, apply_patch, restore_patch
+from gradguard.core.patching import SharedPatches, apply_patch, restore_patch
 
 
 def _tagging(tag):

@@ -45,7 +45,7 @@ def _import_everything_before_inline_runs():
             y.sum().backward()
     except gradguard.InplaceModificationError:
         pass
-    from gradguard.report import _text  # noqa: F401
+    from gradguard.report import text as _text  # noqa: F401
 
 
 def test_plugin_module_loads_without_torch():
@@ -85,7 +85,7 @@ def test_option_guards_every_test_and_reports_the_finding(pytester):
     result = pytester.runpytest("--gradguard")
     result.assert_outcomes(failed=1, passed=1)
     result.stdout.fnmatch_lines(["gradguard: every test runs under gradguard.guard() (auto mode)"])
-    result.stdout.fnmatch_lines(["FAILED test_models.py::test_bug - gradguard._errors.InplaceModificationError:*"])
+    result.stdout.fnmatch_lines(["FAILED test_models.py::test_bug - gradguard.InplaceModificationError:*"])
     # The finding as the test's report section, shown with the failure ...
     result.stdout.fnmatch_lines([
         "*- Captured gradguard call -*",
@@ -255,7 +255,7 @@ def test_a_rerun_that_does_not_reproduce_keeps_the_sentinels_finding(pytester):
 
 def test_the_plugin_and_gradguard_fix_name_the_same_report_variable():
     # the plugin spells the name out (it loads without the library); gradguard fix sets it for verification runs
-    from gradguard.fix._for_pytest import FIX_PYTEST_REPORT_ENV
+    from gradguard.fix.for_pytest import FIX_PYTEST_REPORT_ENV
     from gradguard.integrations import pytest_plugin
 
     assert pytest_plugin._FIX_REPORT_ENV == FIX_PYTEST_REPORT_ENV == "GRADGUARD_FIX_PYTEST_REPORT"

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import gradguard
-from gradguard.core._engine import LedgerRecord, SavedRecord
+from gradguard.core.engine import LedgerRecord, SavedRecord
 
 BENCH = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "benchmarks", "bench_records.py")
 _spec = importlib.util.spec_from_file_location("_gradguard_bench_records", BENCH)

@@ -24,13 +24,13 @@ import pytest
     ("h *= 0.5", "h = h * 0.5"),
 ])
 def test_the_out_of_place_table_comes_from_the_tensor_type(code, expected):
-    from gradguard.core._fixes import out_of_place
+    from gradguard.core.fixes import out_of_place
 
     assert out_of_place(code) == expected
 
 
 def test_module_sites_follow_sequential_comprehension_and_factory(tmp_path):
-    from gradguard.core._module_sites import inplace_switches, instance_sites
+    from gradguard.core.module_sites import inplace_switches, instance_sites
 
     source = tmp_path / "model.py"
     source.write_text(textwrap.dedent("""
@@ -60,8 +60,8 @@ def test_module_sites_follow_sequential_comprehension_and_factory(tmp_path):
 
 def test_suggestion_text_and_edit_come_from_one_rewrite(tmp_path):
     """The hunk gradguard fix applies is the statement the suggestion shows."""
-    from gradguard.core._intents import FixIntent
-    from gradguard.core._fixes import out_of_place
+    from gradguard.core.intents import FixIntent
+    from gradguard.core.fixes import out_of_place
     from gradguard.fix import apply_intent
 
     code = "y = x.div_(n)  # normalise\n"
@@ -73,7 +73,7 @@ def test_suggestion_text_and_edit_come_from_one_rewrite(tmp_path):
 def test_candidates_come_from_the_write_and_the_save_whatever_the_rule(tmp_path):
     """No rule id is read: a finding with an unknown rule still gets the write out of place (or into a clone when
     the method has no out-of-place form), then a copy at the save point, in that order."""
-    from gradguard.fix._search import general_repairs
+    from gradguard.fix.search import general_repairs
 
     script = tmp_path / "s.py"
     script.write_text("import torch\nw = torch.ones(2, requires_grad=True)\ny = torch.sigmoid(w)\ny.normal_()\n"
@@ -96,7 +96,7 @@ def test_candidates_come_from_the_write_and_the_save_whatever_the_rule(tmp_path)
 
 
 def test_the_module_instance_that_wrote_is_resolved_from_its_path(tmp_path):
-    from gradguard.fix._search import general_repairs
+    from gradguard.fix.search import general_repairs
 
     script = tmp_path / "m.py"
     script.write_text(textwrap.dedent("""

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 import gradguard
-from gradguard.report._html import _write_detail, finding_html, graph_svg
+from gradguard.report.html import _write_detail, finding_html, graph_svg
 
 
 @pytest.fixture(scope="module")

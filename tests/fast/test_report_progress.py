@@ -10,7 +10,7 @@ import textwrap
 
 from test_report_terminal import REPO_ROOT, _ANSI, _run_in_pty
 
-from gradguard.report._progress import progress, progress_enabled
+from gradguard.report.progress import progress, progress_enabled
 
 _SCRIPT = textwrap.dedent("""
     import torch

@@ -12,9 +12,9 @@ import textwrap
 import pytest
 
 import gradguard
-from gradguard.core._diagnosis import RULES, diagnose
-from gradguard.core._findings import Finding, SaveSite, SourceLocation, TensorInfo, WriteRecord
-from gradguard.core._intents import ACTIONS
+from gradguard.core.diagnosis import RULES, diagnose
+from gradguard.core.findings import Finding, SaveSite, SourceLocation, TensorInfo, WriteRecord
+from gradguard.core.intents import ACTIONS
 
 _BACKTICK = re.compile(r"`([^`]+)`")
 _PLACEHOLDERS = ("?[]", "the tensor = the tensor", "line ?", "None.clone()", "`None`")
@@ -230,8 +230,8 @@ def test_inplace_module_names_the_line_where_inplace_true_was_written(tmp_path):
 
 def test_crossing_recompute_detaches_the_stepped_models_output(tmp_path):
     """FactorVAE (1Konny/FactorVAE#15): `D_z = D(z)` made before the VAE's step and read by D's loss after it."""
-    from gradguard.core._findings import SourceLocation
-    from gradguard.core._fixes import crossing_recompute
+    from gradguard.core.findings import SourceLocation
+    from gradguard.core.fixes import crossing_recompute
 
     path = tmp_path / "train.py"
     path.write_text("x_recon, mu, logvar, z = VAE_model(x)\n"    # 1: the call of the stepped model

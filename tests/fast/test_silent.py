@@ -9,7 +9,7 @@ import torch
 
 import gradguard
 from gradguard import SilentModificationError
-from gradguard.backends.torch._bisect import bisect
+from gradguard.backends.torch.bisect import bisect
 
 HERE = pathlib.Path(__file__)
 SOURCE = HERE.read_text().splitlines()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import textwrap
 
-from gradguard.core._source_ast import assignment_before, written_expression
+from gradguard.core.source_ast import assignment_before, written_expression
 
 
 def _file(tmp_path, body: str) -> str:
@@ -60,7 +60,7 @@ def test_written_expression(tmp_path):
 
 
 def test_call_name_names_the_op_that_takes_the_operand():
-    from gradguard.core._source_ast import call_name
+    from gradguard.core.source_ast import call_name
 
     assert call_name("z = ops.sin(net.w * x)", operand="net.w") == "multiply"
     assert call_name("z = ops.sin(net.w * x)") == "sin"
@@ -90,7 +90,7 @@ def test_written_expression_of_chains_inplace_keywords_and_indexed_modules(tmp_p
 def test_evaluate_reference_runs_no_user_code():
     import torch
 
-    from gradguard.core._source_ast import evaluate_reference
+    from gradguard.core.source_ast import evaluate_reference
 
     class Box:
         calls = 0
@@ -110,7 +110,7 @@ def test_evaluate_reference_runs_no_user_code():
 
 
 def test_out_of_place_never_assigns_to_a_call():
-    from gradguard.core._fixes import out_of_place
+    from gradguard.core.fixes import out_of_place
 
     assert out_of_place("channel.mul_(std).add_(mean)") == "channel = channel.mul(std).add(mean)"
     assert out_of_place("x = F.relu(x, inplace=True)") == "x = F.relu(x)"

@@ -364,7 +364,7 @@ def test_correct_program_no_findings_and_bit_identical_gradients(program):
 
 @pytest.mark.parametrize("program", [cnn, lstm, gan, checkpointed], ids=["cnn", "lstm", "gan", "checkpointed"])
 def test_bisect_mode_has_no_false_findings_either(program):
-    from gradguard.backends.torch._bisect import bisect
+    from gradguard.backends.torch.bisect import bisect
 
     torch.manual_seed(1234)
     plain = program()

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import textwrap
 
-from gradguard.report._json import read_findings
+from gradguard.report.json import read_findings
 
 
 def test_mindspore_hazard_script_gives_the_mindspore_finding(tmp_path):

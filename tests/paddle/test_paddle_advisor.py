@@ -9,7 +9,7 @@ import paddle.nn.functional as F
 import pytest
 
 import gradguard
-from gradguard.advisor._report import AdviceReport
+from gradguard.advisor.report import AdviceReport
 
 BATCH, D, HIDDEN = 256, 64, 512  # activations of [256, 512] float32 = 512 KiB: well above allocator noise
 

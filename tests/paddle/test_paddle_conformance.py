@@ -144,7 +144,7 @@ def test_engine_keeps_no_saved_tensor_alive_after_backward():
 
 
 def test_subscribers_see_the_typed_event_stream_in_order():
-    from gradguard.core import _events
+    from gradguard.core import events as _events
 
     x = _x()
     seen = []

@@ -17,7 +17,7 @@ import torch
 
 import gradguard
 from gradguard import SilentModificationError
-from gradguard.backends.torch import _fingerprint, _sampling
+from gradguard.backends.torch import fingerprint as _fingerprint, sampling as _sampling
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 SYNCS = {"aten::_local_scalar_dense", "aten::is_nonzero", "aten::equal", "aten::item"}
@@ -300,7 +300,7 @@ def test_silent_examples_caught_on_the_device_path(script):
 
 
 def test_callback_step_guard_samples_the_sentinel_and_checks_every_step_once_forensic():
-    from gradguard.integrations._callback_core import StepGuard
+    from gradguard.integrations.callback_core import StepGuard
 
     steps = StepGuard(sample_steps=4)
     w = torch.randn(8, 8, requires_grad=True)

@@ -13,13 +13,13 @@ import sys
 import numpy as np
 from PIL import Image
 
-from gradguard.core._findings import Finding, SaveSite, TensorInfo
-from gradguard.report._html import render_html
+from gradguard.core.findings import Finding, SaveSite, TensorInfo
+from gradguard.report.html import render_html
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DEMO = "examples/integrations/html_report_demo.py"
 
-# Box fills in the SVG (report/_html.py _STYLE): exact colours, so the screenshot can be measured.
+# Box fills in the SVG (report/html.py _STYLE): exact colours, so the screenshot can be measured.
 SAVER_FILL = (0xFF, 0xF3, 0xDC)
 STALE_FILL = (0xFD, 0xE7, 0xE7)
 WRITE_FILL = (0xFF, 0xF0, 0xF0)
@@ -119,7 +119,7 @@ def test_notebook_view_of_a_real_finding(tmp_path):
 
     import gradguard
     from gradguard.report import render_finding
-    from gradguard.report._html import notebook_html
+    from gradguard.report.html import notebook_html
 
     model = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Tanh(), torch.nn.Linear(3, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)

@@ -8,7 +8,7 @@ import torch
 
 import gradguard
 from gradguard import InplaceModificationError, SilentModificationError
-from gradguard.backends.torch._bisect import bisect
+from gradguard.backends.torch.bisect import bisect
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 import _cpp_extension  # noqa: E402

@@ -5,13 +5,13 @@
 """
 
 _EXPORTS = {
-    "advise": "._api",
-    "AdviceReport": "._report",
-    "Proposal": "._report",
-    "RejectedCandidate": "._report",
-    "UnsafeInplaceOp": "._report",
-    "format_bytes": "._report",
-    "RULES": "._analysis",
+    "advise": ".api",
+    "AdviceReport": ".report",
+    "Proposal": ".report",
+    "RejectedCandidate": ".report",
+    "UnsafeInplaceOp": ".report",
+    "format_bytes": ".report",
+    "RULES": ".analysis",
 }
 
 

@@ -29,10 +29,10 @@ class Backend(NamedTuple):
 
 
 KNOWN: dict[str, Backend] = {
-    "torch": Backend("torch", "gradguard.backends.torch._adapter",
+    "torch": Backend("torch", "gradguard.backends.torch.adapter",
                      frozenset({"guard", "check_op", "sample_steps", "coverage", "advise"})),
-    "paddle": Backend("paddle", "gradguard.backends.paddle._adapter", frozenset({"guard", "check_op", "advise"})),
-    "mindspore": Backend("mindspore", "gradguard.backends.mindspore._adapter", frozenset({"guard", "check_op"})),
+    "paddle": Backend("paddle", "gradguard.backends.paddle.adapter", frozenset({"guard", "check_op", "advise"})),
+    "mindspore": Backend("mindspore", "gradguard.backends.mindspore.adapter", frozenset({"guard", "check_op"})),
 }
 
 # framework module -> the command that installs it (named in "not installed" messages)

@@ -1,17 +1,21 @@
 """Op audits: ``check_op`` checks a custom op's gradients, regimes, mutations, aliasing and composition.
 
-One engine (``_audit``) for every framework; framework-specific code lives in one adapter per framework
-(``_torch_ops.TorchBackend``, ``gradguard.backends.paddle._check``, ``gradguard.backends.mindspore._check``; see
-NOTE [One audit engine] in ``_adapter_base``); everything else works on float64 numpy arrays.
+One engine (``audit``) for every framework; framework-specific code lives in one adapter per framework
+(``torch_ops.TorchBackend``, ``gradguard.backends.paddle.check``, ``gradguard.backends.mindspore.check``; see
+NOTE [One audit engine] in ``adapter_base``); everything else works on float64 numpy arrays.
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable
 
-from ._report import CheckResult, Failure, OpReport
+from .report import CheckResult, Failure, OpReport
 
 __all__ = ["check_op", "OpReport", "Failure", "CheckResult"]
+
+for _public in (OpReport, Failure, CheckResult):  # NOTE [Public names] (gradguard/__init__.py)
+    _public.__module__ = __name__
+del _public
 
 
 def check_op(fn: Callable, *inputs: Any, reference: Callable | None = None, **options: Any) -> OpReport:

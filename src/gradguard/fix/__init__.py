@@ -8,7 +8,7 @@ from __future__ import annotations
 __all__ = ["EditNotApplicable", "FixOutcome", "apply_intent", "apply_intents", "repair"]
 
 _EXPORTS = {"EditNotApplicable": "..core._edits", "apply_intent": "..core._edits", "apply_intents": "..core._edits",
-           "FixOutcome": "._verify", "repair": "._verify"}
+           "FixOutcome": ".verify", "repair": ".verify"}
 
 
 def __getattr__(name: str):

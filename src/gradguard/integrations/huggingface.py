@@ -16,7 +16,7 @@ import sys
 
 from transformers import Trainer, TrainerCallback
 
-from ._callback_core import StepGuard
+from .callback_core import StepGuard
 
 __all__ = ["GradguardCallback"]
 

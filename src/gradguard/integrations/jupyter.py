@@ -70,7 +70,7 @@ def _replace_text(value: Any, mapping: dict[str, str]) -> Any:
 
 def with_cell_names(finding, shell):
     """A copy of ``finding`` whose cell files read ``Cell In[n]`` (everywhere: locations, text, graph)."""
-    from ..core._findings import Finding, display_path
+    from ..core.findings import Finding, display_path
 
     data = finding.to_dict()
     files = {site.get("file") for site in [data["saved_at"], *data["modified_at"]] if site.get("file")}
@@ -90,7 +90,7 @@ def _user_frames(tb):
     import types
 
     from .._traceback import _is_plumbing
-    from ..core._frames import LIBRARY_PATHS
+    from ..core.frames import LIBRARY_PATHS
 
     entries = []
     while tb is not None:
@@ -113,8 +113,8 @@ def _show_gradguard_error(shell, etype, value, tb, tb_offset=None):
     try:
         from IPython.display import display
 
-        from ..report._html import notebook_html
-        from ..report._text import render_finding
+        from ..report.html import notebook_html
+        from ..report.text import render_finding
 
         shown = with_cell_names(finding, shell)
         display({"text/html": notebook_html(shown), "text/plain": render_finding(shown)}, raw=True)

@@ -15,7 +15,7 @@ try:
 except ImportError:  # the standalone package
     from pytorch_lightning.callbacks import Callback
 
-from ._callback_core import StepGuard
+from .callback_core import StepGuard
 
 __all__ = ["GradguardCallback"]
 

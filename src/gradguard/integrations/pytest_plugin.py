@@ -30,7 +30,7 @@ _all_key = pytest.StashKey[list]()  # config -> [(nodeid, finding), ...]
 _aside_key = pytest.StashKey[list]()  # config -> [(nodeid, reason), ...]: tests the guard stepped aside for
 _fix_key = pytest.StashKey[dict]()  # config -> {nodeid: the "gradguard fix" section's text}
 # Set when this pytest verifies an edit for `gradguard fix` (NOTE [Verifying an edit by re-running one test]):
-# the report path for its findings. The same name as gradguard.fix._for_pytest.FIX_PYTEST_REPORT_ENV, written
+# the report path for its findings. The same name as gradguard.fix.for_pytest.FIX_PYTEST_REPORT_ENV, written
 # out because this module loads without the library (a test holds the two equal).
 _FIX_REPORT_ENV = "GRADGUARD_FIX_PYTEST_REPORT"
 
@@ -66,7 +66,7 @@ def pytest_configure(config):
 
         install_overlay()
         try:
-            from gradguard.backends.torch._coverage import install_coverage_probe
+            from gradguard.backends.torch.coverage import install_coverage_probe
 
             install_coverage_probe()
         except ImportError:  # not a torch project: the coverage check needs torch's optimizers
@@ -76,7 +76,7 @@ def pytest_configure(config):
 def pytest_sessionfinish(session, exitstatus):
     report = os.environ.get(_FIX_REPORT_ENV)
     if report:
-        from gradguard.report._json import findings_to_json
+        from gradguard.report.json import findings_to_json
 
         with open(report, "w", encoding="utf-8") as handle:
             handle.write(findings_to_json([f for _, f in session.config.stash.get(_all_key, [])],
@@ -168,7 +168,7 @@ def _forensic_rerun(item, kwargs: dict, first_error):
     """The forensic guard's error for the same hazard, by running the test body again; None when the re-run does
     not reproduce it (the sentinel's finding then stands)."""
     from gradguard import GradientHazardError, guard
-    from gradguard.core._internal import log_fallback
+    from gradguard.core.internal import log_fallback
 
     block = guard(**{**kwargs, **_FORENSIC})
     try:
@@ -271,7 +271,7 @@ def _report_findings(item, findings: list) -> None:
     """The test's "gradguard" report section (and "gradguard fix" with --gradguard-fix)."""
     if not findings:
         return
-    from gradguard.report._text import render_finding
+    from gradguard.report.text import render_finding
 
     text = "\n\n".join(render_finding(f) for f in findings)
     item.add_report_section("call", "gradguard", text + "\n")
@@ -299,10 +299,10 @@ def _verified_fix(item) -> str:
     """The "gradguard fix" section: the verified diff, or why there is none (never raises: the test's own
     failure is what the user came for)."""
     from gradguard._rerun import DEFAULT_RERUN_TIMEOUT
-    from gradguard.core._internal import log_fallback
+    from gradguard.core.internal import log_fallback
 
     try:
-        from gradguard.fix._for_pytest import verified_fix_text
+        from gradguard.fix.for_pytest import verified_fix_text
 
         return verified_fix_text(item.nodeid, str(item.config.rootpath), DEFAULT_RERUN_TIMEOUT)
     except Exception as error:
@@ -326,7 +326,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if not found:
         return
     terminalreporter.section("gradguard", sep="=", red=True, bold=True)
-    from gradguard.report._text import printable  # quoted source must not drive the terminal
+    from gradguard.report.text import printable  # quoted source must not drive the terminal
 
     for nodeid, finding in found:
         terminalreporter.write_line(printable(f"{nodeid}: {finding.headline or finding.kind}"))

@@ -1,19 +1,19 @@
 """Renderers: one finding, many views (plain text, rich terminal, JSON, HTML)."""
 
-from ._json import FORMAT_VERSION, dumps, envelope, findings_to_json, read_findings
-from ._text import render_finding
+from .json import FORMAT_VERSION, dumps, envelope, findings_to_json, read_findings
+from .text import render_finding
 
 __all__ = ["render_finding", "findings_to_json", "read_findings", "envelope", "dumps", "FORMAT_VERSION"]
 
 
 def _notebook_html(finding) -> str:
-    from ._html import notebook_html  # the HTML renderer loads on first use
+    from .html import notebook_html  # the HTML renderer loads on first use
 
     return notebook_html(finding)
 
 
 def _register() -> None:
-    from ..core._views import register_views
+    from ..core.views import register_views
 
     register_views(text=render_finding, html=_notebook_html)
 

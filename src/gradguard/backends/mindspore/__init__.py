@@ -1,8 +1,8 @@
 """MindSpore backend: ``check_op`` for Cells with a custom ``bprop`` (PyNative and graph mode), and the guard
 (saved-tensor hooks in PyNative + MsDispatchMode write log)."""
 
-from ._check import check_op
-from ._eager import enrich_mindspore_error
-from ._session import GraphModeNotWatched, MindSporeGuardSession
+from .check import check_op
+from .eager import enrich_mindspore_error
+from .session import GraphModeNotWatched, MindSporeGuardSession
 
 __all__ = ["check_op", "MindSporeGuardSession", "enrich_mindspore_error", "GraphModeNotWatched"]

@@ -1,0 +1,474 @@
+"""``gradguard.advise(fn, *args)``: record one step, propose in-place rewrites, verify them by re-running.
+
+Runs, all on the same state (parameters, optimizer state, ``.grad`` and the RNG are restored after each):
+  0. warm-up (optional): lazily created state (optimizer moments) exists before the measured runs
+  1. record: the op trace, saved tensors, live-storage accounting, gradients (the baseline)
+  2. rewrite: every safe candidate applied at dispatch level; gradients compared bit for bit
+  3. one run per proposal: its own measured peak saving, compared with its claim
+  4. timing: baseline and rewritten steps alternated, medians
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+
+from .._errors import InvalidArgument
+from .report import AdviceReport, Proposal, RejectedCandidate, UnsafeInplaceOp
+
+# NOTE [advise without torch]: a Paddle-only Python has no torch; advise() then dispatches to the Paddle
+# advisor (gradguard.backends.paddle.advisor) and the torch machinery below is never used.
+try:
+    import torch
+
+    from .analysis import Candidate, analyse
+    from .trace import StepComplete, StepMode, inplace_overload
+except ModuleNotFoundError as _missing:
+    if _missing.name != "torch":
+        raise
+    torch = None
+
+_log = logging.getLogger("gradguard.advisor")
+
+__all__ = ["advise", "run_advisor", "FunctionStep"]
+
+MEMORY_METHOD = ("tracked live tensor storage bytes allocated by the step (op outputs via a TorchDispatchMode, "
+                 "frees via storage weakref finalizers)")
+
+
+@dataclass
+class RunOutcome:
+    mode: StepMode
+    grads: list
+    values: list
+    seconds: float
+    error: BaseException | None
+    cuda_peak: int | None = None  # torch.cuda.max_memory_allocated above the start, when CUDA is in use
+
+
+class FunctionStep:
+    """One call of ``fn(*args)`` is the step. State the step writes in place is restored afterwards."""
+
+    warmup = True
+    restores_state = True
+
+    def __init__(self, fn, args, kwargs):
+        self.fn = fn
+        self.args = args
+        self.kwargs = kwargs
+        self.rng = torch.get_rng_state()
+
+    def execute(self, mode: StepMode):
+        return self.fn(*self.args, **self.kwargs)
+
+    def cleanup(self, mode: StepMode) -> None:
+        for leaf, grad in zip(mode.leaves, mode.leaf_grads_before):
+            leaf.grad = grad
+        with torch.no_grad():
+            for storage, copy in mode.snapshots.values():
+                storage.copy_(copy)
+        mode.snapshots.clear()
+
+
+def _capture(mode: StepMode):
+    grads, values = [], []
+    with torch.no_grad():
+        for leaf in mode.leaves:
+            grads.append(None if leaf.grad is None else leaf.grad.detach().clone())
+            values.append(leaf.detach().clone())
+    return grads, values
+
+
+def _cuda_in_use() -> bool:
+    return torch.cuda.is_available() and torch.cuda.is_initialized()
+
+
+def _run(step, mode: StepMode) -> RunOutcome:
+    torch.set_rng_state(step.rng)
+    mode.snapshot_writes = step.restores_state
+    cuda = _cuda_in_use()
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        cuda_start = torch.cuda.memory_allocated()
+    import torch.optim.optimizer as opt_mod
+
+    def pre(*_):
+        mode.in_optimizer += 1
+
+    def post(*_):
+        mode.in_optimizer -= 1
+        mode.optimizer_steps += 1
+
+    handles = [opt_mod.register_optimizer_step_pre_hook(pre), opt_mod.register_optimizer_step_post_hook(post)]
+    error = None
+    result = None
+    start = time.perf_counter()
+    try:
+        with mode.hooks(), mode:
+            try:
+                result = step.execute(mode)
+            except StepComplete:
+                pass
+    except BaseException as exc:  # noqa: BLE001 - reported, then re-raised by the caller if it is the baseline
+        error = exc
+    if cuda:
+        torch.cuda.synchronize()
+    seconds = time.perf_counter() - start
+    cuda_peak = (torch.cuda.max_memory_allocated() - cuda_start) if cuda else None
+    for h in handles:
+        h.remove()
+    mode.finish()
+    grads, values = _capture(mode) if error is None else ([], [])
+    del result
+    step.cleanup(mode)
+    return RunOutcome(mode, grads, values, seconds, error, cuda_peak)
+
+
+def _identical(a: RunOutcome, b: RunOutcome) -> bool:
+    if a.error is not None or b.error is not None:
+        return False
+    if len(a.grads) != len(b.grads):
+        return False
+    for x, y in zip(a.grads + a.values, b.grads + b.values):
+        if (x is None) != (y is None):
+            return False
+        if x is not None and (x.dtype != y.dtype or x.shape != y.shape or not torch.equal(x, y)):
+            return False
+    return True
+
+
+_SPELLING = {
+    "add": ("{a}.add_({b})", "{a} += {b}"),
+    "sub": ("{a}.sub_({b})", "{a} -= {b}"),
+    "mul": ("{a}.mul_({b})", "{a} *= {b}"),
+    "div": ("{a}.div_({b})", "{a} /= {b}"),
+}
+_INPLACE_MODULES = {"ReLU", "ReLU6", "LeakyReLU", "ELU", "SELU", "CELU", "Hardtanh", "Hardswish", "Hardsigmoid",
+                    "SiLU", "Mish", "Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout", "Threshold"}
+
+
+def _suggestion(cand: Candidate) -> str:
+    op = cand.op
+    packet = op.name.split("::", 1)[-1].split(".", 1)[0]
+    if op.module in _INPLACE_MODULES:
+        return f"construct nn.{op.module}(..., inplace=True)"
+    if packet in _SPELLING:
+        a, b = ("x", "y") if cand.operand == 0 else ("y", "x")
+        first, second = _SPELLING[packet]
+        text = f"{first.format(a=a, b=b)} (or {second.format(a=a, b=b)})"
+        if cand.operand == 1:
+            text += ": overwrite the second operand, it is the dead one"
+        return text
+    if packet in ("relu", "elu", "leaky_relu", "hardtanh", "silu", "hardswish", "hardsigmoid", "threshold"):
+        return f"F.{packet}(x, inplace=True) or x.{packet}_()" if packet != "relu" else \
+            "F.relu(x, inplace=True) or x.relu_()"
+    return f"x.{packet}_(...) instead of x.{packet}(...) / torch.{packet}(x, ...)"
+
+
+def _proposal(cand: Candidate) -> Proposal:
+    target = inplace_overload(cand.op.func)
+    dtype = str(cand.op.out_dtypes[0]).replace("torch.", "")
+    return Proposal(
+        op=cand.op.name, inplace_op=target.name() if target is not None else "?",
+        location=cand.op.location, module=cand.op.module, operand="self" if cand.operand == 0 else "other",
+        shape=cand.op.out_shapes[0], dtype=dtype, tensor_bytes=cand.nbytes,
+        suggestion=_suggestion(cand), claimed_peak_saving=cand.claimed_peak_saving,
+        occurrence=(cand.op.key[-1] + 1) if cand.op.key else 1,
+    )
+
+
+def run_advisor(step, *, per_proposal: bool = True, repeats: int = 3, allocator_check: bool = True) -> AdviceReport:
+    """The advisor's runs on ``step``, with a progress display on stderr where it is a terminal."""
+    from ..report.progress import progress
+
+    with progress("gradguard advise:") as tracker:
+        return _advise_runs(step, tracker, per_proposal=per_proposal, repeats=repeats,
+                            allocator_check=allocator_check)
+
+
+def _plan_of(cands) -> dict:
+    return {c.op.key: c.operand for c in cands}
+
+
+class _Runs:
+    """The runs of one advice: the step, the progress display, the recorded baseline, and how many ran."""
+
+    def __init__(self, step, tracker):
+        self.step, self.tracker, self.count, self.base = step, tracker, 0, None
+
+    def checked(self, mode: StepMode) -> RunOutcome:
+        outcome = _run(self.step, mode)
+        self.count += 1
+        if outcome.error is not None:
+            raise outcome.error
+        return outcome
+
+    def rewrite(self, cands) -> RunOutcome:
+        self.count += 1
+        self.tracker.update(f"verification run {self.count} ({len(cands)} rewrite(s) applied)")
+        return _run(self.step, StepMode(record=False, plan=_plan_of(cands)))
+
+    def ok(self, outcome: RunOutcome, cands) -> bool:
+        return _identical(self.base, outcome) and len(outcome.mode.applied) == len(cands)
+
+
+def _advise_runs(step, tracker, *, per_proposal: bool, repeats: int, allocator_check: bool) -> AdviceReport:
+    report = AdviceReport(memory_method=MEMORY_METHOD)
+    runs = _Runs(step, tracker)
+    if step.warmup:
+        tracker.update("warm-up run")
+        runs.checked(StepMode(record=False))
+    tracker.update("recording the step")
+    base = runs.base = runs.checked(StepMode(record=True))
+    mode = base.mode
+    safe = _record_analysis(report, mode)
+    kept, failed, together = _verify_together(runs, safe)
+    claimed_total = mode.peak_bytes - _sim(mode, kept)
+    for c in safe:
+        _judge_proposal(runs, report, c, failed, per_proposal)
+    _report_totals(report, base, together, claimed_total)
+    if allocator_check and kept and not _cuda_in_use():
+        _allocator_cross_check(runs, report, kept)
+    if repeats > 0 and kept:
+        _time_runs(runs, report, kept, repeats)
+    report.runs = runs.count
+    return report
+
+
+def _record_analysis(report: AdviceReport, mode: StepMode) -> list:
+    """What the recorded step says (ops, peak, device, unsafe writes, rejected candidates): the safe candidates."""
+    report.ops_recorded = len(mode.ops)
+    report.baseline_peak = mode.peak_bytes
+    devices = {t.device.type for t in mode.leaves}
+    report.device = ",".join(sorted(devices)) or "cpu"
+    candidates, unsafe = analyse(mode)
+    report.unsafe_inplace = [UnsafeInplaceOp(u.kind, u.op, u.location, u.saved_by, u.saved_at, u.detail)
+                             for u in unsafe]
+    for c in candidates:
+        if not c.safe:
+            report.rejected.append(RejectedCandidate(
+                c.op.name, c.op.location, "self" if c.operand == 0 else "other", c.op.out_shapes[0],
+                [(r.code, r.detail) for r in c.reasons]))
+    if unsafe:
+        report.notes.append("the step has unsafe in-place writes; its gradients already differ from what plain "
+                            "PyTorch would compute (or raise), and proposals are checked against them as recorded")
+    return [c for c in candidates if c.safe]
+
+
+def _verify_together(runs: _Runs, safe: list):
+    """(kept, failed, together): verify all safe candidates together; on failure, find the culprits one by one."""
+    kept = list(safe)
+    failed: dict[int, str] = {}
+    if not kept:
+        return kept, failed, None
+    together = runs.rewrite(kept)
+    if runs.ok(together, kept):
+        return kept, failed, together
+    for c in list(kept):
+        alone = runs.rewrite([c])
+        if not runs.ok(alone, [c]):
+            failed[id(c)] = ("raised " + type(alone.error).__name__ if alone.error is not None
+                             else "gradients or parameters differ" if len(alone.mode.applied) == 1
+                             else "the op was not found again in the rewrite run")
+            kept.remove(c)
+    together = runs.rewrite(kept) if kept else None
+    if together is not None and not runs.ok(together, kept):
+        for c in kept:
+            failed[id(c)] = "failed when applied together with the others"
+        kept = []
+        together = None
+    return kept, failed, together
+
+
+def _judge_proposal(runs: _Runs, report: AdviceReport, c, failed: dict, per_proposal: bool) -> None:
+    """File one safe candidate's proposal as verified, safe without a peak gain, or unverified."""
+    p = _proposal(c)
+    if id(c) in failed:
+        p.note = failed[id(c)]
+        p.gradients_identical = False
+        report.unverified.append(p)
+        return
+    p.gradients_identical = True
+    if c.claimed_peak_saving <= 0:
+        p.verified = True
+        p.measured_peak_saving = 0 if not per_proposal else None
+        report.safe_without_peak_gain.append(p)
+        return
+    if per_proposal:
+        alone = runs.rewrite([c])
+        measured = runs.base.mode.peak_bytes - alone.mode.peak_bytes
+        p.measured_peak_saving = measured
+        p.gradients_identical = runs.ok(alone, [c])
+        p.verified = p.gradients_identical and measured == c.claimed_peak_saving
+        if not p.verified:
+            p.note = (f"measured {measured} B vs claimed {c.claimed_peak_saving} B"
+                      if p.gradients_identical else "gradients differ when applied alone")
+    else:
+        p.verified = True
+    (report.proposals if p.verified else report.unverified).append(p)
+
+
+def _report_totals(report: AdviceReport, base: RunOutcome, together: RunOutcome | None, claimed_total: int) -> None:
+    if base.cuda_peak is not None:
+        report.notes.append(f"CUDA allocator (torch.cuda.max_memory_allocated above the step's start): baseline "
+                            f"{base.cuda_peak} B" + (f", all proposals applied {together.cuda_peak} B"
+                                                      if together is not None and together.cuda_peak is not None
+                                                      else ""))
+        report.cuda_peaks = (base.cuda_peak, together.cuda_peak if together is not None else None)
+    if together is not None:
+        report.rewritten_peak = together.mode.peak_bytes
+        report.measured_total_saving = base.mode.peak_bytes - together.mode.peak_bytes
+        report.gradients_identical = _identical(base, together)
+        report.claimed_total_saving = claimed_total
+        if report.measured_total_saving != claimed_total:
+            report.notes.append(f"combined: measured {report.measured_total_saving} B vs claimed {claimed_total} B")
+
+
+def _allocator_cross_check(runs: _Runs, report: AdviceReport, kept: list) -> None:
+    runs.tracker.update("allocator cross-check (2 runs under torch.profiler)")
+    base_alloc = _allocator_peak(runs.step, StepMode(record=False, plan={("no such op",): 0}))
+    new_alloc = _allocator_peak(runs.step, StepMode(record=False, plan=_plan_of(kept)))
+    runs.count += 2
+    if base_alloc is not None and new_alloc is not None:
+        report.allocator_peaks = (base_alloc, new_alloc)
+    else:
+        report.notes.append("the CPU allocator cross-check did not run (torch.profiler failed or the step "
+                            "raised under it; the 'gradguard.advisor' log says why)")
+
+
+def _time_runs(runs: _Runs, report: AdviceReport, kept: list, repeats: int) -> None:
+    plain_t, fast_t = [], []
+    for repeat in range(repeats):
+        runs.tracker.update(f"timing {repeat + 1}/{repeats}")
+        # The same mode work as the rewritten run (user-line lookup per op), with nothing to rewrite.
+        plain_t.append(_run(runs.step, StepMode(record=False, plan={("no such op",): 0})).seconds)
+        fast_t.append(_run(runs.step, StepMode(record=False, plan=_plan_of(kept))).seconds)
+        runs.count += 2
+    report.baseline_seconds = statistics.median(plain_t)
+    report.rewritten_seconds = statistics.median(fast_t)
+    report.timing_runs = (plain_t, fast_t)
+
+
+@contextlib.contextmanager
+def _quiet_stderr():
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError, AttributeError):
+        yield
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
+def _allocator_peak(step, mode: StepMode) -> int | None:
+    """Cross-check on CPU: the peak of the c10 CPU allocator's own reports (torch.profiler memory events),
+    which also see kernel scratch buffers that never surface as op outputs."""
+    try:
+        from torch.profiler import ProfilerActivity, profile
+
+        prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+        with _quiet_stderr():  # kineto prints "profiler_start/stop" lines to fd 2
+            prof.__enter__()
+        try:
+            outcome = _run(step, mode)
+        finally:
+            with _quiet_stderr():
+                prof.__exit__(None, None, None)
+        if outcome.error is not None:
+            return None
+        events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()
+                        if e.name() == "[memory]" and e.device_type() == torch._C._autograd.DeviceType.CPU)
+    except Exception as error:  # profiler unavailable or its private result API changed: no cross-check
+        _log.warning("gradguard advise: CPU allocator cross-check skipped: torch.profiler failed (%s: %s)",
+                     type(error).__name__, error)
+        return None
+    live = peak = 0
+    for _, nbytes in events:
+        live += nbytes
+        peak = max(peak, live)
+    return peak
+
+
+def _sim(mode: StepMode, cands) -> int:
+    from .analysis import simulate_peak
+
+    return simulate_peak(mode.events, [(c.sid, c.out_sid) for c in cands])
+
+
+def advise(fn, *args, kwargs: dict | None = None, per_proposal: bool = True, repeats: int = 3,
+           warmup: bool = True, allocator_check: bool | None = None, backend: str = "auto") -> AdviceReport:
+    """Record one training step ``fn(*args)`` and advise which out-of-place ops can safely become in-place.
+
+    ``fn`` runs several times (record, rewrite, verification, timing); every in-place write it makes to
+    memory that existed before the call (parameters, optimizer state, ``.grad``) is undone after each run,
+    and the torch RNG is reset to the same state before each run. Proposals are reported only when the
+    rewritten step gives bit-identical gradients and parameters and its peak drops by the claimed bytes.
+
+    ``backend``: "auto" (the framework of the arguments, else the one imported), "torch" or "paddle". On Paddle
+    (see docs/advisor.md) ``allocator_check`` and ``per_proposal=False`` are not supported (InvalidArgument).
+    """
+    if not callable(fn):
+        raise InvalidArgument(f"advise(fn, ...): 'fn' must be callable (one training step), got {type(fn).__name__}")
+    if kwargs is not None and not isinstance(kwargs, dict):
+        raise InvalidArgument(f"advise(...): 'kwargs' must be a dict of keyword arguments for fn, "
+                              f"got {type(kwargs).__name__}")
+    if not isinstance(repeats, int) or isinstance(repeats, bool) or repeats < 0:
+        raise InvalidArgument(f"advise(...): 'repeats' must be an int >= 0, got {repeats!r}")
+    if not isinstance(per_proposal, bool):
+        raise InvalidArgument(f"advise(...): 'per_proposal' must be a bool, got {per_proposal!r}")
+    if not isinstance(warmup, bool):
+        raise InvalidArgument(f"advise(...): 'warmup' must be a bool, got {warmup!r}")
+    if allocator_check is not None and not isinstance(allocator_check, bool):
+        raise InvalidArgument(f"advise(...): 'allocator_check' must be a bool, got {allocator_check!r}")
+    framework = _framework(fn, args, kwargs or {}, backend)
+    if hasattr(framework, "advise"):  # a framework with its own advisor (Paddle); torch's is this module's
+        return framework.advise(fn, args, kwargs, per_proposal=per_proposal, repeats=repeats, warmup=warmup,
+                                allocator_check=allocator_check)
+    if allocator_check is None:
+        allocator_check = True
+    step = FunctionStep(fn, args, kwargs or {})
+    step.warmup = warmup
+    return run_advisor(step, per_proposal=per_proposal, repeats=repeats, allocator_check=allocator_check)
+
+
+def _framework(fn, args, kwargs, backend):
+    """The framework of this step (``backend="auto"``: the framework of its arguments, else the one imported)."""
+    from ..backends import choose
+
+    objects = [*args, *kwargs.values(), *_closure_values(fn)]
+    # a user's model (class MLP(paddle.nn.Layer)) tells the framework through its base classes
+    found = next((f for f in map(_framework_of, objects) if f is not None), None) if backend == "auto" else None
+    return choose(found or backend, objects, fallback=None, needs="advise")
+
+
+def _framework_of(obj) -> str | None:
+    from ..backends import KNOWN
+
+    for cls in type(obj).__mro__:
+        root = (cls.__module__ or "").split(".")[0]
+        if root in KNOWN:
+            return root
+    return None
+
+
+def _closure_values(fn) -> list:
+    values = []
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            values.append(cell.cell_contents)
+        except ValueError:
+            pass
+    return values

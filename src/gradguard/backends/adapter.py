@@ -1,0 +1,309 @@
+"""The backend adapter: everything framework-specific the core and the public API need, behind one interface.
+
+# NOTE [One folder per framework]
+# A backend lives in ``gradguard/backends/<name>/`` and exposes ``ADAPTER`` (a :class:`BackendAdapter`)
+# from its ``adapter`` module. The registry (``gradguard.backends``) imports that module only when the
+# backend is asked for, so importing gradguard never imports a deep-learning framework. The core
+# (``gradguard.core``) works on numpy arrays, findings and source locations only.
+#
+# Adding a framework takes more than the adapter. As the Paddle and MindSpore backends do it today:
+#   * ``adapter.py`` (``ADAPTER``) and its lines in ``backends.KNOWN`` and ``backends.INSTALL``;
+#   * ``session.py``: the guard probe (a :class:`ProbeBase`), returned by ``ADAPTER.new_guard_session``;
+#   * ``eager.py``: the explanation of the framework's own in-place errors (``ADAPTER.enrich_error``);
+#   * ``naming.py``: tensor names (parameter and variable names, from memory ranges);
+#   * ``check.py``: ``check_op``'s adapter (a ``checks._adapter_base.AdapterBase``), exported as the
+#     package's ``check_op``;
+#   * the framework's name in the dispatchers that list frameworks by name: ``checks.check_op``
+#     (``checks/__init__.py``) and, for the advisor, ``advisor/api.py``.
+# Torch does not go through its adapter: ``_guard.py`` and ``checks/__init__.py`` call the torch modules
+# directly, and ``_errors.py`` and ``checks/audit.py`` test ``backend == "torch"`` themselves.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable, ContextManager, Protocol, Sequence, runtime_checkable
+from ..core.internal import log_fallback
+from ..core.patching import Patch, apply_patch, restore_patch
+
+__all__ = ["BackendAdapter", "GuardSession", "ProbeBase", "name_by_memory"]
+
+
+@runtime_checkable
+class GuardSession(Protocol):
+    """What ``gradguard.guard()`` drives: installed between ``enter()`` and ``exit()``."""
+
+    backend: str
+    findings: list
+
+    def enter(self) -> None: ...
+
+    def exit(self) -> None: ...
+
+
+@runtime_checkable
+class BackendAdapter(Protocol):
+    """Framework-specific operations. Implementations: ``backends/{torch,paddle,mindspore}/adapter.py``.
+
+    Tensors are the framework's own; arrays are numpy. ``mode()`` says which execution mode results hold for
+    (``"eager"`` for torch/paddle dygraph, ``"pynative"`` / ``"graph"`` for MindSpore).
+    """
+
+    name: str  # "torch" | "paddle" | "mindspore"
+    module_name: str  # the framework's top-level module: "torch" | "paddle" | "mindspore"
+
+    # -- identity -----------------------------------------------------------------------------
+    def is_tensor(self, obj: Any) -> bool: ...
+
+    def mode(self) -> str: ...
+
+    def library_dirs(self) -> list[str]: ...
+
+    # -- saved-tensor checks ------------------------------------------------------------------
+    def version(self, t: Any) -> int | None: ...
+
+    def fingerprint(self, t: Any) -> int | None: ...
+
+    def saved_tensors_hooks(self, pack: Callable, unpack: Callable) -> ContextManager: ...
+
+    def memory_range(self, t: Any) -> tuple[int, int, int] | None: ...  # (storage key, start, end) bytes
+
+    # -- naming -------------------------------------------------------------------------------
+    def name_tensor(self, t: Any) -> tuple[str | None, str | None]: ...  # (qualified name, role)
+
+    def describe(self, t: Any, name: str | None = None): ...  # -> core TensorInfo
+
+    # -- numerics -----------------------------------------------------------------------------
+    def to_numpy(self, t: Any): ...
+
+    def from_numpy(self, a, *, requires_grad: bool = True) -> Any: ...
+
+    def no_grad(self) -> ContextManager: ...
+
+    def vjp(self, fn: Callable, inputs: Sequence[Any], cotangents: Sequence[Any]) -> list: ...
+
+    # -- guard --------------------------------------------------------------------------------
+    def new_guard_session(self, *, fingerprint: str, track_writes: bool, bisect: bool = False) -> GuardSession: ...
+
+    def enrich_error(self, error: BaseException, session: GuardSession | None = None): ...
+
+
+class AdapterBase:
+    """Defaults shared by the adapters; a backend overrides what its framework supports."""
+
+    name = "?"
+    module_name = "?"
+
+    def mode(self) -> str:
+        return "eager"
+
+    def library_dirs(self) -> list[str]:
+        import importlib
+
+        module = importlib.import_module(self.module_name)
+        return list(getattr(module, "__path__", []))
+
+    def no_grad(self) -> ContextManager:
+        return contextlib.nullcontext()
+
+    def describe(self, t: Any, name: str | None = None):
+        from ..core.findings import TensorInfo
+
+        qualified, role = self.name_tensor(t)
+        return TensorInfo(shape=tuple(int(s) for s in t.shape), dtype=self.dtype_name(t), name=qualified or name,
+                          role=role or "tensor")
+
+    def dtype_name(self, t: Any) -> str:
+        return str(t.dtype).split(".")[-1]
+
+    def fingerprint(self, t: Any) -> int | None:
+        """The core "full" fingerprint of the tensor's values (the one every guard uses)."""
+        import numpy as np
+
+        from ..core.engine import fingerprint_bytes
+
+        try:
+            a = np.ascontiguousarray(self.to_numpy(t))
+        except Exception as error:
+            log_fallback("backends", "fingerprint of a tensor through to_numpy", error)
+            return None
+        return fingerprint_bytes(a, "full")
+
+    def name_tensor(self, t: Any) -> tuple[str | None, str | None]:
+        return None, None
+
+    def enrich_error(self, error: BaseException, session=None):
+        return None
+
+
+class ProbeBase:
+    """What every guard probe shares (the engine's questions that read one attribute, the patch bookkeeping).
+
+    A probe (``backends/<framework>/session.py``) turns its framework's hooks into
+    :mod:`gradguard.core.events` for :class:`gradguard.core.engine.GuardEngine` and answers the engine's
+    :class:`~gradguard.core.engine.Probe` questions; subclasses set ``tensor_type``, ``version_attribute``
+    and implement ``memory_range``, ``to_numpy``, ``name_tensor``, ``name_by_variable``, ``dtype_name``,
+    ``device_name``, ``context``, ``saver_name`` and ``phrase``
+    (torch's probe answers ``version``, ``span`` and ``saver`` itself).
+    """
+
+    tensor_type: type = object
+    version_attribute = "_version"
+    engine: Any
+
+    def __init__(self, *, fingerprint: str = "full", track_writes: bool = True, bisect: bool = False) -> None:
+        import threading
+
+        from .._errors import error_for
+        from .._rerun import in_diagnosing_rerun
+        from ..core.engine import GuardEngine
+
+        self.engine = GuardEngine(self, error_for=error_for, fingerprint=fingerprint, track_writes=track_writes,
+                                  bisect=bisect, keep_extras=in_diagnosing_rerun)
+        self.fingerprint_mode = self.engine.fingerprint_mode
+        self.track_writes = self.engine.track_writes
+        self._local = threading.local()  # per-thread "inside one of our wrappers" flags
+        self._hooks = None  # the framework's saved-tensor hooks context while entered
+        self._patches: list[Patch] = []
+
+    @property
+    def ledger(self):
+        return self.engine.ledger
+
+    @property
+    def findings(self) -> list:
+        return self.engine.findings
+
+    def _unpack(self, record):
+        from ..core.events import TensorUnpacked
+
+        return self.engine.emit(TensorUnpacked(record))
+
+    # -- the engine's questions that are the same everywhere --------------------------------------
+    def version(self, t) -> int | None:
+        try:
+            return int(getattr(t, self.version_attribute))
+        except Exception as error:
+            log_fallback("backends", "reading the version counter", error)
+            return None
+
+    def span(self, t):
+        return self.memory_range(t) if isinstance(t, self.tensor_type) else None
+
+    def host_bytes(self, t):
+        import numpy as np
+
+        try:
+            return np.ascontiguousarray(self.to_numpy(t))
+        except Exception as error:
+            log_fallback("backends", "copying a tensor to numpy", error)
+            return None
+
+    def restore_after_error(self) -> None:
+        return None
+
+    unnamed_role = "tensor"  # the role of a tensor no layer owns, before the engine reads its producer
+
+    def describe(self, t):
+        """Shape, dtype, device, and the name the user knows it by: a layer's parameter or buffer, else the user
+        variable holding it (``name_tensor`` / ``name_by_variable`` of the framework's ``naming``)."""
+        from ..core.findings import TensorInfo
+
+        name, role = self.name_tensor(t)
+        if name is None:
+            name = self.name_by_variable(t)
+        return TensorInfo(shape=tuple(int(s) for s in t.shape), dtype=self.dtype_name(t), device=self.device_name(t),
+                          name=name, role=role or self.unnamed_role)
+
+    def saver(self, record, tensor) -> tuple[str | None, str | None]:
+        """(the op that saved it, its argument): frameworks without named node arguments name the op only."""
+        return self.saver_name(record, tensor), None
+
+    def _logged_write(self, target, run, *, op: str, category: str, via: str | None = None, skip: int = 3):
+        """Run one watched write entry point (``run()``) on ``target``; when it targets saved memory, measure the
+        version around it and emit a TensorWritten naming the user's line (``skip`` frames up from here)."""
+        local = self._local
+        if getattr(local, "busy", False) or not self.engine.watches(target):
+            return run()
+        from ..core.events import TensorWritten
+        from ..core.frames import caller_context
+
+        span = self.span(target)  # before the write: some writes move the data pointer
+        local.busy = True  # writes our wrappers make inside this one are part of it
+        try:
+            before = self.version(target)
+            out = run()
+            after = self.version(target)
+        finally:
+            local.busy = False
+        context = caller_context(skip=skip)
+        self.engine.emit(TensorWritten(target, op, category, context.location, context.library_frame, before, after,
+                                       via=via, span=span))
+        return out
+
+    # -- patches that live exactly as long as the guard --------------------------------------------
+    def _patch(self, owner, name: str, wrapper) -> None:
+        # NOTE [One way to patch] in core/patching.py: inherited attributes, patches stacked on ours
+        patch = apply_patch(owner, name, lambda _original: wrapper)
+        if patch is not None:
+            self._patches.append(patch)
+
+    def _unpatch_all(self) -> None:
+        self._unpatch(self._patches)
+        self._patches = []
+
+    @staticmethod
+    def _unpatch(patches: list) -> None:
+        for patch in reversed(patches):
+            restore_patch(patch)
+
+
+def name_by_variable_memory(t, tensor_type: type, memory_range: Callable) -> str | None:
+    """The user variable (innermost user frame first, locals then globals) holding a ``tensor_type`` with exactly
+    ``t``'s memory (``memory_range``) and shape: ``y`` for a Paddle or MindSpore activation that no layer owns, as
+    the torch backend names ``out``. Error paths only: reads every user frame's variables."""
+    import sys
+
+    from ..core.frames import user_frames
+
+    target = memory_range(t)
+    if target is None:
+        return None
+    shape = tuple(int(s) for s in t.shape)
+    for frame in user_frames(sys._getframe(1)):
+        for scope in (frame.f_locals, frame.f_globals):
+            for var, value in list(scope.items()):
+                if var.startswith("_") or not isinstance(value, tensor_type):
+                    continue
+                try:
+                    if memory_range(value) == target and tuple(int(s) for s in value.shape) == shape:
+                        return var
+                except Exception as error:  # a tensor without memory (lazy, freed): not this one
+                    log_fallback("backends", "comparing a variable's memory", error)
+    return None
+
+
+def name_by_memory(layer_type: type, children: Callable, named_tensors: Callable, same_memory: Callable):
+    """(``"net.fc.weight"``, ``"parameter"`` | ``"buffer"``) of the layer tensor for which ``same_memory(value)``
+    holds, or (None, None). Error paths only: scans the heap for ``layer_type`` objects (``paddle.nn.Layer``,
+    ``mindspore.nn.Cell``) and names the outermost layer by its variable in the user's frames.
+    ``named_tensors(layer)`` yields (role, qualified name, tensor)."""
+    import gc
+
+    from ..core.frames import user_variable_names
+
+    # ``type(m)`` and issubclass, not isinstance: isinstance triggers ``__class__`` properties of lazy proxies
+    layers = [m for m in gc.get_objects() if issubclass(type(m), layer_type)]
+    inner = {id(c) for m in layers for c in children(m)}
+    roots = [m for m in layers if id(m) not in inner] + [m for m in layers if id(m) in inner]
+    variables = user_variable_names({id(m) for m in layers})
+    for layer in roots:
+        prefix = variables.get(id(layer), type(layer).__name__)
+        for role, name, value in named_tensors(layer):
+            try:
+                if value is not None and same_memory(value):
+                    return f"{prefix}.{name}", role
+            except Exception as error:  # a tensor without memory (lazy, meta): not this one
+                log_fallback("backends", "comparing a module tensor's memory", error)
+                continue
+    return None, None

@@ -1,0 +1,363 @@
+"""``check_op`` for MindSpore: the one audit engine (``checks._audit``) with MindSpore's answers to its questions.
+
+# NOTE [MindSpore in the audit engine]
+# Cells with a custom ``bprop``, plain Cells and functions of tensors get the same checks as torch ops
+# (float64 finite differences with random non-unit cotangents, the reference, cotangent linearity,
+# precision, regimes, mutation, composition), run in PyNative mode, plus the MindSpore-only checks of
+# ``check_bprop`` (the bprop contract, weight gradients through a bprop, GRAPH_MODE). How the engine's
+# questions are answered:
+#   * autograd: ``linearize`` runs ``ms.vjp`` on a closure of the differentiated inputs (the other
+#     arguments are closed over) and keeps the pullback in ``Linearization.state``. MindSpore tensors
+#     have no torch-style ``requires_grad``: every floating-point input is differentiated unless
+#     ``wrt=`` says otherwise (or some inputs are marked: ``Tensor.requires_grad_()``, Parameters).
+#     A second call of the same pullback makes MindSpore recompute the forward (it warns; we silence
+#     that warning), so ``mutation.backward_not_repeatable`` sees a backward that changes state kept
+#     across calls, not one that changes what a single forward saved.
+#   * versions: ``Tensor._version`` is MindSpore's own version counter (``copy_`` bumps it and autograd
+#     checks it); ``ops.assign`` and ``__setitem__`` write without bumping it, which is exactly what
+#     ``mutation.silent_input_write`` and the composition audit look for.
+#   * composition: there is no ``Tensor.backward``; the producer and the op are two ``ms.vjp`` calls
+#     chained by hand (``call_producer`` / ``run_graph`` / ``grad_of``), the op fed the producer's own
+#     output tensor, so a write into it corrupts what the producer saved, as it would in a model.
+#   * layout: MindSpore 2.x tensors are strided; a slice of a wider buffer reaches the op non-contiguous,
+#     which is the ``noncontiguous`` regime. There is no channels_last memory format.
+# What MindSpore cannot answer honestly is skipped with the reason (``unsupported``).
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import mindspore as ms
+from mindspore import nn, ops
+
+from ..._errors import InvalidArgument
+from ...checks.adapter_base import AdapterBase, Linearization
+from ...checks.op_raised import OpRaised
+from ...core.internal import log_fallback
+
+__all__ = ["check_op", "MindSporeCheckAdapter", "MODES"]
+
+MODES = ("pynative", "graph")
+
+
+def _tensor_from(arr: np.ndarray, dtype_name: str) -> ms.Tensor:
+    """A MindSpore tensor of a private numpy array, cast to ``dtype_name`` (``ms.Tensor(numpy)`` may share memory:
+    the caller's array is already a copy)."""
+    dtype = getattr(ms, dtype_name if dtype_name != "bool" else "bool_")
+    return ms.Tensor(arr, ms.float64 if arr.dtype == np.float64 else None).astype(dtype)
+
+
+class MindSporeCheckAdapter(AdapterBase):
+    """The MindSpore (PyNative) side of ``check_op``; ``modes`` says whether ``mode.graph`` runs."""
+
+    name = "mindspore"
+    no_grad_hint = "ops.stop_gradient"
+    unsupported = {
+        "channels_last": "not run on MindSpore: MindSpore tensors carry no channels_last memory format",
+        "aliasing": "not checked on MindSpore: a MindSpore tensor does not say whether autograd tracks it as a "
+                    "view of an input (reshape and slicing share memory), so an alias cannot be told from a view",
+    }
+
+    def __init__(self, modes: Sequence[str] = MODES):
+        self.modes = tuple(modes)
+        self._chain: dict[str, Any] = {}  # composition: the producer's vjp, then the op's (NOTE above)
+
+    @property
+    def label(self) -> str:
+        return f"mindspore {ms.__version__} ({ms.get_context('device_target')})"
+
+    @property
+    def framework_checks(self) -> tuple:
+        from .check_bprop import FRAMEWORK_CHECKS
+
+        return FRAMEWORK_CHECKS
+
+    # ---- describing tensors -------------------------------------------------------------------------
+    def is_tensor(self, x: Any) -> bool:
+        return isinstance(x, ms.Tensor)
+
+    def dtype_name(self, t) -> str:
+        return str(t.dtype).lower()
+
+    def requires_grad(self, t) -> bool:
+        """Only inputs marked with ``Tensor.requires_grad_()`` (MindSpore has no torch-style flag by default)."""
+        return bool(getattr(t, "_requires_grad", False))
+
+    # ---- numpy conversion ---------------------------------------------------------------------------
+    def to_numpy(self, t) -> np.ndarray:
+        """float64 (int64 for integer tensors) numpy copy (``asnumpy`` shares the tensor's memory)."""
+        kind = self.kind(t)
+        if kind == "float":
+            return np.array(t.astype(ms.float64).asnumpy(), dtype=np.float64, copy=True)
+        if kind == "complex":
+            return np.array(t.asnumpy(), copy=True)
+        return np.array(t.astype(ms.int64).asnumpy(), dtype=np.int64, copy=True)
+
+    tensor_from = staticmethod(_tensor_from)
+
+    def to_float64(self, t):
+        return t.astype(ms.float64)
+
+    def clone(self, t):
+        """A private copy; a non-contiguous tensor stays non-contiguous (the ``noncontiguous`` regime)."""
+        if self.numel(t) > 1 and not t.is_contiguous():
+            return self.noncontiguous_copy(t)
+        return t.copy()
+
+    # ---- layout regimes -----------------------------------------------------------------------------
+    def noncontiguous_copy(self, t):
+        """Same values, every dimension strided: the even slots of a buffer twice as wide. The odd slots hold
+        NaN (0 for integers), so a kernel that ignores the strides reads them and its result shows it."""
+        values = self.to_numpy(t)
+        filler = np.full_like(values, np.nan if self.kind(t) == "float" else 0)
+        wide = self.from_numpy(np.stack([values, filler], axis=-1), t)
+        return wide[..., 0]
+
+    def is_contiguous(self, t) -> bool:
+        return bool(t.is_contiguous())
+
+    # ---- running the op -----------------------------------------------------------------------------
+    def prepare(self, args: Sequence[Any], wrt: Sequence[int]) -> tuple[list[Any], list[Any]]:
+        """Fresh copies of ``args`` (the user's tensors are never fed to the op) and the leaves among them."""
+        fed = [self.clone(a) if self.is_tensor(a) else a for a in args]
+        return fed, [fed[i] for i in wrt]
+
+    def _differentiable(self, pairs) -> list[tuple[str, Any]]:
+        return [(n, o) for n, o in pairs if self.kind(o) in ("float", "complex")]
+
+    def linearize(self, fn: Callable, args: Sequence[Any], kwargs: dict, wrt: Sequence[int],
+                  prepared: tuple | None = None) -> Linearization:
+        """``ms.vjp`` of ``fn`` in its ``wrt`` inputs (fresh copies; the other inputs closed over)."""
+        fed, leaves = prepared if prepared is not None else self.prepare(args, wrt)
+        seen: dict[str, Any] = {}
+
+        def closure(*xs):
+            call = list(fed)
+            for i, x in zip(wrt, xs):
+                call[i] = x
+            result = fn(*call, **kwargs)
+            pairs = self.outputs(result)
+            diff = self._differentiable(pairs)
+            if "all" not in seen:  # a second pullback re-runs the forward (NOTE above): keep the first
+                seen["all"], seen["diff"] = pairs, diff
+            if not diff:  # nothing to differentiate: the engine says so (InvalidArgument), not vjp
+                return ms.Tensor(0.0, ms.float64)
+            return tuple(o for _, o in diff)
+
+        try:
+            _, pullback = ms.vjp(closure, *leaves)
+        except Exception as exc:
+            raise OpRaised("forward", exc, self._float_dtypes(fed)) from exc
+        diff = seen["diff"]
+        return self.linearization(fed, leaves, seen["all"], lambda o: True, state=(pullback, [n for n, _ in diff]))
+
+    def vjp_tensors(self, lin: Linearization, cots: list) -> list:
+        """The pullback for cotangents of ``lin.out_tensors`` (zeros for outputs the engine dropped)."""
+        pullback, names = lin.state
+        by_name = {n: c for n, c in zip(lin.out_names, cots)}
+        full = []
+        for n in names:
+            if n in by_name:
+                full.append(by_name[n])
+            else:
+                o = lin.all_outputs[[m for m, _ in lin.all_outputs].index(n)][1]
+                full.append(ops.zeros_like(o))
+        try:
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message="vjp_fn has been called multiple times")
+                grads = pullback(tuple(full))
+        except Exception as exc:
+            raise OpRaised("backward", exc, lin.out_dtypes[0] if lin.out_dtypes else None) from exc
+        grads = list(grads) if isinstance(grads, (tuple, list)) else [grads]
+        return [ops.zeros_like(leaf) if g is None else g for leaf, g in zip(lin.leaves, grads)]
+
+    def forward64(self, fn: Callable, args: Sequence[Any], kwargs: dict, out_names: Sequence[str]) -> list[np.ndarray]:
+        """Outputs named ``out_names`` of ``fn(*args)`` outside autograd, as float64 numpy."""
+        fed = [self.clone(a) if self.is_tensor(a) else a for a in args]
+        try:
+            outs = dict(self.outputs(fn(*fed, **kwargs)))
+        except Exception as exc:
+            raise OpRaised("forward outside ms.vjp", exc, self._float_dtypes(fed), autograd_off=True) from exc
+        return [self.to_numpy(outs[n]) for n in out_names]
+
+    # ---- mutation and aliasing ----------------------------------------------------------------------
+    def version(self, t) -> int:
+        return int(getattr(t, "_version", 0))
+
+    def host_values(self, t) -> np.ndarray:
+        return (t.astype(ms.float32) if self.dtype_name(t) == "bfloat16" else t).asnumpy()  # numpy has no bfloat16
+
+    # ---- composition (NOTE [MindSpore in the audit engine]: two vjps chained by hand) ---------------
+    def producers(self) -> dict[str, Callable]:
+        return {"exp": ops.exp, "sigmoid": ops.sigmoid, "softmax": lambda a: ops.softmax(a, axis=-1), "relu": ops.relu}
+
+    def call_producer(self, producer: Callable, base, isolate: bool):
+        """(leaf, y): y is the producer's own output (what it saved), or with ``isolate`` a private copy."""
+        leaf = self.clone(base)
+        y, producer_pullback = ms.vjp(producer, leaf)
+        fed_y = y.copy() if isolate else y
+        self._chain = {"leaf": leaf, "y": fed_y, "producer": producer_pullback}
+        return leaf, fed_y
+
+    def run_graph(self, fn: Callable, fed: Sequence[Any], kwargs: dict) -> list[tuple[str, Any]]:
+        """Differentiable outputs of ``fn(*fed)``, fed exactly as given; differentiated in the producer's output."""
+        chain = self._chain
+        k = next((j for j, a in enumerate(fed) if a is chain.get("y")), None)
+        if k is None:
+            raise InvalidArgument("run_graph: the producer's output is not among fn's arguments")
+        seen: dict[str, Any] = {}
+
+        def closure(y):
+            call = list(fed)
+            call[k] = y
+            diff = self._differentiable(self.outputs(fn(*call, **kwargs)))
+            seen.setdefault("diff", diff)
+            return tuple(o for _, o in diff) if diff else ms.Tensor(0.0, ms.float64)
+
+        _, op_pullback = ms.vjp(closure, fed[k])
+        chain["op"], chain["outs"] = op_pullback, seen["diff"]
+        return seen["diff"]
+
+    def grad_of(self, outputs: list, leaf, cot_tensors: list) -> np.ndarray:
+        chain = self._chain
+        if chain.get("leaf") is not leaf or "op" not in chain:
+            raise InvalidArgument("grad_of: call_producer and run_graph must run first, for this leaf")
+        full = []
+        for _, o in chain["outs"]:
+            j = next((m for m, chosen in enumerate(outputs) if chosen is o), None)
+            full.append(cot_tensors[j] if j is not None else ops.zeros_like(o))
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="vjp_fn has been called multiple times")
+            (g_y,) = chain["op"](tuple(full))
+            g = chain["producer"](g_y)
+        g = g[0] if isinstance(g, (tuple, list)) else g
+        self._chain = {}
+        return np.zeros(self.shape(leaf)) if g is None else self.to_numpy(g)
+
+    # ---- reproducers and names ----------------------------------------------------------------------
+    def literal(self, t) -> str:
+        dt = self.dtype_name(t)
+        return f"ms.Tensor({self.literal_values(t, dt == 'float64')}, dtype=ms.{dt if dt != 'bool' else 'bool_'})"
+
+    def signature_defaults(self, fn: Callable) -> dict[str, Any]:
+        return super().signature_defaults(fn.construct if isinstance(fn, nn.Cell) else fn)
+
+    def parameter_names(self, fn: Callable, n: int) -> list[str]:
+        """Names from ``construct`` for a Cell (calling a Cell shows only ``*args``)."""
+        return super().parameter_names(fn.construct if isinstance(fn, nn.Cell) else fn, n)
+
+    def op_name(self, fn: Callable) -> str:
+        if isinstance(fn, nn.Cell):
+            return type(fn).__name__
+        return super().op_name(fn)
+
+    phrasebook = {
+        "mutation.silent_input_write": {
+            "why": "MindSpore's autograd cannot see this write (ops.assign, __setitem__ and custom kernels write "
+                   "without bumping Tensor._version): any earlier op that saved this tensor for its backward (exp, "
+                   "sigmoid, softmax, relu... save their outputs) now computes wrong gradients silently.",
+            "fix": "write into a new tensor in the forward instead of into the input; if the in-place write is "
+                   "intended, use Tensor.copy_ (it bumps the version, so MindSpore raises instead of computing "
+                   "wrong gradients).",
+        },
+        "mutation.input_write": {
+            "why": "a declared in-place write: MindSpore raises if a tensor saved for backward was overwritten, so "
+                   "this is safe, but callers must not reuse the input's old values.",
+        },
+        "mutation.backward_not_repeatable": {
+            "why": "MindSpore re-runs the forward when a vjp pullback is called again, so the two gradients differ "
+                   "because the forward or the bprop changes state between calls: an input written by the forward, "
+                   "or a Parameter, attribute or saved buffer updated by the bprop.",
+            "fix": "keep the forward and the bprop free of side effects: no writes into inputs, Parameters or "
+                   "attributes.",
+        },
+    }
+    message_phrases = (("mutation.backward_not_repeatable", "(retain_graph=True)",
+                        "(a second call of the ms.vjp pullback)"),)
+
+    def reword(self, report) -> None:
+        super().reword(report)
+        in_mindspore_terms(report)
+
+
+# ---- the public entry point ---------------------------------------------------------------------------
+def _as_tensor(x: Any) -> Any:
+    """Inputs as the old MindSpore check_op took them: numpy arrays and Python floats become float64 tensors."""
+    if isinstance(x, np.ndarray):
+        if x.dtype.kind == "f":
+            return _tensor_from(np.array(x, dtype=np.float64), "float64")
+        return ms.Tensor(np.array(x, copy=True))
+    if isinstance(x, float):
+        return ms.Tensor(np.array(x, dtype=np.float64))
+    return x
+
+
+def _setup() -> None:
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    try:
+        ms.runtime.launch_blocking()  # kernel errors at the right line, and ~10x less sync latency on CPU
+    except Exception as error:
+        log_fallback("backends.mindspore", "ms.runtime.launch_blocking()", error)
+
+
+_CPP_STACK = re.compile(r"\s*-{10,}\s*- C\+\+ Call Stack.*", re.DOTALL)
+
+
+def _without_cpp_stack(text: str) -> str:
+    """MindSpore appends its C++ call stack ("- C++ Call Stack: (For framework developers)") to every error."""
+    return _CPP_STACK.sub("", text).strip() if isinstance(text, str) else text
+
+
+def in_mindspore_terms(report):
+    """The engine's mutation and composition findings, worded for MindSpore.
+
+    # NOTE [MindSpore wording]
+    # ``mutation`` and ``composition`` explain their findings in PyTorch terms (version counters bumped by
+    # torch ops, ``retain_graph``, ``increment_version``, ``.clone()``). The facts hold on MindSpore
+    # (``Tensor._version``; ``ops.assign`` and ``__setitem__`` write without bumping it) but the advice does
+    # not, so the texts are restated after the engine ran: fixed texts by the adapter's ``phrasebook``, the ones
+    # built from the finding here (and MindSpore's C++ call stack is cut from quoted errors). Only the wording
+    # changes, never a verdict.
+    """
+    report.notes = [_without_cpp_stack(n) for n in report.notes]
+    for f in report.findings:
+        f.message = _without_cpp_stack(f.message)
+        if f.check.startswith("composition."):
+            f.fix = f.fix.replace(".clone()", ".copy()")
+            producer = f.check.split(".", 1)[1]
+            f.repro = (f"a = {f.input}.copy()\ny, producer_vjp = ms.vjp(ops.{producer}, a)\n"
+                       f"# the gradient of a through op(y) differs from the one through op(y.copy())")
+    return report
+
+
+def check_op(op: Any, *inputs: Any, reference: Any = None, **options: Any):
+    """Audit a MindSpore op's gradients on ``inputs``: the same engine, options and report as the torch ``check_op``.
+
+    ``op`` is an ``nn.Cell`` (typically with a custom ``bprop``) or a function of tensors; ``inputs`` are
+    MindSpore tensors (numpy arrays and Python floats are taken as float64 tensors) or pass-through values;
+    ``reference`` a trusted Cell or function of the same inputs. One MindSpore-only option: ``modes``
+    (default ``("pynative", "graph")``): the audit runs in PyNative mode; with ``"graph"`` the op's gradient
+    must also compile under GRAPH_MODE and equal PyNative's (``mode.graph``). The caller's context mode is
+    restored. Returns an ``OpReport`` (``.passed``, ``.failures``, ``.failed_checks()``).
+    """
+    from ...checks.audit import check_options, run_check_op
+
+    modes = options.pop("modes", MODES)
+    modes = (modes,) if isinstance(modes, str) else tuple(modes)
+    bad = [m for m in modes if m not in MODES]
+    if bad or "pynative" not in modes:
+        raise InvalidArgument(
+            f"check_op: modes must contain 'pynative' (the audit runs there) and may add 'graph'; got {list(modes)}. "
+            f"Use modes=('pynative',) or modes=('pynative', 'graph').")
+    check_options(options, extra=("modes",))
+    previous = ms.get_context("mode")
+    _setup()
+    try:
+        report = run_check_op(MindSporeCheckAdapter(modes), op, tuple(_as_tensor(x) for x in inputs), reference, options)
+    finally:
+        ms.set_context(mode=previous)
+    return report

@@ -1,0 +1,242 @@
+"""The MindSpore probe (PyNative): saved-tensor hooks and a write log that feed the core guard engine.
+
+The pipeline (records, ledger, version and fingerprint checks, findings, raising, bisect) is
+:class:`gradguard.core.engine.GuardEngine`; this module turns MindSpore's hooks into events, answers the
+engine's questions about MindSpore tensors, and says in one line what it cannot watch (graph mode, ``ms.jit``).
+
+# NOTE [What MindSpore 2.10 allows]
+#   * ``ms.saved_tensors_hooks`` works in PyNative only (inside ``ms.jit`` it is a TypeError); pack/unpack run
+#     inside ``ms.grad`` / ``value_and_grad`` / ``vjp`` calls, including for Cells with a custom ``bprop``.
+#     Installing them switches MindSpore's own version check off, so the engine redoes it. Unlike Paddle, an
+#     exception raised in unpack propagates cleanly (type kept, autograd still usable): ``raise_at_unpack``.
+#   * On CPU ``t[i] = v``, ``ops.assign`` and ``assign_value`` change values WITHOUT bumping ``_version``:
+#     silent wrong gradients. The content fingerprint catches them.
+#   * ``ms.MsDispatchMode`` sees ``Inplace*`` / ``Assign*`` ops but not ``__setitem__`` / ``assign_value``; the
+#     session logs writes from both (dispatch mode + wrappers on the Python entry points).
+"""
+
+# NOTE [What the guard cannot watch: GRAPH_MODE and ms.jit]
+#   Compiled code runs no Python hooks: saved tensors inside a graph are never packed, and writes inside it are
+#   never logged. The guard warns once, in one line, when it is entered in GRAPH_MODE and when a function
+#   decorated with ``ms.jit`` is called inside it; what runs in PyNative around them is still watched.
+from __future__ import annotations
+
+import functools
+import warnings
+
+import mindspore as ms
+from mindspore import ops
+
+from ...core.engine import phrase_fix
+from ...core.events import TensorSaved
+from ...core.findings import Finding, TensorInfo
+from ...core.frames import LIBRARY_PATHS, user_location
+from ...core.source_ast import call_name
+from ..adapter import ProbeBase
+from .mode import current_mode
+from .naming import memory_range, name_by_variable, name_tensor
+
+__all__ = ["MindSporeGuardSession", "GraphModeNotWatched", "mindspore_fix"]
+
+LIBRARY_PATHS.add(ms.__path__[0])
+
+
+class GraphModeNotWatched(UserWarning):
+    """The guard was active around MindSpore code it cannot see (GRAPH_MODE, ``ms.jit``)."""
+
+
+GRAPH_MODE_LINE = ("gradguard.guard: MindSpore is in GRAPH_MODE, where saved tensors and in-place writes run "
+                   "inside the compiled graph and are NOT watched; run the step in PYNATIVE_MODE to guard it")
+JIT_LINE = ("gradguard.guard: {name} is compiled by ms.jit; saved tensors and writes inside it are NOT watched "
+            "(only the PyNative code around it is)")
+
+
+def _not_watched(message: str) -> None:
+    """One warning line, attributed to the user's line (not to MindSpore's or gradguard's frames)."""
+    site = user_location(2)
+    if site is None:
+        warnings.warn(message, GraphModeNotWatched, stacklevel=3)
+    else:
+        warnings.warn_explicit(message, GraphModeNotWatched, site.file, site.line, module="gradguard")
+
+
+class _WriteMode(ms.MsDispatchMode):
+    def __init__(self, session):
+        super().__init__()
+        self._session = session
+
+    def __ms_dispatch__(self, func, args, kwargs=None):
+        kwargs = kwargs or {}
+        name = getattr(func, "name", "")
+        if (name.startswith("Inplace") or name.startswith("Assign")) and len(self._session.engine.ledger):
+            target = next((a for a in args if isinstance(a, ms.Tensor)), None)
+            if target is not None:
+                return self._session._logged(func, args, kwargs, target, f"mindspore.ops.{name}", name)
+        return func(*args, **kwargs)
+
+
+class MindSporeGuardSession(ProbeBase):
+    """The MindSpore probe: hooks and the write log between ``enter()`` and ``exit()``."""
+
+    backend = "mindspore"
+    tensor_type = ms.Tensor
+    version_attribute = "_version"
+    raise_at_unpack = True  # see NOTE [What MindSpore 2.10 allows]
+    framework = "MindSpore"
+    # who writes memory without a MindSpore op, and the fix (the engine's wording of a silent write no op made)
+    direct_writers = ("code that writes the tensor's memory directly: a NumPy array from `t.asnumpy()` (on CPU it "
+                      "shares the tensor's memory), ctypes, or an extension using `data_ptr()`")
+    optimizer_fix = ("Compute the gradients first and call the optimizer after `ms.grad` / `value_and_grad` returns "
+                     "(`grads = grad_fn(x); optimizer(grads)`), never inside the function being differentiated.")
+    direct_write_fix = ("Give NumPy a copy (`t.asnumpy().copy()`), or make the update with MindSpore ops on a new "
+                        "tensor (`ops.where`, `ops.tensor_scatter_elements`) after the backward that needs the old "
+                        "values.")
+
+    def __init__(self, *, fingerprint: str = "full", track_writes: bool = True, bisect: bool = False):
+        super().__init__(fingerprint=fingerprint, track_writes=track_writes, bisect=bisect)
+        self._mode = None
+
+    def enter(self) -> None:
+        if current_mode() == "graph":
+            _not_watched(GRAPH_MODE_LINE)
+        self._hooks = ms.saved_tensors_hooks(self._pack, self._unpack)
+        self._hooks.__enter__()
+        try:  # a step that fails midway leaves nothing installed (tests/conformance/test_framework_contract.py)
+            self._watch_jit()
+            self._watch_optimizers()
+            if self.track_writes:
+                for owner, name, label in ((ms.Tensor, "__setitem__", "Tensor.__setitem__"),
+                                           (ms.Tensor, "assign_value", "Tensor.assign_value"),
+                                           (ops, "assign", "ops.assign"), (ops, "assign_add", "ops.assign_add"),
+                                           (ops, "assign_sub", "ops.assign_sub")):
+                    original = getattr(owner, name, None)
+                    if original is not None:
+                        self._patch(owner, name, self._wrap(original, f"mindspore.{label}", name))
+                mode = _WriteMode(self)
+                mode.__enter__()
+                self._mode = mode  # only once entered: exit() must not exit a mode that never entered
+            self.engine.start(skip=3)
+        except BaseException:
+            self.exit()
+            raise
+
+    def exit(self) -> None:
+        if self._mode is not None:
+            self._mode.__exit__(None, None, None)
+            self._mode = None
+        self._unpatch_all()
+        if self._hooks is not None:
+            self._hooks.__exit__(None, None, None)
+            self._hooks = None
+        self.engine.stop()
+
+    def _watch_optimizers(self) -> None:
+        """A MindSpore optimizer call is a write boundary: its ``construct`` is compiled (``ms.jit``), so neither
+        the dispatch mode nor the wrappers see it update the parameters, and the update does not bump
+        ``_version`` (measured on 2.10: a step between forward and backward is silently wrong)."""
+        engine = self.engine
+        local = self._local
+        original = ms.nn.Optimizer.__call__
+
+        @functools.wraps(original)
+        def call(optimizer, *args, **kwargs):
+            if not len(engine.ledger):
+                return original(optimizer, *args, **kwargs)
+            label = f"{type(optimizer).__name__}(grads)"
+            local.optimizer = True  # its compiled construct is watched here: no "not watched" line for it
+            try:
+                return engine.watch_update(list(optimizer.parameters), lambda: original(optimizer, *args, **kwargs),
+                                           op=f"mindspore.nn.{label}", category="optimizer", via=label)
+            finally:
+                local.optimizer = False
+
+        self._patch(ms.nn.Optimizer, "__call__", call)
+
+    # -- hooks -> events -----------------------------------------------------------------------
+    def _pack(self, t):
+        site = user_location(2)
+        return self.engine.emit(TensorSaved(t, site, None))
+
+    def _watch_jit(self) -> None:
+        """Every compiled call (``ms.jit`` functions, decorated before or inside the guard) goes through
+        ``_JitExecutor.__call__``: while the guard is active it says once per function that it is not watched."""
+        try:
+            from mindspore.graph.api import _JitExecutor
+        except ImportError:  # another MindSpore layout: say it once, up front
+            _not_watched(JIT_LINE.format(name="any ms.jit function"))
+            return
+        original = _JitExecutor.__call__
+        warned: set[str] = set()
+        local = self._local
+
+        @functools.wraps(original)
+        def call(executor, *args, **kwargs):
+            fn = getattr(executor, "fn", None)
+            name = getattr(fn, "__qualname__", None) or repr(fn)
+            if name not in warned and current_mode() != "graph" and not getattr(local, "optimizer", False):
+                warned.add(name)
+                _not_watched(JIT_LINE.format(name=name))
+            return original(executor, *args, **kwargs)
+
+        self._patch(_JitExecutor, "__call__", call)
+
+    # -- the engine's questions ----------------------------------------------------------------
+    memory_range = staticmethod(memory_range)
+    to_numpy = staticmethod(lambda t: t.asnumpy())
+
+    name_tensor = staticmethod(name_tensor)
+    name_by_variable = staticmethod(name_by_variable)
+    unnamed_role = "activation"
+
+    @staticmethod
+    def dtype_name(t) -> str:
+        return str(t.dtype).lower()
+
+    @staticmethod
+    def device_name(t) -> str:
+        return ms.get_context("device_target").lower()
+
+    def context(self) -> dict:
+        return {"mode": current_mode(), "device": ms.get_context("device_target"), "mindspore_version": ms.__version__}
+
+    def saver_name(self, record, tensor: TensorInfo) -> str | None:
+        # A parameter is an operand on the saving line: name the op that takes it (`multiply` in
+        # `ops.sin(net.w * x)`), not the line's outermost call.
+        return call_name(record.site.code, operand=tensor.name) if record.site is not None else None
+
+    def phrase(self, finding: Finding, record) -> None:
+        if finding.kind == "silent_write":
+            finding.notes.append("MindSpore's version counter did not move (on CPU `t[i] = v`, ops.assign, "
+                                 "assign_value and writes through `asnumpy()` do not bump it): without gradguard this "
+                                 "gradient would be silently wrong.")
+        mindspore_fix(finding)
+
+    # -- writes -> TensorWritten ---------------------------------------------------------------
+    def _wrap(self, original, op, short):
+        session = self
+
+        def write(*args, **kwargs):
+            target = args[0] if args else None
+            if not isinstance(target, ms.Tensor) or not len(session.engine.ledger):
+                return original(*args, **kwargs)
+            return session._logged(original, args, kwargs, target, op, short)
+
+        write.__wrapped__ = original
+        return write
+
+    def _logged(self, func, args, kwargs, target, op, short):
+        category = "index_assign" if short == "__setitem__" else (
+            "copy" if short in ("copy_", "InplaceCopy", "assign", "Assign", "assign_value") else "other")
+        return self._logged_write(target, lambda: func(*args, **kwargs), op=op, category=category, skip=4)
+
+
+_FIXES = {
+    "index_assignment": "Assign into a copy (`y = x.copy(); y[idx] = v`), or build the result out of place "
+    "(`ops.where(mask, v, x)` / `ops.tensor_scatter_elements`).",
+    "generic_inplace": "Clone before writing (`y = x.copy()` and write into y), or use the out-of-place op "
+    "(`ops.add(x, v)` instead of `ops.assign(x, ...)`).",
+}
+
+
+def mindspore_fix(finding: Finding) -> Finding:
+    return phrase_fix(finding, _FIXES)

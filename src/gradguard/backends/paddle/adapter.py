@@ -1,0 +1,87 @@
+"""The PaddlePaddle adapter (dygraph / eager mode)."""
+
+from __future__ import annotations
+
+import numpy as np
+import paddle
+
+from ..adapter import AdapterBase
+from .naming import memory_range, name_tensor
+from ...core.internal import log_fallback
+
+__all__ = ["PaddleAdapter", "ADAPTER"]
+
+
+class PaddleAdapter(AdapterBase):
+    name = "paddle"
+    module_name = "paddle"
+
+    def is_tensor(self, obj) -> bool:
+        return isinstance(obj, paddle.Tensor)
+
+    def mode(self) -> str:
+        return "eager" if paddle.in_dynamic_mode() else "static"
+
+    def version(self, t) -> int | None:
+        try:
+            return int(t.inplace_version)
+        except Exception as error:
+            log_fallback("backends.paddle", "reading inplace_version", error)
+            return None
+
+    def saved_tensors_hooks(self, pack, unpack):
+        return paddle.autograd.saved_tensors_hooks(pack, unpack)
+
+    def memory_range(self, t):
+        return memory_range(t)
+
+    def name_tensor(self, t):
+        return name_tensor(t)
+
+    def dtype_name(self, t) -> str:
+        return str(t.dtype).replace("paddle.", "")
+
+    def to_numpy(self, t):
+        return np.asarray(t.detach().numpy() if not t.stop_gradient else t.numpy())
+
+    def from_numpy(self, a, *, requires_grad: bool = True):
+        return paddle.to_tensor(np.array(a, copy=True), stop_gradient=not requires_grad)
+
+    def no_grad(self):
+        return paddle.no_grad()
+
+    def vjp(self, fn, inputs, cotangents):
+        outputs = fn(*inputs)
+        outputs = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
+        terms = [(o * paddle.to_tensor(c, dtype=o.dtype)).sum() for o, c in zip(outputs, cotangents)
+                 if isinstance(o, paddle.Tensor) and not o.stop_gradient]
+        if not terms:
+            return [None] * len(inputs)
+        total = terms[0]
+        for term in terms[1:]:
+            total = total + term
+        grads = paddle.grad([total], list(inputs), allow_unused=True)
+        return [None if g is None else g.numpy() for g in grads]
+
+    def new_guard_session(self, *, fingerprint: str, track_writes: bool, bisect: bool = False):
+        from .session import PaddleGuardSession
+
+        return PaddleGuardSession(fingerprint=fingerprint, track_writes=track_writes, bisect=bisect)
+
+    def check_op(self, fn, *inputs, reference=None, **options):
+        from .check import check_op
+
+        return check_op(fn, *inputs, reference=reference, **options)
+
+    def advise(self, fn, args, kwargs, **options):  # capability "advise": Paddle's own advisor pipeline
+        from .advisor import advise_paddle
+
+        return advise_paddle(fn, args, kwargs, **options)
+
+    def enrich_error(self, error, session=None):
+        from .eager import enrich_paddle_error
+
+        return enrich_paddle_error(error, session)
+
+
+ADAPTER = PaddleAdapter()

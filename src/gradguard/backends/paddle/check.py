@@ -1,0 +1,241 @@
+"""``check_op`` for Paddle: the one audit engine (``checks._audit``) with Paddle's answers to its questions.
+
+# NOTE [Paddle in the audit engine]
+# PyLayer subclasses and plain functions of tensors get the same checks as torch ops (float64 finite
+# differences with random non-unit cotangents, the reference, cotangent linearity, precision, regimes,
+# mutation, composition) and one Paddle-only check: ``mutation.saved_tensor_modified``, because Paddle does
+# not version-check what a PyLayer saves with ``ctx.save_for_backward`` (a forward that changes a saved
+# tensor afterwards, ``set_value`` or a kernel, gives silently wrong gradients). What Paddle cannot answer
+# is skipped with the reason (``unsupported``): memory layout regimes and output/input aliasing.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import paddle
+
+from ...checks.adapter_base import AdapterBase, Linearization
+from ...checks.op_raised import OpRaised
+from ...checks.report import CheckResult, Failure
+
+__all__ = ["check_op", "PaddleCheckAdapter", "PADDLE"]
+
+class PaddleCheckAdapter(AdapterBase):
+    """The Paddle (dygraph) side of ``check_op``."""
+
+    name = "paddle"
+    no_grad_hint = "paddle.no_grad()"
+    phrasebook = {
+        "mutation.silent_input_write": {
+            "why": "Paddle's autograd cannot see this write (set_value, copy_, optimizer kernels and custom kernels "
+                   "write without bumping inplace_version): any earlier op that saved this tensor for its backward "
+                   "(exp, sigmoid, softmax, relu... save their outputs) now computes wrong gradients silently.",
+            "fix": "write into a new tensor in the forward instead of into the input; if the in-place write is "
+                   "intended, make it with a Paddle in-place op (x.add_(...)), which bumps inplace_version so Paddle "
+                   "raises instead of computing wrong gradients.",
+        },
+    }
+    message_phrases = (("mutation.backward_not_repeatable", "(retain_graph=True)",
+                        "(paddle.grad(..., retain_graph=True))"),)
+    unsupported = {
+        "noncontiguous": "not run on Paddle: Paddle ops make their inputs contiguous before a kernel sees them",
+        "channels_last": "not run on Paddle: Paddle tensors carry no channels_last memory format",
+        "aliasing": "not checked on Paddle: a Paddle tensor does not say whether autograd tracks it as a view of "
+                    "an input (reshape shares memory), so an alias cannot be told from a declared view",
+    }
+
+    @property
+    def label(self) -> str:
+        return f"paddle {paddle.__version__}"
+
+    @property
+    def framework_checks(self) -> tuple:
+        return (_saved_tensor_modified,)
+
+    # ---- describing tensors -------------------------------------------------------------------------
+    def is_tensor(self, x: Any) -> bool:
+        return isinstance(x, paddle.Tensor)
+
+    def dtype_name(self, t) -> str:
+        return str(t.dtype).replace("paddle.", "")
+
+    def requires_grad(self, t) -> bool:
+        return not t.stop_gradient
+
+    # ---- numpy conversion ---------------------------------------------------------------------------
+    def to_numpy(self, t) -> np.ndarray:
+        t = t.detach()
+        if self.kind(t) in ("float", "complex"):
+            return np.array(t.astype("float64").numpy() if self.kind(t) == "float" else t.numpy(), copy=True)
+        return np.array(t.astype("int64").numpy(), copy=True)
+
+    @staticmethod
+    def tensor_from(arr: np.ndarray, dtype_name: str):
+        return paddle.to_tensor(arr).astype(dtype_name)
+
+    def detached(self, t):
+        return t.detach()
+
+    def to_float64(self, t):
+        return t.detach().astype("float64")
+
+    def clone(self, t):
+        return t.detach().clone()
+
+    # ---- running the op -----------------------------------------------------------------------------
+    def prepare(self, args: Sequence[Any], wrt: Sequence[int]) -> tuple[list[Any], list[Any]]:
+        fed = [self.clone(a) if self.is_tensor(a) else a for a in args]
+        for i, a in enumerate(fed):
+            if self.is_tensor(a):
+                a.stop_gradient = True
+        leaves = []
+        for i in wrt:
+            fed[i].stop_gradient = False
+            leaves.append(fed[i])
+        return fed, leaves
+
+    def linearize(self, fn: Callable, args: Sequence[Any], kwargs: dict, wrt: Sequence[int],
+                  prepared: tuple | None = None) -> Linearization:
+        fed, leaves = prepared if prepared is not None else self.prepare(args, wrt)
+        try:
+            with paddle.set_grad_enabled(True):
+                result = fn(*fed, **kwargs)
+        except Exception as exc:
+            raise OpRaised("forward", exc, self._float_dtypes(fed)) from exc
+        return self.linearization(fed, leaves, self.outputs(result), lambda o: not o.stop_gradient)
+
+    def vjp_tensors(self, lin: Linearization, cots: list) -> list:
+        try:
+            with paddle.set_grad_enabled(True):
+                grads = paddle.grad(lin.out_tensors, lin.leaves, cots, retain_graph=True, allow_unused=True)
+        except Exception as exc:
+            raise OpRaised("backward", exc, lin.out_dtypes[0] if lin.out_dtypes else None) from exc
+        return [paddle.zeros_like(leaf) if g is None else g for leaf, g in zip(lin.leaves, grads)]
+
+    def forward64(self, fn: Callable, args: Sequence[Any], kwargs: dict, out_names: Sequence[str]) -> list[np.ndarray]:
+        fed = [self.clone(a) if self.is_tensor(a) else a for a in args]
+        try:
+            with paddle.no_grad():
+                outs = dict(self.outputs(fn(*fed, **kwargs)))
+        except Exception as exc:
+            raise OpRaised("forward under paddle.no_grad()", exc, self._float_dtypes(fed), autograd_off=True) from exc
+        return [self.to_numpy(outs[n]) for n in out_names]
+
+    # ---- mutation and aliasing ----------------------------------------------------------------------
+    def version(self, t) -> int:
+        return int(t.inplace_version)
+
+    def host_values(self, t) -> np.ndarray:
+        return t.detach().numpy()
+
+    # ---- composition --------------------------------------------------------------------------------
+    def producers(self) -> dict[str, Callable]:
+        F = paddle.nn.functional
+        return {"exp": paddle.exp, "sigmoid": F.sigmoid, "softmax": lambda a: F.softmax(a, axis=-1), "relu": F.relu}
+
+    def call_producer(self, producer: Callable, base, isolate: bool):
+        leaf = self.clone(base)
+        leaf.stop_gradient = False
+        with paddle.set_grad_enabled(True):
+            y = producer(leaf)
+            if isolate:
+                y = y.clone()
+        return leaf, y
+
+    def run_graph(self, fn: Callable, fed: Sequence[Any], kwargs: dict) -> list[tuple[str, Any]]:
+        with paddle.set_grad_enabled(True):
+            outs = self.outputs(fn(*fed, **kwargs))
+        return [(n, o) for n, o in outs if not o.stop_gradient]
+
+    def grad_of(self, outputs: list, leaf, cot_tensors: list) -> np.ndarray:
+        with paddle.set_grad_enabled(True):
+            (g,) = paddle.grad(outputs, [leaf], cot_tensors, allow_unused=True)
+        return np.zeros(self.shape(leaf)) if g is None else self.to_numpy(g)
+
+    def literal(self, t) -> str:
+        dt = self.dtype_name(t)
+        return f"paddle.to_tensor({self.literal_values(t, dt == 'float64')}, dtype='{dt}')"
+
+    def op_name(self, fn: Callable) -> str:
+        owner = getattr(fn, "__self__", None)
+        if isinstance(owner, type) and issubclass(owner, paddle.autograd.PyLayer):
+            return f"{owner.__name__}.apply"
+        if isinstance(fn, paddle.nn.Layer):
+            return type(fn).__name__
+        return super().op_name(fn)
+
+
+PADDLE = PaddleCheckAdapter()
+
+
+# ---- the Paddle-only check ----------------------------------------------------------------------------
+def _saved_tensor_modified(audit, base) -> tuple[list[Failure], list[CheckResult], list[str]]:
+    """Forward under our own saved-tensor hooks, then backward: every saved tensor must be unpacked with the
+    version and bytes it was packed with (Paddle does not check PyLayer saves; see NOTE [Paddle in the audit
+    engine])."""
+    from .session import _active
+
+    check = "mutation.saved_tensor_modified"
+    if _active:  # Paddle allows one pair of saved-tensor hooks, and a guard holds it
+        return [], [CheckResult(check, "given", "skip", "a gradguard.guard() holds Paddle's saved-tensor hooks")], []
+    B = audit.B
+    saved: list[list] = []
+
+    def pack(t):
+        saved.append([t, B.version(t), B.fingerprint(t), None])
+        return len(saved) - 1
+
+    def unpack(index):
+        entry = saved[index]
+        entry[3] = (B.version(entry[0]), B.fingerprint(entry[0]))
+        return entry[0]
+
+    try:
+        with paddle.autograd.saved_tensors_hooks(pack, unpack):
+            lin = B.linearize(audit.fn, audit.args, audit.kwargs, audit.wrt)
+        lin.pullback([np.asarray(u) for u in base.U[0]])
+    except OpRaised as exc:  # already reported by the gradient suite, which ran the same calls
+        return [], [CheckResult(check, "given", "skip", f"the op's {exc.phase} raised")], []
+    found = []
+    for i, (t, version, fp, seen) in enumerate(saved):
+        if seen is None or seen == (version, fp):
+            continue
+        how = "its version moved" if seen[0] != version else "its values changed without a version bump"
+        found.append(Failure(
+            check=check, regime="given",
+            message=f"saved tensor #{i} ({B.describe(t)}) changed between the forward that saved it and the backward "
+                    f"that read it ({how}: version {version} -> {seen[0]})",
+            why="Paddle does not check the tensors a PyLayer saves with ctx.save_for_backward: the backward computes "
+                "its gradient from the new values, silently.",
+            fix="save a tensor the forward no longer changes (save a clone, or change a copy with set_value / the "
+                "in-place op instead of the saved tensor)."))
+    return found, [CheckResult(check, "given", "fail" if found else "pass")], []
+
+
+# ---- the public entry point ---------------------------------------------------------------------------
+def _as_tensor(x: Any):
+    """Inputs as the old Paddle check_op took them: numpy arrays become float64 Paddle tensors."""
+    if isinstance(x, np.ndarray):
+        return paddle.to_tensor(np.array(x, dtype=np.float64 if x.dtype.kind == "f" else x.dtype, copy=True))
+    return x
+
+
+def _as_callable(op: Any) -> Any:
+    if isinstance(op, type) and issubclass(op, paddle.autograd.PyLayer):
+        return op.apply
+    return op
+
+
+def check_op(op: Any, *inputs: Any, reference: Any = None, **options: Any):
+    """Audit a Paddle op's gradients on ``inputs``: the same engine, options and report as the torch ``check_op``.
+
+    ``op`` is a ``paddle.autograd.PyLayer`` subclass (its ``apply`` is called), a Layer or a function of tensors;
+    ``inputs`` are Paddle tensors (numpy arrays are taken as float64 tensors) or pass-through values;
+    ``reference`` a trusted function of the same inputs. Returns an ``OpReport`` (``.passed``, ``.failures``).
+    """
+    from ...checks.audit import run_check_op
+
+    return run_check_op(PADDLE, _as_callable(op), tuple(_as_tensor(x) for x in inputs),
+                        _as_callable(reference) if reference is not None else None, options)

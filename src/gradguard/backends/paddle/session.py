@@ -1,0 +1,337 @@
+"""The Paddle probe (dygraph): saved-tensor hooks and write wrappers that feed the core guard engine.
+
+The pipeline (records, ledger, version and fingerprint checks, findings, raising, bisect) is
+:class:`gradguard.core.engine.GuardEngine`; this module only turns Paddle's hooks into events and answers
+the engine's questions about Paddle tensors.
+
+# NOTE [Paddle's hooks: what they switch off and what they must never do]
+# Measured on paddlepaddle 3.3.1:
+#   * installing ``paddle.autograd.saved_tensors_hooks`` switches Paddle's own version check off, so the
+#     engine redoes it at unpack (saved ``inplace_version`` vs current), plus a content fingerprint because
+#     ``set_value`` and ``copy_`` write without bumping the version;
+#   * an exception raised inside ``unpack`` leaves autograd globally disabled (``paddle.is_grad_enabled()``
+#     stays False and later backwards give ``grad=None``). So the probe sets ``raise_at_unpack = False``: the
+#     engine only records the problem; it raises at the ``BackwardEnded`` event our wrapper around
+#     ``Tensor.backward`` / ``paddle.grad`` emits once backward returns, at the user's backward line;
+#   * for a ``PyLayer``, a tuple or list returned by ``pack`` is iterated and unpack is called on each
+#     element: pack returns a non-sequence record object;
+#   * hooks cannot nest ("only one pair of hooks is allowed at a time"): a guard entered inside another
+#     Paddle guard joins the outer session.
+#   * ``PyLayer`` saved tensors (``ctx.save_for_backward``) are never version-checked by Paddle; ours are.
+#
+# NOTE [Seeing writes without a dispatch mode]
+# Paddle has no dispatch/function mode. The session wraps the public in-place entry points while it is
+# active (``Tensor.*_``, ``__setitem__``, ``set_value``, the ``paddle.*_`` and ``paddle.nn.functional.*_``
+# functions, ``paddle.assign(x, output)``) and compares the target's version before and after each call:
+# a write that does not bump it is marked silent. ``paddle._C_ops.*_`` and C++-internal writes are not seen
+# by the log, but the version/fingerprint check still catches their effect on saved tensors.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import paddle
+
+from ...core.engine import phrase_fix
+from ...core.events import BackwardEnded, BackwardStarted, TensorSaved
+from ...core.findings import Finding, TensorInfo
+from ...core.frames import LIBRARY_PATHS, user_location
+from ...core.source_ast import call_name
+from ..adapter import ProbeBase
+from .naming import memory_range, name_by_variable, name_tensor
+from ...core.internal import log_fallback
+
+__all__ = ["PaddleGuardSession", "paddle_fix"]
+
+LIBRARY_PATHS.add(paddle.__path__[0])
+
+_ACTIVATIONS = {"relu_", "tanh_", "sigmoid_", "elu_", "leaky_relu_", "hardtanh_", "softmax_", "thresholded_relu_",
+                "celu_", "selu_", "silu_", "gelu_", "hardsigmoid_", "hardswish_", "mish_", "clip_", "exp_"}
+_NOT_WRITES = {"requires_grad_", "grad_", "stop_gradient_", "retain_grads", "register_hook"}
+_active: list["PaddleGuardSession"] = []  # sessions whose hooks are installed (Paddle allows one pair)
+
+
+def _pylayer_saver(skip: int) -> str | None:
+    """``MySin`` when the pack hook runs inside a PyLayer's ``forward`` (``ctx.save_for_backward``)."""
+    frame = sys._getframe(skip)
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "forward" and "ctx" in frame.f_locals:
+            ctx = frame.f_locals["ctx"]
+            if type(ctx).__name__.endswith("PyLayerContext") or hasattr(ctx, "save_for_backward"):
+                return getattr(code, "co_qualname", "PyLayer.forward").rsplit(".", 1)[0]
+        frame = frame.f_back
+    return None
+
+
+class PaddleGuardSession(ProbeBase):
+    """The Paddle probe: installs hooks and the write log between ``enter()`` and ``exit()``."""
+
+    backend = "paddle"
+    tensor_type = paddle.Tensor
+    version_attribute = "inplace_version"
+    raise_at_unpack = False  # see NOTE [Paddle's hooks: what they switch off and what they must never do]
+    framework = "Paddle"
+    # who writes memory without a Paddle op, and the fix (the engine's wording of a silent write no op made)
+    direct_writers = ("code that writes the tensor's memory directly: a DLPack consumer (`np.from_dlpack(t)` "
+                      "shares Paddle's memory; `t.numpy()` does not), ctypes, or a C++/CUDA extension using "
+                      "`data_ptr()`")
+    optimizer_fix = ("Call `optimizer.step()` after the `backward()` of every forward pass that used the parameters "
+                     "(forward, backward, step, in that order).")
+    direct_write_fix = ("Give the other library a copy (`np.from_dlpack(t.clone())`, `t.numpy()`), or make the "
+                        "update with Paddle ops on a new tensor after the backward that needs the old values.")
+
+    def __init__(self, *, fingerprint: str = "full", track_writes: bool = True, bisect: bool = False):
+        super().__init__(fingerprint=fingerprint, track_writes=track_writes, bisect=bisect)
+        self._outer: PaddleGuardSession | None = None
+        self._writes_on = False
+        self._lent: list = []  # write patches made on the outer session for this inner one (undone at exit)
+
+    @property
+    def findings(self) -> list[Finding]:
+        return (self._outer or self).engine.findings
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def enter(self) -> None:
+        if _active:  # Paddle cannot nest hooks: join the outer session
+            outer = self._outer = _active[-1]
+            if self.track_writes and not outer._writes_on:
+                # NOTE [Nested write log]: `gradguard run` (sentinel, no write log) around a script's own
+                # `guard()` (forensic): the inner guard asks for the write log, so the outer session logs
+                # writes while the inner one is open, as torch's nested guard does.
+                mark = len(outer._patches)
+                outer._patch_writes()
+                outer._writes_on = outer.engine.track_writes = True
+                self._lent, outer._patches[mark:] = outer._patches[mark:], []
+            return
+        self._hooks = paddle.autograd.saved_tensors_hooks(self._pack, self._unpack)
+        self._hooks.__enter__()
+        _active.append(self)
+        try:
+            self._patch_backward()
+            if self.track_writes:
+                self._patch_writes()
+                self._writes_on = True
+            self.engine.start(skip=3)
+        except BaseException:
+            self.exit()
+            raise
+
+    def exit(self) -> None:
+        if self._outer is not None:
+            if self._lent:
+                self._outer._unpatch(self._lent)
+                self._outer._writes_on = self._outer.engine.track_writes = False
+                self._lent = []
+            return
+        self._unpatch_all()
+        if self._hooks is not None:
+            self._hooks.__exit__(None, None, None)
+            self._hooks = None
+        if self in _active:
+            _active.remove(self)
+        self.engine.stop()
+
+    # -- hooks -> events (never raise: see NOTE) ----------------------------------------------
+    def _pack(self, t):
+        try:
+            pylayer = _pylayer_saver(2)
+            site = user_location(2)
+            grad_fn = t.grad_fn
+            producer = grad_fn.name() if grad_fn is not None else ("leaf" if not t.stop_gradient else None)
+        except Exception as error:
+            log_fallback("backends.paddle", "reading the saving site and producer", error)
+            pylayer, site, producer = None, None, None
+        if pylayer is not None:
+            saver = f"{pylayer}.forward (PyLayer ctx.save_for_backward)"
+        else:
+            saver = call_name(site.code) if site is not None and site.code else None
+        return self.engine.emit(TensorSaved(t, site, saver, producer, pylayer))
+
+    # -- the engine's questions ----------------------------------------------------------------
+    memory_range = staticmethod(memory_range)
+    to_numpy = staticmethod(lambda t: t.numpy())
+
+    name_tensor = staticmethod(name_tensor)
+    name_by_variable = staticmethod(name_by_variable)
+
+    @staticmethod
+    def dtype_name(t) -> str:
+        return str(t.dtype).replace("paddle.", "")
+
+    @staticmethod
+    def device_name(t) -> str:
+        place = str(t.place)
+        return "cpu" if place.lower().startswith("place(cpu") else place
+
+    def context(self) -> dict:
+        return {"mode": "eager (dygraph)", "paddle_version": paddle.__version__}
+
+    def saver_name(self, record, tensor: TensorInfo) -> str | None:
+        if record.saver is None and tensor.role in ("parameter", "buffer") and tensor.name and "." in tensor.name:
+            # saved inside a layer's forward (no op on the user's line takes it): name the layer
+            return f"the forward of {tensor.name.rsplit('.', 1)[0]}"
+        return record.saver
+
+    def phrase(self, finding: Finding, record) -> None:
+        if record.custom_function is not None:
+            finding.notes.append(f"Paddle itself does not version-check tensors saved by PyLayer "
+                                 f"ctx.save_for_backward: without gradguard {record.custom_function}'s gradient would "
+                                 f"be silently wrong here.")
+        elif finding.kind == "silent_write":
+            finding.notes.append("Paddle's version counter did not move (set_value, copy_ and the optimizer kernels do "
+                                 "not bump it): without gradguard this gradient would be silently wrong.")
+        paddle_fix(finding)
+
+    def restore_after_error(self) -> None:
+        if not paddle.is_grad_enabled():  # defensive: an unpack failure elsewhere can leave it off
+            paddle.set_grad_enabled(True)
+
+    # -- backward wrappers -> BackwardStarted / BackwardEnded ----------------------------------
+    def _patch_backward(self) -> None:
+        engine = self.engine
+
+        def wrap(original):
+            def backward(*args, **kwargs):
+                site = user_location(2)
+                engine.emit(BackwardStarted(site))
+                failed = True
+                try:
+                    out = original(*args, **kwargs)
+                    failed = False
+                    return out
+                finally:
+                    engine.emit(BackwardEnded(site, failed=failed))
+
+            backward.__wrapped__ = original
+            return backward
+
+        self._patch(paddle.Tensor, "backward", wrap(paddle.Tensor.backward))
+        grad = wrap(paddle.grad)
+        self._patch(paddle, "grad", grad)
+        self._patch(paddle.autograd, "grad", grad)
+        self._patch(paddle.autograd, "backward", wrap(paddle.autograd.backward))
+
+    # -- write wrappers -> TensorWritten -------------------------------------------------------
+    def _patch_writes(self) -> None:
+        names = [n for n in dir(paddle.Tensor) if n.endswith("_") and not n.startswith("_") and n not in _NOT_WRITES]
+        for name in names + ["__setitem__", "set_value"]:
+            original = getattr(paddle.Tensor, name, None)
+            if callable(original):
+                self._patch(paddle.Tensor, name, self._writer(original, f"paddle.Tensor.{name}", name, _self_target))
+        for module, prefix in ((paddle, "paddle"), (paddle.nn.functional, "paddle.nn.functional")):
+            for name in dir(module):
+                if name.endswith("_") and not name.startswith("_") and name not in _NOT_WRITES:
+                    original = getattr(module, name)
+                    if callable(original) and not isinstance(original, type):
+                        self._patch(module, name, self._writer(original, f"{prefix}.{name}", name, _first_target))
+        self._patch(paddle, "assign", self._writer(paddle.assign, "paddle.assign(..., output)", "assign",
+                                                   _output_target))
+        for cls in [paddle.optimizer.Optimizer, *_subclasses(paddle.optimizer.Optimizer)]:
+            if "step" in cls.__dict__:
+                self._patch(cls, "step", self._stepper(cls.__dict__["step"]))
+
+    def _stepper(self, original):
+        """``Optimizer.step`` as a write boundary. Paddle's optimizer kernels (``_C_ops.sgd_``, ``adam_``) update
+        parameters WITHOUT bumping ``inplace_version`` (measured on 3.3.1): a step between a forward and its
+        backward is silently wrong in plain Paddle. Only parameters saved for backward are compared."""
+        engine = self.engine
+        local = self._local
+
+        def step(optimizer, *args, **kwargs):
+            if getattr(local, "busy", False) or not len(engine.ledger):
+                return original(optimizer, *args, **kwargs)
+            label = f"{type(optimizer).__name__}.step()"
+            local.busy = True
+            try:
+                return engine.watch_update(_parameters(optimizer), lambda: original(optimizer, *args, **kwargs),
+                                           op=f"paddle.optimizer.{label}", category="optimizer", via=label)
+            finally:
+                local.busy = False
+
+        step.__wrapped__ = original
+        return step
+
+    def _writer(self, original, op: str, short: str, target_of):
+        engine = self.engine
+        category = _category(op, short)
+        via = op if category == "activation" else None
+
+        def write(*args, **kwargs):
+            if not len(engine.ledger):
+                return original(*args, **kwargs)
+            return self._logged_write(target_of(args, kwargs), lambda: original(*args, **kwargs), op=op,
+                                      category=category, via=via, skip=3)
+
+        write.__wrapped__ = original
+        write.__name__ = getattr(original, "__name__", short)
+        return write
+
+
+def _subclasses(cls) -> list:
+    found = []
+    for sub in cls.__subclasses__():
+        found += [sub, *_subclasses(sub)]
+    return found
+
+
+def _parameters(optimizer) -> list:
+    out = []
+    for item in getattr(optimizer, "_parameter_list", None) or []:
+        out += list(item.get("params", ())) if isinstance(item, dict) else [item]
+    return [p for p in out if isinstance(p, paddle.Tensor)]
+
+
+def _category(op: str, short: str) -> str:
+    if short == "__setitem__":
+        return "index_assign"
+    if short in ("set_value", "copy_", "assign"):
+        return "copy"
+    if short in _ACTIVATIONS and not op.startswith("paddle.Tensor."):
+        return "activation"
+    return "other"
+
+
+_FIXES = {
+    "inplace_activation": "Use the out-of-place form: `paddle.nn.functional.relu(x)` instead of `F.relu_(x)`, "
+    "`paddle.tanh(x)` instead of `paddle.tanh_(x)`.",
+    "index_assignment": "Assign into a copy (`y = x.clone(); y[idx] = value`) so the saved tensor stays intact, or "
+    "build the result out of place (`paddle.where(mask, value, x)`).",
+    "generic_inplace": "Clone before the in-place write (`y = x.clone()` and write into y), or use the out-of-place "
+    "op (`x.add(v)` instead of `x.add_(v)`, `paddle.assign(v)` instead of `paddle.assign(v, x)`).",
+    "unseen_write": "Enter `gradguard.guard()` before the forward pass that saved the tensor, so the hooks see "
+    "the save and the write log sees the write.",
+}
+
+
+def paddle_fix(finding: Finding) -> Finding:
+    """Replace torch-specific fixes of the generic rules by Paddle spellings."""
+    phrase_fix(finding, _FIXES)
+    if finding.rule in ("generic_inplace", "buffer_refill") and any(
+        w.op.endswith(("set_value", "copy_")) and not w.bumps_version for w in finding.modified_at
+    ):
+        finding.rule = "silent_set_value"
+        write = next(w for w in finding.modified_at if not w.bumps_version)
+        where = write.location.short if write.location else "an unknown line"
+        finding.explanation = (
+            f"{write.op} at {where} overwrote a tensor that {finding.saved_at.op or 'an op'} saved for backward. "
+            "Paddle's set_value and copy_ do not bump the version counter, so Paddle computes the gradient from the "
+            "new values without any error."
+        )
+        finding.suggestion = ("Write the new values into a fresh tensor (`y = paddle.full_like(y, v)` / "
+                              "`y = v.clone()`) instead of set_value/copy_ on a tensor the graph still needs, or "
+                              "do it after backward.")
+    return finding
+
+
+def _self_target(args, kwargs):
+    return args[0] if args else kwargs.get("self")
+
+
+def _first_target(args, kwargs):
+    return args[0] if args else kwargs.get("x")
+
+
+def _output_target(args, kwargs):
+    return args[1] if len(args) > 1 else kwargs.get("output")

@@ -1,0 +1,84 @@
+"""The PyTorch adapter: a thin wrapper over the existing torch backend functions."""
+
+from __future__ import annotations
+
+import torch
+
+from ..adapter import AdapterBase
+
+__all__ = ["TorchAdapter", "ADAPTER"]
+
+
+class TorchAdapter(AdapterBase):
+    name = "torch"
+    module_name = "torch"
+
+    def is_tensor(self, obj) -> bool:
+        return isinstance(obj, torch.Tensor)
+
+    def version(self, t) -> int | None:
+        try:
+            return t._version
+        except RuntimeError:  # inference tensors
+            return None
+
+    def fingerprint(self, t):
+        from .fingerprint import fingerprint
+
+        return fingerprint(t, "full")
+
+    def saved_tensors_hooks(self, pack, unpack):
+        return torch.autograd.graph.saved_tensors_hooks(pack, unpack)
+
+    def memory_range(self, t):
+        from .session import _byte_range
+
+        return _byte_range(t)
+
+    def name_tensor(self, t):
+        from .naming import name_tensor
+
+        return name_tensor(t)
+
+    def dtype_name(self, t) -> str:
+        return str(t.dtype).replace("torch.", "")
+
+    def to_numpy(self, t):
+        return t.detach().cpu().numpy()
+
+    def from_numpy(self, a, *, requires_grad: bool = True):
+        return torch.from_numpy(a.copy()).requires_grad_(requires_grad)
+
+    def no_grad(self):
+        return torch.no_grad()
+
+    def vjp(self, fn, inputs, cotangents):
+        outputs = fn(*inputs)
+        outputs = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
+        pairs = [(o, c) for o, c in zip(outputs, cotangents) if isinstance(o, torch.Tensor) and o.requires_grad]
+        grads = torch.autograd.grad([o for o, _ in pairs], list(inputs), [c for _, c in pairs], allow_unused=True)
+        return [None if g is None else g.detach().numpy() for g in grads]
+
+    def new_guard_session(self, *, fingerprint: str, track_writes: bool, bisect: bool = False):
+        from .session import TorchGuardSession
+
+        return TorchGuardSession(fingerprint=fingerprint, track_writes=track_writes, bisect=bisect)
+
+    def check_op(self, fn, *inputs, reference=None, **options):
+        from ...checks.audit import run_check_op
+        from ...checks.torch_ops import TORCH
+
+        return run_check_op(TORCH, fn, inputs, reference, options)
+
+    def install_coverage_probe(self) -> None:  # capability "coverage": `gradguard fix`'s used-gradient record
+        from .coverage import install_coverage_probe
+
+        install_coverage_probe()
+
+    def enrich_error(self, error, session=None):
+        from .eager import enrich_eager_error
+
+        return enrich_eager_error(error, session)
+
+
+ADAPTER = TorchAdapter()

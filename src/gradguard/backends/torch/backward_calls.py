@@ -1,0 +1,137 @@
+"""Which tensor each backward pass was called on, and through which user calls, to tell "the same loss
+backpropagated twice" from a graph that crosses into another one.
+
+# NOTE [The same loss backpropagated twice]
+# R-Drop's criterion calls `optimizer.backward(loss)` and returns the loss; the task's `train_step` calls
+# `optimizer.backward(loss)` on it again. Both backward passes start at the same tensor, through the same
+# helper line (`loss.backward()` inside `Optimizer.backward`), from different callers. The second one meets the
+# graph the first one freed. Nothing crosses between graphs and nothing is carried between iterations: the
+# repair is to delete the second call, where the two call chains part (retain_graph=True would double the
+# gradient). Recorded once per backward pass (its first unpack): a weak reference to the receiver of
+# `.backward()` in the innermost user frame (never keeping it alive) and the user frames' lines, outwards.
+"""
+
+from __future__ import annotations
+
+import functools
+import linecache
+import os
+import sys
+import sysconfig
+import weakref
+from dataclasses import dataclass
+
+import torch
+
+from ...core.findings import SourceLocation
+from ...core.frames import LIBRARY_PATHS
+from .receiver import _backward_receiver, _lookup
+
+__all__ = ["BackwardCall", "backward_call", "raised_chain", "second_call_of_same_loss"]
+
+_CHAIN = 64  # user frames kept per call (compared from the outside in: both must reach the outermost)
+
+
+@dataclass(frozen=True)
+class BackwardCall:
+    receiver: "weakref.ref[torch.Tensor] | None"
+    version: int  # the receiver's version then: `loss += more` keeps the object but makes another graph
+    chain: tuple[SourceLocation, ...]  # user frames, innermost first
+    # The sequence number of the backward's root (NOTE [Finding the crossing by the graph], crossing.py): every
+    # node numbered at or below it existed when this backward ran. None when no node is known.
+    seq: int | None = None
+
+
+def _installed_prefixes() -> tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    return tuple(os.path.realpath(paths[key]) + os.sep for key in ("stdlib", "purelib", "platlib") if key in paths)
+
+
+_INSTALLED = _installed_prefixes()
+
+
+@functools.lru_cache(maxsize=4096)
+def _is_user(filename: str) -> bool:
+    """Frames of the user's own files: not a registered library, not the standard library or an installed package
+    (pytest's and pluggy's frames around a test move on before the error is diagnosed)."""
+    if LIBRARY_PATHS.is_library(filename) or filename.startswith("<"):
+        return filename.startswith("<") and not filename.startswith("<frozen ")  # exec'd or notebook cells count
+    return not os.path.realpath(filename).startswith(_INSTALLED)
+
+
+def _location(frame, line: int) -> SourceLocation:
+    filename = frame.f_code.co_filename
+    return SourceLocation(filename, line, frame.f_code.co_name, linecache.getline(filename, line).strip())
+
+
+def user_chain(frame) -> tuple[SourceLocation, ...]:
+    """The user (non-library) frames from ``frame`` outwards, as locations with their source line."""
+    chain = []
+    while frame is not None and len(chain) < _CHAIN:
+        if _is_user(frame.f_code.co_filename):
+            chain.append(_location(frame, frame.f_lineno))
+        frame = frame.f_back
+    return tuple(chain)
+
+
+def raised_chain(traceback) -> tuple[SourceLocation, ...]:
+    """:func:`user_chain` of the frame that raised, read from the traceback: the frames it passed through have
+    moved on since (to the ``with`` that reports the error), the traceback kept the lines they were at."""
+    entries = []
+    while traceback is not None:
+        entries.append((traceback.tb_frame, traceback.tb_lineno))
+        traceback = traceback.tb_next
+    if not entries:
+        return ()
+    inner = [_location(f, line) for f, line in reversed(entries) if _is_user(f.f_code.co_filename)]
+    return (*inner, *user_chain(entries[0][0].f_back))[:_CHAIN]
+
+
+def _innermost_user_frame(frame):
+    while frame is not None and not _is_user(frame.f_code.co_filename):
+        frame = frame.f_back
+    return frame
+
+
+def backward_call(skip: int = 2) -> BackwardCall | None:
+    """The running backward pass's receiver and user call chain (CPU: the engine runs on the caller's thread)."""
+    frame = _innermost_user_frame(sys._getframe(skip))
+    if frame is None:
+        return None
+    receiver = _backward_receiver(linecache.getline(frame.f_code.co_filename, frame.f_lineno))
+    value = _lookup(receiver, frame) if receiver else None
+    if not isinstance(value, torch.Tensor):
+        node = torch._C._current_autograd_node()  # the node unpacking: near the root (`accelerator.backward(loss)`)
+        return BackwardCall(None, 0, user_chain(frame), node._sequence_nr() if node is not None else None)
+    root = value.grad_fn
+    return BackwardCall(weakref.ref(value), value._version, user_chain(frame),
+                        root._sequence_nr() if root is not None else None)
+
+
+def second_call_of_same_loss(calls: list[BackwardCall], loss, chain: tuple[SourceLocation, ...]):
+    """``(the earlier backward's own call, the earlier path's statement, the failing path's statement to delete)``:
+    the first user frames, from the outside in, where an earlier backward that started at the same tensor ``loss``
+    took another path; None when no earlier backward started at ``loss``, or it came through the same lines (a
+    loop: not this case)."""
+    def same(call: BackwardCall) -> bool:
+        return call.receiver is not None and call.receiver() is loss and call.version == loss._version
+
+    for call in reversed(calls[:-1] if calls and same(calls[-1]) and calls[-1].chain == chain else calls):
+        if not same(call):
+            continue
+        # innermost first; the first frame (from the outside in) where the chains differ
+        outer_failing, outer_earlier = chain[::-1], call.chain[::-1]
+        for depth, here in enumerate(outer_failing):
+            there = outer_earlier[depth] if depth < len(outer_earlier) else None
+            if there is None or (here.file, here.line) != (there.file, there.line):
+                if there is None:
+                    return None
+                # the earlier backward's own call: its innermost frame past the lines both calls share inside
+                # (the helper's `loss.backward()`)
+                shared = 0
+                while (shared < min(len(chain), len(call.chain)) - 1
+                       and (chain[shared].file, chain[shared].line) == (call.chain[shared].file, call.chain[shared].line)):
+                    shared += 1
+                return call.chain[shared], there, here
+        return None
+    return None

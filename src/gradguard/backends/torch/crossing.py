@@ -1,0 +1,255 @@
+"""Which tensor crosses from a graph an earlier backward freed into the graph backpropagated now, read from the
+graphs themselves, whatever holds it: a variable in any of the user's frames, an element of a list or dict, an
+attribute of a module (a spiking neuron's membrane, an LSTM's state) or of another object (a trainer's data).
+
+# NOTE [Finding the crossing by the graph]
+# Autograd numbers its nodes in creation order (per thread; the forward and, on CPU, the backward run on the
+# caller's). Each backward pass records its root's number when it starts (_backward_calls.BackwardCall.seq):
+# every node numbered at or below it existed when that backward ran. Walking the failing loss's graph, an edge
+# from a node made after the latest earlier backward to one made before it is where the new graph reaches an old
+# one; the old node's output is the tensor that crossed. Whatever holds that tensor now names it. When nothing
+# holds it any more (a module's state, replaced by every forward), the module attribute whose current value's
+# graph runs back into the old nodes names the state that carried it. The backward that freed the old part is
+# the first recorded backward whose root is younger than the newest crossed node; the line that made it is where
+# the holder was assigned (a module attribute: in its class's source), else the forward line the session noted
+# for the crossed node (NOTE [Where a freed graph was made], session.py).
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import linecache
+from dataclasses import dataclass
+
+import torch
+
+from ...core.findings import SourceLocation
+from ...core.source_ast import assignment_before
+from .graph import walk_nodes
+
+__all__ = ["Crossing", "find_crossing"]
+
+_NODES = 5000  # nodes walked per graph
+_ITEMS = 64  # elements looked at per list, tuple or dict
+_MODULES = 256  # submodules looked at per module in scope
+_DEPTH = 3  # containers within containers
+_RANK = {"variable": 0, "element": 1, "attribute": 2, "module attribute": 3}
+
+
+@dataclass
+class Crossing:
+    name: str  # how the user reaches it now: `data`, `outputs[0]`, `net.block.sn1.v`
+    tensor: torch.Tensor | None  # None when the loss itself is the old graph's
+    holder: str  # "variable" | "element" | "attribute" | "module attribute" | "loss"
+    made: SourceLocation | None
+    freed_by: SourceLocation | None
+    binding: str | None = None  # the assignment target as written where it is made: `data`, `self.v`
+
+
+def _seq(node) -> int:
+    return node._sequence_nr()
+
+
+def _is_accumulate(node) -> bool:
+    return not node.next_functions and node.name().endswith("AccumulateGrad")
+
+
+def _old_boundary(root, threshold: int) -> set:
+    """Nodes made at or before ``threshold`` that a node made after it points to, in ``root``'s graph."""
+    boundary = set()
+    for node in walk_nodes([root], _NODES):
+        if _seq(node) <= threshold:
+            continue
+        for child, _ in node.next_functions:
+            if child is not None and not _is_accumulate(child) and _seq(child) <= threshold:
+                boundary.add(child)
+    return boundary
+
+
+def _tensors(value, path: str, kind: str, depth: int, seen: set):
+    """(path, tensor, kind) for every graph-carrying tensor reachable from ``value``."""
+    if isinstance(value, torch.Tensor):
+        if value.grad_fn is not None:
+            yield path, value, kind
+        return
+    if depth >= _DEPTH or id(value) in seen:
+        return
+    if isinstance(value, (list, tuple)):
+        seen.add(id(value))
+        for index, item in enumerate(value[:_ITEMS]):
+            yield from _tensors(item, f"{path}[{index}]", "element" if kind == "variable" else kind, depth + 1, seen)
+    elif isinstance(value, dict):
+        seen.add(id(value))
+        for key in list(value)[:_ITEMS]:
+            if isinstance(key, (str, int)):
+                yield from _tensors(value[key], f"{path}[{key!r}]", "element" if kind == "variable" else kind,
+                                    depth + 1, seen)
+    elif isinstance(value, torch.nn.Module):
+        seen.add(id(value))
+        for count, (prefix, module) in enumerate(value.named_modules()):
+            if count >= _MODULES:
+                break
+            for attribute, member in vars(module).items():
+                if not attribute.startswith("_") and isinstance(member, (torch.Tensor, list, tuple)):
+                    where = f"{path}.{prefix}.{attribute}" if prefix else f"{path}.{attribute}"
+                    yield from _tensors(member, where, "module attribute", depth + 1, seen)
+    elif hasattr(value, "__dict__") and not isinstance(value, type) and not inspect.ismodule(value) and not callable(
+            value):
+        seen.add(id(value))
+        for attribute, member in list(vars(value).items())[:_ITEMS]:
+            if not attribute.startswith("__"):
+                yield from _tensors(member, f"{path}.{attribute}", "attribute", depth + 1, seen)
+
+
+def _holders(frames):
+    """(path, tensor, kind, frame) for the graph-carrying tensors the user's frames hold, innermost frame first."""
+    seen: set = set()
+    for frame in frames:
+        for name, value in list(frame.f_locals.items()):
+            if name.startswith("__"):
+                continue
+            for path, tensor, kind in _tensors(value, name, "variable", 0, seen):
+                yield path, tensor, kind, frame
+
+
+def _class_assignment(module: torch.nn.Module, attribute: str) -> SourceLocation | None:
+    """The statement in a method of ``module``'s class that assigns ``self.<attribute>``: the last one in
+    ``forward`` first. Read through the methods' code objects, which know their file even for a class made by
+    ``exec`` (where ``inspect.getsource`` of the class cannot find it)."""
+    best = None
+    for cls in type(module).__mro__:
+        if cls.__module__.startswith("torch."):
+            break
+        for function in vars(cls).values():
+            code = getattr(function, "__code__", None)
+            if code is None:
+                continue
+            tree = _tree_of(code.co_filename)
+            node = next((n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == code.co_name
+                         and code.co_firstlineno in (n.lineno, *(d.lineno for d in n.decorator_list))), None) if (
+                tree is not None) else None
+            if node is None:
+                continue
+            for statement in ast.walk(node):
+                if not isinstance(statement, (ast.Assign, ast.AnnAssign)):
+                    continue
+                targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+                names = {ast.unparse(t) for target in targets
+                         for t in (target.elts if isinstance(target, (ast.Tuple, ast.List)) else [target])}
+                if f"self.{attribute}" in names:
+                    rank = (code.co_name == "forward", statement.lineno)
+                    if best is None or rank > best[0]:
+                        best = (rank, code.co_filename, statement.lineno, code.co_name)
+    if best is None:
+        return None
+    _rank, filename, line, function = best
+    return SourceLocation(filename, line, function, linecache.getline(filename, line).strip())
+
+
+def _tree_of(filename: str):
+    try:
+        return ast.parse("".join(linecache.getlines(filename)))
+    except (SyntaxError, ValueError):
+        return None
+
+
+def _module_of(path: str, frames) -> tuple[torch.nn.Module, str] | None:
+    """The module holding the attribute at ``path`` (`net.block.sn1.v` -> (net.block.sn1, "v"))."""
+    head, *middle, attribute = path.replace("[", ".[").split(".")
+    for frame in frames:
+        value = frame.f_locals.get(head)
+        if value is None:
+            continue
+        for part in middle:
+            if isinstance(value, torch.nn.Module):
+                value = value.get_submodule(part) if not part.startswith("[") else None
+            elif isinstance(value, (list, tuple, dict)) and part.startswith("["):
+                try:
+                    value = value[ast.literal_eval(part[1:-1])]
+                except (ValueError, KeyError, IndexError, SyntaxError):
+                    value = None
+            else:
+                value = getattr(value, part, None)
+            if value is None:
+                break
+        if isinstance(value, torch.nn.Module):
+            return value, attribute
+    return None
+
+
+def _made(path: str, kind: str, frame, frames, node, node_sites) -> tuple[SourceLocation | None, str | None]:
+    if kind == "module attribute":
+        found = _module_of(path, frames)
+        if found is not None:
+            return _class_assignment(*found), f"self.{found[1]}"
+    if kind == "variable":
+        code = frame.f_code
+        made = assignment_before(code.co_filename, frame.f_lineno, path)
+        if made is not None and made.line >= code.co_firstlineno:
+            return made, path
+    entry = node_sites.get((node.name(), _seq(node))) if node is not None else None
+    if entry is not None:  # the forward line that made the crossed node, as the session noted it
+        return entry[0], None
+    if kind == "element":
+        base = path.split("[", 1)[0]
+        code = frame.f_code
+        made = assignment_before(code.co_filename, frame.f_lineno, base)
+        if made is not None and made.line >= code.co_firstlineno:
+            return made, base
+    return None, None
+
+
+def _is_alias(made: SourceLocation | None) -> bool:
+    """``made`` binds a name to what another expression already holds (`x = y`, `x = ys[i]`, `x = obj.y`)."""
+    if made is None:
+        return False
+    try:
+        statement = ast.parse(made.code).body[0]
+    except (SyntaxError, IndexError):
+        return False
+    return isinstance(statement, ast.Assign) and isinstance(statement.value, (ast.Name, ast.Subscript, ast.Attribute))
+
+
+def _freed_by(calls, seq: int) -> SourceLocation | None:
+    """The first recorded backward that ran after the node numbered ``seq`` was made (its innermost user line)."""
+    for call in calls:
+        if call.seq is not None and call.seq >= seq and call.chain:
+            return call.chain[0]
+    return None
+
+
+def find_crossing(loss: torch.Tensor, frames: list, calls: list, node_sites: dict) -> Crossing | None:
+    """The tensor by which ``loss``'s graph reaches a graph an earlier recorded backward ran, or the loss itself
+    when its own graph is that old one; None when the backward calls recorded say nothing about it."""
+    root = loss.grad_fn
+    if root is None:
+        return None
+    top = _seq(root)
+    earlier = [call.seq for call in calls if call.seq is not None and call.seq < top]
+    boundary = _old_boundary(root, max(earlier)) if earlier else set()
+    if not boundary:
+        if any(call.seq is not None and call.seq >= top for call in calls):  # the loss was made before a backward
+            return Crossing("", None, "loss", None, _freed_by(calls, top))
+        return None
+    newest = max(_seq(node) for node in boundary)
+    freed_by = _freed_by(calls, newest)
+    holders = list(_holders(frames))
+    exact = [(path, t, kind, frame) for path, t, kind, frame in holders if t.grad_fn in boundary]
+    if exact:
+        ranked = []
+        for path, tensor, kind, frame in exact:
+            made, binding = _made(path, kind, frame, frames, tensor.grad_fn, node_sites)
+            # a name bound to another holder's tensor (`peer = outputs[1 - i]`) did not make it: the last choice
+            ranked.append(((_is_alias(made), _RANK[kind], -_seq(tensor.grad_fn)), path, tensor, kind, made, binding))
+        _key, path, tensor, kind, made, binding = min(ranked, key=lambda r: r[0])
+        return Crossing(path, tensor, kind, made, freed_by, binding)
+    # state replaced since: the holder whose current value's graph runs back into the old nodes
+    state = [(path, t, kind, frame) for path, t, kind, frame in holders
+             if kind != "variable" and _seq(t.grad_fn) > max(earlier)
+             and any(n in boundary for n in walk_nodes([t.grad_fn], _NODES))]
+    if not state:
+        return None
+    path, tensor, kind, frame = min(state, key=lambda h: (-_RANK[h[2]], h[0]))
+    made, binding = _made(path, kind, frame, frames, max(boundary, key=_seq), node_sites)
+    return Crossing(path, tensor, kind, made, freed_by, binding)

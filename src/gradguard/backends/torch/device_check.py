@@ -1,0 +1,142 @@
+"""Saved tensors on a GPU: fingerprints compared on the device, one host read per backward pass.
+
+# NOTE [No host sync per saved tensor]
+# Comparing a device fingerprint at unpack needs its answer on the host (``torch.equal`` is a synchronisation:
+# the CPU waits until the GPU has run everything queued before it). Doing that for every saved tensor, inside
+# the autograd engine's backward, drains the launch queue hundreds of times per step. So on a device:
+#   * pack takes the fingerprint in one launch and never waits for it (``device_sample``, fingerprint.py);
+#   * unpack checks the version counter at once (a host integer: loud findings stay immediate), takes the
+#     fingerprint again, and only queues the pair; it never waits either;
+#   * when the backward pass ends (an autograd engine callback, before ``backward()`` returns and so before
+#     any optimizer step can use the gradients), the queued pairs are compared in a few batched launches per
+#     dtype, and one value is read on the host: the pass's "something changed" flag;
+#   * only when that flag is set does gradguard look (with syncs) for which saved tensor changed, and raise
+#     the same ``SilentModificationError`` as at unpack on a CPU.
+# What the finding loses against a CPU tensor's: the error is raised at the end of the backward pass rather
+# than inside the node that unpacked it, so the graph picture is not drawn; the saver node is still named.
+# A saved tensor the node released before the end is not kept alive for this (the pass would hold every
+# activation until its end): the finding then describes it from its shape and dtype.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ...core.diagnosis import saves_running_stat
+from .fingerprint import bits
+from .graph import _unpacking_argument
+
+__all__ = ["defer"]
+
+_queue_callback = torch.autograd.Variable._execution_engine.queue_callback
+_current_task = torch._C._current_graph_task_id
+_current_node = torch._C._current_autograd_node
+_MAX_PASSES = 8  # passes with queued pairs kept at once (nested backward passes; a pass that failed never flushes)
+
+
+class _Ghost:
+    """What the finding needs of a saved tensor that backward released before its end."""
+
+    __slots__ = ("shape", "dtype", "device")
+
+    def __init__(self, t: torch.Tensor):
+        self.shape, self.dtype, self.device = t.shape, t.dtype, t.device
+
+    def tensor(self) -> torch.Tensor:
+        return torch.empty((), dtype=self.dtype, device=self.device).expand(self.shape)  # one element of memory
+
+
+class _Pass:
+    """The pairs one backward pass queued: (saved fingerprint, fingerprint now, record, what to rebuild it from,
+    the saver node's name and argument)."""
+
+    __slots__ = ("entries",)
+
+    def __init__(self):
+        self.entries: list = []
+
+
+def defer(session, record, now) -> bool:
+    """Queue the comparison of ``record``'s device fingerprint with ``now`` until backward ends. Returns False when
+    it cannot be deferred (no backward pass running: compare now)."""
+    task = _current_task()
+    if task < 0:
+        return False
+    passes = getattr(session, "_device_passes", None)
+    if passes is None:
+        passes = session._device_passes = {}
+    pending = passes.get(task)
+    if pending is None:
+        if len(passes) >= _MAX_PASSES:
+            passes.pop(next(iter(passes)))
+        pending = passes[task] = _Pass()
+        _queue_callback(lambda: _flush(session, task))
+    node = _current_node()
+    name = node.name() if node is not None else None
+    argument = None
+    if name is not None and "BatchNorm" in name:  # NOTE [Running stats saved in eval mode] (session.py)
+        argument = _unpacking_argument(node, record)
+        if saves_running_stat(name, argument) and getattr(node, "_saved_training", True) is not False:
+            return True  # a training-mode BatchNorm's running stats: a change is allowed, nothing to compare
+    # A leaf (a parameter) stays alive anyway, and the write log's records must keep their writes: keep the record.
+    # An activation's record would keep its memory alive to the end of the pass: keep its shape only.
+    keep = record.where.producer == "leaf" or record.writes is not None or session.track_writes
+    pending.entries.append((record.fp, now, record, None if keep else _Ghost(record.tensor), name, argument))
+    return True
+
+
+def _flush(session, task: int) -> None:
+    """The end of one backward pass: compare its queued pairs with one host read; raise for the first changed."""
+    passes = getattr(session, "_device_passes", None)
+    pending = passes.pop(task, None) if passes is not None else None
+    if pending is None or not pending.entries:
+        return
+    entries = pending.entries
+    pending.entries = []
+    changed = _changed(entries)
+    if not changed:
+        return
+    old, now, record, ghost, name, argument = changed[0]
+    if ghost is not None:
+        from ...core.engine import SavedRecord
+
+        stand_in = SavedRecord.__new__(type(record))
+        stand_in.tensor, stand_in.version, stand_in.fp = ghost.tensor(), record.version, record.fp
+        stand_in.where, stand_in._seldom = record.where, record._seldom
+        record = stand_in
+    note = None
+    if len(changed) > 1:
+        note = f"{len(changed) - 1} more saved tensor(s) of this backward pass were also modified"
+    context = {"checked": "at the end of the backward pass (device fingerprints are compared there, with one "
+                          "host read per pass)"}
+    session.engine.raise_record(record, "silent_write", note=note, context=context, saver=(name, argument))
+
+
+def _changed(entries: list) -> list:
+    """The entries whose fingerprint changed. One host read when none did (the common case); more only then."""
+    groups: dict = {}
+    for entry in entries:
+        old, now = entry[0], entry[1]
+        if old.dtype != now.dtype or old.shape != now.shape:  # another layout came back: changed, no read needed
+            return [entry] + [e for e in entries if e is not entry and not _same(e)]
+        key = (old.device, old.dtype, old.shape[1:])  # torch.cat joins tensors alike but in their first dimension
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = ([], [])
+        group[0].append(old)
+        group[1].append(now)
+    flags: dict = {}  # device -> one flag per dtype
+    with torch._C._DisableTorchDispatch():
+        for (device, _dtype, _rest), (olds, nows) in groups.items():
+            flags.setdefault(device, []).append(torch.ne(bits(torch.cat(olds)), bits(torch.cat(nows))).any())
+        for per_dtype in flags.values():
+            flag = per_dtype[0] if len(per_dtype) == 1 else torch.stack(per_dtype).any()  # one read per device
+            if flag.item():  # the pass's single host read (one per device the pass saved on)
+                return [entry for entry in entries if not _same(entry)]
+    return []
+
+
+def _same(entry) -> bool:
+    old, now = entry[0], entry[1]
+    with torch._C._DisableTorchDispatch():
+        return old.dtype == now.dtype and old.shape == now.shape and bool(torch.equal(bits(old), bits(now)))

@@ -1,0 +1,90 @@
+"""Module forward hooks for the silent classes the sentinel cannot see through saved tensors (no write log):
+a module writing its caller's input in place (module_inputs.py), and a forward changing its own parameter
+through ``.data`` before using it (data_in_forward.py).
+
+# NOTE [Silent classes without the write log]
+# Both classes change a tensor without a version bump autograd would check later (the caller's input is read
+# by an add, which saves nothing; a ``.data`` write has its own version counter), so only forensic mode's write
+# log used to see them. Two global module hooks see them in every mode: before a forward, the versions of the
+# tensors passed in (and, for a forward whose source writes ``.data`` from the old value, a copy of the
+# module's own parameters); after it, a changed version means the module wrote its caller's tensor, and the
+# caller's source says whether it reads that tensor again (core/later_reads.py); a changed parameter that the
+# output's graph uses means the normalisation is invisible to autograd. The price is paid per module call:
+# global hooks take torch's module call off its fast path, and each call costs the two hooks (measured in
+# benchmarks/bench_forward_hooks.py). Forensic mode keeps its write-log checks and installs none of this.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ...core.internal import log_fallback
+from . import data_in_forward as _data_in_forward, module_inputs as _module_inputs
+
+__all__ = ["ForwardHooks"]
+
+
+class ForwardHooks:
+    """The two global hooks of one guard session, and what the pre-hook passes to the post-hook."""
+
+    def __init__(self, report) -> None:
+        self._report = report  # session.report_extra
+        self._stack: list = []  # per module call in progress: (module, (input versions, parameter copies) | None)
+        self._writers: dict = {}  # id(tensor) -> the innermost module seen writing it (a ReLU in a Sequential)
+        self._reported: set = set()
+        self._handles: list = []
+
+    def install(self) -> None:
+        from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+
+        if self._handles:  # installed already (a sampled guard puts them back each sampled cycle)
+            return
+        self._handles = [register_module_forward_pre_hook(self._before),
+                         register_module_forward_hook(self._after)]
+
+    def uninstall(self) -> None:
+        handles, self._handles = self._handles, []
+        for handle in handles:
+            handle.remove()
+        self._stack.clear()
+        self._writers.clear()  # modules are not kept past the guard
+
+    def _before(self, module, args) -> None:
+        if not torch.is_grad_enabled() or torch.compiler.is_compiling():  # Dynamo traces hooks: not ours to read
+            self._stack.append((module, None))
+            return
+        inputs = [(t, t._version) for t in args if type(t) is torch.Tensor and not t.is_inference()]
+        parameters = _data_in_forward.parameters_before(module)
+        self._stack.append((module, (inputs, parameters) if inputs or parameters else None))
+
+    def _after(self, module, args, output) -> None:
+        stack = self._stack
+        while stack and stack[-1][0] is not module:  # a forward that raised never reached its post-hook
+            stack.pop()
+        if not stack:
+            return
+        _module, entry = stack.pop()
+        if entry is None:
+            return
+        inputs, parameters = entry
+        try:
+            finding = None
+            for tensor, version in inputs:
+                if tensor._version != version:
+                    inner = self._writers.pop(id(tensor), None)
+                    finding = _module_inputs.caller_reads_again(module, tensor, inner)
+                    if finding is not None:
+                        break
+                    self._writers[id(tensor)] = inner if inner is not None else module
+                    if len(self._writers) > 64:
+                        self._writers.clear()
+            if finding is None and parameters:
+                finding = _data_in_forward.changed_in_forward(module, parameters, output)
+        except Exception as error:  # only a check: the user's forward result stands
+            log_fallback("torch.forward_hooks", "checking a module's forward for a silent write", error)
+            return
+        if finding is not None:
+            key = (finding.kind, finding.modified_at[0].location.file, finding.modified_at[0].location.line)
+            if key not in self._reported:
+                self._reported.add(key)
+                self._report(finding)

@@ -1,0 +1,832 @@
+"""The PyTorch probe: saved-tensor hooks and the write log, feeding the core guard engine.
+
+The pipeline (records, ledger, version and fingerprint checks, finding assembly, raising) is
+:class:`gradguard.core.engine.GuardEngine`, shared with Paddle and MindSpore; this module turns torch's hooks
+and dispatched writes into :mod:`gradguard.core.events` and answers the engine's questions about torch tensors.
+What only torch has stays here: user saved-tensor hooks stacked under ours, tensors a Function keeps on ctx,
+graph nodes and their argument names, the forward lines of freed graphs.
+
+# NOTE [Saved-tensor hooks switch PyTorch's own version check off]
+# torch/csrc/autograd/saved_variable.cpp, SavedVariable::unpack: "Only check version counter in the case
+# without hooks". So the moment the guard installs hooks, PyTorch stops raising "one of the variables
+# needed for gradient computation has been modified by an inplace operation". The unpack hook below redoes
+# exactly that check (saved ``_version`` vs current), so the guard raises when PyTorch would and only then.
+#
+# NOTE [What pack keeps]
+# What PyTorch itself keeps (SavedVariable): a leaf (a parameter, a buffer, any tensor that needs no grad)
+# is kept as the tensor itself, so ``u.data = new`` before backward makes backward read the new memory;
+# an op's output is kept as a shallow copy over the same memory, which such a rebinding does not move.
+# Pack keeps the same: a leaf itself (its fingerprint then shows the rebinding, a silent write), any other
+# tensor as ``t.detach()``, which shares ``t``'s memory *and* version counter and breaks the Python<->C++
+# reference cycle that returning an output itself creates (that leaks the output of every op that saves its
+# result). ``t.data`` would not do: it has its own version counter. Pack cannot tell a non-leaf input from
+# an output, so a ``.data =`` rebinding of a non-leaf input is not followed (PyTorch would follow it).
+#
+# NOTE [Reading grad_fn crashes deep graphs]
+# ``t.grad_fn`` creates a Python object for the autograd node. Once tens of thousands of nodes along one chain
+# have such objects, freeing the graph recurses once per node through their deallocators and overflows the C
+# stack (segfault, measured on torch 2.13 with a 60k-op chain; plain PyTorch code that reads ``grad_fn`` on
+# every step crashes the same way). Pack therefore asks ``is_leaf`` (no Python node object) and reads the
+# producer's name for at most ``_PRODUCER_NAMES`` saves per backward pass; later saves of a very long forward
+# go without "output of X" in their finding, nothing else changes. ``torch._C._current_autograd_node()`` makes
+# the same Python object for the node that is unpacking, so the unpack hook asks it for at most
+# ``_PRODUCER_NAMES`` unpacks per backward pass too (NOTE [Where a freed graph was made]): a 100k-op graph freed
+# inside a function segfaulted with one per unpack.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+
+import torch
+from torch.autograd.graph import saved_tensors_hooks
+
+from ...core.diagnosis import classify_source, saves_running_stat
+from ...core.engine import SavedRecord
+from ...core.events import BackwardStarted, TensorSaved, TensorUnpacked, TensorWritten
+from ...core.findings import Finding, TensorInfo, WriteRecord
+from ...core.frames import LIBRARY_PATHS, caller_context, user_location, user_location_and_caller
+from ...core.internal import log_fallback
+from ...core.data_statements import may_write_data
+from ..adapter import ProbeBase
+from . import (attribution as _attribution, backward_calls as _backward_calls, call_gate as _call_gate, compat as _compat, data_in_forward as _data_in_forward, forward_hooks as _forward_hooks, function_hygiene as _function_hygiene, module_inputs as _module_inputs, second_order as _second_order, step_aside as _step_aside, user_hooks as _user_hooks)
+from . import device_check as _device_check
+from .bisector import Bisector
+from .fingerprint import fingerprint as _fingerprint
+from .fingerprint import same as _same_fingerprint
+from .graph import _unpacking_argument
+from .naming import name_by_variable, name_in_writing_frame, name_tensor, one_heap_scan
+from .overlap import share_elements
+from .call_gate import CallGate, install, python_op_name, uninstall
+from .writes import OpStream, WriteLog, dynamo_safe
+
+__all__ = ["TorchGuardSession", "FINGERPRINT_MODES"]
+
+FINGERPRINT_MODES = ("full", "sample", "off")
+_PRODUCER_NAMES = 4096  # grad_fn names read per backward pass (see NOTE [Reading grad_fn crashes deep graphs])
+
+for _module in (torch,):
+    LIBRARY_PATHS.add(_module.__path__[0])
+
+_ACTIVATIONS = {
+    "relu_", "leaky_relu_", "elu_", "celu_", "selu_", "silu_", "gelu_", "hardtanh_", "hardsigmoid_",
+    "hardswish_", "mish_", "threshold_", "sigmoid_", "tanh_", "rrelu_with_noise_",
+    "bernoulli_", "feature_dropout_", "dropout_", "alpha_dropout_",
+}
+
+
+def _plain(t: torch.Tensor) -> bool:
+    """A tensor of one strided block of real memory (no subclass, sparse, nested or meta tensor)."""
+    return (type(t) in (torch.Tensor, torch.nn.Parameter) and t.layout is torch.strided and not t.is_meta
+            and not t.is_nested)
+
+
+def _alias_past_the_op_stream(t: torch.Tensor) -> torch.Tensor:
+    """``t.detach()`` (NOTE [What pack keeps]) without a trip through the guard's own op stream, which would
+    cost a Python dispatch (~5 us) per saved tensor in forensic mode. Plain tensors only: a tensor subclass's
+    own ``__torch_dispatch__`` must see its detach."""
+    if (type(t) is torch.Tensor or type(t) is torch.nn.Parameter) and _dispatch_stack_len():
+        with torch._C._DisableTorchDispatch():
+            return t.detach()
+    return t.detach()  # no dispatch mode active (the sentinel; forensic outside in-place calls): 1.0 -> 0.4 us
+
+
+_dispatch_stack_len = torch._C._len_torch_dispatch_stack
+
+
+def _aten_name(func) -> str:
+    return func.name().replace("::", ".")  # "aten.add_.Tensor"
+
+
+def _storage_key(t: torch.Tensor) -> int:
+    """The ledger's key for ``t``'s memory: its storage's base address. Read as ``data_ptr()`` less the offset,
+    which equals ``untyped_storage().data_ptr()`` without building a storage object (once per saved tensor and
+    per in-place call: 0.9 -> 0.4 us, timeit); an empty tensor's data_ptr may be null, so its storage is asked."""
+    if t.numel() == 0:
+        return t.untyped_storage().data_ptr()
+    return t.data_ptr() - t.storage_offset() * t.element_size()
+
+
+def _byte_range(t: torch.Tensor) -> tuple[int, int, int]:
+    """(storage key, first byte, end byte) of the memory ``t`` spans; an empty tensor spans nothing."""
+    itemsize = t.element_size()
+    start = t.storage_offset() * itemsize
+    n = t.numel()
+    if n == 0:
+        return t.untyped_storage().data_ptr(), start, start
+    if t.is_contiguous():
+        span = n
+    else:
+        span = 1
+        for size, stride in zip(t.shape, t.stride()):  # a loop: ~0.25 us less than sum() over a generator
+            span += (size - 1) * stride
+    return t.data_ptr() - start, start, start + span * itemsize
+
+
+def _is_owner(obj: object) -> bool:
+    return isinstance(obj, (torch.optim.Optimizer, torch.nn.Module))
+
+
+_NODE_SITES = 65536  # entries kept before the map starts over (diagnosis only: losing old ones is harmless)
+
+
+class _UserHookRecord:
+    """What the guard's pack returns for a tensor that goes through the user's own saved-tensor hooks: the
+    user's packed object and a small summary of the tensor at save time (never the tensor: offloading hooks
+    must free it)."""
+
+    __slots__ = ("packed", "shape", "strides", "dtype", "fp", "samples", "site", "producer", "version",
+                 "__weakref__")
+
+    def __init__(self, packed, shape, strides, dtype, fp, samples, site, producer, version):
+        self.packed = packed
+        self.shape = shape
+        self.strides = strides
+        self.dtype = dtype
+        self.fp = fp
+        self.samples = samples
+        self.site = site
+        self.producer = producer
+        self.version = version
+
+
+class _VersionOnly:
+    """A saved tensor gradguard cannot fingerprint (sparse, nested): PyTorch's own version check, redone."""
+
+    __slots__ = ("tensor", "version")
+
+    def __init__(self, tensor: torch.Tensor):
+        self.tensor, self.version = tensor, tensor._version
+
+    def unpack(self) -> torch.Tensor:
+        now = self.tensor._version
+        if now != self.version:
+            layout = _step_aside.unreadable_layout(self.tensor)
+            raise RuntimeError(
+                "one of the variables needed for gradient computation has been modified by an inplace operation: "
+                f"[a {layout.replace(' tensors', '')} {str(self.tensor.dtype).replace('torch.', '')} tensor] is at "
+                f"version {now}; expected version {self.version} instead. (PyTorch's own check, redone by "
+                f"gradguard, which cannot fingerprint {layout})")
+        return self.tensor
+
+
+_SAMPLES = 64
+
+
+_NODE_NAMES: dict[type, str] = {}
+
+
+def _samples(t: torch.Tensor):
+    """Up to 64 elements at fixed logical positions, as float64 (the value check of user-hook round trips)."""
+    if not _plain(t) or t.numel() == 0 or t.is_complex() or t.dtype == torch.bool:
+        return None
+    with torch._C._DisableTorchDispatch(), torch.no_grad():
+        flat = t.detach().reshape(-1) if t.is_contiguous() else t.detach().flatten()
+        n = flat.numel()
+        index = torch.linspace(0, n - 1, min(n, _SAMPLES), device=t.device).long()
+        return flat.index_select(0, index).to("cpu", torch.float64)
+
+
+def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
+    # bf16/fp16 compression hooks are lossy on purpose: accept their rounding (8 mantissa bits), nothing more.
+    return bool(torch.allclose(a, b, rtol=1e-2, atol=1e-3 * float(a.abs().max()) + 1e-6, equal_nan=True))
+
+
+class TorchGuardSession(ProbeBase):
+    """The torch probe: installs the hooks (and, with ``track_writes``, the write log) between ``enter()`` and
+    ``exit()``; its :class:`~gradguard.core.engine.GuardEngine` checks and raises."""
+
+    backend = "torch"
+    framework = "PyTorch"
+    raise_at_unpack = True  # torch propagates an exception raised in an unpack hook cleanly
+    direct_writers = None  # the core rules' wording is torch's own
+    tensor_type = torch.Tensor
+
+    def __init__(self, *, fingerprint: str = "full", track_writes: bool = True, bisect: bool = False):
+        super().__init__(fingerprint=fingerprint, track_writes=track_writes, bisect=bisect)
+        self.bisect = self.engine.bisect
+        self._bisect = None
+        self.backward_calls: list = []  # receivers and call chains of the backward passes: _backward_calls.BackwardCall
+        self._mode = None  # the op stream (write log, bisect), or the call gate in front of it, while entered
+        # The write log sits behind the call gate, except in bisect mode (the bisector checks around every op) and
+        # on torch 2.4 (_compat.GATE_CALLS)
+        self._gate_calls = self.track_writes and not self.bisect and _compat.GATE_CALLS
+        self._write_log = None
+        self._forward_hooks = None  # the sentinel's module hooks (forward_hooks.py)
+        # Writer attribution at Function / Triton boundaries hashes saved memory: on when fingerprints and
+        # the write log are both on (see attribution.py).
+        self._alias = _alias_past_the_op_stream if self.track_writes else torch.Tensor.detach
+        self.boundary_mode = self.fingerprint_mode if (self.track_writes and self.fingerprint_mode != "off") else None
+        self._attribution = False
+        self._triton_pending = False
+        self._names_pass, self._names_left = -1, _PRODUCER_NAMES
+        self._sites_pass, self._sites_left = -1, _PRODUCER_NAMES  # nodes asked for per backward pass (_note_node_site)
+        self._user_hooks = False
+        # (node name, sequence number) -> (forward line of its first saved tensor, backward pass that unpacked it):
+        # names the forward of a graph part an earlier backward freed (NOTE [Where a freed graph was made]).
+        self.node_sites: dict = {}
+        # id(tensor) -> reads of it a module's caller has still to make (module_inputs.py); write log only
+        self._pending_reads: dict[int, _module_inputs.PendingRead] = {}
+        self._emit = self.engine.emit
+        self._ledger = self.engine.ledger
+
+    @property
+    def backward_sites(self) -> list:
+        """The user lines of the backward passes seen (CPU: the engine runs on this thread)."""
+        return self.engine.backward_sites
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def enter(self) -> None:
+        # NOTE [Stack with the user's saved-tensor hooks, never replace them]
+        # PyTorch uses only the innermost saved_tensors_hooks. Hooks the user entered before the guard
+        # (activation offloading, compression) are therefore called from the guard's own hooks; hooks the
+        # user enters inside the guard are wrapped the same way (user_hooks.py). What goes through user
+        # hooks is checked on the way back: unpack must return what pack was given (shape, dtype, values).
+        _function_hygiene.baselines()  # measured before any hook of ours is installed
+        outer = _user_hooks.top_hooks()
+        if (outer is None and _compat.TOP_HOOKS is None and _compat.saved_tensors_hooks_active()
+                and not _user_hooks.guard_hooks_on_top()):
+            # torch 2.4 cannot hand the user's hooks back: keep them, watch no saved tensor in this guard
+            _step_aside.not_watched(self, "hooks", "not watching saved tensors: your saved_tensors_hooks are "
+                                    "active and torch < 2.5 cannot show them to gradguard (enter the guard first)")
+        else:
+            if outer is not None:
+                pack, unpack = self.composed(*outer)
+            elif self._gate_calls:
+                pack, unpack = self._pack_past_the_gate, self._unpack_past_the_gate
+            else:
+                pack, unpack = self._pack, self._unpack
+            self._hooks = saved_tensors_hooks(pack, unpack)
+            self._hooks.__enter__()
+            _user_hooks.install(self)
+            _step_aside.install(self)
+            self._user_hooks = True
+        try:  # Function and tensor-hook boundaries: hygiene in every mode, writer attribution with the write log
+            _attribution.install(self)
+            self._attribution = True
+        except BaseException:
+            self.exit()
+            raise
+        if not self.track_writes:  # NOTE [Silent classes without the write log] (forward_hooks.py)
+            self._forward_hooks = _forward_hooks.ForwardHooks(self.report_extra)
+            self._forward_hooks.install()
+        if self.track_writes:
+            self._write_log = WriteLog(self._on_write)
+            subscribers = [self._write_log]
+            if self.bisect:
+                self._bisect = Bisector(self)
+                subscribers.insert(0, self._bisect)  # outermost: it checks around the write log's work too
+            mode = dynamo_safe(OpStream)(subscribers)
+            if self._gate_calls:  # NOTE [Ops at the price of calls] (call_gate.py)
+                mode = CallGate(mode, self._write_log, self._wants_ops, self._ledger.any_alive, self._write_seen_after)
+            try:
+                mode.__enter__()
+                self._mode = mode  # only once entered: exit() must not exit a mode that never entered
+                if isinstance(mode, CallGate):
+                    install(mode)
+                if self.boundary_mode is not None:
+                    self._triton_pending = not _attribution.triton_wrapped()
+                if self._bisect is not None:
+                    self._bisect.start()
+                    self.engine.attach_bisector(_UnpackBisect(self._bisect))
+            except BaseException:
+                self.exit()
+                raise
+
+    def exit(self) -> None:
+        try:
+            if self._forward_hooks is not None:
+                hooks, self._forward_hooks = self._forward_hooks, None
+                hooks.uninstall()
+            if self._bisect is not None:
+                bisect, self._bisect = self._bisect, None
+                self.engine.attach_bisector(None)
+                bisect.stop()
+            if self._attribution:
+                self._attribution = False
+                _attribution.uninstall(self)
+            if self._mode is not None:
+                if isinstance(self._mode, CallGate):
+                    uninstall(self._mode)
+                self._mode.__exit__(None, None, None)
+        finally:
+            self._mode = None
+            if self._user_hooks:
+                self._user_hooks = False
+                _step_aside.uninstall(self)
+                _user_hooks.uninstall(self)
+            if self._hooks is not None:
+                self._hooks.__exit__(None, None, None)
+                self._hooks = None
+
+    # -- hooks -> events -----------------------------------------------------------------------
+    @_step_aside.guard_pack
+    def _pack(self, t: torch.Tensor):
+        if t.layout != torch.strided or t.is_nested:  # NOTE [Tensors the fingerprint cannot read]
+            return self._version_only(t)
+        if _compat.DYNAMO_TRACES_HOOKS and torch.compiler.is_compiling():  # NOTE in compat.py (torch 2.4)
+            return t
+        site, caller = user_location_and_caller(2)
+        record = self._emit(TensorSaved(t if t.is_leaf else self._alias(t), site, None, self._producer(t), None,
+                                        caller))  # NOTE [What pack keeps]
+        if (self.track_writes and site is not None and site.function == "forward" and t.requires_grad
+                and may_write_data(site.file, "forward")):
+            parameter = _data_in_forward.parameter_of(t)
+            if parameter is not None:
+                self._check_data_in_forward(parameter)
+        if self._triton_pending and "triton" in sys.modules:  # imported after the guard was entered
+            self._triton_pending = not _attribution.maybe_wrap_triton()
+        return record
+
+    def _check_data_in_forward(self, parameter: torch.Tensor) -> None:
+        """A forward saving its parameter after changing it through ``.data`` (data_in_forward.py)."""
+        try:
+            finding = _data_in_forward.data_write_before_save(parameter, skip=3)
+        except Exception as error:
+            log_fallback("torch.data_in_forward", "reading the forward that saves a parameter", error)
+            return
+        if finding is not None:
+            self.report_extra(finding)
+
+    def watch_ctx_tensor(self, t: torch.Tensor, saver: tuple[str, str]) -> SavedRecord | None:
+        """Record a tensor a custom Function kept on ctx (``ctx.x = x``) like a saved tensor; checked by
+        ``check_ctx_tensor`` when the Function's backward starts (see function_hygiene.py). Inference tensors
+        (no version counter) are not watched."""
+        if not _plain(t) or t.numel() == 0 or t.layout != torch.strided or t.is_inference():
+            return None
+        site = user_location(1)
+        return self._emit(TensorSaved(t.detach(), site, None, self._producer(t), kept_on=saver))
+
+    def check_ctx_tensor(self, record: SavedRecord) -> None:
+        """Raise if a ctx tensor changed since forward returned (GuardEngine.check_kept)."""
+        self.engine.check_kept(record)
+
+    def saved_before(self, t: torch.Tensor, version: int) -> bool:
+        """Whether memory of ``t`` was saved for backward at ``version`` or earlier: backward's own version
+        check then raises at a later write (loud), so a boundary check must not call that write silent."""
+        if not _plain(t) or t.numel() == 0:
+            return False
+        if self.track_writes:
+            key, start, end = _byte_range(t)
+            return any(r.version is not None and r.version <= version for r in self.engine.ledger.overlapping(key, start, end))
+        node = t.grad_fn  # the sentinel keeps no ledger: the producer's own saved result (exp, sigmoid, tanh)
+        if node is None:
+            return False
+        from .graph import iter_saved
+
+        pointer = t.untyped_storage().data_ptr()
+        for _argument, data in iter_saved(node):
+            saved = getattr(data, "tensor", None)
+            if (saved is not None and data.version is not None and data.version <= version
+                    and saved.untyped_storage().data_ptr() == pointer):
+                return True
+        return False
+
+    def report_extra(self, finding: Finding) -> None:
+        """A hazard outside saved tensors, found by a torch-only check (GuardEngine.report_extra)."""
+        self.engine.report_extra(finding)
+
+    def raise_finding(self, finding: Finding):
+        """Diagnose and raise a finding built by a boundary check (function_hygiene.py)."""
+        self.engine.raise_finding(finding)
+
+    def _producer(self, t: torch.Tensor) -> str | None:
+        if t.is_leaf:
+            return "leaf" if t.requires_grad else None
+        passes = self.engine.ledger.backward_passes
+        if passes != self._names_pass:
+            self._names_pass, self._names_left = passes, _PRODUCER_NAMES
+        if self._names_left <= 0:
+            return None
+        self._names_left -= 1
+        grad_fn = t.grad_fn
+        if grad_fn is None:
+            return None
+        kind = type(grad_fn)  # one node class per name for built-in nodes: one shared string, no new one per tensor
+        name = _NODE_NAMES.get(kind)
+        if name is None:
+            name = grad_fn.name()
+            if kind.__name__ == name:  # custom Function nodes (BackwardCFunction) are named per Function: not cached
+                _NODE_NAMES[kind] = name
+        return name
+
+    def _unwatched(self, t: torch.Tensor, how: str) -> None:
+        kind = _step_aside.unreadable_layout(t)
+        _step_aside.not_watched(self, kind, f"not watching {kind} saved for backward (no strided memory to "
+                                f"fingerprint or match writes to): {how}")
+
+    def _version_only(self, t: torch.Tensor) -> "_VersionOnly":
+        """A sparse or nested saved tensor: kept with its version, so that unpack raises PyTorch's own error
+        where PyTorch's version check would (hooks switch that check off: NOTE at the top)."""
+        self._unwatched(t, "only PyTorch's own version check runs for them")
+        return _VersionOnly(t if t.is_leaf else t.detach())  # NOTE [What pack keeps]
+
+    def _unpack(self, record: SavedRecord) -> torch.Tensor:
+        if type(record) is _VersionOnly:
+            return record.unpack()
+        if isinstance(record, torch.Tensor):  # stepped aside at pack time
+            return record
+        if not _compat.SAVED_TENSOR_DATA and _compat.probing_unpack(record):  # torch 2.4 naming a saved argument
+            return record.tensor
+        if self._ledger.note_backward_pass(torch._C._current_graph_task_id()):
+            self._backward_pass_started()
+        if record.where.site is not None:  # where.site: one property call less per unpack
+            self._note_node_site(record)
+        return self._emit(TensorUnpacked(record))
+
+    @_step_aside.guard_pack
+    def _pack_past_the_gate(self, t: torch.Tensor):
+        # A custom Function's saves and backward's unpacks run with the call gate on the function-mode stack
+        # (NOTE [Ops at the price of calls]); the guard's own reads of the tensor (version, fingerprint) are not
+        # the user's calls and must not pay the gate, ~1 us each. Only the gate is lifted: a tensor subclass's
+        # own __torch_function__ still runs.
+        with _call_gate.lifted(self._mode):
+            return self._pack(t)
+
+    def _unpack_past_the_gate(self, record: SavedRecord) -> torch.Tensor:
+        with _call_gate.lifted(self._mode):
+            return self._unpack(record)
+
+    def _backward_pass_started(self) -> None:
+        """The first unpack of a backward pass: where it was called, and the checks that wait for it."""
+        if _second_order.entries:  # NOTE [Seeing a dropped inner update]
+            try:
+                _second_order.watch_backward(self.report_extra, user_location(3))
+            except Exception as error:
+                log_fallback("torch.second_order", "watching a backward for a dropped inner update", error)
+        site = user_location(3)
+        if site is None:
+            return
+        self._emit(BackwardStarted(site))
+        try:
+            call = _backward_calls.backward_call(3)
+        except Exception as error:  # only a diagnosis detail: the check must run
+            log_fallback("torch.backward_calls", "recording the receiver of a backward call", error)
+            call = None
+        if call is not None:
+            self.backward_calls = (self.backward_calls + [call])[-8:]
+
+    def _note_node_site(self, record) -> None:
+        # NOTE [Where a freed graph was made]
+        # "Trying to backward through the graph a second time" names no node and no line, and a freed node keeps
+        # neither its saved tensors nor gradguard's records of them. While a backward unpacks, the node running is
+        # known: keep its forward line under (name, sequence number), which a node keeps for life, so the eager
+        # diagnosis can name the line that made the freed part the failing backward reached (~0.3 us per unpack).
+        # Only the first ``_PRODUCER_NAMES`` unpacks of a pass ask (NOTE [Reading grad_fn crashes deep graphs]);
+        # a longer backward names the freed part only where it is within those nodes.
+        passes = self.engine.ledger.backward_passes
+        if passes != self._sites_pass:
+            self._sites_pass, self._sites_left = passes, _PRODUCER_NAMES
+        if self._sites_left <= 0:
+            return
+        self._sites_left -= 1
+        node = torch._C._current_autograd_node()
+        if node is None:
+            return
+        key = (node.name(), node._sequence_nr())
+        sites = self.node_sites
+        if key not in sites:
+            if len(sites) >= _NODE_SITES:
+                sites.clear()
+            sites[key] = (record.site, self.engine.ledger.backward_passes, record.caller)
+
+    def composed(self, user_pack, user_unpack):
+        """(pack, unpack) that run the user's hooks and check the round trip (see NOTE above)."""
+
+        def pack(t: torch.Tensor):
+            if t.layout != torch.strided or t.is_nested:  # NOTE [Tensors the fingerprint cannot read]
+                self._unwatched(t, "your saved_tensors_hooks keep them as they choose")
+                return user_pack(t)
+            try:
+                version = t._version
+            except RuntimeError:
+                version = None
+            plain = _plain(t)
+            fp = _fingerprint(t.detach(), self.fingerprint_mode) if plain and self.fingerprint_mode != "off" else None
+            record = _UserHookRecord(None, tuple(t.shape), t.stride(), t.dtype, fp, _samples(t) if plain else None,
+                                     user_location(2), self._producer(t), version)
+            record.packed = user_pack(t)
+            return record
+
+        def unpack(record):
+            if not isinstance(record, _UserHookRecord):  # packed before the guard entered
+                return user_unpack(record)
+            if not _compat.SAVED_TENSOR_DATA and _compat.probing_unpack(record):  # torch 2.4 reading the record:
+                return torch.empty(0)  # the user's unpack runs once per real unpack, never for gradguard's reads
+            out = user_unpack(record.packed)
+            if isinstance(out, torch.Tensor) and not self._round_trip_ok(record, out):
+                # NOTE [What a failed round trip through the user's hooks says]
+                # Another shape, or other strides with other values: unpack handed back another tensor (a dedup
+                # keyed by storage returns one copy for a tensor and its transpose): no write to look for, and
+                # the re-run is skipped. Same layout, other values: a write into a tensor the hooks kept, or a
+                # copy of another tensor; the write log can tell.
+                reason = ("shape" if tuple(out.shape) != record.shape
+                          else "layout" if out.stride() != record.strides else "values")
+                context = {"user_hooks": reason, "packed": {"shape": list(record.shape), "strides": list(record.strides)},
+                           "unpacked": {"shape": list(out.shape), "strides": list(out.stride())},
+                           "writer_unknowable": reason != "values"}
+                note = None if reason != "values" else (
+                    "the tensor came back from your saved_tensors_hooks unpack different from what pack was given "
+                    "(an in-place write to a tensor the hooks kept, or an unpack that returns another tensor)")
+                self.engine.raise_record(SavedRecord(out.detach(), record.version, record.fp, record.site,
+                                                     producer=record.producer,
+                                                     passes_at_save=self.engine.ledger.backward_passes),
+                                         "silent_write", note=note, context=context)
+            return out
+
+        return _user_hooks.mark(pack), _user_hooks.mark(unpack)
+
+    def _round_trip_ok(self, record: _UserHookRecord, out: torch.Tensor) -> bool:
+        if tuple(out.shape) != record.shape:
+            return False
+        # The fingerprint hashes memory, so it is a valid shortcut only for the same memory layout (a transposed
+        # view of the same block hashes equal); any other layout is compared value by value.
+        if record.fp is not None and out.dtype == record.dtype and _plain(out) and out.stride() == record.strides:
+            if _same_fingerprint(_fingerprint(out.detach(), self.fingerprint_mode), record.fp):
+                return True  # bit-identical round trip (the common case: offloading)
+        if record.samples is None:
+            return True
+        now = _samples(out)
+        return now is None or _close(record.samples, now)
+
+    def _on_write(self, func, targets):
+        if _attribution.in_kernel():  # the Triton launch boundary reports the kernel's writes itself
+            return None
+        if torch.is_grad_enabled():
+            self._watch_module_inputs(func, targets)
+        if _second_order.entries:  # the line of a parameter update that drops a create_graph gradient
+            for target in targets:
+                if _plain(target):
+                    _second_order.note_write(target)
+        for target in targets:
+            key, records = self._saved_records_under(target)
+            if key is None:
+                continue
+            if not records:
+                self._note_shared_counter(func, target, key)
+            else:
+                write = self._describe_write(_aten_name(func), target)
+                alias = None
+                impl = target.untyped_storage()._cdata
+                for record in records:
+                    if record.tensor.untyped_storage()._cdata != impl and write.category in ("other", "copy"):
+                        # Same memory, another storage object: a torch.from_numpy / DLPack alias, which has
+                        # its own version counter, so the saved tensor's version cannot move.
+                        if alias is None:
+                            alias = dataclasses.replace(write, category="numpy", via=write.via or "a NumPy/DLPack alias")
+                        self.record_write([record], alias, target)
+                    else:
+                        self.record_write([record], write, target)
+        return None
+
+    def _wants_ops(self, args, kwargs) -> bool:
+        """Whether an in-place call needs the op stream (NOTE [Ops at the price of calls]): something listens to
+        every write, or one of its tensor arguments shares storage with a saved tensor."""
+        if torch.is_grad_enabled() or _second_order.entries or self._write_log.on_read is not None:
+            return True
+        ledger = self._ledger
+        if not ledger.any_alive():
+            return False
+
+        def on_saved_storage(t) -> bool:  # a subclass or meta tensor: the op stream decides, as before the gate
+            return not _plain(t) or ledger.has_storage(_storage_key(t))
+
+        for values in (args, kwargs.values()):
+            for value in values:
+                if isinstance(value, torch.Tensor):
+                    if on_saved_storage(value):
+                        return True
+                elif isinstance(value, (list, tuple)):
+                    if any(isinstance(item, torch.Tensor) and on_saved_storage(item) for item in value):
+                        return True
+        return False
+
+    def _saved_records_under(self, target) -> tuple[int | None, list]:
+        """(storage key, the saved records whose elements ``target`` shares); (None, []) when no saved tensor is
+        on its storage (or it is not a plain, non-empty tensor)."""
+        if not _plain(target) or target.numel() == 0:
+            return None, []
+        key, start, end = _byte_range(target)
+        if not self._ledger.has_storage(key):
+            return None, []
+        return key, [r for r in self._ledger.overlapping(key, start, end) if share_elements(r.tensor, target)]
+
+    def _write_seen_after(self, func, target, before: int, after: int) -> None:
+        """A call the gate did not class as in-place moved ``target``'s version: log the write under the call's
+        Python name, with the versions around it."""
+        _key, records = self._saved_records_under(target)
+        if records:
+            write = self._describe_write(python_op_name(func), target)
+            self._emit(TensorWritten(target, write.op, write.category, write.location, write.library_frame,
+                                     before, after, via=write.via, records=records))
+
+    def _watch_module_inputs(self, func, targets) -> None:
+        """A write by a module into its caller's variable that the caller reads again: wait for that read."""
+        try:
+            for target in targets:
+                pending = _module_inputs.written_input(func, target, skip=3)
+                if pending is not None:
+                    reads = self._pending_reads
+                    if len(reads) >= _module_inputs.MAX_PENDING:
+                        reads.pop(next(iter(reads)))
+                    reads[id(target)] = pending
+                    self._write_log.on_read = self._on_read
+        except Exception as error:  # a diagnosis aid: the write itself goes on
+            log_fallback("torch.module_inputs", "looking for the caller of a module's in-place write", error)
+
+    def _on_read(self, func, args) -> None:
+        reads = self._pending_reads
+        for value in args:
+            if isinstance(value, (list, tuple)):
+                for item in value:
+                    if id(item) in reads:
+                        self._check_read(reads, item)
+            elif id(value) in reads:
+                self._check_read(reads, value)
+
+    def _check_read(self, reads: dict, t) -> None:
+        pending = reads[id(t)]
+        if pending.tensor() is t:
+            try:
+                read = _module_inputs.read_of(pending, skip=4)
+            except Exception as error:
+                log_fallback("torch.module_inputs", "matching an op to the caller's read", error)
+                read = None
+            if read is None:
+                return  # the module's own ops, or another use of the tensor: not the read
+        else:  # another tensor at a freed one's address
+            read = None
+        del reads[id(t)]
+        if not reads and self._write_log is not None:
+            self._write_log.on_read = None
+        if read is not None:
+            self.report_extra(_module_inputs.finding(pending, t, read))
+
+    def _note_shared_counter(self, func, target, key) -> None:
+        """A write into another part of a storage that holds saved tensors (slot t of a preallocated buffer
+        while slot t-1 is saved): the bytes differ, but views of one base share one version counter, so the
+        write still moves the saved slot's version. Recorded once per saved tensor: its first bump."""
+        version = target._version
+        stale = [r for r in self.engine.ledger.overlapping(key, 0, 1 << 62)
+                 if r.version == version and r.tensor._version == version and not r.writes]
+        if stale:
+            write = dataclasses.replace(self._describe_write(_aten_name(func), target), category="shared_counter")
+            self.record_write(stale, write, target)
+
+    def record_write(self, records, write: WriteRecord, target=None) -> None:
+        """Log ``write`` into saved records this probe matched itself (element-wise, for strided views): one
+        TensorWritten, logged before the write runs (the engine reads each record's version then)."""
+        self._emit(TensorWritten(target, write.op, write.category, write.location, write.library_frame,
+                                 via=write.via, records=records))
+
+    def _describe_write(self, op: str, target) -> WriteRecord:
+        owners: list[object] = []
+        context = caller_context(skip=4, owner_filter=lambda o: _is_owner(o) and (owners.append(o) or True))
+        name = op.split(".")[1] if op.startswith("aten.") else op.rsplit(".", 1)[-1]
+        code = context.location.code if context.location else ""
+        category, via = "other", None
+        optimizer = next((o for o in reversed(owners) if isinstance(o, torch.optim.Optimizer)), None)
+        module = next((o for o in owners if isinstance(o, torch.nn.Module)), None)
+        if optimizer is not None:
+            category, via = "optimizer", f"{type(optimizer).__name__}.step()"
+        elif name in _ACTIVATIONS or (module is not None and getattr(module, "inplace", False)):
+            category = "activation"
+            if module is not None and getattr(module, "inplace", False):
+                via = f"{type(module).__name__}(inplace=True)"
+                # Name the module as the user can find it ("gate.2"): the outermost module the user called,
+                # by its variable name, plus the submodule path. Only reached for writes into saved memory.
+                from ...core.frames import user_variable_names
+
+                root = next(o for o in reversed(owners) if isinstance(o, torch.nn.Module))
+                from ...core.module_sites import path_in_user_self
+
+                prefix = user_variable_names({id(root)}).get(id(root)) or path_in_user_self(root)
+                sub = "" if root is module else next((n for n, m in root.named_modules() if m is module), "")
+                if prefix:
+                    via = f"{prefix}{'.' + sub if sub else ''} ({via})"
+            else:
+                via = f"torch.{name}" if name.endswith("_") else op
+        else:
+            category = classify_source(code) or ("copy" if name == "copy_" else "other")
+        return WriteRecord(op=op, location=context.location, via=via, library_frame=context.library_frame,
+                           category=category)
+
+    # -- the engine's questions ----------------------------------------------------------------
+    @staticmethod
+    def version(t: torch.Tensor) -> int | None:
+        try:
+            return t._version
+        except RuntimeError:  # inference tensors have no version counter
+            return None
+
+    @staticmethod
+    def span(t: torch.Tensor) -> tuple[int, int, int] | None:
+        return _byte_range(t) if _plain(t) and t.numel() > 0 else None
+
+    @staticmethod
+    def fingerprint(t: torch.Tensor, mode: str):
+        return _fingerprint(t, mode) if _plain(t) else None
+
+    same_fingerprint = staticmethod(_same_fingerprint)
+    defer_fingerprint_check = _device_check.defer  # NOTE [No host sync per saved tensor] (device_check.py)
+    name_at_write = staticmethod(name_in_writing_frame)  # NOTE [Naming a tensor where it is written]
+
+    # describe(): ProbeBase's (a module's parameter or buffer, else the user variable holding it: `out`, `labels`)
+    name_tensor = staticmethod(name_tensor)
+    name_by_variable = staticmethod(name_by_variable)
+    finding_scope = staticmethod(one_heap_scan)  # NOTE [One heap scan per finding]
+
+    @staticmethod
+    def dtype_name(t: torch.Tensor) -> str:
+        return str(t.dtype).replace("torch.", "")
+
+    @staticmethod
+    def device_name(t: torch.Tensor) -> str:
+        return str(t.device)
+
+    def context(self) -> dict:
+        return {}
+
+    @staticmethod
+    def saver(record: SavedRecord, tensor: TensorInfo) -> tuple[str | None, str | None]:
+        """(node name, argument) of ``record``, which the node running now is unpacking."""
+        node = torch._C._current_autograd_node()
+        if node is None:
+            return None, None
+        return node.name(), _unpacking_argument(node, record)
+
+    def phrase(self, finding: Finding, record: SavedRecord) -> None:
+        return None  # the core rules speak torch
+
+    def allowed_change(self, record: SavedRecord) -> bool:
+        """BatchNorm updates running stats in place without declaring it; its training-mode backward
+        does not read them, so the change is harmless.
+
+        # NOTE [Running stats saved in eval mode]
+        # An eval-mode forward normalises with the running stats and its backward reads them
+        # (dx = dy * w / sqrt(running_var + eps)); a train-mode forward in between updates them in place
+        # without moving their version, and the eval backward silently uses the new ones. Only a node saved
+        # in training mode (``_saved_training``) is exempt; where the node does not say, it stays exempt.
+        """
+        node = torch._C._current_autograd_node()
+        if node is None or not saves_running_stat(node.name(), _unpacking_argument(node, record)):
+            return False
+        return getattr(node, "_saved_training", True) is not False
+
+    def annotate(self, finding: Finding, record: SavedRecord, current: bool) -> None:
+        """Torch facts the diagnosis reads: backward passes since the save, ``retain_graph``, where the loss was
+        made, fused optimizer kernels, and the picture of the graph around the saver."""
+        backward = user_location(2)
+        context = finding.context
+        passes = max(0, self.engine.ledger.backward_passes - record.passes_at_save - 1)
+        context["backward_passes_since_save"] = passes
+        context["retain_graph"] = bool(backward and "retain_graph=True" in backward.code) or None
+        context["backward_at"] = backward.to_dict() if backward else None
+        context["write_log"] = self.track_writes
+        kind, writes = finding.kind, finding.modified_at
+        if kind == "silent_write":
+            for w in writes:
+                if not w.bumps_version and w.op.startswith("aten._fused_"):
+                    w.category = "optimizer"
+        if kind == "silent_write" and self.track_writes and _plain(record.tensor) and record.tensor.is_leaf:
+            saved_in = self._ledger.storage_key_of(record)
+            if saved_in is not None and record.tensor.numel() and saved_in != _storage_key(record.tensor):
+                finding.notes.append(  # NOTE [What pack keeps]
+                    "this tensor has other memory than when it was saved (a `.data = ...` assignment after the "
+                    "forward): backward reads the new values, as PyTorch does without gradguard, and no version "
+                    "counter moved")
+        if current and kind == "inplace_modification" and any(w.category == "optimizer" for w in writes):
+            try:  # NOTE [A loss made before the steps]
+                from .loss_site import loss_made_before_steps, recompute_in_loop
+
+                context["loss_made_early"] = loss_made_before_steps()
+                context["recompute_in_loop"] = recompute_in_loop()  # NOTE [A value made once, ...]
+            except Exception as error:
+                log_fallback("torch.loss_site", "finding where the loss was made", error)
+        if not current:  # another stale tensor: no graph node is unpacking it now
+            return
+        try:  # the picture of the graph around the saver (HTML report); never breaks the error path
+            from .graph import capture_graph
+
+            context["graph"] = capture_graph(torch._C._current_autograd_node(), record, finding)
+        except Exception as error:
+            log_fallback("torch.graph", "capturing the graph picture", error)
+
+
+class _UnpackBisect:
+    """The engine's bisect hook at unpack: the dispatch-mode bisector names the interval since the last op."""
+
+    __slots__ = ("mode",)
+
+    def __init__(self, mode):
+        self.mode = mode
+
+    def check(self, location) -> None:
+        self.mode.check(None, location or user_location(3))
+
+    def rebase(self, records) -> None:
+        return None  # the mode compares write counts itself
+
+    def stop(self) -> None:
+        return None  # the session exits the mode

@@ -1,0 +1,261 @@
+"""What every framework's ``check_op`` adapter shares: the linearization record and framework-free helpers.
+
+# NOTE [One audit engine]
+# ``audit.run_check_op`` is the only numerical engine, for torch, Paddle and MindSpore. A framework gives it
+# one adapter object (``checks._torch_ops.TorchBackend``, ``backends.paddle._check.PaddleCheckAdapter``,
+# ``backends.mindspore._check.MindSporeCheckAdapter``) that answers framework questions: describe a tensor,
+# convert to and from float64 numpy, run the op with autograd on (``linearize``) and pull a cotangent back
+# (``vjp``), version and fingerprint for the mutation audit. ``unsupported`` names the check groups and regimes
+# the framework has no means for (reported as skipped, with the reason); ``framework_checks`` are callables
+# ``(audit, base_run) -> (failures, check_results, notes)`` for checks only one framework needs (Paddle's
+# unchecked PyLayer saved tensors, MindSpore's bprop contract and graph mode).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+__all__ = ["Linearization", "AdapterBase", "FLOAT_EPS"]
+
+FLOAT_EPS = {
+    "float64": float(np.finfo(np.float64).eps),
+    "float32": float(np.finfo(np.float32).eps),
+    "float16": float(np.finfo(np.float16).eps),
+    "bfloat16": 2.0**-7,
+}
+
+
+@dataclass
+class Linearization:
+    """One forward pass with its graph kept alive: outputs as float64 numpy, and a pullback (VJP)."""
+
+    outputs: list[np.ndarray]  # differentiable outputs, float64 copies
+    out_names: list[str]
+    out_dtypes: list[str]
+    out_tensors: list[Any]
+    all_outputs: list[tuple[str, Any]]
+    leaves: list[Any]  # the differentiable inputs as fed to fn (fresh copies)
+    args: list[Any]  # every argument as fed to fn
+    backend: Any = None  # the adapter that made it (answers vjp_tensors / cotangent_tensors)
+    state: Any = None  # whatever the adapter needs to pull back (MindSpore: its vjp function)
+
+    def pullback(self, cotangents: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Gradients of the differentiable inputs for one cotangent per differentiable output (float64 numpy)."""
+        return [self.backend.to_numpy(g) for g in self.pullback_tensors(cotangents)]
+
+    def pullback_tensors(self, cotangents: Sequence[np.ndarray], cot_tensors: list | None = None) -> list[Any]:
+        cots = cot_tensors if cot_tensors is not None else self.cotangent_tensors(cotangents)
+        return self.backend.vjp_tensors(self, cots)
+
+    def release(self) -> None:
+        """Let the graph go (its saved tensors are freed); outputs stay, detached, as templates for dtype and shape.
+        No pullback is possible afterwards."""
+        detached = self.backend.detached
+        self.out_tensors = [detached(o) for o in self.out_tensors]
+        self.all_outputs = [(n, detached(o)) for n, o in self.all_outputs]
+        self.leaves, self.args, self.state = [], [], None
+
+    def cotangent_tensors(self, cotangents: Sequence[np.ndarray]) -> list[Any]:
+        return [self.backend.from_numpy(c, o) for c, o in zip(cotangents, self.out_tensors)]
+
+
+def flatten_outputs(obj: Any, is_tensor: Callable[[Any], bool], path: str = "output") -> list[tuple[str, Any]]:
+    """(name, tensor) for every tensor in a (nested) result; a single tensor is named ``output``."""
+    out: list[tuple[str, Any]] = []
+    _flatten(obj, path, out, is_tensor)
+    if len(out) == 1:
+        out = [("output", out[0][1])]
+    return out
+
+
+def _flatten(obj: Any, path: str, out: list, is_tensor) -> None:
+    if is_tensor(obj):
+        out.append((path, obj))
+    elif isinstance(obj, (tuple, list)):
+        fields = getattr(obj, "_fields", None)
+        for i, item in enumerate(obj):
+            _flatten(item, f"{path}.{fields[i]}" if fields else f"{path}[{i}]", out, is_tensor)
+    elif isinstance(obj, dict):
+        for key, item in obj.items():
+            _flatten(item, f"{path}[{key!r}]", out, is_tensor)
+    elif hasattr(obj, "__dataclass_fields__"):
+        for key in obj.__dataclass_fields__:
+            _flatten(getattr(obj, key), f"{path}.{key}", out, is_tensor)
+
+
+def round_with_numpy(arr: np.ndarray, dtype_name: str) -> np.ndarray:
+    """``arr`` rounded to ``dtype_name`` (round to nearest even) and back to float64, without a framework."""
+    arr = np.asarray(arr, dtype=np.float64)
+    if dtype_name == "bfloat16":
+        bits = arr.astype(np.float32).view(np.uint32)
+        finite = np.isfinite(arr)
+        rounded = ((bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) & np.uint32(0xFFFF0000))
+        out = rounded.view(np.float32).astype(np.float64)
+        return np.where(finite, out, arr.astype(np.float32).astype(np.float64))
+    if dtype_name in ("float16", "float32"):
+        return arr.astype(dtype_name).astype(np.float64)
+    return arr.copy()
+
+
+def _parameters(fn: Callable) -> list[inspect.Parameter]:
+    try:
+        return list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return []
+
+
+class AdapterBase:
+    """Framework-free answers shared by every adapter (signature reading, names, tolerances)."""
+
+    name = "?"
+    unsupported: dict[str, str] = {}
+    framework_checks: tuple = ()
+    opcheck = False  # the framework's own operator-registration checker (torch.library.opcheck) runs with "mutation"
+    no_grad_hint = "a no-grad context"
+
+    def eps(self, dtype_name: str) -> float:
+        return FLOAT_EPS.get(dtype_name, FLOAT_EPS["float32"])
+
+    def round_to(self, arr: np.ndarray, dtype_name: str) -> np.ndarray:
+        return round_with_numpy(arr, dtype_name)
+
+    def from_numpy(self, arr: np.ndarray, like: Any, dtype_name: str | None = None):
+        """A framework tensor holding a private copy of ``arr`` in ``dtype_name`` (``like``'s dtype when None).
+        Floating values go through float64 first (NOTE [Fresh copies] in ``torch_ops``: a framework's tensor made
+        from numpy may share its memory, and an op writing into it would corrupt the audit's own arrays)."""
+        dtype_name = dtype_name or self.dtype_name(like)
+        arr = np.array(np.asarray(arr), copy=True, order="C")
+        return self.tensor_from(arr.astype(np.float64) if dtype_name in FLOAT_EPS else arr, dtype_name)
+
+    def tensor_from(self, arr: np.ndarray, dtype_name: str):
+        """The framework's tensor of a private numpy array, cast to ``dtype_name`` (adapters without their own
+        ``from_numpy``)."""
+        raise NotImplementedError
+
+    def fingerprint(self, t: Any) -> int:
+        """xxh3-64 of the tensor's values: the core hash of a host copy in logical order (``host_values``)."""
+        from ..core.engine import fingerprint_bytes
+
+        return fingerprint_bytes(np.ascontiguousarray(self.host_values(t)), "full")
+
+    def host_values(self, t: Any) -> np.ndarray:
+        """A numpy copy of the values in the tensor's own dtype (adapters without their own ``fingerprint``)."""
+        raise NotImplementedError
+
+    def memory_span(self, t: Any) -> tuple[int, int] | None:
+        return None  # the framework's tensors do not say which memory they view: aliasing is ``unsupported``
+
+    def autograd_view_of(self, out: Any, inp: Any) -> bool:
+        return False
+
+    def kind(self, t: Any) -> str:
+        """float | complex | int | bool, from the dtype's name."""
+        dt = self.dtype_name(t)
+        if dt in FLOAT_EPS:
+            return "float"
+        if dt.startswith("complex"):
+            return "complex"
+        return "bool" if dt == "bool" else "int"
+
+    def shape(self, t: Any) -> tuple[int, ...]:
+        return tuple(int(s) for s in t.shape)
+
+    def detached(self, t: Any) -> Any:
+        """``t`` without its autograd history (frameworks whose tensors hold no graph return it as is)."""
+        return t
+
+    def ndim(self, t: Any) -> int:
+        return len(self.shape(t))
+
+    def numel(self, t: Any) -> int:
+        return int(np.prod(self.shape(t), dtype=np.int64))
+
+    def describe(self, t: Any) -> str:
+        if not self.is_tensor(t):  # a pass-through argument (scalar, None, tuple ...)
+            text = repr(t)
+            return f"{type(t).__name__} {text if len(text) <= 40 else text[:37] + '...'}"
+        return f"{self.dtype_name(t)}[{', '.join(map(str, self.shape(t)))}]"
+
+    def outputs(self, result: Any) -> list[tuple[str, Any]]:
+        return flatten_outputs(result, self.is_tensor)
+
+    def linearization(self, fed: list, leaves: list, all_outs: list[tuple[str, Any]],
+                      differentiable: Callable[[Any], bool], state: Any = None) -> Linearization:
+        """The record of one forward: every tensor output, and the differentiable ones as float64 copies."""
+        diff = [(n, o) for n, o in all_outs if self.kind(o) in ("float", "complex") and differentiable(o)]
+        return Linearization(outputs=[self.to_numpy(o) for _, o in diff], out_names=[n for n, _ in diff],
+                             out_dtypes=[self.dtype_name(o) for _, o in diff], out_tensors=[o for _, o in diff],
+                             all_outputs=all_outs, leaves=leaves, args=fed, backend=self, state=state)
+
+    def with_values(self, t: Any, values: np.ndarray, dtype_name: str | None = None) -> Any:
+        """A tensor like ``t`` (dtype, device) holding ``values``."""
+        return self.from_numpy(values.reshape(self.shape(t)) if values.size == self.numel(t) else values, t, dtype_name)
+
+    def _float_dtypes(self, fed) -> str | None:
+        """The floating dtypes fn was fed, for an OpRaised message ("float32, float64")."""
+        names = {self.dtype_name(a) for a in fed if self.is_tensor(a) and self.kind(a) == "float"}
+        return ", ".join(sorted(names)) or None
+
+    def literal_values(self, t: Any, float64: bool) -> str:
+        """The values of ``t`` as Python source (exact: repr for float64, shortest round-trip float32 text else)."""
+        values = self.to_numpy(t)
+        if self.kind(t) == "float":
+            if float64:
+                fmt = lambda v: repr(float(v))
+            else:  # shortest float32 text that round-trips (exact for float16/bfloat16 values too)
+                fmt = lambda v: np.format_float_positional(np.float32(v), unique=True, trim="0")
+        else:
+            fmt = lambda v: str(int(v))
+        return np.array2string(values, separator=", ", threshold=10**6, max_line_width=96, formatter={"all": fmt})
+
+    # check -> {finding field: this framework's text}: the engine's torch-worded advice restated (a phrasebook)
+    phrasebook: dict[str, dict[str, str]] = {}
+    # (check, torch's phrase, this framework's phrase) replaced inside a finding's message
+    message_phrases: tuple[tuple[str, str, str], ...] = ()
+
+    def reword(self, report: Any) -> None:
+        """Restate the engine's torch-worded advice in this framework's terms (verdicts never change)."""
+        for f in report.findings:
+            for field, text in self.phrasebook.get(f.check, {}).items():
+                setattr(f, field, text)
+            for check, old, new in self.message_phrases:
+                if f.check == check:
+                    f.message = f.message.replace(old, new)
+
+    @contextlib.contextmanager
+    def audit_threads(self, args: Sequence[Any]):
+        yield
+
+    # ---- introspection ------------------------------------------------------------------------------
+    def signature_defaults(self, fn: Callable) -> dict[str, Any]:
+        return {p.name: p.default for p in _parameters(fn) if p.default is not p.empty}
+
+    def parameter_names(self, fn: Callable, n: int) -> list[str]:
+        params = _parameters(fn)
+        owner = getattr(fn, "__self__", None)
+        forward = getattr(owner, "forward", None) if isinstance(owner, type) else None
+        if forward is not None and not [p for p in params if p.kind is p.POSITIONAL_OR_KEYWORD]:
+            # Function.apply / PyLayer.apply take *args: the names are forward(ctx, x, w)'s, without ctx
+            inner = _parameters(forward)
+            params = inner[1:] if inner and inner[0].name in ("ctx", "context") else inner
+        names = []
+        for i in range(n):
+            if i < len(params) and params[i].kind in (params[i].POSITIONAL_ONLY, params[i].POSITIONAL_OR_KEYWORD):
+                names.append(params[i].name)
+            else:
+                names.append(f"inputs[{i}]")
+        if len(set(names)) != len(names):
+            names = [f"inputs[{i}]" for i in range(n)]
+        return names
+
+    def op_name(self, fn: Callable) -> str:
+        for attr in ("__qualname__", "__name__"):
+            name = getattr(fn, attr, None)
+            if isinstance(name, str):
+                return name
+        return type(fn).__name__

@@ -1,0 +1,180 @@
+"""Mutation and aliasing audit: what the op writes that it should not, and what it returns that it shares.
+
+# NOTE [Silent writes]
+# PyTorch's in-place checks rely on version counters, which only PyTorch ops bump. A Triton/CUDA kernel
+# (or a ``.data`` write) that stores into an input changes its bytes and leaves its version alone, so
+# any op that saved that tensor computes wrong gradients without an error. The audit fingerprints every
+# tensor input (bytes and version) before forward, after forward and after backward:
+#   bytes changed, version not  -> ``mutation.silent_input_write`` (failure)
+#   version changed              -> ``mutation.input_write`` (warning: declared, autograd can see it)
+# Backward gets a random cotangent twice with ``retain_graph``: the two gradients must agree
+# (``mutation.backward_not_repeatable``, e.g. a backward that scales its saved tensor in place), and the
+# cotangent's own bytes must not change (``mutation.grad_output_write``: autograd may hand the same
+# buffer to other branches).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from .numerical import compare
+from .report import CheckResult, Failure
+
+__all__ = ["audit_mutation"]
+
+
+def _snapshot(B, fed) -> dict[int, tuple[int, int]]:
+    return {i: (B.version(t), B.fingerprint(t)) for i, t in enumerate(fed) if B.is_tensor(t)}
+
+
+def _diff(before, after, phase, names, B, fed, regime) -> list[Failure]:
+    found = []
+    for i, (ver0, fp0) in before.items():
+        ver1, fp1 = after[i]
+        if ver1 == ver0 and fp1 != fp0:
+            found.append(
+                Failure(
+                    check="mutation.silent_input_write",
+                    regime=regime,
+                    input=names[i],
+                    message=f"the op's {phase} changed the bytes of input {names[i]} ({B.describe(fed[i])}) without bumping its version ({ver0})",
+                    why="PyTorch cannot see this write: any earlier op that saved this tensor for its backward "
+                    "(exp, sigmoid, softmax, relu, tanh... save their outputs) now computes wrong gradients "
+                    "silently. Typical cause: a Triton/CUDA kernel that stores results (often gradients) into "
+                    "its input to save memory.",
+                    fix="write into a fresh buffer (or a clone of the input) in forward; if the in-place write is "
+                    "intended, call torch.autograd.graph.increment_version(x) (or ctx.mark_dirty(x)) right after the "
+                    "kernel so PyTorch raises instead of computing wrong gradients.",
+                )
+            )
+        elif ver1 != ver0:
+            found.append(
+                Failure(
+                    check="mutation.input_write",
+                    regime=regime,
+                    input=names[i],
+                    severity="warning",
+                    message=f"the op's {phase} wrote input {names[i]} in place (version {ver0} -> {ver1})",
+                    why="a declared in-place write: PyTorch will raise if a saved tensor was overwritten, so this is "
+                    "safe but callers must not reuse the input's old values.",
+                    fix="nothing, if the op is documented as in-place.",
+                )
+            )
+    return found
+
+
+def audit_mutation(B, fn, args: Sequence[Any], kwargs: dict, wrt: Sequence[int], names: Sequence[str],
+                   cotangent: Sequence[np.ndarray], regime: str = "given") -> tuple[list[Failure], list[CheckResult]]:
+    findings: list[Failure] = []
+    fed, leaves = B.prepare(args, wrt)
+    before = _snapshot(B, fed)
+    lin = B.linearize(fn, args, kwargs, wrt, prepared=(fed, leaves))
+    after_fwd = _snapshot(B, fed)
+    findings += _diff(before, after_fwd, "forward", names, B, fed, regime)
+
+    # aliasing: an output that shares memory with an input without autograd knowing it is a view
+    findings += _alias_failures(B, lin, fed, names, regime)
+    checks = [CheckResult("aliasing.output_aliases_input", regime,
+                          "fail" if any(f.check.startswith("aliasing") for f in findings) else "pass")]
+
+    cots = lin.cotangent_tensors(cotangent)
+    cot_fp = [B.fingerprint(c) for c in cots]
+    g1 = [B.to_numpy(g) for g in lin.pullback_tensors(cotangent, cots)]
+    after_bwd = _snapshot(B, fed)
+    findings += _diff(after_fwd, after_bwd, "backward", names, B, fed, regime)
+    findings += _grad_output_writes(B, lin, cots, cot_fp, regime)
+    findings += _repeat_failures(B, lin, cotangent, g1, names, wrt, regime)
+    failed = {f.check for f in findings if f.severity == "failure"}
+    for name in ("mutation.silent_input_write", "mutation.grad_output_write", "mutation.backward_not_repeatable"):
+        checks.append(CheckResult(name, regime, "fail" if name in failed else "pass"))
+    return findings, checks
+
+
+def _alias_failures(B, lin, fed, names, regime) -> list[Failure]:
+    """Outputs that share memory with an input without autograd knowing they are views."""
+    found = []
+    spans = {i: B.memory_span(t) for i, t in enumerate(fed) if B.is_tensor(t)}
+    for out_name, out in lin.all_outputs:
+        span = B.memory_span(out)
+        if span is None:
+            continue
+        for i, s in spans.items():
+            if s is None or not (span[0] < s[1] and s[0] < span[1]):
+                continue
+            if B.autograd_view_of(out, fed[i]):
+                continue
+            found.append(
+                Failure(
+                    check="aliasing.output_aliases_input",
+                    regime=regime,
+                    input=names[i],
+                    message=f"{out_name} ({B.describe(out)}) shares memory with input {names[i]}, and autograd does not know it is a view",
+                    why="writes to the output silently change the input (and vice versa); autograd's view "
+                    "tracking and version checks do not cover this alias.",
+                    fix="return a new tensor (out.clone()), or return a real view created with view/reshape ops so "
+                    "autograd tracks it.",
+                )
+            )
+    return found
+
+
+def _grad_output_writes(B, lin, cots, cot_fp, regime) -> list[Failure]:
+    """Upstream gradients whose bytes the backward changed."""
+    found = []
+    for k, (c, fp) in enumerate(zip(cots, cot_fp)):
+        if B.fingerprint(c) != fp:
+            found.append(
+                Failure(
+                    check="mutation.grad_output_write",
+                    regime=regime,
+                    input=lin.out_names[k],
+                    message=f"backward wrote into the upstream gradient of {lin.out_names[k]} ({B.describe(c)})",
+                    why="autograd may hand the same gradient buffer to several functions (e.g. when an output is "
+                    "used twice); writing into it corrupts the other branches' gradients.",
+                    fix="compute into a new tensor (grad_output * x instead of grad_output.mul_(x)).",
+                )
+            )
+    return found
+
+
+def _repeat_failures(B, lin, cotangent, g1, names, wrt, regime) -> list[Failure]:
+    """A second backward with the same upstream gradient must succeed and agree with the first (``g1``)."""
+    found = []
+    try:
+        g2 = [B.to_numpy(g) for g in lin.pullback_tensors(cotangent, lin.cotangent_tensors(cotangent))]
+    except Exception as exc:  # e.g. PyTorch's own "modified by an inplace operation" on the second backward
+        g2 = None
+        found.append(
+            Failure(
+                check="mutation.backward_not_repeatable",
+                regime=regime,
+                message=f"a second backward through the same graph (retain_graph=True) raised {type(exc).__name__}: {str(exc)[:300]}",
+                why="backward changed a tensor it saved (an in-place op on ctx.saved_tensors), so the graph cannot "
+                "be differentiated twice (double backward, gradient penalties, retain_graph loops).",
+                fix="keep saved tensors read-only in backward: compute into new tensors instead of in place.",
+            )
+        )
+    for i, (a, b) in enumerate(zip(g1, g2 or [])):
+        eps = B.eps(B.dtype_name(lin.leaves[i]))
+        scale = float(np.max(np.abs(a[np.isfinite(a)]), initial=0.0))
+        m = compare(b, a, 4 * eps * scale)
+        if not m.ok:
+            name = names[wrt[i]]
+            found.append(
+                Failure(
+                    check="mutation.backward_not_repeatable",
+                    regime=regime,
+                    input=name,
+                    message=f"a second backward with the same upstream gradient (retain_graph=True) gives a different gradient for {name}",
+                    max_abs_err=m.max_abs,
+                    max_rel_err=m.max_rel,
+                    where=f"{name}{list(m.index or ())}: first backward {m.expected:.6g}, second {m.got:.6g}",
+                    why="backward changed a tensor it saved (for example scaled the saved gradient in place by "
+                    "grad_output): every later backward through the same graph is wrong.",
+                    fix="keep saved tensors read-only in backward; compute grad_input = saved * grad_output into a "
+                    "new tensor.",
+                )
+            )
+    return found

@@ -1,0 +1,159 @@
+"""Float64 numerics for ``check_op``: finite-difference probes and tolerant comparisons (numpy only).
+
+# NOTE [Directional probes]
+# A VJP ``g = J^T u`` is checked without building J: for a tangent ``w`` the scalar ``<u, J w>`` from
+# central differences must equal ``<g, w>``. One finite-difference pair per tangent checks every
+# cotangent at once, so K tangents x K cotangents give K^2 checks for 2K forward calls. Cotangents are
+# random and non-unit, so a backward that squares (or ignores) its upstream gradient is caught, which
+# ``torch.autograd.gradcheck``'s unit cotangents cannot do. Small inputs (<= ``full_jacobian_max``
+# elements) use the basis tangents instead: that is the full Jacobian, and failures point at elements.
+#
+# NOTE [Tolerances]
+# Finite-difference error has two parts: rounding, about eps64 * |f| / h per component, and
+# truncation, relative O(h^2). The allowed error for <u, Jw> is
+#     64 * eps64 * sum|u||f(x)|  +  rtol * (sum|u||Jw| + sum|g||w|)
+# i.e. rounding plus ``rtol`` relative to the magnitude of the terms summed, so cancellation in the
+# dot product cannot cause false alarms. Low-precision comparisons use tolerances derived from a
+# reference's own error against float64 (see ``audit``), never fixed per-dtype constants alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+__all__ = [
+    "Mismatch",
+    "compare",
+    "step_size",
+    "central_difference",
+    "EPS64",
+    "Cotangents",
+]
+
+EPS64 = float(np.finfo(np.float64).eps)
+
+
+@dataclass
+class Mismatch:
+    """Outcome of a tolerant comparison; ``ok`` False means at least one element exceeded its tolerance."""
+
+    ok: bool
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    index: tuple[int, ...] | None = None
+    got: float | None = None
+    expected: float | None = None
+    allowed: float | None = None
+
+
+def compare(got: np.ndarray, expected: np.ndarray, allowed: np.ndarray | float) -> Mismatch:
+    """Element-wise ``|got - expected| <= allowed``. Non-finite values must match exactly (nan vs nan ok).
+
+    ``max_rel`` is relative to the largest expected magnitude (a per-element relative error explodes on
+    elements that are zero by chance).
+    """
+    got = np.asarray(got, dtype=np.float64)
+    expected = np.asarray(expected, dtype=np.float64)
+    if got.shape != expected.shape:
+        got = np.broadcast_to(got, expected.shape) if got.size == 1 else got.reshape(expected.shape)
+    allowed = np.broadcast_to(np.asarray(allowed, dtype=np.float64), expected.shape)
+    if expected.size == 0:
+        return Mismatch(ok=True)
+    fin_e = np.isfinite(expected)
+    all_finite = bool(fin_e.all()) and bool(np.isfinite(got).all())
+    with np.errstate(invalid="ignore", over="ignore"):
+        if all_finite:  # the usual case, without the masks below (which then change nothing)
+            diff = np.abs(got - expected)
+        else:
+            fin_g = np.isfinite(got)
+            diff = np.where(fin_e & fin_g, np.abs(got - expected), 0.0)
+            same_nonfinite = (~fin_e) & (~fin_g) & ((np.isnan(got) & np.isnan(expected)) | (got == expected))
+            bad_finite = fin_e != fin_g
+            diff = np.where(bad_finite | ((~fin_e) & (~fin_g) & ~same_nonfinite), np.inf, diff)
+        excess = diff - allowed
+    scale = float(np.max(np.abs(expected if all_finite else np.where(fin_e, expected, 0.0))))
+    max_abs = float(np.max(diff))
+    max_rel = max_abs / scale if scale > 0 else (0.0 if max_abs == 0 else float("inf"))
+    if bool(np.all(diff <= allowed)):  # the usual case: where the worst element is matters only to a failure
+        return Mismatch(ok=True, max_abs=max_abs, max_rel=max_rel)
+    ok = False
+    worst = int(np.argmax(np.where(np.isfinite(excess), excess, np.inf)))
+    idx = tuple(int(i) for i in np.unravel_index(worst, expected.shape)) if expected.ndim else ()
+    return Mismatch(
+        ok=ok,
+        max_abs=max_abs,
+        max_rel=max_rel,
+        index=idx,
+        got=float(got.reshape(-1)[worst]),
+        expected=float(expected.reshape(-1)[worst]),
+        allowed=float(allowed.reshape(-1)[worst]),
+    )
+
+
+def step_size(x: np.ndarray, rel: float = 1e-6) -> float:
+    """Finite-difference step for one input: relative to its magnitude, at least ``rel``."""
+    finite = x[np.isfinite(x)]
+    mag = float(np.max(np.abs(finite))) if finite.size else 1.0
+    return rel * max(1.0, mag)
+
+
+def central_difference(
+    forward: Callable[[list[np.ndarray]], list[np.ndarray]],
+    xs: Sequence[np.ndarray],
+    which: int,
+    w: np.ndarray,
+) -> list[np.ndarray]:
+    """``(f(x + w) - f(x - w)) / 2`` with only input ``which`` moved: approximately ``J w``."""
+    plus = [x if i != which else x + w for i, x in enumerate(xs)]
+    minus = [x if i != which else x - w for i, x in enumerate(xs)]
+    fp = forward(plus)
+    fm = forward(minus)
+    with np.errstate(invalid="ignore", over="ignore"):
+        return [(a - b) / 2.0 for a, b in zip(fp, fm)]
+
+
+def dot(us: Sequence[np.ndarray], vs: Sequence[np.ndarray]) -> float:
+    return float(sum(np.sum(u * v) for u, v in zip(us, vs)))
+
+
+def absdot(us: Sequence[np.ndarray], vs: Sequence[np.ndarray]) -> float:
+    with np.errstate(invalid="ignore", over="ignore"):
+        return float(sum(np.sum(np.abs(u) * np.abs(v)) for u, v in zip(us, vs)))
+
+
+class Cotangents:
+    """The K cotangents of a run stacked per output, so ``<u_k, v>`` and ``<|u_k|, |v|>`` come for every k at once.
+
+    Each row is the same contiguous product that ``dot`` / ``absdot`` form for one k, summed the same way
+    (numpy's pairwise sum along a contiguous row, outputs added in order to 0.0), so the numbers are the same
+    bit for bit; only the Python loop over k is gone. ``fits`` says whether values have the cotangents' sizes
+    (when not, use ``dot`` / ``absdot`` per k, which broadcast).
+    """
+
+    def __init__(self, U: Sequence[Sequence[np.ndarray]]):
+        self.K = len(U)
+        n_out = len(U[0]) if U else 0
+        self.rows = [np.stack([np.asarray(us[o]).reshape(-1) for us in U]) for o in range(n_out)]
+        self.abs_rows = [np.abs(r) for r in self.rows]
+
+    def fits(self, vs: Sequence[np.ndarray]) -> bool:
+        return len(vs) == len(self.rows) and all(np.size(v) == r.shape[1] for v, r in zip(vs, self.rows))
+
+    def dot(self, vs: Sequence[np.ndarray]) -> np.ndarray:
+        """``[dot(u_k, vs) for k]`` as an array."""
+        acc = np.zeros(self.K)
+        with np.errstate(invalid="ignore", over="ignore"):
+            for r, v in zip(self.rows, vs):
+                acc = acc + np.sum(r * np.asarray(v).reshape(-1), axis=1)
+        return acc
+
+    def absdot(self, vs: Sequence[np.ndarray]) -> np.ndarray:
+        """``[absdot(u_k, vs) for k]`` as an array."""
+        acc = np.zeros(self.K)
+        with np.errstate(invalid="ignore", over="ignore"):
+            for r, v in zip(self.abs_rows, vs):
+                acc = acc + np.sum(r * np.abs(np.asarray(v)).reshape(-1), axis=1)
+        return acc

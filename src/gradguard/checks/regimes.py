@@ -1,0 +1,433 @@
+"""Regimes: input variants derived from the inputs the user gave, where backward bugs like to hide.
+
+# NOTE [Regimes]
+# Each regime is (name, description, inputs, spec). ``spec`` says how the variant is judged:
+# - layout regimes (non-contiguous, channels_last) hold the same values, so outputs and gradients
+#   must match the run on the given inputs (a kernel that assumes contiguous memory fails here);
+# - value regimes (repeated indices, sentinels, large magnitudes, near-constant rows, other batch
+#   sizes) rerun the full gradient suite: float64 finite differences and the reference;
+# - the kink regime puts values exactly on non-differentiable points (0, clamp limits, thresholds).
+#   There the finite difference is meaningless, so only the reference's convention is used (and,
+#   without a reference, only finiteness).
+# Values are built in float64 numpy and rounded to each input's dtype by the backend.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .arguments import BOUND, Argument, apply_variant, argument_regimes
+
+__all__ = ["Spec", "Regime", "build_regimes", "REGIME_NAMES", "SENTINEL_KWARGS"]
+
+REGIME_NAMES = (
+    "noncontiguous",
+    "channels_last",
+    "repeated_indices",
+    "sentinel_indices",
+    "kinks",
+    "large_magnitude",
+    "near_constant_rows",
+    "batch_size",
+    "feature_dim",
+    "singleton_dim",
+    "reduction_dim",
+    "grad_subset",
+    "flags",
+    "thresholds",
+    "offsets",
+    "arguments",
+)
+SENTINEL_KWARGS = ("ignore_index", "padding_idx")
+LARGE_SCALE = 1e3
+# past 1.13 x log(largest finite value) exp overflows the dtype (float32: 100), and float64 not
+_DTYPE_MAX = {"float16": 65504.0, "bfloat16": 3.39e38, "float32": 3.4e38, "float64": 1.79e308}
+NEAR_CONSTANT_SPREAD = 1e-3
+
+
+@dataclass(frozen=True)
+class Spec:
+    layout: bool = False  # same values as the given inputs: compare with that run
+    numerical: bool = True  # float64 finite differences are valid here
+    precision: bool = True  # compare the op's dtype run with its float64 run when there is no reference
+    convention: bool = False  # non-differentiable points: judge by the reference only
+    reshaped: bool = False  # same values in another shape: compare after reshaping back, if fn agrees on the forward
+
+
+@dataclass
+class Regime:
+    name: str
+    description: str
+    args: list[Any]
+    spec: Spec
+    kwargs: dict[str, Any] | None = None  # replaces the call's keyword arguments (a different ``dim``)
+    wrt: list[int] | None = None  # differentiate only these inputs (the others do not require grad)
+    argument: str | None = None  # an argument regime: the argument value it needs ("`causal=True`")
+    new_argument: bool = False  # it passes fn an argument value the caller did not (fn may reject it: skipped)
+    arg_name: str | None = None  # an argument regime: the argument it varies
+    fallback: "Regime | None" = None  # run instead when these inputs are outside fn's domain (NOTE [Outside the domain])
+
+
+def _is_pow2(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+def _resize_last(v: np.ndarray, size: int, distinct: bool = False) -> np.ndarray:
+    """``v`` with its last dimension cut or cyclically extended to ``size``; ``distinct``: each further copy scaled by
+    0.9 (float inputs: a copied column would tie with its original, and ties are kinks for sort, max, top-k)."""
+    idx = np.arange(size) % v.shape[-1]
+    out = v[..., idx]
+    return out * 0.9 ** (np.arange(size) // v.shape[-1]) if distinct else out
+
+
+def _ties(rounded: np.ndarray, original: np.ndarray) -> bool:
+    """Whether some row of ``rounded`` has fewer distinct values than the same row of ``original``."""
+    r, o = rounded.reshape(-1, rounded.shape[-1]), original.reshape(-1, original.shape[-1])
+    distinct = lambda m: (np.diff(np.sort(m, axis=1), axis=1) != 0).sum(axis=1)  # noqa: E731 (per row, minus one)
+    return bool(np.any(distinct(r) < distinct(o)))
+
+
+def _grow_rows(v: np.ndarray, size: int, distinct: bool) -> np.ndarray:
+    """``v`` with its leading dimension cut or cyclically extended to ``size`` (copies scaled as in _resize_last)."""
+    idx = np.arange(size) % v.shape[0]
+    out = v[idx]
+    if distinct:
+        out = out * (0.9 ** (np.arange(size) // v.shape[0])).reshape((-1,) + (1,) * (v.ndim - 1))
+    return out
+
+
+def _int_positions(B, args) -> list[int]:
+    return [i for i, a in enumerate(args) if B.is_tensor(a) and B.kind(a) == "int" and B.numel(a) >= 1]
+
+
+def _with(B, args, i, values):
+    out = list(args)
+    out[i] = B.with_values(args[i], values)
+    return out
+
+
+def kink_points(arguments: list[Argument]) -> list[float]:
+    points = {0.0}
+    for a in arguments:
+        key, value = a.name, a.value
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or key in SENTINEL_KWARGS:
+            continue
+        if BOUND.search(key):
+            points.add(float(value))
+            if key in ("lambd", "beta", "threshold"):
+                points.add(-float(value))
+    return sorted(points)
+
+
+@dataclass
+class _Inputs:
+    """What every regime strategy reads: the backend, the given call and the positions of its kinds of input."""
+
+    B: Any
+    args: list[Any]
+    kwargs: dict
+    arguments: list[Argument]
+    names: list[str]
+    tensors: list[int]  # tensor inputs
+    ints: list[int]  # integer tensors with an element
+    floats: list[int]  # differentiated inputs with an element
+    sentinels: dict = None  # argument name -> sentinel value (the sentinel_indices argument regimes)
+
+
+# A strategy returns the regimes it built from the given inputs, or a string: why it does not apply (None: it does not
+# apply and says nothing). The table's order is the order the regimes run in (NOTE [Regimes]).
+def _noncontiguous(c: _Inputs):
+    B, args = c.B, c.args
+    cand = [i for i in c.tensors if B.numel(args[i]) > 1]
+    if not cand:
+        return "no tensor input with more than one element"
+    new = list(args)
+    for i in cand:
+        new[i] = B.noncontiguous_copy(args[i])
+    return [Regime("noncontiguous", "every tensor input copied into strided (non-contiguous) memory, same values", new, Spec(layout=True))]
+
+
+def _channels_last(c: _Inputs):
+    B, args = c.B, c.args
+    cand = [i for i in c.tensors if B.ndim(args[i]) == 4]
+    if not cand:
+        return "no 4-D input"
+    new = list(args)
+    for i in cand:
+        new[i] = B.channels_last_copy(args[i])
+    return [Regime("channels_last", "4-D inputs in channels_last memory format, same values", new, Spec(layout=True))]
+
+
+def _repeated_indices(c: _Inputs):
+    B, args = c.B, c.args
+    cand = [i for i in c.ints if B.numel(args[i]) >= 2]
+    if not cand:
+        return "no integer input with two or more entries"
+    new = list(args)
+    for i in cand:
+        v = B.to_numpy(args[i]).reshape(-1).copy()
+        valid = [x for x in v if x not in c.sentinels.values()]
+        if not valid:
+            continue
+        v[1::2] = valid[0]
+        new = _with(B, new, i, v)
+    return [Regime("repeated_indices", "every second entry of each integer input set to the same index", new, Spec())]
+
+
+def _kinks(c: _Inputs):
+    B, args = c.B, c.args
+    if not c.floats:
+        return None
+    points = kink_points(c.arguments)
+    new = list(args)
+    for i in c.floats:
+        v = B.to_numpy(args[i]).reshape(-1).copy()
+        v[::3] = np.resize(np.array(points), v[::3].shape)
+        new = _with(B, new, i, v)
+    pts = ", ".join(f"{p:g}" for p in points)
+    return [Regime("kinks", f"every third entry of each differentiated input set to a kink/boundary value ({pts})", new, Spec(numerical=False, precision=False, convention=True))]
+
+
+def _scaled(c: _Inputs, scale: float) -> list[Any]:
+    new = list(c.args)
+    for i in c.floats:
+        new = _with(c.B, new, i, c.B.to_numpy(c.args[i]) * scale)
+    return new
+
+
+def _largest(c: _Inputs, values) -> float:
+    return max((float(np.max(values(c.B.to_numpy(c.args[i])), initial=0.0)) for i in c.floats), default=0.0)
+
+
+def _large_magnitude(c: _Inputs):
+    B, args, floats = c.B, c.args, c.floats
+    if not floats:
+        return None
+    regime = Regime("large_magnitude", f"differentiated inputs multiplied by {LARGE_SCALE:g}", _scaled(c, LARGE_SCALE), Spec())
+    # NOTE [Outside the domain]: where fn's float64 outputs are not finite at x1000 (log-probabilities
+    # x1000 are no log-probabilities), the inputs scaled so that the largest is 100 in float32, 12.5 in float16 (or the largest magnitude,
+    # when none is positive) still overflow exp in float32 and not in float64, which is the bug this regime
+    # is for
+    top = _largest(c, lambda v: v) or _largest(c, np.abs)
+    largest = 1.13 * np.log(_DTYPE_MAX.get(B.dtype_name(args[floats[0]]), _DTYPE_MAX["float32"]))
+    if top > 0 and 1.0 < largest / top < LARGE_SCALE:
+        scale = largest / top
+        regime.fallback = Regime("large_magnitude", f"differentiated inputs multiplied by {scale:.3g} (largest "
+                                                    f"{largest:.3g})", _scaled(c, scale), Spec())
+    return [regime]
+
+
+def _untied_spread(B, v, mean, dtype: str) -> float:
+    spread = NEAR_CONSTANT_SPREAD
+    # NOTE [No ties made]: squeezed rows rounded to bfloat16/float16 collapse onto a few values, and ties
+    # are kinks (sort, max, top-k) where finite differences mean nothing: the spread grows until the row's
+    # distinct values stay distinct in the input's dtype
+    while spread < 0.25 and _ties(B.round_to(mean + spread * (v - mean), dtype), v):
+        spread *= 2
+    return spread
+
+
+def _near_constant_rows(c: _Inputs):
+    B, args, floats = c.B, c.args, c.floats
+    cand = [i for i in floats if B.ndim(args[i]) >= 2 and B.shape(args[i])[-1] >= 2]
+    if not cand:
+        cand = [i for i in floats if B.ndim(args[i]) >= 1 and B.shape(args[i])[-1] >= 2][:1]
+    if not cand:
+        return "no differentiated input with rows of two or more elements"
+    new = list(args)
+    spreads = []
+    for i in cand:
+        v = B.to_numpy(args[i])
+        mean = v.mean(axis=-1, keepdims=True)
+        spread = _untied_spread(B, v, mean, B.dtype_name(args[i]))
+        spreads.append(spread)
+        new = _with(B, new, i, mean + spread * (v - mean))
+    spread = max(spreads)
+    return [Regime("near_constant_rows", f"rows (last dim) squeezed to their mean +- {spread:g} x deviation (variance near eps)", new, Spec(precision=False))]
+
+
+def _batch_regime(c: _Inputs, b: int, batched: list[int], size: int) -> Regime:
+    B, args = c.B, c.args
+    new = list(args)
+    for i in batched:
+        new[i] = B.from_numpy(_grow_rows(B.to_numpy(args[i]), size, B.kind(args[i]) == "float"), args[i])
+    if size < b:  # NOTE [Shape relations]: indices into the rows (MoE routing: token ids) stay in range
+        for i in c.ints:
+            v = B.to_numpy(args[i])
+            if i not in batched and v.min(initial=0) >= 0 and v.max(initial=-1) < b <= v.size:
+                new[i] = B.from_numpy(v % size, args[i])
+    return Regime("batch_size", f"leading dimension {b} -> {size} on every input that has it", new, Spec())
+
+
+def _batch_size(c: _Inputs):
+    B, args = c.B, c.args
+    first = next((i for i in c.tensors if B.ndim(args[i]) >= 1), None)
+    if first is None:
+        return "no input with a leading dimension"
+    b = B.shape(args[first])[0]
+    batched = [i for i in c.tensors if B.ndim(args[i]) >= 1 and B.shape(args[i])[0] == b]
+    sizes = ([1] if b > 1 else []) + [b + b // 2 + 1]
+    return [_batch_regime(c, b, batched, size) for size in sizes]
+
+
+def _feature_regime(c: _Inputs, d: int, same: list[int], grow_ints: list[int], labels: list[int], size: int) -> Regime:
+    B, args = c.B, c.args
+    new = list(args)
+    for i in same:
+        new[i] = B.from_numpy(_resize_last(B.to_numpy(args[i]), size, distinct=True), args[i])
+    for i in grow_ints + [i for i in labels if i not in grow_ints]:
+        v = B.to_numpy(args[i])
+        if i in grow_ints:
+            v = _resize_last(v, size)
+        if B.to_numpy(args[i]).max(initial=-1) < d:  # indices into this dimension (sentinels < 0 kept)
+            v = np.where(v >= 0, v % size, v)
+        new[i] = B.from_numpy(v, args[i])
+    kind = "size 1" if size == 1 else ("not a power of two" if not _is_pow2(size) else "a power of two")
+    return Regime("feature_dim", f"last dimension {d} -> {size} ({kind}) on every float input that has it", new, Spec())
+
+
+def _feature_dim(c: _Inputs):
+    B, args = c.B, c.args
+    first = next((i for i in c.floats if B.ndim(args[i]) >= 1 and B.shape(args[i])[-1] >= 1), None)
+    if first is None:
+        return "no differentiated input with a last dimension"
+    d = B.shape(args[first])[-1]
+    nd = B.ndim(args[first])
+    same = [i for i in c.tensors if B.kind(args[i]) == "float" and B.ndim(args[i]) >= 1 and B.shape(args[i])[-1] == d]
+    # NOTE [Shape relations]: tensors that share the dimension grow with it, integer ones too when shaped like
+    # the input (gather/scatter indices); integer values are remapped only where they can index into it (they
+    # all fit in it, and the tensor is such an index or the input's shape without its last dimension, as
+    # class labels are). An embedding's row indices keep their values: the vocabulary did not change.
+    grow_ints = [i for i in c.ints if B.ndim(args[i]) == nd and B.shape(args[i])[-1] == d]
+    labels = [i for i in c.ints if tuple(B.shape(args[i])) == tuple(B.shape(args[first]))[:-1]]
+    sizes = [s for s in ([1] if d > 1 else []) + [d + 3 if _is_pow2(d) else 1 << d.bit_length()] if s != d]
+    return [_feature_regime(c, d, same, grow_ints, labels, size) for size in sizes]
+
+
+def _singleton_dim(c: _Inputs):
+    B, args = c.B, c.args
+    # (B, L) -> (B, 1, L): a size-1 dimension before the last on every tensor that has 2+ dimensions
+    cand = [i for i in c.tensors if B.ndim(args[i]) >= 2]
+    if not any(i in c.floats for i in cand) or any(1 in B.shape(args[i])[:-1] for i in cand):
+        return "no differentiated input with 2+ dimensions, or one already has a size-1 dimension"
+    new = list(args)
+    for i in cand:
+        v = B.to_numpy(args[i])
+        new[i] = B.from_numpy(np.expand_dims(v, axis=v.ndim - 1), args[i])
+    return [Regime("singleton_dim", "a size-1 dimension inserted before the last on every input with 2+ dimensions",
+                   new, Spec(layout=True, reshaped=True))]
+
+
+def _grad_subset(c: _Inputs):
+    if len(c.floats) < 2:
+        return "fewer than two differentiated inputs"
+    names = c.names
+    return [Regime("grad_subset", f"only {names[i] if i < len(names) else i} requires grad", list(c.args), Spec(), wrt=[i])
+            for i in c.floats]
+
+
+# the regimes built before the argument regimes are derived (the layout ones), and after
+_LAYOUT_STRATEGIES = (("noncontiguous", _noncontiguous), ("channels_last", _channels_last))
+_VALUE_STRATEGIES = (
+    ("repeated_indices", _repeated_indices),
+    ("kinks", _kinks),
+    ("large_magnitude", _large_magnitude),
+    ("near_constant_rows", _near_constant_rows),
+    ("batch_size", _batch_size),
+    ("feature_dim", _feature_dim),
+    ("singleton_dim", _singleton_dim),
+    ("grad_subset", _grad_subset),
+)
+
+
+def _apply(strategies, c: _Inputs, selected, regimes: list[Regime], skipped: dict[str, str]) -> None:
+    for name, strategy in strategies:
+        if name not in selected:
+            continue
+        built = strategy(c)
+        if isinstance(built, str):
+            skipped[name] = built
+        elif built:
+            regimes.extend(built)
+
+
+def _argument_regime(B, args, kwargs, arguments, v, skipped: dict[str, str]) -> Regime | None:
+    """An argument regime (NOTE [Argument regimes]), or None with why in ``skipped`` when its value cannot be passed."""
+    try:
+        new_args, new_kwargs = apply_variant(B, args, kwargs, arguments, v)
+    except ValueError as exc:
+        skipped.setdefault(v.strategy, f"{v.description}: {exc}")
+        return None
+    spec = Spec(numerical=v.numerical, convention=v.convention)
+    return Regime(v.strategy, v.description, new_args, spec,
+                  kwargs=new_kwargs if new_kwargs != kwargs else None,
+                  argument=v.needs, new_argument=v.value is not v.argument.value,
+                  arg_name=v.argument.name)
+
+
+def build_regimes(B, args, wrt, kwargs, arguments: list[Argument], vary: dict, selected, names=None
+                  ) -> tuple[list[Regime], dict[str, str]]:
+    """Applicable regimes and, for the others, why they do not apply.
+
+    # NOTE [Regimes real bugs needed]
+    # Published kernel bugs hid in: feature/hidden sizes that are not a power of two or are 1 (Triton block
+    # masks), a ``dim`` other than the last, only some inputs requiring grad (``ctx.needs_input_grad``
+    # paths), ignore/padding values passed positionally, and a size-1 dimension among the others (a
+    # ``squeeze()`` that drops it: entmax's sparsemax on attention scores shaped (B, 1, L)). ``feature_dim``,
+    # ``singleton_dim``, ``grad_subset`` and the argument regimes (NOTE [Argument regimes]) cover them.
+    """
+    regimes: list[Regime] = []
+    skipped: dict[str, str] = {}
+    names = list(names or [])
+    c = _Inputs(B, args, kwargs, arguments, names,
+                tensors=[i for i, a in enumerate(args) if B.is_tensor(a)],
+                ints=_int_positions(B, args),
+                floats=[i for i in wrt if B.numel(args[i]) >= 1])
+    _apply(_LAYOUT_STRATEGIES, c, selected, regimes, skipped)
+    variants, arg_skipped = argument_regimes(B, args, wrt, names, arguments, vary, set(selected))
+    c.sentinels = {v.argument.name: v.value for v in variants if v.strategy == "sentinel_indices"}
+    _apply(_VALUE_STRATEGIES, c, selected, regimes, skipped)
+    for v in variants:  # NOTE [Argument regimes]
+        regime = _argument_regime(B, args, kwargs, arguments, v, skipped)
+        if regime is not None:
+            regimes.append(regime)
+    return regimes, skipped
+
+
+def shrink_candidates(B, args) -> list[list[Any]]:
+    """Smaller versions of ``args`` (leading dimension 1) for minimal reproducers.
+
+    # NOTE [Shrinking never mismatches shapes]
+    # The first tensor input sets the batch; when its leading size is already 1 there is nothing to shrink. Another
+    # input is cut with it only when its leading size is the batch's and it is not shaped like the batch tensor's
+    # trailing dimensions (a per-feature weight or bias, whose size may equal the batch's). A candidate that pairs
+    # x (1, 12) with a weight cut to (1,) is not a smaller case of the same call: a kernel without shape checks
+    # writes 12 values into a 1-element gradient buffer (measured: heap corruption under the Triton interpreter,
+    # FlagGems layer_norm, benchmarks/kernelbugs k04).
+    """
+    first = next((i for i, a in enumerate(args) if B.is_tensor(a) and B.ndim(a) >= 1), None)
+    if first is None:
+        return []
+    batch_shape = tuple(B.shape(args[first]))
+    b = batch_shape[0]
+    if b <= 1:
+        return []
+    new = list(args)
+    for i, a in enumerate(args):
+        if not (B.is_tensor(a) and B.ndim(a) >= 1):
+            continue
+        shape = tuple(B.shape(a))
+        if shape[0] != b:
+            continue
+        if i != first and len(shape) < len(batch_shape) and shape == batch_shape[len(batch_shape) - len(shape):]:
+            continue  # per-feature: stays whole
+        new[i] = B.from_numpy(B.to_numpy(a)[:1], a)
+    for i, a in enumerate(args):  # NOTE [Shape relations]: indices into the rows (MoE token ids) stay in range
+        if new[i] is a and B.is_tensor(a) and B.kind(a) == "int" and B.ndim(a) >= 1:
+            v = B.to_numpy(a)
+            if v.min(initial=0) >= 0 and v.max(initial=-1) < b <= v.size:
+                new[i] = B.from_numpy(v % 1, a)
+    return [new]

@@ -1,0 +1,255 @@
+"""Everything ``check_op`` needs from PyTorch, behind a handful of small functions.
+
+# NOTE [Backend adapter]
+# The audit itself (``audit``, ``numerical``, ``regimes``, ``mutation``, ``composition``) does its
+# arithmetic in float64 numpy and talks to the framework only through an object with the methods below
+# (see NOTE [One audit engine] in ``adapter_base``; Paddle's and MindSpore's adapters live in their
+# backend folders). Keep framework calls out of the other modules.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+import xxhash
+
+from .adapter_base import AdapterBase, Linearization
+from .op_raised import OpRaised
+
+__all__ = ["TorchBackend", "TORCH", "SMALL_INPUT_NUMEL"]
+
+SMALL_INPUT_NUMEL = 1 << 16
+
+
+def _np_tensor(arr) -> torch.Tensor:
+    """A tensor holding a private copy of ``arr`` (0-d stays 0-d).
+
+    # NOTE [Fresh copies]
+    # ``torch.from_numpy`` shares memory, and ``.to(float64)`` of a float64 tensor is a no-op, so an op
+    # whose backward writes into ``grad_output`` (``g.mul_(2)``) or whose forward writes into its input
+    # would otherwise corrupt the audit's own cotangents and probe points. Every tensor handed to the op
+    # is a fresh copy; every comparison uses numpy copies taken before the call.
+    """
+    arr = np.array(arr, copy=True, order="C")
+    return torch.from_numpy(arr).reshape(arr.shape)
+
+
+class TorchBackend(AdapterBase):
+    """The PyTorch side of ``check_op``."""
+
+    name = "torch"
+    opcheck = True
+    no_grad_hint = "torch.no_grad()"
+    tensor_type = torch.Tensor
+
+    # ---- describing tensors -------------------------------------------------------------------------
+    def is_tensor(self, x: Any) -> bool:
+        return isinstance(x, torch.Tensor)
+
+    def kind(self, t: torch.Tensor) -> str:
+        """float | complex | int | bool."""
+        if t.dtype.is_complex:
+            return "complex"
+        if t.dtype.is_floating_point:
+            return "float"
+        if t.dtype == torch.bool:
+            return "bool"
+        return "int"
+
+    def dtype_name(self, t: torch.Tensor) -> str:
+        return str(t.dtype).replace("torch.", "")
+
+    def shape(self, t: torch.Tensor) -> tuple[int, ...]:
+        return tuple(t.shape)
+
+    def numel(self, t: torch.Tensor) -> int:
+        return int(t.numel())
+
+    def requires_grad(self, t: torch.Tensor) -> bool:
+        return bool(t.requires_grad)
+
+    # ---- numpy conversion ---------------------------------------------------------------------------
+    def to_numpy(self, t: torch.Tensor) -> np.ndarray:
+        """float64 (or int64 for integer tensors) numpy copy."""
+        t = t.detach()
+        out = t.to(device="cpu", dtype=torch.float64 if t.dtype.is_floating_point else torch.int64)
+        return out.numpy().copy() if out is t else out.numpy()  # a conversion made a private copy already
+
+    def from_numpy(self, arr: np.ndarray, like: torch.Tensor, dtype_name: str | None = None) -> torch.Tensor:
+        dtype = getattr(torch, dtype_name) if dtype_name else like.dtype
+        return _np_tensor(arr).to(dtype=dtype, device=like.device)
+
+    def round_to(self, arr: np.ndarray, dtype_name: str) -> np.ndarray:
+        """``arr`` rounded to ``dtype_name`` and back to float64: the exact values a run in that dtype sees."""
+        if dtype_name == "float64":  # nothing to round: the same copy without a trip through torch
+            return np.array(arr, dtype=np.float64, copy=True)
+        if dtype_name == "float32":  # numpy's cast rounds to nearest even as torch's does: no trip through torch
+            with np.errstate(over="ignore"):  # beyond float32's range is inf, as torch makes it, without a warning
+                return np.asarray(arr, dtype=np.float64).astype(np.float32).astype(np.float64)
+        t = _np_tensor(np.asarray(arr, dtype=np.float64)).to(getattr(torch, dtype_name))
+        return t.to(torch.float64).numpy().copy()
+
+    def detached(self, t):
+        return t.detach()
+
+    def to_float64(self, t: torch.Tensor) -> torch.Tensor:
+        return t.detach().to(torch.float64)
+
+    def clone(self, t: torch.Tensor) -> torch.Tensor:
+        """A private copy with the same strides (non-contiguous stays non-contiguous), detached."""
+        t = t.detach()
+        if t.is_contiguous():  # the common case first: clone keeps a dense tensor's strides
+            return t.clone()
+        if t.numel() > 1 and min(t.stride(), default=1) > 0:
+            out = torch.empty_strided(tuple(t.shape), t.stride(), dtype=t.dtype, device=t.device)
+            return out.copy_(t)
+        return t.clone(memory_format=torch.preserve_format)
+
+    # ---- running the op -----------------------------------------------------------------------------
+    def prepare(self, args: Sequence[Any], wrt: Sequence[int]) -> tuple[list[Any], list[torch.Tensor]]:
+        """Fresh copies of ``args`` (the user's tensors are never fed to the op) and the leaves among them."""
+        fed = [self.clone(a) if isinstance(a, torch.Tensor) else a for a in args]
+        leaves = []
+        for i in wrt:
+            fed[i] = fed[i].requires_grad_(True)
+            leaves.append(fed[i])
+        return fed, leaves
+
+    def linearize(
+        self, fn: Callable, args: Sequence[Any], kwargs: dict, wrt: Sequence[int], prepared: tuple | None = None
+    ) -> Linearization:
+        """Run ``fn`` on fresh copies of ``args`` with the ``wrt`` positions as leaves requiring grad."""
+        fed, leaves = prepared if prepared is not None else self.prepare(args, wrt)
+        try:
+            with torch.enable_grad():
+                result = fn(*fed, **kwargs)
+        except Exception as exc:
+            raise OpRaised("forward", exc, self._float_dtypes(fed)) from exc
+        return self.linearization(fed, leaves, self.outputs(result), lambda o: o.requires_grad)
+
+    def forward64(self, fn: Callable, args: Sequence[Any], kwargs: dict, out_names: Sequence[str]) -> list[np.ndarray]:
+        """Outputs named ``out_names`` of ``fn(*args)`` without autograd, as float64 numpy."""
+        fed = [self.clone(a) if isinstance(a, torch.Tensor) else a for a in args]
+        try:
+            with torch.no_grad():
+                outs = dict(self.outputs(fn(*fed, **kwargs)))
+        except Exception as exc:  # an op that only runs with autograd on is a finding (Liger-Kernel#930), not a crash
+            raise OpRaised("forward under torch.no_grad()", exc, self._float_dtypes(fed), autograd_off=True) from exc
+        return [self.to_numpy(outs[n]) for n in out_names]
+
+    def vjp_tensors(self, lin: Linearization, cots: list[torch.Tensor]) -> list[torch.Tensor]:
+        try:
+            with torch.enable_grad():
+                grads = torch.autograd.grad(lin.out_tensors, lin.leaves, cots, retain_graph=True, allow_unused=True)
+        except Exception as exc:
+            raise OpRaised("backward", exc, lin.out_dtypes[0] if lin.out_dtypes else None) from exc
+        return [torch.zeros_like(leaf) if g is None else g for leaf, g in zip(lin.leaves, grads)]
+
+    # ---- mutation and aliasing ----------------------------------------------------------------------
+    def version(self, t: torch.Tensor) -> int:
+        return int(t._version)
+
+    def fingerprint(self, t: torch.Tensor) -> int:
+        """xxh3-64 of the tensor's bytes in logical order (non-dense tensors are copied first)."""
+        with torch.no_grad():
+            raw = t.detach().contiguous().reshape(-1).view(torch.uint8).cpu()
+            return xxhash.xxh3_64_intdigest(memoryview(raw.numpy()))
+
+    def memory_span(self, t: torch.Tensor) -> tuple[int, int] | None:
+        """[start, end) byte addresses ``t`` can touch, or None for an empty tensor."""
+        if t.numel() == 0:
+            return None
+        start = t.data_ptr()
+        extent = sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride())) + 1
+        return start, start + extent * t.element_size()
+
+    def autograd_view_of(self, out: torch.Tensor, inp: torch.Tensor) -> bool:
+        """True when autograd knows ``out`` is a view of ``inp`` (a declared alias, not a hidden one)."""
+        if not out._is_view():
+            return False
+        base = out._base
+        return base is inp or (inp._is_view() and base is inp._base) or base is getattr(inp, "_base", None)
+
+    # ---- regime helpers -----------------------------------------------------------------------------
+    def noncontiguous_copy(self, t: torch.Tensor) -> torch.Tensor:
+        """Same values, every dimension strided (a slice of a wider buffer)."""
+        wide = torch.empty(tuple(t.shape) + (2,), dtype=t.dtype, device=t.device)
+        view = wide[..., 0]
+        view.copy_(t.detach())
+        return view
+
+    def channels_last_copy(self, t: torch.Tensor) -> torch.Tensor:
+        return t.detach().contiguous(memory_format=torch.channels_last)
+
+    def is_contiguous(self, t: torch.Tensor) -> bool:
+        return t.is_contiguous()
+
+    def producers(self) -> dict[str, Callable]:
+        """Ops whose backward reads their saved *output*: an op that writes into its input corrupts them."""
+        return {
+            "exp": torch.exp,
+            "sigmoid": torch.sigmoid,
+            "softmax": lambda a: torch.softmax(a, dim=-1),
+            "relu": torch.relu,
+        }
+
+    def call_producer(self, producer: Callable, base: torch.Tensor, isolate: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """(leaf, producer(leaf)); with ``isolate`` the op gets a clone, so it cannot corrupt the producer."""
+        leaf = self.clone(base).requires_grad_(True)
+        with torch.enable_grad():
+            y = producer(leaf)
+            if isolate:
+                y = y.clone()
+        return leaf, y
+
+    def run_graph(self, fn: Callable, fed: Sequence[Any], kwargs: dict) -> list[tuple[str, torch.Tensor]]:
+        """Differentiable outputs of ``fn(*fed)``, fed exactly as given (no copies)."""
+        with torch.enable_grad():
+            outs = self.outputs(fn(*fed, **kwargs))
+        return [(n, o) for n, o in outs if o.requires_grad]
+
+    def literal(self, t: torch.Tensor) -> str:
+        """Python source that rebuilds ``t`` exactly (for small tensors)."""
+        return f"torch.tensor({self.literal_values(t, t.dtype == torch.float64)}, dtype=torch.{self.dtype_name(t)})"
+
+    def grad_of(self, outputs: list[torch.Tensor], leaf: torch.Tensor, cot_tensors: list[torch.Tensor]) -> np.ndarray:
+        with torch.enable_grad():
+            (g,) = torch.autograd.grad(outputs, [leaf], cot_tensors, allow_unused=True)
+        return np.zeros(tuple(leaf.shape)) if g is None else self.to_numpy(g)
+
+    @contextlib.contextmanager
+    def audit_threads(self, args: Sequence[Any]):
+        """One intra-op thread while auditing small inputs.
+
+        # NOTE [Threads]
+        # The audit runs hundreds of tiny forward/backward calls. With several OpenMP threads on a busy
+        # machine each tiny op can wait milliseconds at thread barriers (measured: 7 s vs 0.3 s for a
+        # 6x5 cross entropy audit on a loaded 2-core box), and tiny ops gain nothing from threads.
+        """
+        numel = sum(a.numel() for a in args if isinstance(a, torch.Tensor))
+        before = torch.get_num_threads()
+        if numel <= SMALL_INPUT_NUMEL and before > 1:
+            torch.set_num_threads(1)
+        try:
+            yield
+        finally:
+            if torch.get_num_threads() != before:
+                torch.set_num_threads(before)
+
+    # ---- introspection ------------------------------------------------------------------------------
+    def op_name(self, fn: Callable) -> str:
+        owner = getattr(fn, "__self__", None)
+        if isinstance(owner, type) and issubclass(owner, torch.autograd.Function):
+            return f"{owner.__name__}.apply"
+        if isinstance(fn, torch.nn.Module):
+            return type(fn).__name__
+        qualname = getattr(fn, "_qualname", None)  # torch.library.custom_op's CustomOpDef: "ns::name"
+        if isinstance(qualname, str):
+            return qualname
+        return super().op_name(fn)
+
+
+TORCH = TorchBackend()

@@ -1,0 +1,592 @@
+"""Turn a :class:`~gradguard.core.FixIntent` into an edit of the user's source, with libcst.
+
+# NOTE [Minimal edits that keep the user's formatting]
+# libcst keeps every byte it does not rewrite (comments, blank lines, quotes, trailing commas), so an edit
+# changes only the node an intent names: one argument, one keyword, one statement's value. Statements are
+# found by line (the line a frame reported, which may be any line of a multi-line statement); names and
+# expressions are matched by their code with whitespace ignored. An intent whose statement does not have the
+# expected shape raises EditNotApplicable with the reason: ``gradguard fix`` then reports it and never guesses.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, TypeAlias, TypeGuard
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from .framework_methods import out_of_place_method
+from .intents import FixIntent
+
+__all__ = ["EditNotApplicable", "apply_intent", "apply_intents"]
+
+if TYPE_CHECKING:
+    class _InplaceCall(cst.Call):
+        """What ``_is_inplace_method`` tells the type checker: a call whose callee is an attribute."""
+
+        func: cst.Attribute
+
+    # What an intent makes of its statement: the new statement, several (inserted or moved ones), or None (removed)
+    _Replacement: TypeAlias = cst.BaseStatement | list[cst.BaseStatement] | None
+
+
+class EditNotApplicable(Exception):
+    """The intent does not match the source (the statement moved, or has another shape); ``str()`` says why."""
+
+
+_AUG_TO_BINARY: dict[type[cst.BaseAugOp], Callable[[], cst.BaseBinaryOp]] = {
+    cst.AddAssign: cst.Add, cst.SubtractAssign: cst.Subtract, cst.MultiplyAssign: cst.Multiply,
+    cst.DivideAssign: cst.Divide, cst.FloorDivideAssign: cst.FloorDivide, cst.ModuloAssign: cst.Modulo,
+    cst.PowerAssign: cst.Power, cst.MatrixMultiplyAssign: cst.MatrixMultiply, cst.BitAndAssign: cst.BitAnd,
+    cst.BitOrAssign: cst.BitOr, cst.BitXorAssign: cst.BitXor, cst.LeftShiftAssign: cst.LeftShift,
+    cst.RightShiftAssign: cst.RightShift,
+}
+# Expressions that need no parentheses as the receiver of `.detach()` or the right operand of `x op ...`.
+_ATOMS = (cst.Name, cst.Attribute, cst.Call, cst.Subscript, cst.Integer, cst.Float, cst.SimpleString)
+_EMPTY = cst.Module(body=[])
+
+
+def _code(node: cst.CSTNode) -> str:
+    return _EMPTY.code_for_node(node)
+
+
+def _same(code: str, text: str | None) -> bool:
+    return text is not None and "".join(code.split()) == "".join(text.split())
+
+
+def _atom(expression: cst.BaseExpression) -> cst.BaseExpression:
+    if isinstance(expression, _ATOMS) or expression.lpar:
+        return expression
+    return expression.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+
+
+def _method(expression: cst.BaseExpression, name: str) -> cst.Call:
+    """``expression.name()``."""
+    return cst.Call(func=cst.Attribute(value=_atom(expression), attr=cst.Name(name)))
+
+
+def _statements(code: str) -> list[cst.SimpleStatementLine]:
+    """The simple statements of ``code`` (one per line; a forward re-run inside a loop may be several)."""
+    try:
+        parsed = cst.parse_module(code + "\n").body
+    except cst.ParserSyntaxError as error:
+        raise EditNotApplicable(f"the statement to insert is not valid Python: {code!r}") from error
+    if not parsed or not all(isinstance(s, cst.SimpleStatementLine) for s in parsed):
+        raise EditNotApplicable(f"expected simple statements to insert, got {code!r}")
+    return [s.with_changes(leading_lines=[]) for s in parsed]  # type: ignore[misc]  # all simple: checked above
+
+
+class _Locate(cst.CSTVisitor):
+    """The innermost statement (simple line or compound) that spans each of ``lines``."""
+
+    METADATA_DEPENDENCIES = (PositionProvider,)
+
+    def __init__(self, *lines: int) -> None:
+        self.lines = lines
+        # line -> statement (looked up with None too: an intent without a line, which finds nothing)
+        self.found: dict[int | None, cst.BaseStatement] = {}
+        self.following: dict[int, cst.BaseStatement] = {}  # id(statement) -> the next one in its block
+
+    def next_is_same(self, line: int, other: int | None) -> bool:
+        """The statement after the one at ``line`` reads exactly as the one at ``other``."""
+        nxt, moved = self.following.get(id(self.found.get(line))), self.found.get(other)
+        simple = (cst.SimpleStatementLine,)
+        return isinstance(nxt, simple) and isinstance(moved, simple) and (  # comments aside
+            [_code(n) for n in nxt.body] == [_code(n) for n in moved.body])
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if isinstance(node, (cst.Module, cst.IndentedBlock)):
+            self.following.update((id(a), b) for a, b in zip(node.body, node.body[1:]))
+        if isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            span = self.get_metadata(PositionProvider, node)
+            for line in self.lines:
+                if span.start.line <= line <= span.end.line:
+                    self.found[line] = node  # pre-order: a nested statement comes after its parent
+        return True
+
+
+# A `with` left empty by a removed statement goes too when entering and leaving it has no effect besides what the
+# block did (a profiler label, a grad mode); any other manager (an open file, a lock) keeps `pass` in its body.
+_EFFECTLESS_MANAGERS = ("record_function", "no_grad", "enable_grad", "set_grad_enabled", "autocast", "nullcontext",
+                        "inference_mode")
+
+
+class _Replace(cst.CSTTransformer):
+    """Replace the statements in ``changes`` (by identity) with a node, several nodes, or nothing. A block whose
+    statements are all removed gets ``pass`` (or disappears, for an effect-free ``with``)."""
+
+    def __init__(self, changes: dict[int, _Replacement]) -> None:
+        self.changes = changes  # id(original statement) -> replacement
+        self.emptied: set[int] = set()  # ids of the blocks that got `pass` because everything in them was removed
+
+    # libcst declares on_leave generic in the node type (a node of the same kind back); this one replaces
+    # statements by other statements, and empty blocks by `pass`
+    def on_leave(  # type: ignore[override]
+        self, original: cst.CSTNode, updated: cst.CSTNode
+    ) -> cst.CSTNode | cst.RemovalSentinel | cst.FlattenSentinel[cst.BaseStatement]:
+        if isinstance(updated, cst.IndentedBlock) and not updated.body and original.body:  # type: ignore[attr-defined]  # same kind
+            block = updated.with_changes(body=[cst.SimpleStatementLine([cst.Pass()])])
+            self.emptied.add(id(block))
+            return block
+        if isinstance(updated, cst.With) and id(updated.body) in self.emptied and all(
+                _code(item.item).split("(")[0].rsplit(".", 1)[-1] in _EFFECTLESS_MANAGERS for item in updated.items):
+            return cst.RemoveFromParent()
+        if id(original) not in self.changes:
+            return updated
+        replacement = self.changes[id(original)]
+        if replacement is None:
+            return cst.RemoveFromParent()
+        if isinstance(replacement, list):
+            return cst.FlattenSentinel(replacement)
+        return replacement
+
+
+class _ExpressionEdit(cst.CSTTransformer):
+    """Rewrite the first expression matching ``match`` (a predicate on nodes) with ``rewrite``."""
+
+    def __init__(self, match: Callable[[cst.BaseExpression], bool],
+                 rewrite: Callable[[Any], cst.BaseExpression]) -> None:  # rewrite: of a node ``match`` accepted
+        self.match, self.rewrite, self.done = match, rewrite, False
+
+    def on_leave(  # type: ignore[override]  # (see _Replace.on_leave) an expression for an expression
+        self, original: cst.CSTNode, updated: cst.CSTNode
+    ) -> cst.CSTNode:
+        if not self.done and isinstance(original, cst.BaseExpression) and self.match(original):
+            self.done = True
+            return self.rewrite(updated)
+        return updated
+
+
+class _CallEdit(cst.CSTTransformer):
+    """Rewrite the argument list of the first call whose callee matches ``callee`` (or the call number
+    ``occurrence`` among the matching ones, counted in source order)."""
+
+    def __init__(self, callee: Callable[[str], bool], rewrite_args: Callable[[list[cst.Arg]], list[cst.Arg] | None],
+                 occurrence: int | None = None) -> None:
+        self.callee, self.rewrite_args, self.done = callee, rewrite_args, False
+        self.occurrence: int | None
+        self.order: dict[int, int]  # id(call) -> its number among the matching calls
+        self.occurrence, self.order = occurrence, {}
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if self.callee(_code(node.func)):
+            self.order[id(node)] = len(self.order)
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        if self.done or not self.callee(_code(original.func)):
+            return updated
+        if self.occurrence is not None and self.order.get(id(original)) != self.occurrence:
+            return updated
+        args = self.rewrite_args(list(updated.args))
+        if args is None:
+            return updated
+        self.done = True
+        return updated.with_changes(args=args)
+
+
+def _callee_matcher(call: str | None) -> Callable[[str], bool]:
+    """``"backward"`` matches ``loss.backward``; ``"ReLU"`` matches ``nn.ReLU``; an exact callee matches itself."""
+    def match(code: str) -> bool:
+        if not call:
+            return True
+        code = "".join(code.split())
+        return code == call or code.endswith("." + call)
+    return match
+
+
+def _within(statement: cst.SimpleStatementLine, transformer: _CallEdit, what: str) -> cst.SimpleStatementLine:
+    edited = statement.visit(transformer)
+    if not transformer.done:
+        raise EditNotApplicable(f"{what} not found in `{_code(statement).strip()}`")
+    return edited  # type: ignore[return-value]  # a call's arguments rewritten: never the statement removed
+
+
+def _single(statement: cst.SimpleStatementLine) -> cst.BaseSmallStatement:
+    if len(statement.body) != 1:
+        raise EditNotApplicable(f"expected one statement on the line, got `{_code(statement).strip()}`")
+    return statement.body[0]
+
+
+def _assignment_value(statement: cst.SimpleStatementLine, method: str, target: str | None) -> cst.SimpleStatementLine:
+    small = _single(statement)
+    if not isinstance(small, (cst.Assign, cst.AnnAssign)) or small.value is None:
+        raise EditNotApplicable(f"expected an assignment, got `{_code(statement).strip()}`")
+    if target and isinstance(small, cst.Assign):
+        targets = [_code(t.target) for t in small.targets]
+        if not any(_same(t, target) for t in targets):
+            raise EditNotApplicable(f"`{_code(statement).strip()}` does not assign `{target}`")
+    value = small.value
+    if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value == method:
+        raise EditNotApplicable(f"the value is already `.{method}()`ed")
+    return statement.with_changes(body=[small.with_changes(value=_method(value, method))])
+
+
+def _rebind_slice_target(statement: cst.SimpleStatementLine, target: str | None) -> cst.SimpleStatementLine:
+    """``self.obs[:], r = step()`` -> ``self.obs, r = step()`` (the target ``self.obs``, a full slice)."""
+    small = _single(statement)
+    if not isinstance(small, cst.Assign):
+        raise EditNotApplicable(f"expected an assignment, got `{_code(statement).strip()}`")
+
+    def full_slice_of_target(node: cst.BaseExpression) -> bool:
+        if not isinstance(node, cst.Subscript) or not _same(_code(node.value), target) or len(node.slice) != 1:
+            return False
+        index = node.slice[0].slice
+        return isinstance(index, cst.Slice) and index.lower is None and index.upper is None and index.step is None
+
+    edit = _ExpressionEdit(full_slice_of_target, lambda node: node.value)
+    targets = [t.visit(edit) for t in small.targets]
+    if not edit.done:
+        raise EditNotApplicable(f"`{target}[:]` is not assigned in `{_code(statement).strip()}`")
+    return statement.with_changes(body=[small.with_changes(targets=targets)])
+
+
+# Binding strength of binary operators (higher binds tighter), for `x op= y` -> `x = x op y`.
+_STRENGTH = {
+    cst.BitOr: 1, cst.BitXor: 2, cst.BitAnd: 3, cst.LeftShift: 4, cst.RightShift: 4, cst.Add: 5, cst.Subtract: 5,
+    cst.Multiply: 6, cst.Divide: 6, cst.FloorDivide: 6, cst.Modulo: 6, cst.MatrixMultiply: 6, cst.Power: 8,
+}
+
+
+def _right_operand(value: cst.BaseExpression, operator: cst.BaseBinaryOp) -> cst.BaseExpression:
+    """``value`` as the right operand of ``x operator value``: parenthesized unless it binds tighter."""
+    if isinstance(value, cst.BinaryOperation) and not value.lpar and type(operator) is not cst.Power and (
+            _STRENGTH.get(type(value.operator), 0) > _STRENGTH.get(type(operator), 9)):
+        return value
+    return _atom(value)
+
+
+def _augmented_to_binary(statement: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
+    small = _single(statement)
+    if not isinstance(small, cst.AugAssign) or type(small.operator) not in _AUG_TO_BINARY:
+        raise EditNotApplicable(f"expected an augmented assignment (x += y), got `{_code(statement).strip()}`")
+    operator = _AUG_TO_BINARY[type(small.operator)]()
+    binary = cst.BinaryOperation(left=small.target.deep_clone(), operator=operator,
+                                 right=_right_operand(small.value, operator))
+    return statement.with_changes(body=[cst.Assign(targets=[cst.AssignTarget(target=small.target)], value=binary)])
+
+
+def _is_inplace_method(node: cst.CSTNode) -> TypeGuard[_InplaceCall]:
+    """``x.add_(...)``: a call of a method whose name ends in one underscore (``__setitem__`` is not one)."""
+    if not (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)):
+        return False
+    name = node.func.attr.value
+    return name.endswith("_") and not name.endswith("__")
+
+
+def _strip_inplace_links(call: cst.Call) -> tuple[cst.Call, cst.BaseExpression] | None:
+    """``c.mul_(s).add_(m)`` -> (``c.mul(s).add(m)``, receiver ``c``); None when it is not such a chain.
+    Raises EditNotApplicable for a link with no out-of-place method (``normal_``; see out_of_place_method)."""
+    links: list[_InplaceCall] = []
+    node: cst.BaseExpression = call
+    while _is_inplace_method(node):
+        links.append(node)
+        node = node.func.value
+    if not links:
+        return None
+    receiver = node
+    for link in links:
+        if out_of_place_method(link.func.attr.value) is None:
+            raise EditNotApplicable(f"`.{link.func.attr.value}()` has no out-of-place method; write into a clone "
+                                    f"instead")
+
+    class Strip(cst.CSTTransformer):
+        def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.BaseExpression:
+            if any(original is link.func for link in links):
+                return updated.with_changes(attr=cst.Name(original.attr.value[:-1]))
+            return updated
+
+    return call.visit(Strip()), receiver  # type: ignore[return-value]  # attributes renamed: still the call
+
+
+class _FirstInplaceChain(cst.CSTVisitor):
+    """The outermost in-place method chain of a statement whose receiver is a name or an attribute."""
+
+    def __init__(self) -> None:
+        self.found: cst.Call | None = None
+
+    def visit_Call(self, node: cst.Call) -> bool:
+        if self.found is None and _is_inplace_method(node):
+            receiver: cst.BaseExpression = node
+            while _is_inplace_method(receiver):
+                receiver = receiver.func.value
+            if isinstance(receiver, (cst.Name, cst.Attribute)):
+                self.found = node
+                return False
+        return self.found is None
+
+
+def _assign(target: cst.BaseExpression, value: cst.BaseExpression) -> cst.Assign:
+    # target: a name, an attribute or a subscript (an expression assigned to, as the user wrote it)
+    return cst.Assign(targets=[cst.AssignTarget(target.deep_clone())], value=value)  # type: ignore[arg-type]
+
+
+def _method_out_of_place(statement: cst.SimpleStatementLine, small: cst.BaseSmallStatement
+                         ) -> cst.SimpleStatementLine | list[cst.BaseStatement]:
+    """``x.div_(n)`` -> ``x = x.div(n)``; ``y = x.div_(n)`` (the result used) -> ``x = x.div(n)`` then ``y = x``;
+    an in-place call inside an expression is hoisted the same way (``a - t.mul_(k)``: ``t = t.mul(k)`` first)."""
+    finder = _FirstInplaceChain()
+    small.visit(finder)
+    if finder.found is None:
+        raise EditNotApplicable(f"no in-place method call on a name or attribute in `{_code(statement).strip()}`")
+    chain = finder.found
+    new, receiver = _strip_inplace_links(chain)  # type: ignore[misc]  # chain is an in-place chain: not None
+    rebind = statement.with_changes(body=[_assign(receiver, new)])
+    if isinstance(small, cst.Expr) and small.value is chain:
+        return rebind
+    edit = _ExpressionEdit(lambda node: node is chain, lambda node: receiver.deep_clone())
+    rest = small.visit(edit)
+    if (isinstance(rest, cst.Assign) and len(rest.targets) == 1 and _same(_code(rest.targets[0].target), _code(receiver))
+            and _same(_code(rest.value), _code(receiver))):
+        return rebind  # `x = x.div_(n)`: the rebinding is the whole statement
+    return [rebind.with_changes(trailing_whitespace=cst.TrailingWhitespace()),  # the comment stays on its line
+            statement.with_changes(body=[rest], leading_lines=[])]
+
+
+def _out_of_place(statement: cst.SimpleStatementLine, detail: dict[str, Any]
+                  ) -> cst.SimpleStatementLine | list[cst.BaseStatement]:
+    small = _single(statement)
+    if detail.get("method") == "masked_fill":
+        if not (isinstance(small, cst.Assign) and len(small.targets) == 1
+                and isinstance(small.targets[0].target, cst.Subscript)
+                and len(small.targets[0].target.slice) == 1):
+            raise EditNotApplicable(f"expected a mask assignment x[mask] = v, got `{_code(statement).strip()}`")
+        subscript = small.targets[0].target
+        base, mask = subscript.value, subscript.slice[0].slice.value  # type: ignore[attr-defined]  # an Index
+        masked = cst.Call(func=cst.Attribute(value=_atom(base), attr=cst.Name("masked_fill")),
+                          args=[cst.Arg(mask, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))),
+                                cst.Arg(small.value)])
+        return statement.with_changes(body=[_assign(base, masked)])
+    if isinstance(small, cst.AugAssign):
+        return _augmented_to_binary(statement)
+    call = small.value if isinstance(small, cst.Expr) else None
+    if isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute):
+        base = call.func.value
+        if isinstance(base, cst.Name) and base.value in ("torch", "F") and call.args:
+            # torch.relu_(x) -> x = torch.relu(x); F.relu(x, inplace=True) -> x = F.relu(x)
+            name = call.func.attr.value
+            target = call.args[0].value
+            if any(a.keyword is not None and a.keyword.value == "inplace" for a in call.args):
+                dropped = _edit_keyword(cst.SimpleStatementLine([cst.Expr(call)]), {"keyword": "inplace", "value": None})
+                # the Expr built here
+                return statement.with_changes(body=[_assign(target, _single(dropped).value)])  # type: ignore[attr-defined]
+            if not name.endswith("_") or name.endswith("__"):
+                raise EditNotApplicable(f"`{_code(call)}` is not an in-place call")
+            if out_of_place_method(name, namespace=True) is None:
+                raise EditNotApplicable(f"`{base.value}.{name}` has no out-of-place function")
+            new = call.with_changes(func=call.func.with_changes(attr=cst.Name(name[:-1])))
+            return statement.with_changes(body=[_assign(target, new)])
+    if isinstance(small, cst.Assign) and isinstance(small.value, cst.Call) and any(
+            a.keyword is not None and a.keyword.value == "inplace" for a in small.value.args):
+        return _edit_keyword(statement, {"keyword": "inplace", "value": None})
+    if isinstance(small, (cst.Expr, cst.Assign, cst.AnnAssign, cst.Return)):
+        return _method_out_of_place(statement, small)
+    raise EditNotApplicable(f"no in-place call to rewrite in `{_code(statement).strip()}`")
+
+
+def _drop_arg(args: list[cst.Arg], index: int) -> list[cst.Arg]:
+    kept = args[:index] + args[index + 1:]
+    if kept and index == len(args) - 1:  # the new last argument takes the removed one's trailing comma
+        kept[-1] = kept[-1].with_changes(comma=args[index].comma)
+    return kept
+
+
+def _edit_keyword(statement: cst.SimpleStatementLine, detail: dict[str, Any]) -> cst.SimpleStatementLine:
+    """Set keyword ``detail["keyword"]`` of call ``detail["call"]`` to ``detail["value"]``; None removes it.
+    ``detail["position"]``: where the parameter sits when it is passed positionally instead; ``detail["add"]``:
+    add the keyword when the call does not pass it."""
+    keyword, value = detail["keyword"], detail.get("value")
+
+    def rewrite(args: list[cst.Arg]) -> list[cst.Arg] | None:
+        for index, arg in enumerate(args):
+            if arg.keyword is not None and arg.keyword.value == keyword:
+                if value is None:
+                    return _drop_arg(args, index)
+                return args[:index] + [arg.with_changes(value=cst.parse_expression(repr(value)))] + args[index + 1:]
+        position = detail.get("position")  # the keyword passed positionally: `nn.ReLU(True)`
+        if value is not None and position is not None and position < len(args) and not any(
+                a.keyword is not None or a.star for a in args[:position + 1]):
+            arg = args[position]
+            return args[:position] + [arg.with_changes(value=cst.parse_expression(repr(value)))] + args[position + 1:]
+        if value is not None and detail.get("add"):  # `MLP(3, [3, 3])` -> `MLP(3, [3, 3], inplace=False)`
+            added = cst.Arg(cst.parse_expression(repr(value)), keyword=cst.Name(keyword),
+                            equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
+            if not args:
+                return [added]
+            last = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+            return [*args[:-1], last, added.with_changes(comma=args[-1].comma)]
+        return None
+
+    return _within(statement, _CallEdit(_callee_matcher(detail.get("call")), rewrite, detail.get("occurrence")),
+                   f"a call{' of ' + detail['call'] if detail.get('call') else ''} with keyword {keyword}=")
+
+
+def _edit_argument(statement: cst.SimpleStatementLine, intent: FixIntent, method: str) -> cst.SimpleStatementLine:
+    def rewrite(args: list[cst.Arg]) -> list[cst.Arg] | None:
+        for index, arg in enumerate(args):
+            if _same(_code(arg.value), intent.target):
+                return args[:index] + [arg.with_changes(value=_method(arg.value, method))] + args[index + 1:]
+        return None
+
+    call = intent.detail.get("call")
+    return _within(statement, _CallEdit(_callee_matcher(call), rewrite),
+                   f"the argument `{intent.target}`{' of ' + call if call else ''}")
+
+
+def _clone_expression(statement: cst.SimpleStatementLine, target: str | None) -> cst.SimpleStatementLine:
+    small = _single(statement)
+    scope = small.value if isinstance(small, (cst.Assign, cst.AnnAssign, cst.Expr, cst.Return)) else None
+    if scope is None:
+        raise EditNotApplicable(f"expected an assignment or an expression, got `{_code(statement).strip()}`")
+    edit = _ExpressionEdit(lambda node: _same(_code(node), target), lambda node: _method(node, "clone"))
+    edited = scope.visit(edit)
+    if not edit.done:
+        raise EditNotApplicable(f"`{target}` not found in `{_code(statement).strip()}`")
+    return statement.with_changes(body=[small.with_changes(value=edited)])
+
+
+def _wrap_no_grad(statement: cst.SimpleStatementLine, detail: dict[str, Any]) -> cst.With:
+    manager = detail.get("context") or "torch.no_grad()"
+    small = _single(statement)
+    if "replace" in detail:  # `w.data.add_(g)` -> `w.add_(g)` under no_grad
+        suffix = detail["replace"]
+        edit = _ExpressionEdit(lambda node: isinstance(node, cst.Attribute) and "." + node.attr.value == suffix,
+                               lambda node: node.value)
+        small = small.visit(edit)  # type: ignore[assignment]  # an attribute replaced: still the statement
+        if not edit.done:
+            raise EditNotApplicable(f"`{suffix}` not found in `{_code(statement).strip()}`")
+    inner = statement.with_changes(body=[small], leading_lines=[])
+    return cst.With(items=[cst.WithItem(cst.parse_expression(manager))], body=cst.IndentedBlock(body=[inner]),
+                    leading_lines=statement.leading_lines)
+
+
+def _is_plain_reference(expression: cst.BaseExpression) -> bool:
+    """A name, attribute or subscript with constant/name indices: evaluating it again has no effect."""
+    import ast
+
+    try:
+        tree = ast.parse(_code(expression), mode="eval")
+    except SyntaxError:
+        return False
+    allowed = (ast.Expression, ast.Name, ast.Attribute, ast.Subscript, ast.Constant, ast.Load, ast.Tuple, ast.Slice,
+               ast.UnaryOp, ast.USub)
+    return all(isinstance(node, allowed) for node in ast.walk(tree))
+
+
+def _index_loop_variable(statement: cst.BaseStatement, target: str | None, index: str) -> cst.For:
+    """``for x in t:`` -> ``for i, x in enumerate(t):`` with ``x = t[i]`` first in the body (see ACTIONS)."""
+    if not isinstance(statement, cst.For) or target is None:
+        raise EditNotApplicable(f"index_loop_variable edits a for loop over `{target}`")
+    loop_target, iterated = statement.target, None
+    if isinstance(loop_target, cst.Name) and loop_target.value == target:
+        iterated = statement.iter
+    elif isinstance(loop_target, cst.Tuple) and isinstance(statement.iter, cst.Call) and _code(statement.iter.func) == "zip":
+        names = [e.value.value if isinstance(e.value, cst.Name) else None for e in loop_target.elements]
+        args = statement.iter.args
+        if target in names and len(args) == len(names) and not any(a.star or a.keyword for a in args):
+            iterated = args[names.index(target)].value
+    if iterated is None or not _is_plain_reference(iterated):
+        raise EditNotApplicable(f"the loop does not bind `{target}` to the pieces of a plain tensor expression")
+    inner = loop_target.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()]) if isinstance(loop_target, cst.Tuple) else loop_target
+    new_target = cst.Tuple([cst.Element(cst.Name(index)), cst.Element(inner)], lpar=[], rpar=[])
+    new_iter = cst.Call(cst.Name("enumerate"), [cst.Arg(statement.iter)])
+    rebind = _statements(f"{target} = {_code(_atom(iterated))}[{index}]")[0]
+    body = statement.body
+    return statement.with_changes(target=new_target, iter=new_iter, body=body.with_changes(body=[rebind, *body.body]))
+
+
+def apply_intent(source: str, intent: FixIntent) -> str:
+    """``source`` with ``intent`` applied; EditNotApplicable when it does not fit the source."""
+    return apply_intents(source, [intent])
+
+
+def apply_intents(source: str, intents: list[FixIntent]) -> str:
+    """``source`` with every intent applied (all of them name lines of this one source, as it is now)."""
+    try:
+        module = cst.parse_module(source)
+    except cst.ParserSyntaxError as error:
+        raise EditNotApplicable(f"the file does not parse: {error}") from error
+    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+    lines = [n for intent in intents for n in (intent.line, intent.detail.get("after_line")) if n]
+    locate = _Locate(*lines)
+    wrapper.visit(locate)
+    changes: dict[int, _Replacement] = {}
+    after: dict[int, list[cst.BaseStatement]] = {}  # id(statement) -> statements to put after it (moves)
+    for intent in intents:
+        statement = locate.found.get(intent.line)
+        if statement is None:
+            raise EditNotApplicable(f"no simple statement at line {intent.line}")
+        current = changes.get(id(statement), statement)
+        if isinstance(current, (list, type(None))):
+            raise EditNotApplicable(f"two edits of the statement at line {intent.line}")
+        if not isinstance(current, cst.SimpleStatementLine) and intent.action not in _STATEMENT_ACTIONS:
+            raise EditNotApplicable(f"line {intent.line} is the header of a compound statement; "
+                                    f"{intent.action} edits simple statements")
+        # a compound statement (checked above) reaches only the _STATEMENT_ACTIONS, which take any statement
+        changes[id(statement)] = _apply_one(current, intent, locate, after)  # type: ignore[arg-type]
+    for key, extra in after.items():
+        current = changes.get(key)
+        base = current if current is not None else next(
+            s for s in locate.found.values() if id(s) == key)
+        changes[key] = [*(base if isinstance(base, list) else [base]), *extra]
+    lookup = {id(s): s for s in locate.found.values()}
+    missing = [key for key in changes if key not in lookup]
+    if missing:
+        raise EditNotApplicable("an edit names a statement that is not in the file")
+    return module.visit(_Replace(changes)).code
+
+
+_STATEMENT_ACTIONS = ("insert_before", "insert_after", "move_statement", "index_loop_variable")
+
+
+def _apply_one(statement: cst.SimpleStatementLine, intent: FixIntent, locate: _Locate,
+               after: dict[int, list[cst.BaseStatement]]) -> _Replacement:
+    action, detail = intent.action, intent.detail
+    if action == "detach_assignment":
+        return _assignment_value(statement, "detach", intent.target)
+    if action == "clone_assignment":
+        return _assignment_value(statement, "clone", intent.target)
+    if action == "detach_argument":
+        return _edit_argument(statement, intent, "detach")
+    if action == "clone_argument":
+        return _edit_argument(statement, intent, "clone")
+    if action == "clone_expression":
+        return _clone_expression(statement, intent.target)
+    if action == "drop_keyword":
+        return _edit_keyword(statement, {**detail, "value": None})
+    if action == "set_keyword":
+        return _edit_keyword(statement, detail)
+    if action == "augmented_to_binary":
+        return _augmented_to_binary(statement)
+    if action == "inplace_to_out_of_place":
+        return _out_of_place(statement, detail)
+    if action == "wrap_no_grad":
+        return _wrap_no_grad(statement, detail)
+    if action == "rebind_slice_target":
+        return _rebind_slice_target(statement, intent.target)
+    if action == "remove_statement":
+        written = "; ".join(_code(n) for n in statement.body)
+        if intent.target is not None and not _same(written, intent.target):
+            raise EditNotApplicable(f"line {intent.line} reads {written!r}, not {intent.target!r}")
+        return None
+    if action in ("insert_before", "insert_after"):
+        code = detail.get("code") or detail.get("statement")
+        if not code:
+            raise EditNotApplicable(f"{action} needs detail['code']")
+        new = _statements(code)
+        if action == "insert_before":
+            moved = statement.with_changes(leading_lines=[])
+            return [new[0].with_changes(leading_lines=statement.leading_lines), *new[1:], moved]
+        return [statement, *new]
+    if action == "index_loop_variable":
+        return _index_loop_variable(statement, intent.target, detail.get("index") or "i")
+    if action == "move_statement":
+        destination = locate.found.get(detail.get("after_line"))
+        if destination is None:
+            raise EditNotApplicable(f"no statement at line {detail.get('after_line')} to move after")
+        if destination is statement:
+            raise EditNotApplicable("a statement cannot move after itself")
+        if locate.next_is_same(detail["after_line"], intent.line):
+            return None  # `opt.step()` moved next to the same `opt.step()`: once per iteration, not twice
+        after.setdefault(id(destination), []).append(statement.with_changes(leading_lines=[]))
+        return None
+    raise EditNotApplicable(f"no edit for action {action!r}")

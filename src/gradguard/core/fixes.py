@@ -1,0 +1,336 @@
+"""Read the user's source around a finding to make its fix concrete: the rewritten line, not a template.
+
+Only used on error paths (building a diagnosis), never per op. Every helper returns None (or an empty
+result) when the source is unavailable or does not have the expected shape; callers then fall back to
+generic wording.
+"""
+
+from __future__ import annotations
+
+import ast
+import linecache
+
+from .findings import SourceLocation
+from .intents import FixIntent
+from .source_ast import statement_at
+
+__all__ = [
+    "out_of_place",
+    "carried_state",
+    "CarriedState",
+    "step_receivers",
+    "mask_assignment",
+    "statement_code",
+    "assigned_names",
+    "keyword_calls",
+    "is_valid_python",
+]
+
+def _parse_line(code: str) -> ast.stmt | None:
+    try:
+        body = ast.parse(code.strip()).body
+    except SyntaxError:
+        return None
+    return body[0] if len(body) == 1 else None
+
+
+def statement_code(location: SourceLocation | None) -> str:
+    """The whole statement at ``location`` (may span lines), stripped; falls back to the line itself."""
+    if location is None:
+        return ""
+    stmt = statement_at(location.file, location.line)
+    if stmt is None or stmt.end_lineno is None or stmt.end_lineno == stmt.lineno:
+        return location.code
+    lines = [linecache.getline(location.file, n).strip() for n in range(stmt.lineno, stmt.end_lineno + 1)]
+    return " ".join(lines)
+
+
+def out_of_place(code: str) -> str | None:
+    """``h *= 0.5`` -> ``h = h * 0.5``; ``a.mul_(2)`` -> ``a = a.mul(2)``; ``torch.relu_(x)`` -> ``x = torch.relu(x)``;
+    ``y = x.div_(n)`` -> ``x = x.div(n); y = x``. The text is the edit ``gradguard fix`` makes (the same libcst
+    rewrite); None when there is none (``x.normal_()``: no out-of-place method, see NOTE [Out-of-place methods
+    come from the framework])."""
+    from .edits import EditNotApplicable, apply_intent  # libcst loads on first use, not with the guard
+
+    code = code.strip()
+    if _parse_line(code) is None:
+        return None
+    try:
+        edited = apply_intent(code + "\n", FixIntent("inplace_to_out_of_place", None, 1))
+    except EditNotApplicable:
+        return None
+    return statements_text(edited)
+
+
+def statements_text(source: str) -> str:
+    """The statements of ``source`` on one line, comments left out: ``x = x.div(n); y = x``."""
+    import libcst as cst
+
+    empty = cst.Module(body=[])
+    return "; ".join(empty.code_for_node(small) for line in cst.parse_module(source).body
+                     if isinstance(line, cst.SimpleStatementLine) for small in line.body)
+
+
+def mask_assignment(code: str) -> str | None:
+    """``p[p < 0.1] = 0.0`` -> ``p = p.masked_fill(p < 0.1, 0.0)`` when the index is a boolean comparison."""
+    stmt = _parse_line(code)
+    if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Subscript)):
+        return None
+    target = stmt.targets[0]
+    mask = target.slice
+    if not (isinstance(mask, ast.Compare) or (isinstance(mask, ast.UnaryOp) and isinstance(mask.op, ast.Invert))):
+        return None
+    base = ast.unparse(target.value)
+    return f"{base} = {base}.masked_fill({ast.unparse(mask)}, {ast.unparse(stmt.value)})"
+
+
+def assigned_names(code: str) -> list[str]:
+    """What an assignment statement binds: ``out, h = rnn(x, h)`` -> ``["out", "h"]``; ``self.u = v`` ->
+    ``["self.u"]``. Names used inside a target (``w`` in ``w.grad = g``, ``x`` in ``x[0] = 1``) are not bound."""
+    stmt = _parse_line(code)
+    targets: list[ast.expr] = []
+    if isinstance(stmt, ast.Assign):
+        targets = list(stmt.targets)
+    elif isinstance(stmt, (ast.AnnAssign, ast.AugAssign)):
+        targets = [stmt.target]
+    names: list[str] = []
+
+    def collect(target: ast.expr) -> None:
+        if isinstance(target, (ast.Tuple, ast.List)):
+            for element in target.elts:
+                collect(element)
+        elif isinstance(target, ast.Starred):
+            collect(target.value)
+        elif isinstance(target, (ast.Name, ast.Attribute)):
+            names.append(ast.unparse(target))
+
+    for target in targets:
+        collect(target)
+    return names
+
+
+# -- loops ---------------------------------------------------------------------------------------------
+
+
+def parsed_file(filename: str) -> ast.Module | None:
+    """The module `filename` holds (its source as the interpreter read it: linecache), or None."""
+    source = "".join(linecache.getlines(filename))
+    if not source:
+        return None
+    try:
+        return ast.parse(source)
+    except SyntaxError:
+        return None
+
+
+def _innermost(tree: ast.AST, line: int, kinds: tuple[type, ...]) -> ast.AST | None:
+    best = None
+    for node in ast.walk(tree):
+        if isinstance(node, kinds) and node.lineno <= line <= (node.end_lineno or node.lineno):
+            if best is None or node.lineno >= best.lineno:
+                best = node
+    return best
+
+
+class CarriedState:
+    """A variable whose value flows from one loop iteration into the next (``h_cur`` in the RNN seed)."""
+
+    def __init__(self, name: str, assignment: SourceLocation, source: str | None):
+        self.name = name
+        self.assignment = assignment  # the statement that stores next iteration's value
+        self.source = source  # ``h_next`` in ``h_cur = h_next``; None when bound by a call's results
+
+    def detach_fix(self, is_tuple: bool = False) -> str:
+        """The line that detaches it where it crosses the iteration boundary."""
+        if self.source is not None and not is_tuple:
+            return f"`{self.name} = {self.source}.detach()` (line {self.assignment.line})"
+        return f"`{self._detached_statement(is_tuple)}` right after line {self.assignment.line}"
+
+    def _detached_statement(self, is_tuple: bool) -> str:
+        detached = (f"tuple(s.detach() for s in {self.name})" if is_tuple else f"{self.name}.detach()")
+        return f"{self.name} = {detached}"
+
+    def detach_intent(self, is_tuple: bool = False) -> FixIntent:
+        """The same fix as :meth:`detach_fix`, as a structured edit."""
+        reason = f"detach `{self.name}` where it crosses into the next iteration"
+        file, line = self.assignment.file, self.assignment.line
+        if self.source is not None and not is_tuple:
+            return FixIntent("detach_assignment", file, line, target=self.name, reason=reason)
+        return FixIntent("insert_after", file, line, target=self.name,
+                         detail={"code": self._detached_statement(is_tuple)}, reason=reason)
+
+
+def _loads_and_stores(stmt: ast.stmt) -> tuple[list[str], list[str]]:
+    """Names read and names written by one simple statement, reads first (Python evaluates the value
+    before binding the targets)."""
+    loads, stores = [], []
+    for node in ast.walk(stmt):
+        if isinstance(node, ast.Name):
+            (loads if isinstance(node.ctx, ast.Load) else stores).append(node.id)
+    if isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name):
+        loads.append(stmt.target.id)
+    return loads, stores
+
+
+def _simple_statements(body: list[ast.stmt]) -> list[ast.stmt]:
+    """Statements of a loop body in execution order, compound statements flattened (their headers are
+    skipped, nested loops included: what matters is the order of reads and writes)."""
+    out: list[ast.stmt] = []
+    for stmt in body:
+        if isinstance(stmt, (ast.If, ast.For, ast.While, ast.With, ast.Try, ast.AsyncFor, ast.AsyncWith)):
+            for field in ("body", "orelse", "handlers", "finalbody"):
+                children = getattr(stmt, field, None) or []
+                for child in children:
+                    if isinstance(child, ast.ExceptHandler):
+                        out.extend(_simple_statements(child.body))
+                    else:
+                        out.extend(_simple_statements([child]))
+        elif not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.append(stmt)
+    return out
+
+
+def carried_state(location: SourceLocation | None) -> list[CarriedState]:
+    """Variables of the loop around ``location`` that are read before they are (re)assigned in the loop
+    body: their value at the start of an iteration comes from the previous one. Loop targets and
+    augmented accumulators of plain numbers cannot be told apart from tensors here, so the caller keeps
+    only those the finding makes plausible."""
+    if location is None:
+        return []
+    tree = parsed_file(location.file)
+    if tree is None:
+        return []
+    loop = _innermost(tree, location.line, (ast.For, ast.While, ast.AsyncFor))
+    if loop is None:
+        return []
+    loop_targets = set()
+    if isinstance(loop, (ast.For, ast.AsyncFor)):
+        loop_targets = {n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name)}
+    assigned: set[str] = set()
+    read_first: list[str] = []
+    last_store: dict[str, ast.stmt] = {}
+    for stmt in _simple_statements(loop.body):
+        loads, stores = _loads_and_stores(stmt)
+        for name in loads:
+            if name not in assigned and name not in read_first:
+                read_first.append(name)
+        for name in stores:
+            assigned.add(name)
+            last_store[name] = stmt
+    carried = []
+    for name in read_first:
+        stmt = last_store.get(name)
+        if stmt is None or name in loop_targets:
+            continue
+        source = None
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+            if isinstance(stmt.value, (ast.Name, ast.Attribute)):
+                source = ast.unparse(stmt.value)
+        code = linecache.getline(location.file, stmt.lineno).strip()
+        carried.append(CarriedState(name, SourceLocation(location.file, stmt.lineno, location.function, code), source))
+    return carried
+
+
+def crossing_recompute(call: SourceLocation | None, step: SourceLocation | None,
+                       backward: SourceLocation | None) -> tuple[str, str, str] | None:
+    """``(name, argument, code)``: a value the failing loss reads that another model made from an output of the
+    stepped model before the step (FactorVAE's ``D_z = D(z)`` with ``z`` from ``VAE_model(x)``), recomputed
+    from that output detached (``D_z = D(z.detach())``) to insert after the step. ``call``: the user's call of
+    the stepped model (the saver's chain); all three lines in one function, in the order call < step < backward.
+
+    # NOTE [Recomputing the value that crosses into the stepped model's graph]
+    # The second loss reaches the stepped model's graph only through values made from its outputs. When such a
+    # value is one call of another model on one of those outputs, recomputing it after the step from the output
+    # detached keeps the second loss inside the other model (its own gradient is unchanged: the other model's
+    # weights have not been stepped yet) and cuts the path whose saved weights the step overwrote.
+    """
+    statements = _statements_around(call, step, backward)
+    made = next((st for st in statements if st.lineno <= call.line <= (st.end_lineno or st.lineno)), None)
+    if made is None:
+        return None
+    outputs = set(_loads_and_stores(made)[1])
+    between = [st for st in statements if made.lineno < st.lineno < step.line]
+    later = [st for st in statements if step.line < st.lineno <= backward.line]
+    for st in between:
+        if not _one_call_on(st, outputs):
+            continue
+        name, argument = st.targets[0].id, st.value.args[0].id
+        if any(name in _loads_and_stores(x)[0] for x in later) and not any(
+                name in _loads_and_stores(x)[1] for x in later):
+            code = f"{name} = {ast.unparse(st.value.func)}({argument}.detach())"
+            return name, argument, code
+    return None
+
+
+def _statements_around(call: SourceLocation | None, step: SourceLocation | None,
+                       backward: SourceLocation | None) -> list:
+    """The simple statements of the function holding ``call`` < ``step`` <= ``backward`` (one file); else []."""
+    if call is None or step is None or backward is None or not call.line < step.line <= backward.line:
+        return []
+    if len({call.file, step.file, backward.file}) != 1:
+        return []
+    tree = parsed_file(call.file)
+    if tree is None:
+        return []
+    scope = _innermost(tree, step.line, (ast.FunctionDef, ast.AsyncFunctionDef)) or tree
+    if not (scope is tree or scope.lineno <= call.line and backward.line <= (scope.end_lineno or scope.lineno)):
+        return []
+    return _simple_statements(scope.body)
+
+
+def _one_call_on(st: ast.stmt, outputs: set) -> bool:
+    """``name = f(output)``: one positional argument, one of ``outputs``, no keywords."""
+    return (isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name)
+            and isinstance(st.value, ast.Call) and len(st.value.args) == 1 and not st.value.keywords
+            and isinstance(st.value.args[0], ast.Name) and st.value.args[0].id in outputs)
+
+
+def step_receivers(location: SourceLocation | None) -> list[str]:
+    """Distinct receivers of ``X.step()`` calls in the function (or module) around ``location``:
+    ``["opt_d", "opt_g"]`` tells a two-model setup (GAN, actor-critic) from one optimizer."""
+    if location is None:
+        return []
+    tree = parsed_file(location.file)
+    if tree is None:
+        return []
+    scope = _innermost(tree, location.line, (ast.FunctionDef, ast.AsyncFunctionDef)) or tree
+    receivers: list[str] = []
+    for node in ast.walk(scope):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "step"
+                and not node.args):
+            receiver = ast.unparse(node.func.value)
+            if receiver not in receivers:
+                receivers.append(receiver)
+    return receivers
+
+
+def is_valid_python(code: str) -> bool:
+    """Whether ``code`` parses as Python (every code suggestion is checked with this before it is shown)."""
+    try:
+        ast.parse(code.strip())
+    except SyntaxError:
+        return False
+    return True
+
+
+def keyword_calls(filename: str | None, callee: str, keyword: str, value: object = True) -> list[SourceLocation]:
+    """Statements of ``filename`` that call ``callee`` (``ReLU``, ``nn.ReLU``, ``torch.nn.ReLU``) with
+    ``keyword=value``: where ``nn.ReLU(inplace=True)`` was written, which is the line a fix edits."""
+    if not filename:
+        return []
+    tree = parsed_file(filename)
+    if tree is None:
+        return []
+    found: list[SourceLocation] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+        if name != callee:
+            continue
+        if any(k.arg == keyword and isinstance(k.value, ast.Constant) and k.value.value == value
+               for k in node.keywords):
+            code = linecache.getline(filename, node.lineno).strip()
+            found.append(SourceLocation(filename, node.lineno, "", code))
+    return sorted(found, key=lambda loc: loc.line)

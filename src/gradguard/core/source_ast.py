@@ -1,0 +1,296 @@
+"""Read the user's own source to name things an exception does not name.
+
+Used only on error paths (eager in-place errors raised by the framework at the write), never per op.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import linecache
+from typing import Any, Mapping
+
+from .findings import SourceLocation
+
+__all__ = ["written_expression", "assignment_before", "call_name", "callee_of", "function_node", "parse_file"]
+
+
+def parse_file(filename: str) -> ast.Module | None:
+    """The syntax tree of ``filename`` as linecache holds it, or None (no source, or not Python)."""
+    source = "".join(linecache.getlines(filename))
+    if not source:
+        return None
+    try:
+        return ast.parse(source)
+    except SyntaxError:
+        return None
+
+
+def statement_at(filename: str, line: int) -> ast.stmt | None:
+    tree = parse_file(filename)
+    if tree is None:
+        return None
+    best = None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.stmt) and node.lineno <= line <= (node.end_lineno or node.lineno):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.With, ast.For,
+                                     ast.While, ast.If, ast.Try, ast.AsyncWith, ast.AsyncFor)):
+                best = node
+    return best
+
+
+@functools.lru_cache(maxsize=512)
+def function_node(
+    filename: str, first_line: int, name: str
+) -> ast.Module | ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """The ``def`` of function ``name`` whose first line (``co_firstlineno``: the def or a decorator) is
+    ``first_line`` in ``filename``; the module itself for ``<module>``; None when the source cannot be read."""
+    tree = parse_file(filename)
+    if tree is None or name == "<module>":
+        return tree
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+            if first_line in [node.lineno] + [d.lineno for d in node.decorator_list]:
+                return node
+    return None
+
+
+def callee_of(code: str, *, keyword: str | None = None, argument: str | None = None) -> str | None:
+    """The callee as written (``F.relu``, ``self.conv``) of the first call on ``code`` that passes ``keyword``,
+    or the name ``argument`` as a positional argument."""
+    try:
+        tree = ast.parse(code.strip())
+    except SyntaxError:
+        return None
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        if (keyword is not None and any(k.arg == keyword for k in node.keywords)) or (
+                argument is not None and any(isinstance(a, ast.Name) and a.id == argument for a in node.args)):
+            return ast.unparse(node.func)
+    return None
+
+
+def _is_plain_reference(node: ast.AST) -> bool:
+    """A name, or attribute and index steps on one (``model.layer[2].weight``, ``layers[i].w``): what
+    ``evaluate_reference`` can look up without running user code."""
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        if isinstance(node, ast.Subscript) and not isinstance(node.slice, (ast.Constant, ast.Name)):
+            return False
+        node = node.value
+    return isinstance(node, ast.Name)
+
+
+_Step = tuple[str, Any]  # ("attr", name) or ("index", ("constant", value) | ("name", variable))
+
+
+@functools.lru_cache(maxsize=1024)
+def _reference_steps(expression: str) -> tuple[str, tuple[_Step, ...]] | None:
+    """``model.layers[i].weight`` -> ("model", (("attr", "layers"), ("index", ("name", "i")), ("attr", "weight"))),
+    or None: parsed once per expression (a backward pass looks up its receiver every step)."""
+    try:
+        node = ast.parse(expression, mode="eval").body
+    except SyntaxError:
+        return None
+    steps: list[_Step] = []
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        if isinstance(node, ast.Attribute):
+            steps.append(("attr", node.attr))
+        elif isinstance(node.slice, ast.Constant):
+            steps.append(("index", ("constant", node.slice.value)))
+        elif isinstance(node.slice, ast.Name):
+            steps.append(("index", ("name", node.slice.id)))
+        else:
+            return None  # any other index would run user code
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    return node.id, tuple(reversed(steps))
+
+
+def evaluate_reference(expression: str, scope: Mapping[str, Any]) -> object:
+    """The value of a plain reference (see ``_is_plain_reference``) in ``scope`` (a mapping), or None. Attribute
+    steps use getattr, index steps only index lists, tuples, dicts and torch module containers: no user code
+    runs."""
+    parsed = _reference_steps(expression)
+    if parsed is None:
+        return None
+    name, steps = parsed
+    if name not in scope:
+        return None
+    value = scope[name]
+    for kind, what in steps:
+        if kind == "attr":
+            value = getattr(value, what, None)
+        else:
+            index = what[1] if what[0] == "constant" else scope.get(what[1])
+            container = type(value).__name__
+            if not (isinstance(value, (list, tuple, dict)) or container in ("ModuleList", "Sequential", "ModuleDict",
+                                                                            "ParameterList", "ParameterDict")):
+                return None
+            try:
+                value = value[index]
+            except (IndexError, KeyError, TypeError):
+                return None
+        if value is None:
+            return None
+    return value
+
+
+def written_expression(filename: str, line: int) -> str | None:
+    """The expression written in place on that line: ``w`` in ``w += 1``, ``x[0] = 1``, ``x.add_(1)``,
+    ``torch.relu_(x)``, ``F.relu(x, inplace=True)``. Only plain references are returned (names, attribute and
+    simple index steps: safe to evaluate with ``evaluate_reference``)."""
+    stmt = statement_at(filename, line)
+    if stmt is None:
+        return None
+    target: ast.expr | None = None
+    if isinstance(stmt, ast.AugAssign):
+        target = stmt.target
+    elif isinstance(stmt, ast.Assign) and stmt.targets and isinstance(stmt.targets[0], ast.Subscript):
+        target = stmt.targets[0].value
+    else:
+        for node in ast.walk(stmt):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                name = node.func.attr
+                if name.endswith("_") and not name.endswith("__"):
+                    base = node.func.value
+                    # a chain of in-place methods writes its innermost receiver: `c` in `c.mul_(s).add_(m)`
+                    while (isinstance(base, ast.Call) and isinstance(base.func, ast.Attribute)
+                           and base.func.attr.endswith("_") and not base.func.attr.endswith("__")):
+                        base = base.func.value
+                    if _is_plain_reference(base) and not (isinstance(base, ast.Name) and base.id in ("torch", "F")):
+                        target = base
+                    elif node.args:
+                        target = node.args[0]
+                    break
+            if isinstance(node, ast.Call) and node.args and any(
+                    k.arg == "inplace" and isinstance(k.value, ast.Constant) and k.value.value is True
+                    for k in node.keywords):
+                target = node.args[0]  # `F.relu(x, inplace=True)` writes x
+                break
+    if target is None:
+        return None
+    while isinstance(target, ast.Subscript):
+        target = target.value
+    if not _is_plain_reference(target):
+        return None
+    return ast.unparse(target)
+
+
+def assignment_before(filename: str, line: int, expression: str) -> SourceLocation | None:
+    """The last statement before ``line`` that binds ``expression`` (a name or attribute chain)."""
+    source = "".join(linecache.getlines(filename))
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    found: ast.stmt | None = None
+    for node in ast.walk(tree):
+        # AugAssign (`w -= x`) writes in place; it does not create w, so it is not a binding here.
+        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.For, ast.With)) and node.lineno < line:
+            if isinstance(node, ast.Assign):
+                targets = node.targets
+            elif isinstance(node, ast.For):
+                targets = [node.target]
+            elif isinstance(node, ast.With):
+                targets = [item.optional_vars for item in node.items if item.optional_vars is not None]
+            else:
+                targets = [node.target]
+            names = set()
+            pending = list(targets)
+            while pending:  # only what the statement binds: `w.grad = g` binds w.grad, not w; `x[0] = 1` nothing
+                t = pending.pop()
+                if isinstance(t, (ast.Tuple, ast.List)):
+                    pending.extend(t.elts)
+                elif isinstance(t, ast.Starred):
+                    pending.append(t.value)
+                elif isinstance(t, (ast.Name, ast.Attribute)):
+                    names.add(ast.unparse(t))
+            if expression in names and (found is None or node.lineno > found.lineno):
+                found = node
+    if found is None:
+        return None
+    code = linecache.getline(filename, found.lineno).strip()
+    return SourceLocation(filename, found.lineno, "", code)
+
+
+_BINOP_NAMES = {"Mult": "multiply", "Add": "add", "Sub": "subtract", "Div": "divide", "MatMult": "matmul", "Pow": "pow"}
+
+
+def call_name(code: str, operand: str | None = None) -> str | None:
+    """Name the op on a source line that saved a tensor, for frameworks whose autograd nodes have no readable
+    names: with ``operand`` (``net.w``), the innermost call or binary operation taking it directly
+    (``multiply`` in ``z = ops.sin(net.w * x)``); otherwise the single call on the line (``sin`` in
+    ``z = ops.sin(y)``) or the operator of a single binary operation (``multiply`` in ``z = x * y``); else None."""
+    try:
+        tree = ast.parse(code.strip().rstrip(":"))
+    except SyntaxError:
+        return None
+    if operand is not None:
+        innermost: ast.BinOp | ast.Call | None = None
+        for node in ast.walk(tree):  # breadth first: the last match is the innermost
+            if isinstance(node, ast.BinOp):
+                operands = [node.left, node.right]
+            elif isinstance(node, ast.Call):
+                operands = [*node.args, *(k.value for k in node.keywords)]
+            else:
+                continue
+            if any(ast.unparse(o) == operand for o in operands):
+                innermost = node
+        if innermost is not None:
+            return _node_name(innermost)
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
+    if not calls:
+        binops = [n for n in ast.walk(tree) if isinstance(n, ast.BinOp)]
+        if len(binops) == 1:
+            return _node_name(binops[0])
+    if len(calls) != 1:
+        return None
+    return _node_name(calls[0])
+
+
+def _node_name(node: ast.BinOp | ast.Call) -> str | None:
+    if isinstance(node, ast.BinOp):
+        return _BINOP_NAMES.get(type(node.op).__name__)
+    func = node.func
+    return func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+
+
+def accumulations(filename: str, name: str) -> list[tuple[ast.stmt, ast.stmt | None]]:
+    """Statements that add into ``name`` (``name += x`` or ``name = name + x``), each with the loop statement
+    directly enclosing it (None outside a loop), in line order."""
+    source = "".join(linecache.getlines(filename))
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    found: list[tuple[ast.stmt, ast.stmt | None]] = []
+
+    def visit(node: ast.AST, loop: ast.stmt | None) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.AugAssign) and isinstance(child.target, ast.Name) and child.target.id == name:
+                found.append((child, loop))
+            elif (isinstance(child, ast.Assign) and len(child.targets) == 1 and isinstance(child.targets[0], ast.Name)
+                  and child.targets[0].id == name and isinstance(child.value, ast.BinOp)
+                  and isinstance(child.value.left, ast.Name) and child.value.left.id == name):
+                found.append((child, loop))
+            visit(child, child if isinstance(child, (ast.For, ast.While)) else loop)
+
+    visit(tree, None)
+    return sorted(found, key=lambda pair: pair[0].lineno)
+
+
+def resets_between(filename: str, name: str, start: int, end: int) -> bool:
+    """Whether a plain assignment to ``name`` not reading it (``name = 0``) lies on a line in (start, end)."""
+    source = "".join(linecache.getlines(filename))
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return False
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Assign) and start < node.lineno < end
+                and any(isinstance(t, ast.Name) and t.id == name for t in node.targets)
+                and not any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(node.value))):
+            return True
+    return False

@@ -1,0 +1,425 @@
+"""The general repair search of ``gradguard fix``: candidate edits read from the write and the save of a finding
+(its lines, the op, the module that wrote), whatever rule diagnosed it.
+
+# NOTE [Repairs from the mechanism, not the rule id]
+# A rule's own intents are tried first (it knows its case best), then the candidates any write-into-saved-tensor
+# finding has, in order of how little they change:
+#   (a) the write made out of place: `x.div_(n)` -> `x = x.div(n)` (when the tensor type has that method, see
+#       NOTE [Out-of-place methods come from the framework]), `x += y` -> `x = x + y`, `x[m] = v` ->
+#       `x = x.masked_fill(m, v)`, `F.relu(x, inplace=True)` -> `x = F.relu(x)`; else a clone written into
+#       instead (`x = x.clone()` before the write);
+#   (b) `inplace=False` where the module instance that wrote was constructed (NOTE [Resolving the writing
+#       instance to its construction]), or the later `m.inplace = True` removed;
+#   (c) a copy at the save point (the saved input cloned, or the saved output's variable bound to a clone);
+#   (d) a detach where the tensor crosses into a graph an earlier backward freed (where it is assigned, else where a
+#       call reads it before that backward);
+#   (e) an optimizer step moved after the backward that still needs the weights it updates.
+# Each candidate is verified by a run like any rule's intent; none is ever needed by a rule id to exist.
+"""
+
+from __future__ import annotations
+
+import ast
+import linecache
+import os
+from typing import Callable
+
+from ..core.intents import FixIntent
+
+__all__ = ["general_repairs", "same_intent"]
+
+# At most this many general candidates per finding: each costs a run of the script.
+_MAX_CANDIDATES = 8
+
+
+def same_intent(a: FixIntent, b: FixIntent) -> bool:
+    """The same edit (the reason and the grouping aside)."""
+    strip = lambda d: {k: v for k, v in d.items() if k != "group"}  # noqa: E731
+    return (a.action, a.file and os.path.realpath(a.file), a.line, a.target, strip(a.detail)) == (
+        b.action, b.file and os.path.realpath(b.file), b.line, b.target, strip(b.detail))
+
+
+def _prime(sources: dict[str, str]) -> None:
+    """Make linecache (which the source readers use) return the edited text of each overlaid file: the lines of a
+    later round's finding refer to it."""
+    for path, text in sources.items():
+        lines = text.splitlines(keepends=True)
+        linecache.cache[path] = (len(text), None, lines, path)
+
+
+def _statement(file: str, line: int) -> tuple[ast.stmt, str] | None:
+    from ..core.source_ast import statement_at
+
+    stmt = statement_at(file, line)
+    if stmt is None:
+        return None
+    lines = linecache.getlines(file)[stmt.lineno - 1:stmt.end_lineno or stmt.lineno]
+    return stmt, "".join(lines)
+
+
+def _receiver(stmt: ast.stmt) -> str | None:
+    """What the statement writes in place, when it is a name or an attribute chain: ``x`` in ``x.normal_()``,
+    ``x[i] = v``, ``x += 1``, ``torch.relu_(x)``."""
+    target = None
+    if isinstance(stmt, ast.AugAssign):
+        target = stmt.target
+    elif isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Subscript):
+        target = stmt.targets[0].value
+    else:
+        for node in ast.walk(stmt):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                name = node.func.attr
+                if name.endswith("_") and not name.endswith("__"):
+                    base = node.func.value
+                    while (isinstance(base, ast.Call) and isinstance(base.func, ast.Attribute)
+                           and base.func.attr.endswith("_")):
+                        base = base.func.value
+                    if isinstance(base, ast.Name) and base.id in ("torch", "F") and node.args:
+                        base = node.args[0]
+                    target = base
+                    break
+    while isinstance(target, ast.Subscript):
+        target = target.value
+    if isinstance(target, (ast.Name, ast.Attribute)):
+        return ast.unparse(target)
+    return None
+
+
+def _names(found: tuple[ast.stmt, str] | None) -> set[str]:
+    """The variable names a statement reads (empty when it cannot be read)."""
+    return {n.id for n in ast.walk(found[0]) if isinstance(n, ast.Name)} if found else set()
+
+
+def _line_names(tree: ast.AST, line: int) -> set[str]:
+    """The variable names the simple statements on ``line`` read: all of them, for `opt.zero_grad(); loss.backward()`
+    puts the backward after a `;`."""
+    return {n.id for stmt in ast.walk(tree) if isinstance(stmt, ast.stmt) and stmt.lineno == line
+            and not hasattr(stmt, "body") for n in ast.walk(stmt) if isinstance(n, ast.Name)}
+
+
+def _write_candidates(write: dict) -> list[list[FixIntent]]:
+    """(a): the write at ``write``'s line out of place, else into a clone."""
+    file, line = write.get("file"), write.get("line")
+    found = _statement(file, line) if file and line else None
+    if found is None:
+        return []
+    stmt, code = found
+    where = (file, line)
+    repairs: list[list[FixIntent]] = []
+    from ..core.fixes import mask_assignment, out_of_place
+
+    flat = " ".join(code.split())
+    masked = mask_assignment(flat)
+    rewritten = masked or out_of_place(flat)
+    if rewritten:
+        action = "augmented_to_binary" if isinstance(stmt, ast.AugAssign) else "inplace_to_out_of_place"
+        detail = {"method": "masked_fill"} if masked else {}
+        repairs.append([FixIntent(action, *where, target=rewritten.split(" = ", 1)[0], detail=detail,
+                                  reason=f"`{rewritten}` makes a new tensor and leaves the saved one intact")])
+    receiver = _receiver(stmt)
+    if receiver is not None and not isinstance(stmt, ast.AugAssign):
+        repairs.append([FixIntent("insert_before", *where, target=receiver,
+                                  detail={"code": f"{receiver} = {receiver}.clone()"},
+                                  reason=f"the write then changes a copy of `{receiver}`; backward keeps the "
+                                         f"saved values")])
+    return repairs
+
+
+def _module_candidates(write: dict, files: list[str]) -> list[list[FixIntent]]:
+    """(b): ``inplace=False`` where the instance that wrote was built; the later switch to in-place removed."""
+    from ..core.module_sites import inplace_parameter_calls, inplace_position, split_module_via, writer_sites
+
+    found = writer_sites(files, write.get("via"))
+    if found is None:
+        return []
+    path, kind = split_module_via(write.get("via"))
+    sites, switches, _resolved = found
+    repairs = [[FixIntent("remove_statement", s.file, s.line, target=s.code,
+                          reason=f"`{s.code}` made {path or kind} write in place")] for s in switches]
+    position = inplace_position(kind)
+    for site in sites:
+        detail = {"call": kind, "keyword": "inplace", "value": False}
+        if site.occurrence is not None:
+            detail["occurrence"] = site.occurrence
+        if position is not None and "inplace=" not in site.location.code:  # `nn.ReLU(True)`
+            detail["position"] = position
+        repairs.append([FixIntent("set_keyword", site.location.file, site.location.line, detail=detail,
+                                  reason=f"construct {path or kind} with inplace=False")])
+    # the user's own class or factory that built it takes `inplace` (torchvision's MLP(..., inplace=True))
+    for location, callee in inplace_parameter_calls(files, write["file"], write["line"]):
+        repairs.append([FixIntent("set_keyword", location.file, location.line,
+                                  detail={"call": callee, "keyword": "inplace", "value": False, "add": True},
+                                  reason=f"build {callee} with inplace=False, so the {kind} it makes does not "
+                                         f"write in place")])
+    return repairs
+
+
+def _called_module_candidates(write: dict, files: list[str]) -> list[list[FixIntent]]:
+    """(b) for a write reported without the module that made it: a module called on the write's line that was
+    constructed with inplace=True gets inplace=False; else its argument is handed over as a clone."""
+    from ..core.module_sites import called_inplace_modules
+
+    if write.get("via"):
+        return []
+    found = called_inplace_modules(files, write["file"], write["line"])
+    repairs = []
+    for site, kind, _call in found:
+        detail = {"call": kind, "keyword": "inplace", "value": False}
+        if site.occurrence is not None:
+            detail["occurrence"] = site.occurrence
+        repairs.append([FixIntent("set_keyword", site.location.file, site.location.line, detail=detail,
+                                  reason=f"construct the {kind} called at line {write['line']} with inplace=False")])
+    for _site, _kind, call in found:
+        callee = ast.unparse(call.func)
+        for argument in call.args:
+            if isinstance(argument, (ast.Name, ast.Attribute)):
+                name = ast.unparse(argument)
+                repairs.append([FixIntent("clone_argument", write["file"], write["line"], target=name,
+                                          detail={"call": callee},
+                                          reason=f"`{callee}` then writes into a copy of `{name}`")])
+    return repairs
+
+
+def _save_candidates(finding: dict, receiver: str | None) -> list[list[FixIntent]]:
+    """(c): a copy at the save point, of the tensor the writes changed."""
+    saved = finding.get("saved_at") or {}
+    file, line = saved.get("file"), saved.get("line")
+    found = _statement(file, line) if file and line else None
+    tensor = (finding.get("tensor") or {}).get("name")
+    names = [n for n in dict.fromkeys((receiver, tensor)) if n]
+    if found is None or not names:
+        return []
+    stmt, _code = found
+    repairs = []
+    for name in names:
+        assigned = isinstance(stmt, ast.Assign) and any(ast.unparse(t) == name for t in stmt.targets)
+        if saved.get("argument") == "result" and assigned:
+            repairs.append([FixIntent("clone_assignment", file, line, target=name,
+                                      reason=f"`{name}` becomes a copy; the output backward saved stays intact")])
+        elif any(isinstance(n, (ast.Name, ast.Attribute)) and ast.unparse(n) == name
+                 for n in ast.walk(getattr(stmt, "value", None) or stmt)):
+            repairs.append([FixIntent("clone_expression", file, line, target=name,
+                                      reason=f"backward saves a copy of `{name}`, which the write cannot change")])
+    return repairs
+
+
+def _detach_candidates(finding: dict) -> list[list[FixIntent]]:
+    """(d): the tensor that crosses into a freed graph detached where it is assigned."""
+    from ..core.source_ast import assignment_before
+
+    backward = (finding.get("context") or {}).get("backward_at") or {}
+    name = (finding.get("tensor") or {}).get("name")
+    if finding.get("kind") != "backward_twice" or not name or not backward.get("file"):
+        return []
+    made = assignment_before(backward["file"], backward["line"], name)
+    if made is not None:
+        return [[FixIntent("detach_assignment", made.file, made.line, target=name,
+                           reason=f"`{name}` is then a value for later losses, not a path into a freed graph")]]
+    return _detach_read_candidates(finding, name)
+
+
+def _detach_read_candidates(finding: dict, name: str) -> list[list[FixIntent]]:
+    """(d) when the crossing tensor has no assignment of its own (an element of a list, an attribute a module set):
+    detach it where a call reads it after it was made and before the backward that freed its graph. Each argument
+    reading the same variable is a candidate (`outputs[j]` in `kl(outputs[i], outputs[j])` is `outputs[1]` at run
+    time, which the source cannot say); verification keeps the one that makes the failure go."""
+    window = _read_window(finding, name)
+    if window is None:
+        return []
+    file, made, end, root = window
+    from ..core.source_ast import parse_file
+
+    tree = parse_file(file)
+    if tree is None:
+        return []
+    scopes = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+              and n.lineno <= made <= (n.end_lineno or n.lineno)]
+    scope = min(scopes, key=lambda n: (n.end_lineno or n.lineno) - n.lineno) if scopes else tree
+    repairs = []
+    for call in sorted((n for n in ast.walk(scope) if isinstance(n, ast.Call) and made < n.lineno < end),
+                       key=lambda n: (n.lineno, n.col_offset)):
+        for arg in call.args:
+            if _plain_read_of(arg, root):
+                target = ast.unparse(arg)
+                repairs.append([FixIntent("detach_argument", file, _statement_line(scope, call), target=target,
+                                          detail={"call": ast.unparse(call.func)},
+                                          reason=f"`{target}` reaches the loss here as a value, not as a path into "
+                                                 f"the graph the backward at line {end} frees")])
+    return repairs
+
+
+def _read_window(finding: dict, name: str):
+    """(file, line made, line of the backward that freed its graph, root variable) of the crossing tensor, when
+    both lines are known and in one file; else None."""
+    saved = finding.get("saved_at") or {}
+    freed = [w for w in finding.get("modified_at") or () if w.get("category") == "backward"]
+    file, made = saved.get("file"), saved.get("line")
+    root = name.split("[", 1)[0].split(".", 1)[0]
+    if not (file and made and freed and root.isidentifier()):
+        return None
+    end = freed[0].get("line")
+    if os.path.realpath(freed[0].get("file") or "") != os.path.realpath(file) or not end or end <= made:
+        return None
+    return file, made, end, root
+
+
+def _plain_read_of(arg: ast.expr, root: str) -> bool:
+    """Whether ``arg`` reads ``root`` (``outputs[1]``, ``model.h``) and calls nothing."""
+    base = arg
+    while isinstance(base, (ast.Subscript, ast.Attribute)):
+        base = base.value
+    return isinstance(base, ast.Name) and base.id == root and not any(
+        isinstance(n, ast.Call) for n in ast.walk(arg))
+
+
+def _statement_line(scope: ast.AST, node: ast.AST) -> int:
+    """The first line of the statement that contains ``node`` (intents address statements)."""
+    best = None
+    for stmt in ast.walk(scope):
+        if isinstance(stmt, ast.stmt) and not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef,
+                                                                  ast.For, ast.While, ast.If, ast.With, ast.Try)) \
+                and stmt.lineno <= node.lineno and node.end_lineno <= (stmt.end_lineno or stmt.lineno):
+            if best is None or stmt.lineno >= best.lineno:
+                best = stmt
+    return best.lineno if best is not None else node.lineno
+
+
+def _step_candidates(finding: dict, write: dict) -> list[list[FixIntent]]:
+    """(e): an optimizer step that ran before a backward needing the weights it updated, moved after it."""
+    backward = (finding.get("context") or {}).get("backward_at") or {}
+    file, line = write.get("file"), write.get("line")
+    if write.get("category") != "optimizer" or not file or not backward.get("line"):
+        return []
+    if os.path.realpath(file) != os.path.realpath(backward.get("file") or "") or line >= backward["line"]:
+        return []
+    return [[FixIntent("move_statement", file, line, target=write.get("code"),
+                       detail={"after_line": backward["line"]},
+                       reason=f"step after the backward at line {backward['line']}, which needs the weights "
+                              f"it updates")]]
+
+
+def _fresh_forward_candidates(finding: dict, write: dict) -> list[list[FixIntent]]:
+    """(e) when the step cannot move: the forward from the save up to the loss run again right after the step, so
+    the later backward goes through a graph made with the updated weights (the statements between the save and
+    the first backward, in the save's block). The save is the line itself or, when it is inside a module's
+    forward, the call on the caller's line (`q = self.critic(obs, a)`) that the save's chain names."""
+    saved = finding.get("saved_at") or {}
+    for site in [saved, *(saved.get("chain") or ())]:
+        found = _fresh_forward_from(site, finding, write)
+        if found:
+            return found
+    return []
+
+
+def _fresh_forward_from(saved: dict, finding: dict, write: dict) -> list[list[FixIntent]]:
+    from ..core.source_ast import parse_file
+
+    span = _step_span(saved, finding, write)
+    if span is None:
+        return []
+    file, step, start, backward = span
+    tree = parse_file(file)
+    if tree is None:
+        return []
+    for body in _bodies_with_line(tree, start):
+        # only what the later backward's loss is computed from (`critic_loss` of an earlier backward is not
+        # recomputed: its value, printed or logged, stays the one before the step)
+        needed = _line_names(tree, backward["line"]) if os.path.realpath(backward.get("file") or file) == \
+            os.path.realpath(file) else set()
+        kept = _needed_statements(_forward_statements(body, start, step), needed)
+        text = "".join(linecache.getlines(file))
+        forward = [ast.get_source_segment(text, stmt) for stmt in reversed(kept)]
+        if forward and all(forward):
+            return [[FixIntent("insert_after", file, step, target=None, detail={"code": "\n".join(forward)},
+                               reason=f"a fresh forward after the step at line {step}: the backward at line "
+                                      f"{backward['line']} then uses the weights the step wrote")]]
+    return []
+
+
+def _step_span(saved: dict, finding: dict, write: dict):
+    """(file, step line, save line, backward) when an optimizer step sits between the save and the later backward,
+    all in one file; else None."""
+    backward = (finding.get("context") or {}).get("backward_at") or {}
+    file, step, start = write.get("file"), write.get("line"), saved.get("line")
+    if write.get("category") != "optimizer" or not (file and step and start and backward.get("line")):
+        return None
+    same = {os.path.realpath(p) for p in (file, saved.get("file") or "", backward.get("file") or "")}
+    if len(same) != 1 or not start < step <= backward["line"]:
+        return None
+    return file, step, start, backward
+
+
+def _bodies_with_line(tree: ast.AST, line: int):
+    """The statement lists in ``tree`` (in walk order) that hold a statement starting at ``line``."""
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and any(isinstance(b, ast.stmt) and b.lineno == line for b in body):
+            yield body
+
+
+def _forward_statements(body: list, start: int, step: int) -> list:
+    """The assignments of ``body`` from line ``start`` up to the first backward, step or other statement."""
+    statements = []
+    for stmt in body:
+        if stmt.lineno < start:
+            continue
+        if stmt.lineno >= step or not isinstance(stmt, (ast.Assign, ast.AnnAssign)) or any(
+                isinstance(n, ast.Attribute) and n.attr in ("backward", "step") for n in ast.walk(stmt)):
+            break
+        statements.append(stmt)
+    return statements
+
+
+def _needed_statements(statements: list, needed: set) -> list:
+    """``statements`` that compute the names in ``needed`` (all of them when nothing is named), last first."""
+    kept = []
+    for stmt in reversed(statements):
+        targets = {n.id for t in (stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target])
+                   for n in ast.walk(t) if isinstance(n, ast.Name)}
+        if not needed or targets & needed:
+            kept.append(stmt)
+            needed |= {n.id for n in ast.walk(stmt.value) if isinstance(n, ast.Name)} if stmt.value else set()
+    return kept
+
+
+def general_repairs(finding: dict, sources: dict[str, str], editable: Callable[[str], bool]
+                    ) -> list[list[FixIntent]]:
+    """The candidates of NOTE [Repairs from the mechanism, not the rule id] for ``finding`` (a JSON finding),
+    with ``sources`` the overlaid text of files already edited; only edits of files ``editable`` accepts."""
+    _prime(sources)
+    # the earlier backward of a backward-twice finding is listed among its writes: it wrote nothing to undo
+    writes = [w for w in finding.get("modified_at") or ()
+              if w.get("file") and w.get("line") and w.get("category") != "backward"]
+    files = list(dict.fromkeys(
+        w["file"] for w in writes + [finding.get("saved_at") or {}] + [
+            (finding.get("context") or {}).get("backward_at") or {}] if w.get("file") and editable(w["file"])))
+    repairs: list[list[FixIntent]] = []
+    receiver = None
+    for write in writes:
+        if not editable(write["file"]):
+            continue
+        repairs += _write_repairs(finding, write, files)
+        found = _statement(write["file"], write["line"])
+        receiver = receiver or (_receiver(found[0]) if found else None)
+    if finding.get("kind") != "backward_twice" and not any(w.get("category") == "optimizer" for w in writes):
+        # a copy of the weights at the save would hide the ordering bug (backward with the pre-step weights, as
+        # PyTorch < 1.5 did silently), not repair it
+        repairs += _save_candidates(finding, receiver)
+    repairs += _detach_candidates(finding)
+    return _distinct_editable(repairs, editable)[:_MAX_CANDIDATES]
+
+
+def _write_repairs(finding: dict, write: dict, files: list[str]) -> list[list[FixIntent]]:
+    """The candidates that undo or move one write: (a), (b) and (e)."""
+    return (_write_candidates(write) + _module_candidates(write, files) + _called_module_candidates(write, files)
+            + _step_candidates(finding, write) + _fresh_forward_candidates(finding, write))
+
+
+def _distinct_editable(repairs: list[list[FixIntent]], editable: Callable[[str], bool]) -> list[list[FixIntent]]:
+    """``repairs`` that edit only editable files, each once."""
+    kept: list[list[FixIntent]] = []
+    for repair in repairs:
+        if all(i.file and editable(i.file) for i in repair) and not any(
+                len(k) == len(repair) and all(same_intent(a, b) for a, b in zip(k, repair)) for k in kept):
+            kept.append(repair)
+    return kept

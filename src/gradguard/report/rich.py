@@ -1,0 +1,73 @@
+"""Terminal rendering with rich: the same text as the exception message, framed and coloured on a terminal.
+
+# NOTE [terminal manners]
+# On a terminal the finding is a panel as wide as the text needs and never wider than the terminal: the text
+# is wrapped by ``render_finding`` at the terminal width minus the frame (at most the exception message's 100
+# columns), so rich never re-wraps it. Where the output is not a terminal (piped, a CI log, a file) or the
+# terminal is ``TERM=dumb``, the same text is written without box characters or colour, headed by the same
+# title line, with one blank line after each finding. ``NO_COLOR`` (https://no-color.org) turns colour off and
+# keeps the frame; rich reads it. ``COLUMNS`` sets the width where there is no terminal to ask (else 80).
+"""
+
+from __future__ import annotations
+
+from typing import IO
+
+from ..core.findings import Finding
+from .text import _WIDTH, output_width, render_finding
+
+__all__ = ["print_findings", "terminal_console", "uses_plain_text", "text_width"]
+
+_STYLES = {"  why": "yellow", "  fix": "green", "  tensor": "bold", "  note": "dim"}
+_FRAME = 4  # "│ " and " │"
+
+
+def terminal_console(file: IO[str]):
+    """A rich console on ``file`` that follows the terminal's width, ``NO_COLOR`` and ``TERM=dumb``."""
+    from rich.console import Console
+
+    return Console(file=file, highlight=False, soft_wrap=False)
+
+
+def uses_plain_text(console) -> bool:
+    """True where box characters and colour do not belong: not a terminal, or a dumb one."""
+    return not console.is_terminal or console.is_dumb_terminal
+
+
+def text_width(console) -> int:
+    """Columns for the finding's text on ``console``: inside the panel on a terminal, the whole line elsewhere
+    (``COLUMNS``, else 80 off a terminal); the exception message's width at most."""
+    if uses_plain_text(console):
+        return min(_WIDTH, output_width(console.file))
+    return min(_WIDTH, console.width - _FRAME)
+
+
+def print_findings(findings: list[Finding], file: IO[str], error_name: str = "") -> None:
+    """Print each finding to ``file``: a panel on a terminal, plain text elsewhere (see the NOTE above)."""
+    from rich.panel import Panel
+    from rich.text import Text
+
+    console = terminal_console(file)
+    width = text_width(console)
+    title = f"gradguard: {error_name}" if error_name else "gradguard"
+    if uses_plain_text(console):
+        for finding in findings:
+            file.write(f"{title}\n{render_finding(finding, width=width)}\n\n")
+        file.flush()
+        return
+    for finding in findings:
+        lines = render_finding(finding, width=width).splitlines()
+        body = Text()  # not Text(style=...): that style would be the base of every line
+        body.append(lines[0] + "\n", style="bold")
+        current_style = ""
+        for line in lines[1:]:
+            for prefix, style in _STYLES.items():
+                if line.startswith(prefix):
+                    current_style = style
+                    break
+            else:
+                if line.startswith("  ") and not line.startswith("   "):
+                    current_style = ""
+            body.append(line + "\n", style=current_style)
+        body.rstrip()
+        console.print(Panel(body, title=Text(title, style="bold red"), title_align="left", expand=False))
