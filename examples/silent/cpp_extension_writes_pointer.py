@@ -12,7 +12,7 @@ import torch
 from torch.utils.cpp_extension import load_inline
 
 import gradguard
-from gradguard.backends.torch._bisect import bisect
+from gradguard.backends.torch.bisect import bisect
 
 SOURCE = r"""
 #include <torch/extension.h>

@@ -6,7 +6,7 @@
 import torch
 
 import gradguard
-from gradguard.backends.torch._bisect import bisect
+from gradguard.backends.torch.bisect import bisect
 
 
 def train_step():
