@@ -6,17 +6,18 @@
 # backend is asked for, so importing gradguard never imports a deep-learning framework. The core
 # (``gradguard.core``) works on numpy arrays, findings and source locations only.
 #
-# Adding a framework takes more than the adapter. As the Paddle and MindSpore backends do it today:
-#   * ``adapter.py`` (``ADAPTER``) and its lines in ``backends.KNOWN`` and ``backends.INSTALL``;
+# Adding a framework, as the Paddle and MindSpore backends do it:
+#   * ``adapter.py`` (``ADAPTER``: ``new_guard_session``, ``enrich_error``, ``check_op``, and ``advise`` where the
+#     framework has its own advisor) and its line in ``backends.KNOWN`` (module names and typed capabilities)
+#     and ``backends.INSTALL``;
 #   * ``session.py``: the guard probe (a :class:`ProbeBase`), returned by ``ADAPTER.new_guard_session``;
 #   * ``eager.py``: the explanation of the framework's own in-place errors (``ADAPTER.enrich_error``);
 #   * ``naming.py``: tensor names (parameter and variable names, from memory ranges);
-#   * ``check.py``: ``check_op``'s adapter (a ``checks._adapter_base.AdapterBase``), exported as the
-#     package's ``check_op``;
-#   * the framework's name in the dispatchers that list frameworks by name: ``checks.check_op``
-#     (``checks/__init__.py``) and, for the advisor, ``advisor/api.py``.
-# Torch does not go through its adapter: ``_guard.py`` and ``checks/__init__.py`` call the torch modules
-# directly, and ``_errors.py`` and ``checks/audit.py`` test ``backend == "torch"`` themselves.
+#   * ``check.py``: ``check_op``'s adapter (a ``checks.adapter_base.AdapterBase``);
+#   * a kit in ``tests/conformance/test_framework_contract.py`` and a column in ``tests/conformance/hazards.py``.
+# Every entry point (``guard``, ``check_op``, ``advise``, ``gradguard run``) gets the framework from
+# ``backends.choose()`` and asks the object it returns; no other module compares framework names
+# (tests/fast/test_framework_choice.py lists the one exception left).
 """
 
 from __future__ import annotations
