@@ -2,8 +2,8 @@
 
 # NOTE [One audit engine]
 # ``audit.run_check_op`` is the only numerical engine, for torch, Paddle and MindSpore. A framework gives it
-# one adapter object (``checks._torch_ops.TorchBackend``, ``backends.paddle._check.PaddleCheckAdapter``,
-# ``backends.mindspore._check.MindSporeCheckAdapter``) that answers framework questions: describe a tensor,
+# one adapter object (``checks.torch_ops.TorchBackend``, ``backends.paddle.check.PaddleCheckAdapter``,
+# ``backends.mindspore.check.MindSporeCheckAdapter``) that answers framework questions: describe a tensor,
 # convert to and from float64 numpy, run the op with autograd on (``linearize``) and pull a cotangent back
 # (``vjp``), version and fingerprint for the mutation audit. ``unsupported`` names the check groups and regimes
 # the framework has no means for (reported as skipped, with the reason); ``framework_checks`` are callables

@@ -1,7 +1,7 @@
 """Which out-of-place method or function the loaded frameworks have for an in-place one (``div_`` -> ``div``).
 
-Its own module because both sides of a fix ask it: the suggestion text (core._fixes.out_of_place) and the libcst
-edit that text is made from (core._edits). Neither imports the other for it, so the two stay one import
+Its own module because both sides of a fix ask it: the suggestion text (core.fixes.out_of_place) and the libcst
+edit that text is made from (core.edits). Neither imports the other for it, so the two stay one import
 direction: _fixes -> _edits -> here.
 """
 

@@ -1,13 +1,13 @@
 """``gradguard fix``: turn the fix intents of findings into source edits, verified by re-running the script.
 
-Loaded lazily: ``gradguard run`` builds its command-line parser from ``fix._cli`` without importing libcst.
+Loaded lazily: ``gradguard run`` builds its command-line parser from ``fix.cli`` without importing libcst.
 """
 
 from __future__ import annotations
 
 __all__ = ["EditNotApplicable", "FixOutcome", "apply_intent", "apply_intents", "repair"]
 
-_EXPORTS = {"EditNotApplicable": "..core._edits", "apply_intent": "..core._edits", "apply_intents": "..core._edits",
+_EXPORTS = {"EditNotApplicable": "..core.edits", "apply_intent": "..core.edits", "apply_intents": "..core.edits",
            "FixOutcome": ".verify", "repair": ".verify"}
 
 

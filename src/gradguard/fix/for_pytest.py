@@ -1,6 +1,6 @@
 """``gradguard fix`` for pytest: a failing test's verified edit, shown under its finding.
 
-The test runs again as NOTE [Verifying an edit by re-running one test] says, in fix._pytest_run: the verify loop
+The test runs again as NOTE [Verifying an edit by re-running one test] says, in fix.pytest_run: the verify loop
 imports that module, since this one drives the loop. The run's names stay importable from here.
 """
 

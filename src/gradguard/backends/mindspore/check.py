@@ -1,4 +1,4 @@
-"""``check_op`` for MindSpore: the one audit engine (``checks._audit``) with MindSpore's answers to its questions.
+"""``check_op`` for MindSpore: the one audit engine (``checks.audit``) with MindSpore's answers to its questions.
 
 # NOTE [MindSpore in the audit engine]
 # Cells with a custom ``bprop``, plain Cells and functions of tensors get the same checks as torch ops

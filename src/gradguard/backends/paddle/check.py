@@ -1,4 +1,4 @@
-"""``check_op`` for Paddle: the one audit engine (``checks._audit``) with Paddle's answers to its questions.
+"""``check_op`` for Paddle: the one audit engine (``checks.audit``) with Paddle's answers to its questions.
 
 # NOTE [Paddle in the audit engine]
 # PyLayer subclasses and plain functions of tensors get the same checks as torch ops (float64 finite
