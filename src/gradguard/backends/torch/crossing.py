@@ -75,31 +75,55 @@ def _tensors(value, path: str, kind: str, depth: int, seen: set):
         return
     if depth >= _DEPTH or id(value) in seen:
         return
+    children = _children(value, path, kind)
+    if children is None:
+        return
+    seen.add(id(value))
+    for member, where, member_kind in children:
+        yield from _tensors(member, where, member_kind, depth + 1, seen)
+
+
+def _children(value, path: str, kind: str):
+    """(value, path, kind) for what the container ``value`` holds, lazily; None when it is no container."""
     if isinstance(value, (list, tuple)):
-        seen.add(id(value))
-        for index, item in enumerate(value[:_ITEMS]):
-            yield from _tensors(item, f"{path}[{index}]", "element" if kind == "variable" else kind, depth + 1, seen)
-    elif isinstance(value, dict):
-        seen.add(id(value))
-        for key in list(value)[:_ITEMS]:
-            if isinstance(key, (str, int)):
-                yield from _tensors(value[key], f"{path}[{key!r}]", "element" if kind == "variable" else kind,
-                                    depth + 1, seen)
-    elif isinstance(value, torch.nn.Module):
-        seen.add(id(value))
-        for count, (prefix, module) in enumerate(value.named_modules()):
-            if count >= _MODULES:
-                break
-            for attribute, member in vars(module).items():
-                if not attribute.startswith("_") and isinstance(member, (torch.Tensor, list, tuple)):
-                    where = f"{path}.{prefix}.{attribute}" if prefix else f"{path}.{attribute}"
-                    yield from _tensors(member, where, "module attribute", depth + 1, seen)
-    elif hasattr(value, "__dict__") and not isinstance(value, type) and not inspect.ismodule(value) and not callable(
+        return _items(value, path, kind)
+    if isinstance(value, dict):
+        return _entries(value, path, kind)
+    if isinstance(value, torch.nn.Module):
+        return _module_members(value, path)
+    if hasattr(value, "__dict__") and not isinstance(value, type) and not inspect.ismodule(value) and not callable(
             value):
-        seen.add(id(value))
-        for attribute, member in list(vars(value).items())[:_ITEMS]:
-            if not attribute.startswith("__"):
-                yield from _tensors(member, f"{path}.{attribute}", "attribute", depth + 1, seen)
+        return _attributes(value, path)
+    return None
+
+
+def _items(value, path: str, kind: str):
+    kind = "element" if kind == "variable" else kind
+    for index, item in enumerate(value[:_ITEMS]):
+        yield item, f"{path}[{index}]", kind
+
+
+def _entries(value, path: str, kind: str):
+    kind = "element" if kind == "variable" else kind
+    for key in list(value)[:_ITEMS]:
+        if isinstance(key, (str, int)):
+            yield value[key], f"{path}[{key!r}]", kind
+
+
+def _module_members(value, path: str):
+    for count, (prefix, module) in enumerate(value.named_modules()):
+        if count >= _MODULES:
+            break
+        for attribute, member in vars(module).items():
+            if not attribute.startswith("_") and isinstance(member, (torch.Tensor, list, tuple)):
+                where = f"{path}.{prefix}.{attribute}" if prefix else f"{path}.{attribute}"
+                yield member, where, "module attribute"
+
+
+def _attributes(value, path: str):
+    for attribute, member in list(vars(value).items())[:_ITEMS]:
+        if not attribute.startswith("__"):
+            yield member, f"{path}.{attribute}", "attribute"
 
 
 def _holders(frames):
@@ -123,28 +147,38 @@ def _class_assignment(module: torch.nn.Module, attribute: str) -> SourceLocation
             break
         for function in vars(cls).values():
             code = getattr(function, "__code__", None)
-            if code is None:
-                continue
-            tree = _tree_of(code.co_filename)
-            node = next((n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == code.co_name
-                         and code.co_firstlineno in (n.lineno, *(d.lineno for d in n.decorator_list))), None) if (
-                tree is not None) else None
+            node = _function_node(code) if code is not None else None
             if node is None:
                 continue
-            for statement in ast.walk(node):
-                if not isinstance(statement, (ast.Assign, ast.AnnAssign)):
-                    continue
-                targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
-                names = {ast.unparse(t) for target in targets
-                         for t in (target.elts if isinstance(target, (ast.Tuple, ast.List)) else [target])}
-                if f"self.{attribute}" in names:
-                    rank = (code.co_name == "forward", statement.lineno)
-                    if best is None or rank > best[0]:
-                        best = (rank, code.co_filename, statement.lineno, code.co_name)
+            for line in _assignments(node, f"self.{attribute}"):
+                rank = (code.co_name == "forward", line)
+                if best is None or rank > best[0]:
+                    best = (rank, code.co_filename, line, code.co_name)
     if best is None:
         return None
     _rank, filename, line, function = best
     return SourceLocation(filename, line, function, linecache.getline(filename, line).strip())
+
+
+def _function_node(code) -> ast.FunctionDef | None:
+    """The ``def`` of the code object ``code`` in its file's source."""
+    tree = _tree_of(code.co_filename)
+    if tree is None:
+        return None
+    return next((n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == code.co_name
+                 and code.co_firstlineno in (n.lineno, *(d.lineno for d in n.decorator_list))), None)
+
+
+def _assignments(node: ast.AST, wanted: str):
+    """Lines of the statements within ``node`` that assign ``wanted`` (`self.v`), alone or in a tuple."""
+    for statement in ast.walk(node):
+        if not isinstance(statement, (ast.Assign, ast.AnnAssign)):
+            continue
+        targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+        names = {ast.unparse(t) for target in targets
+                 for t in (target.elts if isinstance(target, (ast.Tuple, ast.List)) else [target])}
+        if wanted in names:
+            yield statement.lineno
 
 
 def _tree_of(filename: str):
@@ -237,16 +271,26 @@ def find_crossing(loss: torch.Tensor, frames: list, calls: list, node_sites: dic
     holders = list(_holders(frames))
     exact = [(path, t, kind, frame) for path, t, kind, frame in holders if t.grad_fn in boundary]
     if exact:
-        ranked = []
-        for path, tensor, kind, frame in exact:
-            made, binding = _made(path, kind, frame, frames, tensor.grad_fn, node_sites)
-            # a name bound to another holder's tensor (`peer = outputs[1 - i]`) did not make it: the last choice
-            ranked.append(((_is_alias(made), _RANK[kind], -_seq(tensor.grad_fn)), path, tensor, kind, made, binding))
-        _key, path, tensor, kind, made, binding = min(ranked, key=lambda r: r[0])
-        return Crossing(path, tensor, kind, made, freed_by, binding)
-    # state replaced since: the holder whose current value's graph runs back into the old nodes
+        return _exact_holder(exact, frames, node_sites, freed_by)
+    return _replaced_state(holders, boundary, max(earlier), frames, node_sites, freed_by)
+
+
+def _exact_holder(exact: list, frames: list, node_sites: dict, freed_by) -> Crossing:
+    """The holder, of those whose tensor is itself a crossed node's output, that the user made it by."""
+    ranked = []
+    for path, tensor, kind, frame in exact:
+        made, binding = _made(path, kind, frame, frames, tensor.grad_fn, node_sites)
+        # a name bound to another holder's tensor (`peer = outputs[1 - i]`) did not make it: the last choice
+        ranked.append(((_is_alias(made), _RANK[kind], -_seq(tensor.grad_fn)), path, tensor, kind, made, binding))
+    _key, path, tensor, kind, made, binding = min(ranked, key=lambda r: r[0])
+    return Crossing(path, tensor, kind, made, freed_by, binding)
+
+
+def _replaced_state(holders: list, boundary: set, threshold: int, frames: list, node_sites: dict,
+                    freed_by) -> Crossing | None:
+    """State replaced since: the holder whose current value's graph runs back into the old nodes."""
     state = [(path, t, kind, frame) for path, t, kind, frame in holders
-             if kind != "variable" and _seq(t.grad_fn) > max(earlier)
+             if kind != "variable" and _seq(t.grad_fn) > threshold
              and any(n in boundary for n in walk_nodes([t.grad_fn], _NODES))]
     if not state:
         return None

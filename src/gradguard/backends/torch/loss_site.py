@@ -223,16 +223,29 @@ def forward_before_loop(frame, line: int) -> dict | None:
     """``{"line", "code", "name", "first", "last"}``: the statements (``code``, one per line) that made the loss of
     the backward at ``line`` before the loop around it, to insert before ``line``; None when that is not the case
     or the forward cannot be copied (it binds through a ``for``/``with``, or is longer than a few statements)."""
-    from ...core.source_ast import statement_at
-
     filename = frame.f_code.co_filename
     receiver = _backward_receiver(linecache.getline(filename, line))
     loss = _lookup(receiver, frame) if receiver else None
     loop = _innermost_loop(filename, line)
     if not isinstance(loss, torch.Tensor) or loss.grad_fn is None or loop is None:
         return None
-    start = frame.f_code.co_firstlineno
+    chain = _forward_chain(receiver, frame, filename, loop.lineno)
+    if not chain or len(chain) > _MAX_FORWARD_STATEMENTS:
+        return None
     source = "".join(linecache.getlines(filename))
+    codes = [ast.get_source_segment(source, chain[n]) for n in sorted(chain)]
+    if any(code is None for code in codes):
+        return None
+    return {"line": _first_use(loop, receiver, line), "code": "\n".join(codes), "name": receiver,
+            "first": min(chain), "last": max(chain[n].end_lineno or n for n in chain)}
+
+
+def _forward_chain(receiver: str, frame, filename: str, before: int) -> dict[int, ast.stmt] | None:
+    """The assignments, by line, in ``frame``'s function before line ``before`` that made ``receiver`` and the
+    graph-carrying tensors it is computed from; None when one of them is not a plain assignment there."""
+    from ...core.source_ast import statement_at
+
+    start = frame.f_code.co_firstlineno
     chain: dict[int, ast.stmt] = {}
     pending, seen = [receiver], set()
     while pending:
@@ -243,16 +256,10 @@ def forward_before_loop(frame, line: int) -> dict | None:
         value = _lookup(name, frame)
         if not isinstance(value, torch.Tensor) or value.grad_fn is None:
             continue  # a leaf or a constant: it carries no graph to rebuild
-        made = assignment_before(filename, loop.lineno, name)
+        made = assignment_before(filename, before, name)
         statement = statement_at(filename, made.line) if made is not None else None
         if made is None or made.line < start or not isinstance(statement, (ast.Assign, ast.AnnAssign)):
             return None
         chain[statement.lineno] = statement
         pending.extend(n.id for n in ast.walk(statement.value) if isinstance(n, ast.Name))
-    if not chain or len(chain) > _MAX_FORWARD_STATEMENTS:
-        return None
-    codes = [ast.get_source_segment(source, chain[n]) for n in sorted(chain)]
-    if any(code is None for code in codes):
-        return None
-    return {"line": _first_use(loop, receiver, line), "code": "\n".join(codes), "name": receiver,
-            "first": min(chain), "last": max(chain[n].end_lineno or n for n in chain)}
+    return chain

@@ -684,31 +684,17 @@ class TorchGuardSession(ProbeBase):
         owners: list[object] = []
         context = caller_context(skip=4, owner_filter=lambda o: _is_owner(o) and (owners.append(o) or True))
         name = op.split(".")[1] if op.startswith("aten.") else op.rsplit(".", 1)[-1]
-        code = context.location.code if context.location else ""
-        category, via = "other", None
         optimizer = next((o for o in reversed(owners) if isinstance(o, torch.optim.Optimizer)), None)
         module = next((o for o in owners if isinstance(o, torch.nn.Module)), None)
         if optimizer is not None:
             category, via = "optimizer", f"{type(optimizer).__name__}.step()"
-        elif name in _ACTIVATIONS or (module is not None and getattr(module, "inplace", False)):
-            category = "activation"
-            if module is not None and getattr(module, "inplace", False):
-                via = f"{type(module).__name__}(inplace=True)"
-                # Name the module as the user can find it ("gate.2"): the outermost module the user called,
-                # by its variable name, plus the submodule path. Only reached for writes into saved memory.
-                from ...core.frames import user_variable_names
-
-                root = next(o for o in reversed(owners) if isinstance(o, torch.nn.Module))
-                from ...core.module_sites import path_in_user_self
-
-                prefix = user_variable_names({id(root)}).get(id(root)) or path_in_user_self(root)
-                sub = "" if root is module else next((n for n, m in root.named_modules() if m is module), "")
-                if prefix:
-                    via = f"{prefix}{'.' + sub if sub else ''} ({via})"
-            else:
-                via = f"torch.{name}" if name.endswith("_") else op
+        elif module is not None and getattr(module, "inplace", False):
+            category, via = "activation", _inplace_module_via(module, owners)
+        elif name in _ACTIVATIONS:
+            category, via = "activation", f"torch.{name}" if name.endswith("_") else op
         else:
-            category = classify_source(code) or ("copy" if name == "copy_" else "other")
+            code = context.location.code if context.location else ""
+            category, via = classify_source(code) or ("copy" if name == "copy_" else "other"), None
         return WriteRecord(op=op, location=context.location, via=via, library_frame=context.library_frame,
                            category=category)
 
@@ -786,24 +772,9 @@ class TorchGuardSession(ProbeBase):
         context["write_log"] = self.track_writes
         kind, writes = finding.kind, finding.modified_at
         if kind == "silent_write":
-            for w in writes:
-                if not w.bumps_version and w.op.startswith("aten._fused_"):
-                    w.category = "optimizer"
-        if kind == "silent_write" and self.track_writes and _plain(record.tensor) and record.tensor.is_leaf:
-            saved_in = self._ledger.storage_key_of(record)
-            if saved_in is not None and record.tensor.numel() and saved_in != _storage_key(record.tensor):
-                finding.notes.append(  # NOTE [What pack keeps]
-                    "this tensor has other memory than when it was saved (a `.data = ...` assignment after the "
-                    "forward): backward reads the new values, as PyTorch does without gradguard, and no version "
-                    "counter moved")
+            self._annotate_silent_write(finding, record)
         if current and kind == "inplace_modification" and any(w.category == "optimizer" for w in writes):
-            try:  # NOTE [A loss made before the steps]
-                from .loss_site import loss_made_before_steps, recompute_in_loop
-
-                context["loss_made_early"] = loss_made_before_steps()
-                context["recompute_in_loop"] = recompute_in_loop()  # NOTE [A value made once, ...]
-            except Exception as error:
-                log_fallback("torch.loss_site", "finding where the loss was made", error)
+            _annotate_loss_site(context)
         if not current:  # another stale tensor: no graph node is unpacking it now
             return
         try:  # the picture of the graph around the saver (HTML report); never breaks the error path
@@ -812,6 +783,41 @@ class TorchGuardSession(ProbeBase):
             context["graph"] = capture_graph(torch._C._current_autograd_node(), record, finding)
         except Exception as error:
             log_fallback("torch.graph", "capturing the graph picture", error)
+
+    def _annotate_silent_write(self, finding: Finding, record: SavedRecord) -> None:
+        for w in finding.modified_at:
+            if not w.bumps_version and w.op.startswith("aten._fused_"):
+                w.category = "optimizer"
+        if self.track_writes and _plain(record.tensor) and record.tensor.is_leaf:
+            saved_in = self._ledger.storage_key_of(record)
+            if saved_in is not None and record.tensor.numel() and saved_in != _storage_key(record.tensor):
+                finding.notes.append(  # NOTE [What pack keeps]
+                    "this tensor has other memory than when it was saved (a `.data = ...` assignment after the "
+                    "forward): backward reads the new values, as PyTorch does without gradguard, and no version "
+                    "counter moved")
+
+
+def _annotate_loss_site(context: dict) -> None:
+    try:  # NOTE [A loss made before the steps]
+        from .loss_site import loss_made_before_steps, recompute_in_loop
+
+        context["loss_made_early"] = loss_made_before_steps()
+        context["recompute_in_loop"] = recompute_in_loop()  # NOTE [A value made once, ...]
+    except Exception as error:
+        log_fallback("torch.loss_site", "finding where the loss was made", error)
+
+
+def _inplace_module_via(module: torch.nn.Module, owners: list) -> str:
+    """An in-place activation module as the user can find it ("gate.2 (ReLU(inplace=True))"): the outermost module
+    the user called, by its variable name, plus the submodule path. Only reached for writes into saved memory."""
+    from ...core.frames import user_variable_names
+    from ...core.module_sites import path_in_user_self
+
+    via = f"{type(module).__name__}(inplace=True)"
+    root = next(o for o in reversed(owners) if isinstance(o, torch.nn.Module))
+    prefix = user_variable_names({id(root)}).get(id(root)) or path_in_user_self(root)
+    sub = "" if root is module else next((n for n, m in root.named_modules() if m is module), "")
+    return f"{prefix}{'.' + sub if sub else ''} ({via})" if prefix else via
 
 
 class _UnpackBisect:
