@@ -8,6 +8,9 @@ from __future__ import annotations
 import textwrap
 
 import pytest
+# The out-of-place table is the loaded framework's tensor type (NOTE [Out-of-place methods come from the
+# framework]): import torch here, so that these tests do not depend on another test having imported it.
+import torch  # noqa: F401
 
 
 @pytest.mark.parametrize("code, expected", [

@@ -454,39 +454,54 @@ def _hook_writes_shared_grad(f: Finding, _: object) -> Verdict:
     )
 
 
+def _inplace_module_sites(f: Finding, inplace: re.Match[str] | None,
+                          locations: tuple[SourceLocation | None, ...]) -> list[SourceLocation]:
+    """The lines constructing the in-place module ``inplace`` names, in the files of ``locations``."""
+    sites: list[SourceLocation] = []
+    if inplace is None:
+        return sites
+    for file in dict.fromkeys(loc.file for loc in locations if loc is not None):
+        sites.extend(s for s in keyword_calls(file, inplace.group(1), "inplace", True) if s not in sites)
+    rank = f.context.get("module_rank")
+    if rank and len(sites) == rank[1] > 1:  # the k-th such module under the call is the k-th such line
+        sites = [sites[rank[0]]]
+    return sites
+
+
+def _inplace_false_fix(module: str, inplace: re.Match[str], sites: list[SourceLocation], name: str,
+                       read: SourceLocation | None) -> tuple[str, list[FixIntent]]:
+    """The suggestion and intents that construct the module with inplace=False at each of ``sites``."""
+    owner = module[: inplace.start()].strip().rstrip("(").strip()
+    at = f" at {sites[0].short} (`{sites[0].code.rstrip(',')}`)" if len(sites) == 1 else ""
+    suggestion = (f"Construct {owner or 'it'} with inplace=False{at}. An in-place module is safe only where "
+                  f"nothing reads its input again (`out = self.relu(out)` rebinds the name).")
+    fixes = [FixIntent("set_keyword", site.file, site.line, target=None,
+                       detail={"call": inplace.group(1), "keyword": "inplace", "value": False},
+                       reason=f"construct {inplace.group(1)} with inplace=False: `{name}` keeps its "
+                              f"value for the read at line {read.line if read else '?'}",
+                       preferred=len(sites) == 1)
+             for site in sites]
+    return suggestion, fixes
+
+
 def _module_writes_caller_input(f: Finding, _: object) -> Verdict:
     name, module = f.tensor.name or "the input", f.context.get("module") or "a module"
     write = f.modified_at[0] if f.modified_at else None
     call, read = SourceLocation.from_dict(f.context.get("call")), SourceLocation.from_dict(f.context.get("read"))
     inplace = _inplace_rules._INPLACE_MODULE.search(module)
-    sites: list[SourceLocation] = []
-    if inplace is not None:
-        for file in dict.fromkeys(loc.file for loc in (call, read) if loc is not None):
-            sites.extend(s for s in keyword_calls(file, inplace.group(1), "inplace", True) if s not in sites)
-    rank = f.context.get("module_rank")
-    if rank and len(sites) == rank[1] > 1:  # the k-th such module under the call is the k-th such line
-        sites = [sites[rank[0]]]
+    sites = _inplace_module_sites(f, inplace, (call, read))
     why = (f"{module} wrote into `{name}` in place (called at {_where(write) if write else 'an unknown line'}), "
            f"and `{name}` is read again at {read.short if read else 'a later line'}"
            f"{' (`' + read.code + '`)' if read is not None and read.code else ''}: that read gets the modified "
            f"values, not the ones `{name}` held before the call. No tensor saved for backward is involved, so "
            f"PyTorch raises nothing; the forward (and its gradient) silently compute something else.")
-    fixes = []
     if sites and inplace is not None:  # (sites are found only when inplace matched)
-        owner = module[: inplace.start()].strip().rstrip("(").strip()
-        at = f" at {sites[0].short} (`{sites[0].code.rstrip(',')}`)" if len(sites) == 1 else ""
-        suggestion = (f"Construct {owner or 'it'} with inplace=False{at}. An in-place module is safe only where "
-                      f"nothing reads its input again (`out = self.relu(out)` rebinds the name).")
-        for site in sites:
-            fixes.append(FixIntent("set_keyword", site.file, site.line, target=None,
-                                   detail={"call": inplace.group(1), "keyword": "inplace", "value": False},
-                                   reason=f"construct {inplace.group(1)} with inplace=False: `{name}` keeps its "
-                                          f"value for the read at line {read.line if read else '?'}",
-                                   preferred=len(sites) == 1))
+        suggestion, fixes = _inplace_false_fix(module, inplace, sites, name, read)
     else:
         called = module.split(" (", 1)[0]
         suggestion = (f"Pass a copy (`{called}({name}.clone())`) or make the module compute out of place, so "
                       f"`{name}` keeps its value for the read.")
+        fixes = []
     if call is not None:
         fixes.append(FixIntent("clone_argument", call.file, call.line, target=name,
                                detail={"call": callee_of(call.code, argument=name)},

@@ -28,6 +28,9 @@ if TYPE_CHECKING:
 
     # What an intent makes of its statement: the new statement, several (inserted or moved ones), or None (removed)
     _Replacement: TypeAlias = cst.BaseStatement | list[cst.BaseStatement] | None
+    # An action's edit of (statement, intent, locate, after): what the statement becomes
+    _Edit: TypeAlias = Callable[[cst.SimpleStatementLine, FixIntent, "_Locate", dict[int, list[cst.BaseStatement]]],
+                                _Replacement]
 
 
 class EditNotApplicable(Exception):
@@ -342,41 +345,52 @@ def _method_out_of_place(statement: cst.SimpleStatementLine, small: cst.BaseSmal
             statement.with_changes(body=[rest], leading_lines=[])]
 
 
+def _masked_fill(statement: cst.SimpleStatementLine, small: cst.BaseSmallStatement) -> cst.SimpleStatementLine:
+    """``x[mask] = v`` -> ``x = x.masked_fill(mask, v)``."""
+    if not (isinstance(small, cst.Assign) and len(small.targets) == 1
+            and isinstance(small.targets[0].target, cst.Subscript)
+            and len(small.targets[0].target.slice) == 1):
+        raise EditNotApplicable(f"expected a mask assignment x[mask] = v, got `{_code(statement).strip()}`")
+    subscript = small.targets[0].target
+    base, mask = subscript.value, subscript.slice[0].slice.value  # type: ignore[attr-defined]  # an Index
+    masked = cst.Call(func=cst.Attribute(value=_atom(base), attr=cst.Name("masked_fill")),
+                      args=[cst.Arg(mask, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))),
+                            cst.Arg(small.value)])
+    return statement.with_changes(body=[_assign(base, masked)])
+
+
+def _passes_inplace(call: cst.Call) -> bool:
+    return any(a.keyword is not None and a.keyword.value == "inplace" for a in call.args)
+
+
+def _namespace_out_of_place(statement: cst.SimpleStatementLine, call: cst.Call, namespace: cst.Name,
+                            name: str) -> cst.SimpleStatementLine:
+    """torch.relu_(x) -> x = torch.relu(x); F.relu(x, inplace=True) -> x = F.relu(x)"""
+    target = call.args[0].value
+    if _passes_inplace(call):
+        dropped = _edit_keyword(cst.SimpleStatementLine([cst.Expr(call)]), {"keyword": "inplace", "value": None})
+        # the Expr built here
+        return statement.with_changes(body=[_assign(target, _single(dropped).value)])  # type: ignore[attr-defined]
+    if not name.endswith("_") or name.endswith("__"):
+        raise EditNotApplicable(f"`{_code(call)}` is not an in-place call")
+    if out_of_place_method(name, namespace=True) is None:
+        raise EditNotApplicable(f"`{namespace.value}.{name}` has no out-of-place function")
+    new = call.with_changes(func=call.func.with_changes(attr=cst.Name(name[:-1])))
+    return statement.with_changes(body=[_assign(target, new)])
+
+
 def _out_of_place(statement: cst.SimpleStatementLine, detail: dict[str, Any]
                   ) -> cst.SimpleStatementLine | list[cst.BaseStatement]:
     small = _single(statement)
     if detail.get("method") == "masked_fill":
-        if not (isinstance(small, cst.Assign) and len(small.targets) == 1
-                and isinstance(small.targets[0].target, cst.Subscript)
-                and len(small.targets[0].target.slice) == 1):
-            raise EditNotApplicable(f"expected a mask assignment x[mask] = v, got `{_code(statement).strip()}`")
-        subscript = small.targets[0].target
-        base, mask = subscript.value, subscript.slice[0].slice.value  # type: ignore[attr-defined]  # an Index
-        masked = cst.Call(func=cst.Attribute(value=_atom(base), attr=cst.Name("masked_fill")),
-                          args=[cst.Arg(mask, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))),
-                                cst.Arg(small.value)])
-        return statement.with_changes(body=[_assign(base, masked)])
+        return _masked_fill(statement, small)
     if isinstance(small, cst.AugAssign):
         return _augmented_to_binary(statement)
     call = small.value if isinstance(small, cst.Expr) else None
-    if isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute):
-        base = call.func.value
-        if isinstance(base, cst.Name) and base.value in ("torch", "F") and call.args:
-            # torch.relu_(x) -> x = torch.relu(x); F.relu(x, inplace=True) -> x = F.relu(x)
-            name = call.func.attr.value
-            target = call.args[0].value
-            if any(a.keyword is not None and a.keyword.value == "inplace" for a in call.args):
-                dropped = _edit_keyword(cst.SimpleStatementLine([cst.Expr(call)]), {"keyword": "inplace", "value": None})
-                # the Expr built here
-                return statement.with_changes(body=[_assign(target, _single(dropped).value)])  # type: ignore[attr-defined]
-            if not name.endswith("_") or name.endswith("__"):
-                raise EditNotApplicable(f"`{_code(call)}` is not an in-place call")
-            if out_of_place_method(name, namespace=True) is None:
-                raise EditNotApplicable(f"`{base.value}.{name}` has no out-of-place function")
-            new = call.with_changes(func=call.func.with_changes(attr=cst.Name(name[:-1])))
-            return statement.with_changes(body=[_assign(target, new)])
-    if isinstance(small, cst.Assign) and isinstance(small.value, cst.Call) and any(
-            a.keyword is not None and a.keyword.value == "inplace" for a in small.value.args):
+    if (isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Name)
+            and call.func.value.value in ("torch", "F") and call.args):
+        return _namespace_out_of_place(statement, call, call.func.value, call.func.attr.value)
+    if isinstance(small, cst.Assign) and isinstance(small.value, cst.Call) and _passes_inplace(small.value):
         return _edit_keyword(statement, {"keyword": "inplace", "value": None})
     if isinstance(small, (cst.Expr, cst.Assign, cst.AnnAssign, cst.Return)):
         return _method_out_of_place(statement, small)
@@ -538,55 +552,65 @@ def apply_intents(source: str, intents: list[FixIntent]) -> str:
 _STATEMENT_ACTIONS = ("insert_before", "insert_after", "move_statement", "index_loop_variable")
 
 
+def _remove_statement(statement: cst.SimpleStatementLine, intent: FixIntent, locate: _Locate,
+                      after: dict[int, list[cst.BaseStatement]]) -> _Replacement:
+    written = "; ".join(_code(n) for n in statement.body)
+    if intent.target is not None and not _same(written, intent.target):
+        raise EditNotApplicable(f"line {intent.line} reads {written!r}, not {intent.target!r}")
+    return None
+
+
+def _insert(statement: cst.SimpleStatementLine, intent: FixIntent, locate: _Locate,
+            after: dict[int, list[cst.BaseStatement]]) -> _Replacement:
+    action, detail = intent.action, intent.detail
+    code = detail.get("code") or detail.get("statement")
+    if not code:
+        raise EditNotApplicable(f"{action} needs detail['code']")
+    new = _statements(code)
+    if action == "insert_before":
+        moved = statement.with_changes(leading_lines=[])
+        return [new[0].with_changes(leading_lines=statement.leading_lines), *new[1:], moved]
+    return [statement, *new]
+
+
+def _move_statement(statement: cst.SimpleStatementLine, intent: FixIntent, locate: _Locate,
+                    after: dict[int, list[cst.BaseStatement]]) -> _Replacement:
+    detail = intent.detail
+    destination = locate.found.get(detail.get("after_line"))
+    if destination is None:
+        raise EditNotApplicable(f"no statement at line {detail.get('after_line')} to move after")
+    if destination is statement:
+        raise EditNotApplicable("a statement cannot move after itself")
+    if locate.next_is_same(detail["after_line"], intent.line):
+        return None  # `opt.step()` moved next to the same `opt.step()`: once per iteration, not twice
+    after.setdefault(id(destination), []).append(statement.with_changes(leading_lines=[]))
+    return None
+
+
+_EDITS: dict[str, _Edit] = {
+    "detach_assignment": lambda statement, intent, *_: _assignment_value(statement, "detach", intent.target),
+    "clone_assignment": lambda statement, intent, *_: _assignment_value(statement, "clone", intent.target),
+    "detach_argument": lambda statement, intent, *_: _edit_argument(statement, intent, "detach"),
+    "clone_argument": lambda statement, intent, *_: _edit_argument(statement, intent, "clone"),
+    "clone_expression": lambda statement, intent, *_: _clone_expression(statement, intent.target),
+    "drop_keyword": lambda statement, intent, *_: _edit_keyword(statement, {**intent.detail, "value": None}),
+    "set_keyword": lambda statement, intent, *_: _edit_keyword(statement, intent.detail),
+    "augmented_to_binary": lambda statement, *_: _augmented_to_binary(statement),
+    "inplace_to_out_of_place": lambda statement, intent, *_: _out_of_place(statement, intent.detail),
+    "wrap_no_grad": lambda statement, intent, *_: _wrap_no_grad(statement, intent.detail),
+    "rebind_slice_target": lambda statement, intent, *_: _rebind_slice_target(statement, intent.target),
+    "remove_statement": _remove_statement,
+    "insert_before": _insert,
+    "insert_after": _insert,
+    "index_loop_variable": lambda statement, intent, *_: _index_loop_variable(
+        statement, intent.target, intent.detail.get("index") or "i"),
+    "move_statement": _move_statement,
+}
+
+
 def _apply_one(statement: cst.SimpleStatementLine, intent: FixIntent, locate: _Locate,
                after: dict[int, list[cst.BaseStatement]]) -> _Replacement:
-    action, detail = intent.action, intent.detail
-    if action == "detach_assignment":
-        return _assignment_value(statement, "detach", intent.target)
-    if action == "clone_assignment":
-        return _assignment_value(statement, "clone", intent.target)
-    if action == "detach_argument":
-        return _edit_argument(statement, intent, "detach")
-    if action == "clone_argument":
-        return _edit_argument(statement, intent, "clone")
-    if action == "clone_expression":
-        return _clone_expression(statement, intent.target)
-    if action == "drop_keyword":
-        return _edit_keyword(statement, {**detail, "value": None})
-    if action == "set_keyword":
-        return _edit_keyword(statement, detail)
-    if action == "augmented_to_binary":
-        return _augmented_to_binary(statement)
-    if action == "inplace_to_out_of_place":
-        return _out_of_place(statement, detail)
-    if action == "wrap_no_grad":
-        return _wrap_no_grad(statement, detail)
-    if action == "rebind_slice_target":
-        return _rebind_slice_target(statement, intent.target)
-    if action == "remove_statement":
-        written = "; ".join(_code(n) for n in statement.body)
-        if intent.target is not None and not _same(written, intent.target):
-            raise EditNotApplicable(f"line {intent.line} reads {written!r}, not {intent.target!r}")
-        return None
-    if action in ("insert_before", "insert_after"):
-        code = detail.get("code") or detail.get("statement")
-        if not code:
-            raise EditNotApplicable(f"{action} needs detail['code']")
-        new = _statements(code)
-        if action == "insert_before":
-            moved = statement.with_changes(leading_lines=[])
-            return [new[0].with_changes(leading_lines=statement.leading_lines), *new[1:], moved]
-        return [statement, *new]
-    if action == "index_loop_variable":
-        return _index_loop_variable(statement, intent.target, detail.get("index") or "i")
-    if action == "move_statement":
-        destination = locate.found.get(detail.get("after_line"))
-        if destination is None:
-            raise EditNotApplicable(f"no statement at line {detail.get('after_line')} to move after")
-        if destination is statement:
-            raise EditNotApplicable("a statement cannot move after itself")
-        if locate.next_is_same(detail["after_line"], intent.line):
-            return None  # `opt.step()` moved next to the same `opt.step()`: once per iteration, not twice
-        after.setdefault(id(destination), []).append(statement.with_changes(leading_lines=[]))
-        return None
-    raise EditNotApplicable(f"no edit for action {action!r}")
+    edit = _EDITS.get(intent.action)
+    if edit is None:
+        raise EditNotApplicable(f"no edit for action {intent.action!r}")
+    return edit(statement, intent, locate, after)

@@ -137,6 +137,34 @@ def evaluate_reference(expression: str, scope: Mapping[str, Any]) -> object:
     return value
 
 
+def _is_inplace_name(name: str) -> bool:
+    return name.endswith("_") and not name.endswith("__")
+
+
+def _inplace_call_target(node: ast.Call, func: ast.Attribute) -> ast.expr | None:
+    """What the in-place method call ``node`` writes: its receiver, or the first argument of ``torch.relu_(x)``."""
+    base = func.value
+    # a chain of in-place methods writes its innermost receiver: `c` in `c.mul_(s).add_(m)`
+    while isinstance(base, ast.Call) and isinstance(base.func, ast.Attribute) and _is_inplace_name(base.func.attr):
+        base = base.func.value
+    if _is_plain_reference(base) and not (isinstance(base, ast.Name) and base.id in ("torch", "F")):
+        return base
+    return node.args[0] if node.args else None
+
+
+def _call_written(stmt: ast.stmt) -> ast.expr | None:
+    """The expression the first in-place call of ``stmt`` writes (a method ending in ``_`` or ``inplace=True``)."""
+    for node in ast.walk(stmt):
+        if not isinstance(node, ast.Call):
+            continue
+        if isinstance(node.func, ast.Attribute) and _is_inplace_name(node.func.attr):
+            return _inplace_call_target(node, node.func)
+        if node.args and any(k.arg == "inplace" and isinstance(k.value, ast.Constant) and k.value.value is True
+                             for k in node.keywords):
+            return node.args[0]  # `F.relu(x, inplace=True)` writes x
+    return None
+
+
 def written_expression(filename: str, line: int) -> str | None:
     """The expression written in place on that line: ``w`` in ``w += 1``, ``x[0] = 1``, ``x.add_(1)``,
     ``torch.relu_(x)``, ``F.relu(x, inplace=True)``. Only plain references are returned (names, attribute and
@@ -144,31 +172,13 @@ def written_expression(filename: str, line: int) -> str | None:
     stmt = statement_at(filename, line)
     if stmt is None:
         return None
-    target: ast.expr | None = None
+    target: ast.expr | None
     if isinstance(stmt, ast.AugAssign):
         target = stmt.target
     elif isinstance(stmt, ast.Assign) and stmt.targets and isinstance(stmt.targets[0], ast.Subscript):
         target = stmt.targets[0].value
     else:
-        for node in ast.walk(stmt):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-                name = node.func.attr
-                if name.endswith("_") and not name.endswith("__"):
-                    base = node.func.value
-                    # a chain of in-place methods writes its innermost receiver: `c` in `c.mul_(s).add_(m)`
-                    while (isinstance(base, ast.Call) and isinstance(base.func, ast.Attribute)
-                           and base.func.attr.endswith("_") and not base.func.attr.endswith("__")):
-                        base = base.func.value
-                    if _is_plain_reference(base) and not (isinstance(base, ast.Name) and base.id in ("torch", "F")):
-                        target = base
-                    elif node.args:
-                        target = node.args[0]
-                    break
-            if isinstance(node, ast.Call) and node.args and any(
-                    k.arg == "inplace" and isinstance(k.value, ast.Constant) and k.value.value is True
-                    for k in node.keywords):
-                target = node.args[0]  # `F.relu(x, inplace=True)` writes x
-                break
+        target = _call_written(stmt)
     if target is None:
         return None
     while isinstance(target, ast.Subscript):

@@ -148,41 +148,103 @@ def _write_html(path: str, script: str, outcome, cwd: str) -> None:
         handle.write(render_html(findings, script=script))
 
 
-def fix_script(options) -> int:
-    from .._script import ProgramError, load_program
-
-    try:
-        import libcst  # noqa: F401  (edits are made on a concrete syntax tree)
-    except ImportError:
-        print("gradguard fix: needs libcst to edit your source; install it with `pip install libcst`",
-              file=sys.stderr)
-        return 2
-    from .diff import unified_diff
-    from .verify import repair
-
+def _target(options) -> tuple[list[str], str, bool] | str:
+    """(command, target, is_module) from the arguments, or the usage error that stops the fix."""
     if options.module is not None:
         if not options.module:
-            return _usage("argument -m: expected a module name")
-        command, target = ["-m", *options.module], options.module[0]
-        is_module = True
+            return "argument -m: expected a module name"
+        command, target, is_module = ["-m", *options.module], options.module[0], True
     elif options.script is None:
-        return _usage("the following arguments are required: script (or -m MODULE)")
+        return "the following arguments are required: script (or -m MODULE)"
     else:
         command, target, is_module = [options.script, *options.args], options.script, False
     if options.max_rounds < 1:
-        return _usage(f"argument --max-rounds: expected a positive number of rounds, got {options.max_rounds}")
+        return f"argument --max-rounds: expected a positive number of rounds, got {options.max_rounds}"
     if options.backup and not options.apply:
-        return _usage("argument --backup: only meaningful with --apply")
+        return "argument --backup: only meaningful with --apply"
     if target == "-" and not is_module:
-        return _usage("expected a script file to edit, got '-' (stdin): save the program to a file first")
+        return "expected a script file to edit, got '-' (stdin): save the program to a file first"
+    return command, target, is_module
+
+
+def _load(target: str, is_module: bool):
+    """The program to fix, or the exit code after its error is printed."""
+    from .._script import ProgramError, load_program
+
     try:
-        program = load_program(target, is_module)  # the same "can't open file" words as gradguard run, before any run
+        return load_program(target, is_module)  # the same "can't open file" words as gradguard run, before any run
     except ProgramError as error:
         print(error, file=sys.stderr)
         return error.exit_code
     except SyntaxError as error:
         print(f"gradguard fix: {target} does not parse ({error.msg}, line {error.lineno})", file=sys.stderr)
         return 1
+
+
+def _show(first, outcome, cwd: str, say) -> str:
+    """Print the first run's findings, the diff (returned) and what each edit did."""
+    from ..report.text import stated_width
+    from .diff import unified_diff
+
+    if first.findings:  # what the diff repairs, as `gradguard run` shows it
+        from ..core.findings import Finding
+        from ..report.rich import print_findings
+
+        print_findings([Finding.from_dict(data) for data in first.findings], sys.stderr, "the first run's finding")
+    diff = unified_diff(outcome.original, outcome.edited, _reasons(outcome), cwd)
+    # Headings are cut to a terminal's (or COLUMNS') width only: a diff piped into a file keeps its reasons.
+    width = stated_width(sys.stdout)
+    sys.stdout.write(diff if width is None else _fit(diff, width))
+    sys.stdout.flush()
+    for edit in outcome.accepted:
+        say(f"verified: {edit.reason} (removes: {_summary(edit.finding)})")
+    for item in outcome.unfixed:
+        say(f"not fixed: {_summary(item.finding)}: {item.why}")
+    return diff
+
+
+def _write_reports(options, target: str, first, outcome, diff: str, cwd: str, say) -> None:
+    if options.json:
+        try:
+            with open(options.json, "w", encoding="utf-8") as handle:
+                handle.write(_document(target, first, outcome, diff))
+        except OSError as error:  # checked writable before the runs: the report is lost, never the outcome
+            say(f"could not write the --json report to {options.json!r} ({type(error).__name__}: {error})")
+    if options.html:
+        try:
+            _write_html(options.html, target, outcome, cwd)
+        except OSError as error:
+            say(f"could not write the --html report to {options.html!r} ({type(error).__name__}: {error})")
+        else:
+            say(f"HTML report: {os.path.abspath(options.html)}")
+
+
+def _apply(outcome, backup: bool, cwd: str, say) -> None:
+    for path, text in outcome.edited.items():
+        if backup:
+            with open(path + ".orig", "w", encoding="utf-8") as handle:
+                handle.write(outcome.original[path])
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(text)
+    say(f"applied to {', '.join(os.path.relpath(p, cwd) for p in sorted(outcome.edited))}")
+
+
+def fix_script(options) -> int:
+    try:
+        import libcst  # noqa: F401  (edits are made on a concrete syntax tree)
+    except ImportError:
+        print("gradguard fix: needs libcst to edit your source; install it with `pip install libcst`",
+              file=sys.stderr)
+        return 2
+    from .verify import repair
+
+    parsed = _target(options)
+    if isinstance(parsed, str):
+        return _usage(parsed)
+    command, target, is_module = parsed
+    program = _load(target, is_module)
+    if isinstance(program, int):
+        return program
     from .._cli_args import report_path_problem
 
     inputs = [*program.input_files, *(a for a in command[2 if is_module else 1:] if os.path.isfile(a))]
@@ -207,43 +269,10 @@ def fix_script(options) -> int:
             return 0
         say(f"the script exits {first.exit_code} with an error of its own, not a gradient hazard; nothing to fix")
         return 1
-    if first.findings:  # what the diff repairs, as `gradguard run` shows it
-        from ..core.findings import Finding
-        from ..report.rich import print_findings
-
-        print_findings([Finding.from_dict(data) for data in first.findings], sys.stderr, "the first run's finding")
-    diff = unified_diff(outcome.original, outcome.edited, _reasons(outcome), cwd)
-    from ..report.text import stated_width
-
-    # Headings are cut to a terminal's (or COLUMNS') width only: a diff piped into a file keeps its reasons.
-    width = stated_width(sys.stdout)
-    sys.stdout.write(diff if width is None else _fit(diff, width))
-    sys.stdout.flush()
-    for edit in outcome.accepted:
-        say(f"verified: {edit.reason} (removes: {_summary(edit.finding)})")
-    for item in outcome.unfixed:
-        say(f"not fixed: {_summary(item.finding)}: {item.why}")
-    if options.json:
-        try:
-            with open(options.json, "w", encoding="utf-8") as handle:
-                handle.write(_document(target, first, outcome, diff))
-        except OSError as error:  # checked writable before the runs: the report is lost, never the outcome
-            say(f"could not write the --json report to {options.json!r} ({type(error).__name__}: {error})")
-    if options.html:
-        try:
-            _write_html(options.html, target, outcome, cwd)
-        except OSError as error:
-            say(f"could not write the --html report to {options.html!r} ({type(error).__name__}: {error})")
-        else:
-            say(f"HTML report: {os.path.abspath(options.html)}")
+    diff = _show(first, outcome, cwd, say)
+    _write_reports(options, target, first, outcome, diff, cwd, say)
     if options.apply and outcome.accepted:
-        for path, text in outcome.edited.items():
-            if options.backup:
-                with open(path + ".orig", "w", encoding="utf-8") as handle:
-                    handle.write(outcome.original[path])
-            with open(path, "w", encoding="utf-8") as handle:
-                handle.write(text)
-        say(f"applied to {', '.join(os.path.relpath(p, cwd) for p in sorted(outcome.edited))}")
+        _apply(outcome, options.backup, cwd, say)
     if outcome.clean:
         say(f"the script now runs clean ({outcome.runs} runs)")
         return 0
