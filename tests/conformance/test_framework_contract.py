@@ -125,6 +125,8 @@ class MindSporeKit:
         import mindspore
 
         self.fw = mindspore
+        # the guard watches PyNative execution; a test before this one in the same worker may have left graph mode
+        mindspore.set_context(mode=mindspore.PYNATIVE_MODE)
 
     def tensor(self, a):
         return self.fw.Tensor(np.array(a, copy=True))
