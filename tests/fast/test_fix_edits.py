@@ -52,6 +52,8 @@ def test_inplace_to_out_of_place_forms():
     assert edit("q = F.relu(q, inplace=True)\n", "inplace_to_out_of_place", 1) == "q = F.relu(q)\n"
     assert edit("p[p < 0.1] = 0.0\n", "inplace_to_out_of_place", 1, method="masked_fill") == (
         "p = p.masked_fill(p < 0.1, 0.0)\n")
+    with pytest.raises(EditNotApplicable, match="expected a mask assignment"):  # a slice is not a mask
+        edit("p[1:3] = 0.0\n", "inplace_to_out_of_place", 1, method="masked_fill")
 
 
 def test_detach_and_clone_arguments():

@@ -349,10 +349,13 @@ def _masked_fill(statement: cst.SimpleStatementLine, small: cst.BaseSmallStateme
     """``x[mask] = v`` -> ``x = x.masked_fill(mask, v)``."""
     if not (isinstance(small, cst.Assign) and len(small.targets) == 1
             and isinstance(small.targets[0].target, cst.Subscript)
-            and len(small.targets[0].target.slice) == 1):
+            and len(small.targets[0].target.slice) == 1
+            and isinstance(small.targets[0].target.slice[0].slice, cst.Index)):  # not a slice: x[a:b] = v
         raise EditNotApplicable(f"expected a mask assignment x[mask] = v, got `{_code(statement).strip()}`")
     subscript = small.targets[0].target
-    base, mask = subscript.value, subscript.slice[0].slice.value  # type: ignore[attr-defined]  # an Index
+    index = subscript.slice[0].slice
+    assert isinstance(index, cst.Index)  # checked above; for the type checker
+    base, mask = subscript.value, index.value
     masked = cst.Call(func=cst.Attribute(value=_atom(base), attr=cst.Name("masked_fill")),
                       args=[cst.Arg(mask, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))),
                             cst.Arg(small.value)])
