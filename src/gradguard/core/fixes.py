@@ -12,7 +12,7 @@ import linecache
 
 from .findings import SourceLocation
 from .intents import FixIntent
-from .source_ast import statement_at
+from .source_ast import parse_file, statement_at
 
 __all__ = [
     "out_of_place",
@@ -112,17 +112,6 @@ def assigned_names(code: str) -> list[str]:
 # -- loops ---------------------------------------------------------------------------------------------
 
 
-def parsed_file(filename: str) -> ast.Module | None:
-    """The module `filename` holds (its source as the interpreter read it: linecache), or None."""
-    source = "".join(linecache.getlines(filename))
-    if not source:
-        return None
-    try:
-        return ast.parse(source)
-    except SyntaxError:
-        return None
-
-
 def _innermost(tree: ast.AST, line: int, kinds: tuple[type, ...]) -> ast.AST | None:
     best = None
     for node in ast.walk(tree):
@@ -197,7 +186,7 @@ def carried_state(location: SourceLocation | None) -> list[CarriedState]:
     only those the finding makes plausible."""
     if location is None:
         return []
-    tree = parsed_file(location.file)
+    tree = parse_file(location.file)
     if tree is None:
         return []
     loop = _innermost(tree, location.line, (ast.For, ast.While, ast.AsyncFor))
@@ -269,7 +258,7 @@ def _statements_around(call: SourceLocation | None, step: SourceLocation | None,
         return []
     if len({call.file, step.file, backward.file}) != 1:
         return []
-    tree = parsed_file(call.file)
+    tree = parse_file(call.file)
     if tree is None:
         return []
     scope = _innermost(tree, step.line, (ast.FunctionDef, ast.AsyncFunctionDef)) or tree
@@ -290,7 +279,7 @@ def step_receivers(location: SourceLocation | None) -> list[str]:
     ``["opt_d", "opt_g"]`` tells a two-model setup (GAN, actor-critic) from one optimizer."""
     if location is None:
         return []
-    tree = parsed_file(location.file)
+    tree = parse_file(location.file)
     if tree is None:
         return []
     scope = _innermost(tree, location.line, (ast.FunctionDef, ast.AsyncFunctionDef)) or tree
@@ -318,7 +307,7 @@ def keyword_calls(filename: str | None, callee: str, keyword: str, value: object
     ``keyword=value``: where ``nn.ReLU(inplace=True)`` was written, which is the line a fix edits."""
     if not filename:
         return []
-    tree = parsed_file(filename)
+    tree = parse_file(filename)
     if tree is None:
         return []
     found: list[SourceLocation] = []

@@ -16,8 +16,8 @@ from ...core.diagnosis import diagnose
 from ...core.findings import Finding, SaveSite, SourceLocation, TensorInfo, WriteRecord
 from ...core.intents import FixIntent
 from ...core.frames import innermost_user_entry
-from ...core.fixes import parsed_file, assigned_names, carried_state, out_of_place, statement_code
-from ...core.source_ast import (statement_at, accumulations, assignment_before, resets_between,
+from ...core.fixes import assigned_names, carried_state, out_of_place, statement_code
+from ...core.source_ast import (parse_file, statement_at, accumulations, assignment_before, resets_between,
                                  written_expression)
 from .backward_calls import _is_user, raised_chain, second_call_of_same_loss
 from .graph import _reaches_any, walk_nodes
@@ -188,7 +188,7 @@ def _binding_loops(site: _Site):
 
     if site.location is None or not site.expression or not linecache.getlines(site.location.file):
         return ast.Module(body=[], type_ignores=[]), []  # no source: no loop
-    tree = parsed_file(site.location.file)
+    tree = parse_file(site.location.file)
     if tree is None:
         return None, []
     base = site.expression.split("[", 1)[0].split(".", 1)[0]
@@ -526,7 +526,7 @@ def _assigned_every_iteration(filename: str, line: int) -> frozenset[int]:
     its body's own statements and those of ``with`` blocks in it, not branches (``if``/``try``) or nested loops."""
     import ast
 
-    tree = parsed_file(filename)
+    tree = parse_file(filename)
     if tree is None:
         return frozenset()
     loop = None

@@ -22,9 +22,8 @@ import sys
 
 import torch
 
-from ...core.fixes import parsed_file
 from ...core.frames import LIBRARY_PATHS
-from ...core.source_ast import assignment_before
+from ...core.source_ast import assignment_before, parse_file
 from .graph import _reaches_any
 from .receiver import _backward_receiver, _lookup
 
@@ -41,7 +40,7 @@ def _user_frames():
 
 def _block_siblings(filename: str, line: int) -> tuple[list[ast.stmt], int] | None:
     """The statements of the innermost block holding a statement that spans ``line``, and that one's index."""
-    tree = parsed_file(filename)
+    tree = parse_file(filename)
     if tree is None:
         return None
     best = None
@@ -139,7 +138,7 @@ def _backward_block(block: list[ast.stmt], made_index: int, index: int) -> list[
 
 
 def _innermost_loop(filename: str, line: int):
-    tree = parsed_file(filename)
+    tree = parse_file(filename)
     if tree is None:
         return None
     loop = None
