@@ -47,19 +47,9 @@ def data_write_before_save(parameter: torch.Tensor, skip: int = 2) -> Finding | 
         return None
     for target, line, text in statements:
         if line < frame.f_lineno and evaluate_reference(target, scope) is parameter:
-            write = WriteRecord(op=".data write", location=SourceLocation(code.co_filename, line, code.co_name, text),
-                                via=f"{target}.data", bumps_version=False, category="data_write")
-            saved = SourceLocation(code.co_filename, frame.f_lineno, code.co_name)
-            info = TensorInfo(shape=tuple(parameter.shape), dtype=str(parameter.dtype).replace("torch.", ""),
-                              device=str(parameter.device), name=target, role="leaf", producer=None)
-            return Finding(
-                kind="data_write_in_forward",
-                tensor=info,
-                modified_at=[write],
-                context={"target": target, "used_at": saved.to_dict(), "module": type(scope["self"]).__name__,
-                         "display": [("write", f"`{text}` at {write.location.short}, through .data"),
-                                     ("used", f"saved for backward at {saved.short} (`{saved.code}`)")]},
-            )
+            return _finding(parameter, target, SourceLocation(code.co_filename, line, code.co_name, text),
+                            SourceLocation(code.co_filename, frame.f_lineno, code.co_name), scope["self"],
+                            used_how="saved for backward at")
     return None
 
 
@@ -145,7 +135,8 @@ def _evaluates_to(target: str, module, parameter) -> bool:
         return False
 
 
-def _finding(parameter, target: str, where: SourceLocation, used: SourceLocation, module) -> Finding:
+def _finding(parameter, target: str, where: SourceLocation, used: SourceLocation, module,
+             used_how: str = "used at") -> Finding:
     write = WriteRecord(op=".data write", location=where, via=f"{target}.data", bumps_version=False,
                         category="data_write")
     info = TensorInfo(shape=tuple(parameter.shape), dtype=str(parameter.dtype).replace("torch.", ""),
@@ -156,5 +147,5 @@ def _finding(parameter, target: str, where: SourceLocation, used: SourceLocation
         modified_at=[write],
         context={"target": target, "used_at": used.to_dict(), "module": type(module).__name__,
                  "display": [("write", f"`{where.code}` at {where.short}, through .data"),
-                             ("used", f"used at {used.short} (`{used.code}`)")]},
+                             ("used", f"{used_how} {used.short} (`{used.code}`)")]},
     )
