@@ -33,12 +33,8 @@
 # When the op cannot run in float64 at all (forward or backward rejects it), the checks run in the op's
 # own dtype; with a reference, tolerances come from the reference's own error against its float64 run.
 #
-# NOTE [Tolerance floor]
-# Tolerances relative to max|gradient| vanish when the gradient does (saturated softmax: 5e-10 x 1e-9).
-# Every gradient comparison adds an absolute floor in gradient units from the scales of the problem:
-# 64 ulp (1e-9 in float64) x max|u| x max(max|f|, max|inputs|) / max(1, max|x|): rounding a correct implementation
-# makes anyway. The inputs count too: outputs that cancel to exactly 0 (layer norm over one feature) leave the
-# gradient at rounding noise of the inputs' scale, which a floor of 0 would call a 100% error.
+# Every tolerance and threshold the checks use is in ``tolerances.TOLERANCES``, with the reason for its value;
+# NOTE [Tolerance floor] there is the absolute floor every gradient comparison adds.
 """
 
 from __future__ import annotations
@@ -61,6 +57,7 @@ from .arguments import check_vary, discover_arguments
 from .isolate import can_fork, looks_compiled, run_forked
 from .regimes import REGIME_NAMES, Regime, Spec, build_regimes, shrink_candidates
 from .report import CheckResult, Failure, OpReport, verdict_order
+from .tolerances import TOLERANCES, gradient_floor, written
 from ..core.internal import log_fallback
 
 __all__ = ["run_check_op", "check_options", "CHECK_GROUPS", "DEFAULT_OPTIONS"]
@@ -74,8 +71,8 @@ DEFAULT_OPTIONS: dict[str, Any] = {
     "seed": 0,
     "probes": 3,  # random cotangents, and random tangents per input
     "full_jacobian_max": 32,  # inputs with at most this many elements get the full Jacobian
-    "rtol": 1e-4,  # finite-difference comparison, relative to the magnitude of the terms
-    "reference_factor": 5.0,  # the op may be this many times less accurate than the reference
+    "rtol": TOLERANCES["gradient.numerical.rtol"],  # finite-difference comparison, relative to the magnitude of the terms
+    "reference_factor": TOLERANCES["reference.factor"],  # the op may be this many times less accurate than the reference
     "shrink": True,  # look for a smaller reproducing input for failures
     "name": None,  # name shown in the report
     "vary": None,  # {argument name: False | list of values}: NOTE [Argument regimes]
@@ -95,8 +92,7 @@ QUICK_FACTOR = 1.5
 # are (so an input can be excluded by passing it with requires_grad=False next to ones with True);
 # ``wrt=`` overrides both.
 LARGE_INPUT_ELEMENTS = 1 << 20  # NOTE [Large inputs]
-_PRECISION_REL = {"float32": 1e-4, "float16": 2e-2, "bfloat16": 1e-1, "complex64": 1e-4}
-_FLOOR_ULPS = 8.0
+_LOW_FLOATS = TOLERANCES["gradient.precision"]  # the lower float dtypes cotangents are rounded to
 _LINEARITY_ALPHA = 2.5
 
 
@@ -289,7 +285,7 @@ class _Audit:
             for out, dt in zip(lin.outputs, lin.out_dtypes):
                 u = rng.standard_normal(out.shape)
                 u = np.where(np.abs(np.abs(u) - 1.0) < 0.25, u * 1.7, u)  # keep away from +-1 (NOTE [Directional probes])
-                us.append(self.B.round_to(np.asarray(u), dt) if dt in _PRECISION_REL or dt == "float64" else u)
+                us.append(self.B.round_to(np.asarray(u), dt) if dt in _LOW_FLOATS or dt == "float64" else u)
             U.append(us)
         return U
 
@@ -394,8 +390,8 @@ class _Audit:
 
         The step from the given float64 inputs to the jittered ones is ~2^-40 relative; the same step made
         2^28 times longer (~2^-12, which float32 does resolve) is the yardstick: a float64 op moves its outputs
-        along <u, f(x + s) - f(x)> in proportion, up to rounding (~1e-4 relative at the short step) and
-        curvature (~1e-4 at the long one); an op that rounds its inputs to float32 for part of its math does
+        along <u, f(x + s) - f(x)> in proportion, up to rounding (at the short step) and curvature (at the long
+        one), both far below ``effective_precision.missed``; an op that rounds its inputs to float32 for part of its math does
         not see that part of the short step at all. Only the op's forward is used: a wrong backward (which the
         gradient checks report) must not pass for lower precision.
         """
@@ -417,30 +413,29 @@ class _Audit:
         if [np.shape(o) for o in long] != [np.shape(o) for o in outputs]:
             return False
         worst = 0.0
+        ulp64 = TOLERANCES["effective_precision.rounding"].of(num.EPS64)
         for u in run.U:
             seen, predicted = num.dot(u, short), num.dot(u, long) / stretch
             scale = num.absdot(u, long) / stretch
-            if not (np.isfinite(seen) and np.isfinite(predicted)) or scale < 1e-200:
+            if not (np.isfinite(seen) and np.isfinite(predicted)) or scale < TOLERANCES["effective_precision.min_scale"]:
                 return False
-            rounding = 64 * num.EPS64 * (num.absdot(u, outputs) + num.absdot(u, lin_jittered.outputs))
+            rounding = ulp64 * (num.absdot(u, outputs) + num.absdot(u, lin_jittered.outputs))
             worst = max(worst, (abs(seen - predicted) - rounding) / scale)
-        return worst > 1e-2
+        return worst > TOLERANCES["effective_precision.missed"]
 
-    def _floor(self, i, run, dt) -> float:
-        """Absolute tolerance floor in gradient units (see NOTE [Tolerance floor])."""
+    def floor_scales(self, i, run) -> tuple[float, float, float, float]:
+        """What ``tolerances.gradient_floor`` needs for the gradient of ``wrt[i]`` in ``run``: max|u| of the first
+        cotangent, max|f| of the outputs, max|x| of that input, and the largest max|x| of the differentiated inputs."""
         if run.scales is None:  # the run's cotangent and output scales, once per run
             run.scales = (max((float(np.max(np.abs(x), initial=0.0)) for x in run.U[0]), default=1.0),
                           max((_scale(o) for o in run.lin_d.outputs), default=1.0))
         u, f = run.scales
         xs = [self._input_scale(self.args[j]) for j in self.wrt]
-        x = xs[i]
-        # outputs that cancel to 0 (layer norm over one feature) say nothing of the scale the gradient was built at:
-        # the inputs do (a weight's gradient there is rounding noise of x - mean(x), about eps x max|x|)
-        f = max(f, max(xs, default=0.0))
-        # float64 comparisons are made at 1e-9 relative (not at 64 ulp): the floor matches that level, so
-        # rounding amplified inside a correct op (1/sqrt(var + eps) with var = 0) is not a failure
-        rel = max(64.0 * self.B.eps(dt), 1e-9)
-        return rel * u * f / max(x, 1.0)
+        return u, f, xs[i], max(xs, default=0.0)
+
+    def _floor(self, i, run, dt) -> float:
+        """Absolute tolerance floor in gradient units (see NOTE [Tolerance floor] in ``tolerances``)."""
+        return gradient_floor(self.B.eps(dt), *self.floor_scales(i, run))
 
     def _input_scale(self, t) -> float:
         held, x = self._input_scales.get(id(t), (None, None))
@@ -626,9 +621,10 @@ class _Audit:
                 and s.g_cmp is run.g_d:
             got64 = np.stack([g[i] for g in run.g_64])
             scale = _scale(truth)
-            m2 = num.compare(got64, truth, 1e-7 * scale + self._floor(i, run, "float64"))
+            rel64 = TOLERANCES["reference.float64_op"]
+            m2 = num.compare(got64, truth, rel64 * scale + self._floor(i, run, "float64"))
             if not m2.ok:
-                m, rule = m2, "1e-07 x max|reference| (float64 op vs float64 reference)"
+                m, rule = m2, f"{rel64:g} x max|reference| (float64 op vs float64 reference)"
         if m.ok:
             return True
         # a padding row's zero gradient is a convention, not a kink: only the kinks regime has subgradients
@@ -684,7 +680,7 @@ class _Audit:
             dt = self._dtype(i)
             got = np.stack([g[i] for g in run.g_d])
             truth = np.stack([g[i] for g in run.g_64])
-            rel = _PRECISION_REL.get(dt, 1e-4)
+            rel = TOLERANCES["gradient.precision"].get(dt, TOLERANCES["gradient.precision.other"])
             m = num.compare(got, truth, rel * _scale(truth) + self._floor(i, run, dt))
             if not m.ok:
                 ok = False
@@ -723,16 +719,18 @@ class _Audit:
     def _derived_tol(self, got, ref_d, truth, dt, have_truth, floor):
         scale = _scale(truth)
         eps = self.B.eps(dt)
+        tol = TOLERANCES["reference"]
         if dt == "float64":
-            return 1e-9 * scale + floor, "1e-09 x max|reference| (float64) + floor from input/output scales"
+            return tol.at(dt, eps) * scale + floor, f"{tol.float64:g} x max|reference| (float64) + floor from input/output scales"
         if not have_truth or ref_d is truth:
-            return 64 * eps * scale + floor, f"64 ulp x max|reference| ({dt}; reference has no float64 run)"
+            return tol.at(dt, eps) * scale + floor, f"{tol.ulps:g} ulp x max|reference| ({dt}; reference has no float64 run)"
         with np.errstate(invalid="ignore"):
             d = np.abs(ref_d - truth)
         ref_err = float(np.max(d[np.isfinite(d)], initial=0.0))
         factor = self.opts["reference_factor"]
-        allowed = factor * ref_err + _FLOOR_ULPS * eps * scale + floor
-        return allowed, f"{factor:g} x reference's own {dt} error ({ref_err:.3g}) + {_FLOOR_ULPS:g} ulp x max|reference|"
+        ulps = TOLERANCES["reference.ulps"]
+        allowed = factor * ref_err + ulps.of(eps) * scale + floor
+        return allowed, f"{factor:g} x reference's own {dt} error ({ref_err:.3g}) + {ulps.n:g} ulp x max|reference|"
 
     def _numerical(self, args, run: _Run, regime, fail, record, g_r64, dt: str):
         """``gradient.numerical``: see NOTE [Directional probes] and NOTE [Effective precision]."""
@@ -810,14 +808,15 @@ class _Audit:
         rowmask = np.zeros(x.shape, dtype=bool)
         rowmask[rows] = True
         rowmask = np.broadcast_to(rowmask.reshape(1, -1), G.shape)
-        m = num.compare(np.where(rowmask, expected, G), expected, allowed + 1e-300)
+        m = num.compare(np.where(rowmask, expected, G), expected, allowed + TOLERANCES["tiny"])
         run.notes.append(f"row {rows[0]} of {name} (padding_idx) is excluded from the finite-difference check")
         return m
 
     def _reference_agrees_with_differences(self, i: int, G, g_r64, fd: Differences, run: _Run, dt: str) -> bool:
         """Whether the reference's float64 gradient is the op's: finite differences disagree with both."""
         R = np.stack([g[i] for g in g_r64]).reshape(G.shape[0], -1)
-        return num.compare(G, R, (1e-7 if not fd.low else 64 * fd.eps) * _scale(R) + self._floor(i, run, dt)).ok
+        rel = TOLERANCES["reference.vs_differences"].at(dt, fd.eps)
+        return num.compare(G, R, rel * _scale(R) + self._floor(i, run, dt)).ok
 
     def _surrogate(self, args, run: _Run, regime, fail, record) -> None:
         """``gradient.surrogate``: a declared surrogate gradient (a straight-through estimator, LSQ's step-size gradient)
@@ -849,7 +848,7 @@ class _Audit:
         for i in range(len(self.wrt)):
             dt = run.eff if use64 else self._dtype(i)
             got, truth = np.stack([g[i] for g in mine]), np.stack([g[i] for g in g_s])
-            rel = 1e-7 if dt == "float64" else 64 * B.eps(dt)
+            rel = TOLERANCES["gradient.surrogate"].at(dt, B.eps(dt))
             m = num.compare(got, truth, rel * _scale(truth) + self._floor(i, run, dt))
             if not m.ok:
                 ok = False
@@ -887,7 +886,7 @@ class _Audit:
         g = got.reshape(K, -1)
         tol = np.broadcast_to(np.asarray(allowed, dtype=np.float64), got.shape).reshape(K, -1)
         for j in flat_bad:
-            h = 1e-7 * max(1.0, abs(float(x.reshape(-1)[j])))
+            h = TOLERANCES["kink.step"] * max(1.0, abs(float(x.reshape(-1)[j])))
             sides = []
             for sign in (1.0, -1.0):
                 v = x.reshape(-1).copy()
@@ -900,7 +899,7 @@ class _Audit:
                     return False
                 sides.append(np.array([sign * num.dot(u, [a - b for a, b in zip(f, f0)]) / h for u in run.U]))
             lo, hi = np.minimum(*sides), np.maximum(*sides)
-            slack = tol[:, j] + 1e-6 * (np.abs(lo) + np.abs(hi))
+            slack = tol[:, j] + TOLERANCES["kink.slack"] * (np.abs(lo) + np.abs(hi))
             if not (np.all(np.isfinite(lo)) and np.all(g[:, j] >= lo - slack) and np.all(g[:, j] <= hi + slack)):
                 return False
         return True
@@ -921,21 +920,24 @@ class _Audit:
         g_a = fresh().pullback([_LINEARITY_ALPHA * u for u in u0])
         g_z = fresh().pullback([np.zeros_like(u) for u in u0])
         ok_lin = ok_zero = ok_precise = True
+        linear = TOLERANCES["gradient.cotangent_linearity"]
         for i in range(len(self.wrt)):
             name = self.names[self.wrt[i]]
             dt = run.eff if use64 else self._dtype(i)
             expected = _LINEARITY_ALPHA * base[0][i]
             scale = _scale(expected)
-            tol = 1e-9 if dt == "float64" else 16 * self.B.eps(dt)
+            tol = linear.at(dt, self.B.eps(dt))
             floor = _LINEARITY_ALPHA * self._floor(i, run, dt)
             m = num.compare(g_a[i], expected, tol * scale + floor)
-            coarse = dt == "float64" and not m.ok and num.compare(g_a[i], expected, 16 * self.B.eps("float32") * scale + floor).ok
+            coarse = dt == "float64" and not m.ok and \
+                num.compare(g_a[i], expected, linear.at("float32", self.B.eps("float32")) * scale + floor).ok
             if coarse:
                 # linear to float32's precision, not float64's: a backward that rounds to float32 and casts back
                 ok_precise = False
                 fail("gradient.precision", input=name,
                      message=f"the float64 gradient of {name} is only float32-accurate (scaling the upstream gradient "
-                             f"by {_LINEARITY_ALPHA:g} changes it by {m.max_rel:.1e} relative, float64 rounding allows 1e-9)",
+                             f"by {_LINEARITY_ALPHA:g} changes it by {m.max_rel:.1e} relative, float64 rounding allows "
+                             f"{written(linear.float64)})",
                      max_abs_err=m.max_abs, max_rel_err=m.max_rel, tolerance=f"{tol:g} x max|expected|",
                      where=self._where(i, m, f"g({_LINEARITY_ALPHA:g} u)", f"{_LINEARITY_ALPHA:g} g(u)"),
                      why="the backward computes in float32 (or casts grad_output or a saved tensor down) and casts the "
@@ -1021,14 +1023,15 @@ class _Audit:
             fix = "call .contiguous() on inputs before launching the kernel, or pass strides to it."
         return Failure(check=f"regime.{regime.name}", regime=regime.name, input=what.split()[-1] if what.startswith("gradient") else None,
                        message=f"{what} changes when {change} ({regime.description})",
-                       max_abs_err=m.max_abs, max_rel_err=m.max_rel, tolerance="16 ulp x max|value|",
+                       max_abs_err=m.max_abs, max_rel_err=m.max_rel,
+                       tolerance=f"{TOLERANCES['regime.layout'].ulps:g} ulp x max|value|",
                        where=f"[{idx}]: {regime.name} {m.got:.6g}, as given {m.expected:.6g}",
                        why=why, fix=fix)
 
     def _same_values_allowed(self, dt: str, base: _Run, expected) -> float:
-        """What the same computation on the same values may differ by in another layout: 16 ulp x max|value|."""
-        eps = self.B.eps(self._precision_of(dt, base))
-        return (16 * eps if eps > 1e-15 else 1e-12) * _scale(expected)
+        """What the same computation on the same values may differ by in another layout: ``regime.layout`` x max|value|."""
+        dt = self._precision_of(dt, base)
+        return TOLERANCES["regime.layout"].at(dt, self.B.eps(dt)) * _scale(expected)
 
     @staticmethod
     def _shaped(u, like):
@@ -1496,7 +1499,7 @@ def _budget_order(regimes: list[Regime]) -> list[Regime]:
 def _scale(a: np.ndarray) -> float:
     a = np.asarray(a)
     fin = a[np.isfinite(a)]
-    return float(np.max(np.abs(fin), initial=0.0)) or 1e-300
+    return float(np.max(np.abs(fin), initial=0.0)) or TOLERANCES["tiny"]
 
 
 def _dedupe(items):

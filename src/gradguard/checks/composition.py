@@ -20,6 +20,7 @@ import numpy as np
 
 from .numerical import compare
 from .report import CheckResult, Failure
+from .tolerances import TOLERANCES
 
 __all__ = ["audit_composition"]
 
@@ -61,7 +62,7 @@ def audit_composition(B, fn, args: Sequence[Any], kwargs: dict, wrt: Sequence[in
                 continue
             eps = B.eps(B.dtype_name(args[i]))
             scale = float(np.max(np.abs(g_ref[np.isfinite(g_ref)]), initial=0.0))
-            m = compare(g_direct, g_ref, 4 * eps * scale)
+            m = compare(g_direct, g_ref, TOLERANCES["composition"].of(eps) * scale)
             if m.ok:
                 continue
             status = "fail"

@@ -1,7 +1,7 @@
 """The finite differences behind ``gradient.numerical`` (``_Audit._numerical``): one regime's run, one input at a time.
 
 The comparisons they feed, and the tolerances, are NOTE [Directional probes] and NOTE [Tolerances] in
-``numerical``; the step in low precision is NOTE [Effective precision] in ``audit``.
+``tolerances``; the step in low precision is NOTE [Effective precision] in ``audit``.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from . import numerical as num
+from .tolerances import TOLERANCES, difference_rtol, difference_step
 
 __all__ = ["Differences"]
 
@@ -28,6 +29,8 @@ class Differences:
         self.f0 = lin.outputs
         self.rng = np.random.default_rng(opts["seed"] + 1000)
         self.eps = eps = B.eps(dt)
+        self.rounding = TOLERANCES["gradient.numerical.rounding"].of(eps)  # per unit of sum|u||f| / h
+        self.richardson = TOLERANCES["gradient.numerical.richardson"]
         self.input_dts = [B.dtype_name(base_args[i]) for i in wrt]
 
         # the unmoved inputs as the op gets them (contiguous, values xs), built once; forward64 feeds fn copies
@@ -36,8 +39,8 @@ class Differences:
             self.held[i] = B.with_values(base_args[i], v)
 
         # In low precision the step must grow (rounding noise ~ eps/h); Richardson bounds the truncation.
-        self.rel_step = eps ** 0.5 if self.low else 1e-6
-        self.rtol = max(opts["rtol"], 10 * eps ** 0.5) if self.low else opts["rtol"]
+        self.rel_step = difference_step(self.low, eps)
+        self.rtol = difference_rtol(opts["rtol"], self.low, eps)
         self.round_terms = [num.absdot(u, self.f0) for u in U]
         self.rt = np.array(self.round_terms)
         self.cot = num.Cotangents(U)  # every cotangent's dot products at once (the same numbers as num.dot per k)
@@ -98,15 +101,15 @@ class Differences:
                 allow_s += al.tolist()
                 continue
             self._direction_each(G, h, jw, d, jw2, d2, exp_s, got_s, allow_s)
-        m = num.compare(np.array(got_s), np.array(exp_s), np.array(allow_s) + 1e-300)
+        m = num.compare(np.array(got_s), np.array(exp_s), np.array(allow_s) + TOLERANCES["tiny"])
         return m, domain_edge
 
     def _direction_stacked(self, G, h, jw, d, jw2, d2):
         cot, rtol = self.cot, self.rtol
         e, g = cot.dot(jw), np.sum(G * d, axis=1)
-        al = 64 * self.eps * self.rt / h + rtol * (cot.absdot(jw) + np.sum(np.abs(G) * np.abs(d), axis=1))
+        al = self.rounding * self.rt / h + rtol * (cot.absdot(jw) + np.sum(np.abs(G) * np.abs(d), axis=1))
         if self.low:  # Richardson: compare with half the step, both against the analytic side
-            al += 4.0 * np.abs((e - g) - 2.0 * (cot.dot(jw2) - np.sum(G * d2, axis=1)))
+            al += self.richardson * np.abs((e - g) - 2.0 * (cot.dot(jw2) - np.sum(G * d2, axis=1)))
         return e, g, al
 
     def _direction_each(self, G, h, jw, d, jw2, d2, exp_s, got_s, allow_s) -> None:
@@ -114,9 +117,9 @@ class Differences:
         for k, u in enumerate(self.U):
             exp_s.append(num.dot(u, jw))
             got_s.append(float(np.sum(G[k] * d)))
-            allow_s.append(64 * self.eps * self.round_terms[k] / h + self.rtol * (num.absdot(u, jw) + num.absdot([G[k]], [d])))
+            allow_s.append(self.rounding * self.round_terms[k] / h + self.rtol * (num.absdot(u, jw) + num.absdot([G[k]], [d])))
             if self.low:
-                allow_s[-1] += 4.0 * abs((exp_s[-1] - got_s[-1]) - 2.0 * (num.dot(u, jw2) - float(np.sum(G[k] * d2))))
+                allow_s[-1] += self.richardson * abs((exp_s[-1] - got_s[-1]) - 2.0 * (num.dot(u, jw2) - float(np.sum(G[k] * d2))))
 
     def jacobian(self, i: int, G: np.ndarray, h: float) -> tuple[num.Mismatch, list[int], Any, Any]:
         """The op's gradients ``G`` (K, n) against the full finite-difference Jacobian's (2n forward calls): the
@@ -135,9 +138,9 @@ class Differences:
             col2 = self.column(i, w / 2.0, j, h)[0] if self.low else None
             if self.cot.fits(col) and (not self.low or self.cot.fits(col2)):
                 expected[:, j] = e = self.cot.dot(col)
-                allowed[:, j] = 64 * self.eps * self.rt / step + self.rtol * (self.cot.absdot(col) + np.abs(G[:, j]))
+                allowed[:, j] = self.rounding * self.rt / step + self.rtol * (self.cot.absdot(col) + np.abs(G[:, j]))
                 if self.low:  # Richardson: two steps disagreeing bound the finite difference's own error
-                    allowed[:, j] += 4.0 * np.abs(e - self.cot.dot(col2))
+                    allowed[:, j] += self.richardson * np.abs(e - self.cot.dot(col2))
             else:  # outputs of another size than the cotangents: one k at a time, broadcasting
                 self._column_each(G, j, col, col2, step, expected, allowed)
             if self.f0_finite and not self._finite(col) and not np.isfinite(expected[:, j]).all():
@@ -145,12 +148,12 @@ class Differences:
         mask = np.zeros_like(G, dtype=bool)
         mask[:, domain_edge] = True
         allowed = np.where(mask, 1.0, allowed)
-        m = num.compare(np.where(mask, 0.0, got), np.where(mask, 0.0, expected), allowed + 1e-300)
+        m = num.compare(np.where(mask, 0.0, got), np.where(mask, 0.0, expected), allowed + TOLERANCES["tiny"])
         return m, domain_edge, expected, allowed
 
     def _column_each(self, G, j, col, col2, step, expected, allowed) -> None:
         for k, u in enumerate(self.U):
             expected[k, j] = num.dot(u, col)
-            allowed[k, j] = 64 * self.eps * self.round_terms[k] / step + self.rtol * (num.absdot(u, col) + abs(G[k, j]))
+            allowed[k, j] = self.rounding * self.round_terms[k] / step + self.rtol * (num.absdot(u, col) + abs(G[k, j]))
             if self.low:
-                allowed[k, j] += 4.0 * abs(expected[k, j] - num.dot(u, col2))
+                allowed[k, j] += self.richardson * abs(expected[k, j] - num.dot(u, col2))

@@ -21,6 +21,7 @@ import numpy as np
 
 from .numerical import compare
 from .report import CheckResult, Failure
+from .tolerances import TOLERANCES
 
 __all__ = ["audit_mutation"]
 
@@ -159,7 +160,7 @@ def _repeat_failures(B, lin, cotangent, g1, names, wrt, regime) -> list[Failure]
     for i, (a, b) in enumerate(zip(g1, g2 or [])):
         eps = B.eps(B.dtype_name(lin.leaves[i]))
         scale = float(np.max(np.abs(a[np.isfinite(a)]), initial=0.0))
-        m = compare(b, a, 4 * eps * scale)
+        m = compare(b, a, TOLERANCES["mutation.backward_not_repeatable"].of(eps) * scale)
         if not m.ok:
             name = names[wrt[i]]
             found.append(

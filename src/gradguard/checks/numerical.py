@@ -8,13 +8,7 @@
 # ``torch.autograd.gradcheck``'s unit cotangents cannot do. Small inputs (<= ``full_jacobian_max``
 # elements) use the basis tangents instead: that is the full Jacobian, and failures point at elements.
 #
-# NOTE [Tolerances]
-# Finite-difference error has two parts: rounding, about eps64 * |f| / h per component, and
-# truncation, relative O(h^2). The allowed error for <u, Jw> is
-#     64 * eps64 * sum|u||f(x)|  +  rtol * (sum|u||Jw| + sum|g||w|)
-# i.e. rounding plus ``rtol`` relative to the magnitude of the terms summed, so cancellation in the
-# dot product cannot cause false alarms. Low-precision comparisons use tolerances derived from a
-# reference's own error against float64 (see ``audit``), never fixed per-dtype constants alone.
+# The allowed errors are NOTE [Tolerances] in ``tolerances``, which holds every value they use.
 """
 
 from __future__ import annotations
@@ -23,6 +17,8 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
+
+from .tolerances import TOLERANCES
 
 __all__ = [
     "Mismatch",
@@ -93,7 +89,7 @@ def compare(got: np.ndarray, expected: np.ndarray, allowed: np.ndarray | float) 
     )
 
 
-def step_size(x: np.ndarray, rel: float = 1e-6) -> float:
+def step_size(x: np.ndarray, rel: float = TOLERANCES["gradient.numerical.step"]) -> float:
     """Finite-difference step for one input: relative to its magnitude, at least ``rel``."""
     finite = x[np.isfinite(x)]
     mag = float(np.max(np.abs(finite))) if finite.size else 1.0

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from .arguments import BOUND, Argument, apply_variant, argument_regimes
+from .tolerances import TOLERANCES
 
 __all__ = ["Spec", "Regime", "build_regimes", "REGIME_NAMES", "SENTINEL_KWARGS"]
 
@@ -45,7 +46,7 @@ SENTINEL_KWARGS = ("ignore_index", "padding_idx")
 LARGE_SCALE = 1e3
 # past 1.13 x log(largest finite value) exp overflows the dtype (float32: 100), and float64 not
 _DTYPE_MAX = {"float16": 65504.0, "bfloat16": 3.39e38, "float32": 3.4e38, "float64": 1.79e308}
-NEAR_CONSTANT_SPREAD = 1e-3
+NEAR_CONSTANT_SPREAD = TOLERANCES["regime.near_constant_rows.spread"]
 
 
 @dataclass(frozen=True)
@@ -225,7 +226,7 @@ def _untied_spread(B, v, mean, dtype: str) -> float:
     # NOTE [No ties made]: squeezed rows rounded to bfloat16/float16 collapse onto a few values, and ties
     # are kinks (sort, max, top-k) where finite differences mean nothing: the spread grows until the row's
     # distinct values stay distinct in the input's dtype
-    while spread < 0.25 and _ties(B.round_to(mean + spread * (v - mean), dtype), v):
+    while spread < TOLERANCES["regime.near_constant_rows.max_spread"] and _ties(B.round_to(mean + spread * (v - mean), dtype), v):
         spread *= 2
     return spread
 

@@ -22,6 +22,7 @@ from mindspore import nn
 
 from ...checks.numerical import compare
 from ...checks.report import CheckResult, Failure
+from ...checks.tolerances import TOLERANCES, gradient_floor, weight_step, written
 from ...core.internal import log_fallback
 
 __all__ = ["FRAMEWORK_CHECKS", "has_bprop"]
@@ -226,7 +227,9 @@ def _worst_probe(audit, weighted, xs, p, analytic_full, rng):
     B = audit.B
     original = B.to_numpy(p)
     eps = B.eps(B.dtype_name(p))
-    h = (1e-6 if B.dtype_name(p) == "float64" else eps ** (1.0 / 3.0)) * max(1.0, float(np.max(np.abs(original), initial=0.0)))
+    h = weight_step(B.dtype_name(p), eps) * max(1.0, float(np.max(np.abs(original), initial=0.0)))
+    rounding = TOLERANCES["gradient.numerical.rounding"].of(eps)
+    rtol, richardson, tiny = (TOLERANCES[k] for k in ("gradient.numerical.rtol", "gradient.numerical.richardson", "tiny"))
     level = abs(float(weighted(*xs).astype(ms.float64).asnumpy()))
     worst = None
     for _ in range(max(1, audit.opts["probes"] - 1)):
@@ -234,10 +237,13 @@ def _worst_probe(audit, weighted, xs, p, analytic_full, rng):
         numeric = _finite_difference(weighted, xs, p, original, v, h)
         half = _finite_difference(weighted, xs, p, original, v, h / 2.0)
         analytic = float(np.sum(analytic_full * v))
-        allowed = 64 * eps * level / h + 1e-4 * (abs(numeric) + abs(analytic)) + 4.0 * abs(numeric - half) + 1e-300
+        allowed = rounding * level / h + rtol * (abs(numeric) + abs(analytic)) + richardson * abs(numeric - half) + tiny
         if abs(analytic - numeric) > allowed and (worst is None or abs(analytic - numeric) > abs(worst[0] - worst[1])):
             worst = (analytic, numeric, allowed)
     return worst
+
+
+_WEIGHT_RULE = f"(rounding + {written(TOLERANCES['gradient.numerical.rtol'])} relative + Richardson)"
 
 
 def _weight_failure(p, worst, analytic_full, with_bprop) -> Failure:
@@ -247,7 +253,7 @@ def _weight_failure(p, worst, analytic_full, with_bprop) -> Failure:
             check="weights.missing_gradient", regime=_GIVEN, input=p.name,
             message=f"the gradient of Parameter {p.name!r} is all zeros, but the output depends on it "
                     f"(directional derivative by central differences {numeric:.6g})",
-            max_abs_err=abs(numeric), tolerance=f"{allowed:.3g} (rounding + 1e-4 relative + Richardson)",
+            max_abs_err=abs(numeric), tolerance=f"{allowed:.3g} {_WEIGHT_RULE}",
             why=("MindSpore does not differentiate the Parameters of a Cell with a custom bprop: it returns zero "
                  "weight gradients without an error, so the Parameter never trains." if with_bprop else
                  "the weight gradient is lost (a stop_gradient or a detached copy of the Parameter in construct)."),
@@ -257,7 +263,7 @@ def _weight_failure(p, worst, analytic_full, with_bprop) -> Failure:
     return Failure(
         check="weights.gradient", regime=_GIVEN, input=p.name,
         message=f"the gradient of Parameter {p.name!r} disagrees with central differences along a random direction",
-        max_abs_err=abs(analytic - numeric), tolerance=f"{allowed:.3g} (rounding + 1e-4 relative + Richardson)",
+        max_abs_err=abs(analytic - numeric), tolerance=f"{allowed:.3g} {_WEIGHT_RULE}",
         where=f"<dL/d{p.name}, v>: backward {analytic:.6g}, finite differences {numeric:.6g}",
         why="the backward computes a wrong gradient for this Parameter (checked with a random non-unit cotangent).",
         fix="re-derive the Parameter's gradient in bprop (or in the custom kernel's backward).")
@@ -317,7 +323,8 @@ def _compare_modes(audit, base, grads, i, pos, gradient_failed):
                 "mode does not, so the op's gradient depends on the mode.",
             fix=f"return the gradient of {name} in {name}'s own shape from bprop (sum over the broadcast axes).")
     scale = float(np.max(np.abs(pynative[np.isfinite(pynative)]), initial=0.0))
-    allowed = (1e-9 if dt == "float64" else 64 * B.eps(dt)) * scale + audit._floor(i, base, dt)
+    tol = TOLERANCES["mode.graph"]
+    allowed = tol.at(dt, B.eps(dt)) * scale + gradient_floor(B.eps(dt), *audit.floor_scales(i, base))
     m = compare(got, pynative, allowed)
     if not m.ok:
         idx = ", ".join(map(str, m.index or ()))
@@ -325,7 +332,8 @@ def _compare_modes(audit, base, grads, i, pos, gradient_failed):
             check="mode.graph", regime=_GIVEN, input=name,
             message=f"the gradient of {name} under GRAPH_MODE differs from PyNative's for the same cotangent",
             max_abs_err=m.max_abs, max_rel_err=m.max_rel,
-            tolerance="1e-09 x max|PyNative gradient|" if dt == "float64" else f"64 ulp x max|PyNative gradient| ({dt})",
+            tolerance=f"{tol.float64:g} x max|PyNative gradient|" if dt == "float64" else
+            f"{tol.ulps:g} ulp x max|PyNative gradient| ({dt})",
             where=f"{name}[{idx}]: graph {m.got:.6g}, PyNative {m.expected:.6g}",
             why="graph mode compiles construct and bprop differently from PyNative's line-by-line run (a Python "
                 "branch or global read once at compile time, a bprop graph mode does not use): the op trains "
