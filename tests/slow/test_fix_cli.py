@@ -532,6 +532,7 @@ def _fix_then_run_plain(path: str, folder) -> tuple[int, int, str]:
     return proc.returncode, plain.returncode, proc.stderr
 
 
+@pytest.mark.exhaustive  # every bundled example repaired; the repair shapes above cover the edits one by one
 def test_bundled_examples_run_clean_after_apply(tmp_path):
     """Every loud bundled example runs clean under plain python after `gradguard fix --apply` (two at a time: the
     runs are subprocesses)."""

@@ -50,6 +50,7 @@ def test_every_example_pair_is_listed():
     assert stems == set(EXPECTED)
 
 
+@pytest.mark.exhaustive  # `make examples` runs the same examples under gradguard and checks their findings
 @pytest.mark.parametrize("stem", sorted(EXPECTED))
 def test_buggy_is_silent_in_plain_python_and_caught_by_gradguard_run(stem, tmp_path):
     script = f"examples/hygiene/{stem}_buggy.py"
@@ -79,6 +80,7 @@ def test_buggy_is_silent_in_plain_python_and_caught_by_gradguard_run(stem, tmp_p
         assert " ".join(finding[key].split()) in flat
 
 
+@pytest.mark.exhaustive  # `make examples` runs the same examples under gradguard and checks they stay quiet
 @pytest.mark.parametrize("stem", sorted(EXPECTED))
 def test_fixed_is_clean_and_prints_what_plain_python_prints(stem, tmp_path):
     script = str(EXAMPLES / f"{stem}_fixed.py")

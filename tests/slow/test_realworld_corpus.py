@@ -50,6 +50,7 @@ def test_every_key_is_well_formed():
     assert {k: v for k, v in problems.items() if v} == {}
 
 
+@pytest.mark.exhaustive  # every case run under plain python: checks the corpus, not gradguard
 def test_loud_reproductions_fail_with_the_reported_pytorch_error(plain_runs):
     wrong = {}
     for case in CASES:
@@ -61,11 +62,13 @@ def test_loud_reproductions_fail_with_the_reported_pytorch_error(plain_runs):
     assert wrong == {}
 
 
+@pytest.mark.exhaustive  # every case run under plain python: checks the corpus, not gradguard
 def test_silent_reproductions_and_correct_programs_exit_0(plain_runs):
     wrong = {c.id: plain_runs[c.buggy] for c in CASES if not c.key["loud"] and plain_runs[c.buggy]["exit"] != 0}
     assert wrong == {}
 
 
+@pytest.mark.exhaustive  # every case run under plain python: checks the corpus, not gradguard
 def test_every_hand_fix_runs_clean(plain_runs):
     wrong = {c.id: plain_runs[c.fixed] for c in CASES if not c.correct and plain_runs[c.fixed]["exit"] != 0}
     assert wrong == {}
