@@ -56,8 +56,12 @@ demo: install
 	$(PY) examples/demo.py
 
 # Every bundled PyTorch example under gradguard, each checked against what it must report (exit 1 otherwise).
+# Under CI=true the first part is left out: tests/fast/test_examples_expected.py runs the same examples in the
+# torch suite and asserts their messages exactly.
 examples: install
+ifneq ($(CI),true)
 	$(PY) examples/run_examples.py
+endif
 	@echo; echo "== silent writes (Triton kernels run on CPU under TRITON_INTERPRET=1) =="
 	@for f in examples/silent/*.py; do echo "--- $$f"; TRITON_INTERPRET=1 $(PY) $$f || exit 1; done
 	@echo; echo "== check_op =="

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import gradguard
+from gradguard.advisor import pipeline
 from gradguard.advisor.analysis import simulate_peak
 from gradguard.advisor.api import FunctionStep, _identical, _run
 from gradguard.advisor.trace import StepMode
@@ -399,3 +400,33 @@ def test_cli_advise_missing_script(tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert "can't open file" in proc.stderr
+
+
+class _Cand(pipeline.Candidate):
+    def __init__(self, site, operand, dead):
+        self.site, self.key, self.operand, self.dead, self.reasons = site, (site,), operand, dead, []
+
+
+def test_pipeline_judge_keeps_one_operand_per_call():
+    tests = [("used_later", lambda c: None if c.dead else "read later")]
+    cands = [_Cand(1, 0, False), _Cand(1, 1, True), _Cand(2, 0, True), _Cand(2, 1, True), _Cand(3, 0, False)]
+    torch_like = pipeline.judge(list(cands), tests, keep_rejected=False)
+    assert [(c.site, c.operand, c.safe) for c in torch_like] == [(1, 1, True), (2, 0, True), (3, 0, False)]
+    paddle_like = pipeline.judge(list(cands), tests, keep_rejected=True)
+    assert [(c.site, c.operand) for c in paddle_like] == [(1, 0), (1, 1), (2, 0), (3, 0)]
+
+
+@pytest.mark.parametrize("explain", [False, True])
+def test_pipeline_verify_together_then_alone_then_the_rest_together(explain):
+    a, b, c = _Cand(1, 0, True), _Cand(2, 0, True), _Cand(3, 0, True)
+    runs = []
+
+    def check(kind, group):  # b fails alone; a and c fail together
+        runs.append((kind, [x.site for x in group]))
+        sites = {x.site for x in group}
+        return "differs" if 2 in sites or {1, 3} <= sites else None
+
+    failed = pipeline.verify([a, b, c], check, ("poison", "rewrite"), explain_together=explain)
+    together = "failed when applied together with the others" + (": differs" if explain else "")
+    assert failed == {id(b): "differs", id(a): together, id(c): together}
+    assert runs == [("poison", [1, 2, 3]), ("poison", [1]), ("poison", [2]), ("poison", [3]), ("poison", [1, 3])]

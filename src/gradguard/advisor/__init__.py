@@ -11,7 +11,7 @@ _EXPORTS = {
     "RejectedCandidate": ".report",
     "UnsafeInplaceOp": ".report",
     "format_bytes": ".report",
-    "RULES": ".analysis",
+    "RULES": ".pipeline",
 }
 
 

@@ -1,16 +1,8 @@
-"""From a recorded step to candidates: the safety rules, one by one, and the peak-memory simulation.
+"""From a recorded PyTorch step to candidates: the tests of the safety rules (the table and the judge that applies
+them: ``pipeline.py``), the unsafe in-place writes, and the peak-memory simulation.
 
-A candidate is an out-of-place op (with an in-place overload in aten) whose operand could be overwritten.
-Each rule below has a code; a candidate is safe only if no rule fires. The rules, in the order reported:
-
-  leaf_requires_grad     the operand is a leaf that requires grad (PyTorch raises on an in-place write)
-  autograd_view          the operand is a view autograd forbids writing in place (multi-output / no_grad views)
-  outlives_step          the operand existed before the step (parameter, batch, buffer) or is still
-                         referenced after it: overwriting it changes data the caller sees
-  saved_for_backward     autograd saved the operand's memory for backward (this op or another)
-  needed_by_optimizer    the optimizer reads the operand's memory later (a .grad, optimizer state)
-  used_later             a later op of the step reads the operand's memory (through it or a view)
-  aliased_by_live_view   a view sharing the operand's memory is still alive after the step
+A candidate is an out-of-place op (with an in-place overload in aten) whose operand could be overwritten; it is
+safe only if no rule fires.
 """
 
 from __future__ import annotations
@@ -18,56 +10,32 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..core.findings import SourceLocation
+from . import pipeline
+from .pipeline import RULES
+from .report import UnsafeInplaceOp
 from .trace import OpRecord, StepMode
 
-__all__ = ["Candidate", "Rejection", "UnsafeInplace", "analyse", "simulate_peak", "RULES"]
-
-RULES = (
-    "leaf_requires_grad",
-    "autograd_view",
-    "outlives_step",
-    "saved_for_backward",
-    "needed_by_optimizer",
-    "used_later",
-    "aliased_by_live_view",
-)
+__all__ = ["Candidate", "analyse", "simulate_peak", "RULES"]
 
 
 @dataclass
-class Rejection:
-    code: str
-    detail: str
-
-
-@dataclass
-class Candidate:
+class Candidate(pipeline.Candidate):
     op: OpRecord
     operand: int  # 0 = self, 1 = other (add/mul only)
     sid: int
     out_sid: int
     nbytes: int
-    reasons: list[Rejection] = field(default_factory=list)
+    reasons: list = field(default_factory=list)  # (rule code, detail)
     claimed_peak_saving: int = 0
 
-    @property
-    def safe(self) -> bool:
-        return not self.reasons
+    site = property(lambda self: self.op.index)
+    key = property(lambda self: self.op.key)
+    op_name = property(lambda self: self.op.name)
+    shape = property(lambda self: self.op.out_shapes[0])
 
     @property
     def location(self) -> SourceLocation | None:
         return self.op.location
-
-
-@dataclass
-class UnsafeInplace:
-    """An in-place write the step performs that breaks gradients."""
-
-    kind: str  # "raises" (PyTorch's version check fires at backward) | "silent" (no version bump: wrong grads)
-    op: str
-    location: SourceLocation | None
-    saved_by: str | None
-    saved_at: SourceLocation | None
-    detail: str
 
 
 def _where(loc: SourceLocation | None) -> str:
@@ -128,94 +96,81 @@ def _out_sid(mode: StepMode, op: OpRecord) -> int | None:
     return out_sid
 
 
-def analyse(mode: StepMode) -> tuple[list[Candidate], list[UnsafeInplace]]:
+def analyse(mode: StepMode) -> tuple[list[Candidate], list[UnsafeInplaceOp]]:
     """Candidates (each with its rejection reasons, empty when safe) and the unsafe in-place writes."""
-    readers = _readers(mode)
-    saves_by_sid = _saves_by_sid(mode)
-    grad_sids = _grad_sids(mode)
-    alive_end = mode.alive_sids_at_end or set()
     candidates: list[Candidate] = []
     for op in mode.ops:
         out_sid = _out_sid(mode, op)
         if out_sid is None:
             continue
-        operands = [0, 1] if op.swappable else [0]
-        for position in operands:
+        for position in [0, 1] if op.swappable else [0]:
             sid = _candidate_sid(op, position, out_sid)
-            if sid is None:
-                continue
-            cand = Candidate(op, position, sid, out_sid, mode.sizes.get(out_sid, 0))
-            cand.reasons = _reasons(mode, op, position, sid, readers, saves_by_sid, grad_sids, alive_end)
-            candidates.append(cand)
-    # One operand per op: prefer a safe one (self first).
-    chosen: dict[int, Candidate] = {}
-    for cand in candidates:
-        prev = chosen.get(cand.op.index)
-        if prev is None or (not prev.safe and cand.safe):
-            chosen[cand.op.index] = cand
-    result = sorted(chosen.values(), key=lambda c: c.op.index)
-    safe = [c for c in result if c.safe]
+            if sid is not None:
+                candidates.append(Candidate(op, position, sid, out_sid, mode.sizes.get(out_sid, 0)))
+    result = pipeline.judge(candidates, _rule_tests(mode), keep_rejected=False)
     base = simulate_peak(mode.events, [])
-    for c in safe:
-        c.claimed_peak_saving = base - simulate_peak(mode.events, [(c.sid, c.out_sid)])
+    for c in result:
+        if c.safe:
+            c.claimed_peak_saving = base - simulate_peak(mode.events, [(c.sid, c.out_sid)])
     return result, _unsafe(mode)
 
 
-def _reasons(mode, op, position, sid, readers, saves_by_sid, grad_sids, alive_end) -> list[Rejection]:
-    out = _operand_reasons(mode, op, position, sid)
-    saves = saves_by_sid.get(sid, [])
-    if saves:
-        s = saves[0]
-        own = any(x.after_op == op.index for x in saves)
-        who = "this op saves it" if own else f"saved by {s.node or '?'} at {_where(s.location)}"
-        out.append(Rejection("saved_for_backward", f"autograd needs the operand for backward ({who})"))
-    out += _later_reasons(op, sid, readers, grad_sids)
-    if sid in alive_end and sid not in mode.preexisting:
-        view_alive = bool(op.view_alive_end) and op.view_alive_end[position]
-        if view_alive or not (op.in_alive_end and op.in_alive_end[position]):
-            out.append(Rejection("aliased_by_live_view",
-                                 "another tensor sharing the operand's memory (a view) is alive after the step"))
-        else:
-            out.append(Rejection("outlives_step", "the operand is still referenced after the step"))
-    return out
+def _rule_tests(mode: StepMode) -> list:
+    """PyTorch's test of each rule, in report order: test(candidate) -> the detail when the rule fires, else None."""
+    readers, saves_by_sid, grad_sids = _readers(mode), _saves_by_sid(mode), _grad_sids(mode)
+    alive_end = mode.alive_sids_at_end or set()
+
+    def leaf(c):
+        if c.op.in_leaf_rg[c.operand] and c.op.grad_enabled:
+            return "the operand is a leaf tensor that requires grad: PyTorch raises on an in-place write"
+
+    def view(c):
+        meta = c.op.in_view_meta[c.operand]
+        if meta is not None and meta != "DEFAULT":
+            return f"the operand is a view autograd forbids modifying in place (creation: {meta})"
+
+    def preexisting(c):
+        if c.sid in mode.preexisting:
+            return "the operand's memory existed before the step (an input, parameter or buffer)"
+
+    def saved(c):
+        saves = saves_by_sid.get(c.sid, [])
+        if saves:
+            own = any(x.after_op == c.op.index for x in saves)
+            who = "this op saves it" if own else f"saved by {saves[0].node or '?'} at {_where(saves[0].location)}"
+            return f"autograd needs the operand for backward ({who})"
+
+    def later(c, phase):
+        return [r for r in readers.get(c.sid, []) if r.index > c.op.index and r.phase == phase]
+
+    def optimizer(c):
+        opt_readers = later(c, "optimizer")
+        if opt_readers or c.sid in grad_sids:
+            what = f"read by {opt_readers[0].name} in optimizer.step()" if opt_readers else "it is a .grad"
+            return f"the optimizer needs the operand's memory ({what})"
+
+    def used_later(c):  # backward reads the operand's memory only through saved tensors (saved_for_backward)
+        other = later(c, "forward")
+        if other:
+            return (f"read later by {other[0].name} at {_where(other[0].location)}"
+                    + (f" (+{len(other) - 1} more)" if len(other) > 1 else ""))
+
+    def alive_at_end(c, through_view: bool):
+        if c.sid in alive_end and c.sid not in mode.preexisting:
+            op, i = c.op, c.operand
+            via_view = bool(op.view_alive_end and op.view_alive_end[i]) or not (op.in_alive_end and op.in_alive_end[i])
+            if via_view == through_view:
+                return ("another tensor sharing the operand's memory (a view) is alive after the step" if through_view
+                        else "the operand is still referenced after the step")
+
+    return [("leaf_requires_grad", leaf), ("autograd_view", view), ("outlives_step", preexisting),
+            ("saved_for_backward", saved), ("needed_by_optimizer", optimizer), ("used_later", used_later),
+            ("aliased_by_live_view", lambda c: alive_at_end(c, True)),
+            ("outlives_step", lambda c: alive_at_end(c, False))]
 
 
-def _operand_reasons(mode, op, position, sid) -> list[Rejection]:
-    """The rules on the operand itself: leaf_requires_grad, autograd_view, outlives_step (pre-existing)."""
-    out: list[Rejection] = []
-    if op.in_leaf_rg[position] and op.grad_enabled:
-        out.append(Rejection("leaf_requires_grad",
-                             "the operand is a leaf tensor that requires grad: PyTorch raises on an in-place write"))
-    meta = op.in_view_meta[position]
-    if meta is not None and meta != "DEFAULT":
-        out.append(Rejection("autograd_view",
-                             f"the operand is a view autograd forbids modifying in place (creation: {meta})"))
-    if sid in mode.preexisting:
-        out.append(Rejection("outlives_step",
-                             "the operand's memory existed before the step (an input, parameter or buffer)"))
-    return out
-
-
-def _later_reasons(op, sid, readers, grad_sids) -> list[Rejection]:
-    """The rules on later reads: needed_by_optimizer, used_later."""
-    out: list[Rejection] = []
-    later = [r for r in readers.get(sid, []) if r.index > op.index]
-    opt_readers = [r for r in later if r.phase == "optimizer"]
-    if opt_readers or sid in grad_sids:
-        what = f"read by {opt_readers[0].name} in optimizer.step()" if opt_readers else "it is a .grad"
-        out.append(Rejection("needed_by_optimizer", f"the optimizer needs the operand's memory ({what})"))
-    # Backward reads the operand's memory only through saved tensors: the saved_for_backward rule says that.
-    other = [r for r in later if r.phase == "forward"]
-    if other:
-        r = other[0]
-        where = f"at {_where(r.location)}"
-        out.append(Rejection("used_later", f"read later by {r.name} {where}"
-                                            + (f" (+{len(other) - 1} more)" if len(other) > 1 else "")))
-    return out
-
-
-def _unsafe(mode: StepMode) -> list[UnsafeInplace]:
-    out: list[UnsafeInplace] = []
+def _unsafe(mode: StepMode) -> list[UnsafeInplaceOp]:
+    out: list[UnsafeInplaceOp] = []
     seen = set()
     for s in mode.saves:
         writes = s.raising_writes if s.unpacked_version_mismatch else s.silent_writes
@@ -229,7 +184,7 @@ def _unsafe(mode: StepMode) -> list[UnsafeInplace]:
         kind = "raises" if s.unpacked_version_mismatch else "silent"
         consequence = ("PyTorch raises 'modified by an inplace operation' at backward" if kind == "raises"
                        else "the version counter did not move: PyTorch computes wrong gradients silently")
-        out.append(UnsafeInplace(
+        out.append(UnsafeInplaceOp(
             kind=kind, op=w.op, location=w.location, saved_by=s.node, saved_at=s.location,
             detail=f"{w.op} at {_where(w.location)} overwrites memory that {s.node or '?'} at "
                    f"{_where(s.location)} saved for backward; {consequence}",

@@ -19,14 +19,15 @@ import time
 from dataclasses import dataclass
 
 from .._errors import InvalidArgument
-from .report import AdviceReport, Proposal, RejectedCandidate, UnsafeInplaceOp
+from .pipeline import Measured, advise_runs, plan_of
+from .report import AdviceReport, Proposal
 
 # NOTE [advise without torch]: a Paddle-only Python has no torch; advise() then dispatches to the Paddle
 # advisor (gradguard.backends.paddle.advisor) and the torch machinery below is never used.
 try:
     import torch
 
-    from .analysis import Candidate, analyse
+    from .analysis import Candidate, analyse, simulate_peak
     from .trace import StepComplete, StepMode, inplace_overload
 except ModuleNotFoundError as _missing:
     if _missing.name != "torch":
@@ -188,19 +189,20 @@ def run_advisor(step, *, per_proposal: bool = True, repeats: int = 3, allocator_
     from ..report.progress import progress
 
     with progress("gradguard advise:") as tracker:
-        return _advise_runs(step, tracker, per_proposal=per_proposal, repeats=repeats,
-                            allocator_check=allocator_check)
-
-
-def _plan_of(cands) -> dict:
-    return {c.op.key: c.operand for c in cands}
+        return advise_runs(_Runs(step, tracker, per_proposal, repeats, allocator_check))
 
 
 class _Runs:
-    """The runs of one advice: the step, the progress display, the recorded baseline, and how many ran."""
+    """PyTorch's advisee (``pipeline.py``): the runs of one advice on ``step``; the record run is the baseline."""
 
-    def __init__(self, step, tracker):
-        self.step, self.tracker, self.count, self.base = step, tracker, 0, None
+    memory_method = MEMORY_METHOD
+    # the dispatch mode sees every read: no poison run (NOTE [Why a poison run], backends/paddle/advisor.py)
+    verify_kinds = ("rewrite",)
+    explain_together = False
+
+    def __init__(self, step, tracker, per_proposal: bool, repeats: int, allocator_check: bool):
+        self.step, self.tracker, self.count, self.base, self.together = step, tracker, 0, None, None
+        self.per_proposal, self.repeats, self.allocator_check = per_proposal, repeats, allocator_check
 
     def checked(self, mode: StepMode) -> RunOutcome:
         outcome = _run(self.step, mode)
@@ -212,109 +214,62 @@ class _Runs:
     def rewrite(self, cands) -> RunOutcome:
         self.count += 1
         self.tracker.update(f"verification run {self.count} ({len(cands)} rewrite(s) applied)")
-        return _run(self.step, StepMode(record=False, plan=_plan_of(cands)))
+        return _run(self.step, StepMode(record=False, plan=plan_of(cands)))
 
     def ok(self, outcome: RunOutcome, cands) -> bool:
         return _identical(self.base, outcome) and len(outcome.mode.applied) == len(cands)
 
+    def record(self, report: AdviceReport) -> list:
+        if self.step.warmup:
+            self.tracker.update("warm-up run")
+            self.checked(StepMode(record=False))
+        self.tracker.update("recording the step")
+        self.base = self.checked(StepMode(record=True))
+        mode = self.base.mode
+        report.ops_recorded = len(mode.ops)
+        report.baseline_peak = mode.peak_bytes
+        report.device = ",".join(sorted({t.device.type for t in mode.leaves})) or "cpu"
+        candidates, report.unsafe_inplace = analyse(mode)
+        if report.unsafe_inplace:
+            report.notes.append("the step has unsafe in-place writes; its gradients already differ from what plain "
+                                "PyTorch would compute (or raise), and proposals are checked against them as recorded")
+        return candidates
 
-def _advise_runs(step, tracker, *, per_proposal: bool, repeats: int, allocator_check: bool) -> AdviceReport:
-    report = AdviceReport(memory_method=MEMORY_METHOD)
-    runs = _Runs(step, tracker)
-    if step.warmup:
-        tracker.update("warm-up run")
-        runs.checked(StepMode(record=False))
-    tracker.update("recording the step")
-    base = runs.base = runs.checked(StepMode(record=True))
-    mode = base.mode
-    safe = _record_analysis(report, mode)
-    kept, failed, together = _verify_together(runs, safe)
-    claimed_total = mode.peak_bytes - _sim(mode, kept)
-    for c in safe:
-        _judge_proposal(runs, report, c, failed, per_proposal)
-    _report_totals(report, base, together, claimed_total)
-    if allocator_check and kept and not _cuda_in_use():
-        _allocator_cross_check(runs, report, kept)
-    if repeats > 0 and kept:
-        _time_runs(runs, report, kept, repeats)
-    report.runs = runs.count
-    return report
+    def baseline(self, report: AdviceReport) -> bool:
+        return True  # the record run
 
+    def check(self, kind: str, group: list) -> str | None:
+        outcome = self.together = self.rewrite(group)  # the last group that passed: all proposals together
+        if self.ok(outcome, group):
+            return None
+        return ("raised " + type(outcome.error).__name__ if outcome.error is not None
+                else "gradients or parameters differ" if len(outcome.mode.applied) == len(group)
+                else "the op was not found again in the rewrite run")
 
-def _record_analysis(report: AdviceReport, mode: StepMode) -> list:
-    """What the recorded step says (ops, peak, device, unsafe writes, rejected candidates): the safe candidates."""
-    report.ops_recorded = len(mode.ops)
-    report.baseline_peak = mode.peak_bytes
-    devices = {t.device.type for t in mode.leaves}
-    report.device = ",".join(sorted(devices)) or "cpu"
-    candidates, unsafe = analyse(mode)
-    report.unsafe_inplace = [UnsafeInplaceOp(u.kind, u.op, u.location, u.saved_by, u.saved_at, u.detail)
-                             for u in unsafe]
-    for c in candidates:
-        if not c.safe:
-            report.rejected.append(RejectedCandidate(
-                c.op.name, c.op.location, "self" if c.operand == 0 else "other", c.op.out_shapes[0],
-                [(r.code, r.detail) for r in c.reasons]))
-    if unsafe:
-        report.notes.append("the step has unsafe in-place writes; its gradients already differ from what plain "
-                            "PyTorch would compute (or raise), and proposals are checked against them as recorded")
-    return [c for c in candidates if c.safe]
+    proposal = staticmethod(_proposal)
 
+    def measure(self, c) -> Measured:
+        if c.claimed_peak_saving <= 0:
+            return Measured(None if self.per_proposal else 0, gain=False)
+        if not self.per_proposal:
+            return Measured(None)
+        alone = self.rewrite([c])
+        measured = self.base.mode.peak_bytes - alone.mode.peak_bytes
+        identical = self.ok(alone, [c])
+        return Measured(measured, identical=identical, problem=(
+            "gradients differ when applied alone" if not identical
+            else f"measured {measured} B vs claimed {c.claimed_peak_saving} B" if measured != c.claimed_peak_saving
+            else ""))
 
-def _verify_together(runs: _Runs, safe: list):
-    """(kept, failed, together): verify all safe candidates together; on failure, find the culprits one by one."""
-    kept = list(safe)
-    failed: dict[int, str] = {}
-    if not kept:
-        return kept, failed, None
-    together = runs.rewrite(kept)
-    if runs.ok(together, kept):
-        return kept, failed, together
-    for c in list(kept):
-        alone = runs.rewrite([c])
-        if not runs.ok(alone, [c]):
-            failed[id(c)] = ("raised " + type(alone.error).__name__ if alone.error is not None
-                             else "gradients or parameters differ" if len(alone.mode.applied) == 1
-                             else "the op was not found again in the rewrite run")
-            kept.remove(c)
-    together = runs.rewrite(kept) if kept else None
-    if together is not None and not runs.ok(together, kept):
-        for c in kept:
-            failed[id(c)] = "failed when applied together with the others"
-        kept = []
-        together = None
-    return kept, failed, together
+    def totals(self, report: AdviceReport, kept: list, proposed: list) -> None:
+        _report_totals(report, self.base, self.together if kept else None, kept)
+        if self.allocator_check and kept and not _cuda_in_use():
+            _allocator_cross_check(self, report, kept)
+        if self.repeats > 0 and kept:
+            _time_runs(self, report, kept, self.repeats)
 
 
-def _judge_proposal(runs: _Runs, report: AdviceReport, c, failed: dict, per_proposal: bool) -> None:
-    """File one safe candidate's proposal as verified, safe without a peak gain, or unverified."""
-    p = _proposal(c)
-    if id(c) in failed:
-        p.note = failed[id(c)]
-        p.gradients_identical = False
-        report.unverified.append(p)
-        return
-    p.gradients_identical = True
-    if c.claimed_peak_saving <= 0:
-        p.verified = True
-        p.measured_peak_saving = 0 if not per_proposal else None
-        report.safe_without_peak_gain.append(p)
-        return
-    if per_proposal:
-        alone = runs.rewrite([c])
-        measured = runs.base.mode.peak_bytes - alone.mode.peak_bytes
-        p.measured_peak_saving = measured
-        p.gradients_identical = runs.ok(alone, [c])
-        p.verified = p.gradients_identical and measured == c.claimed_peak_saving
-        if not p.verified:
-            p.note = (f"measured {measured} B vs claimed {c.claimed_peak_saving} B"
-                      if p.gradients_identical else "gradients differ when applied alone")
-    else:
-        p.verified = True
-    (report.proposals if p.verified else report.unverified).append(p)
-
-
-def _report_totals(report: AdviceReport, base: RunOutcome, together: RunOutcome | None, claimed_total: int) -> None:
+def _report_totals(report: AdviceReport, base: RunOutcome, together: RunOutcome | None, kept: list) -> None:
     if base.cuda_peak is not None:
         report.notes.append(f"CUDA allocator (torch.cuda.max_memory_allocated above the step's start): baseline "
                             f"{base.cuda_peak} B" + (f", all proposals applied {together.cuda_peak} B"
@@ -322,6 +277,7 @@ def _report_totals(report: AdviceReport, base: RunOutcome, together: RunOutcome 
                                                       else ""))
         report.cuda_peaks = (base.cuda_peak, together.cuda_peak if together is not None else None)
     if together is not None:
+        claimed_total = base.mode.peak_bytes - simulate_peak(base.mode.events, [(c.sid, c.out_sid) for c in kept])
         report.rewritten_peak = together.mode.peak_bytes
         report.measured_total_saving = base.mode.peak_bytes - together.mode.peak_bytes
         report.gradients_identical = _identical(base, together)
@@ -333,7 +289,7 @@ def _report_totals(report: AdviceReport, base: RunOutcome, together: RunOutcome 
 def _allocator_cross_check(runs: _Runs, report: AdviceReport, kept: list) -> None:
     runs.tracker.update("allocator cross-check (2 runs under torch.profiler)")
     base_alloc = _allocator_peak(runs.step, StepMode(record=False, plan={("no such op",): 0}))
-    new_alloc = _allocator_peak(runs.step, StepMode(record=False, plan=_plan_of(kept)))
+    new_alloc = _allocator_peak(runs.step, StepMode(record=False, plan=plan_of(kept)))
     runs.count += 2
     if base_alloc is not None and new_alloc is not None:
         report.allocator_peaks = (base_alloc, new_alloc)
@@ -348,7 +304,7 @@ def _time_runs(runs: _Runs, report: AdviceReport, kept: list, repeats: int) -> N
         runs.tracker.update(f"timing {repeat + 1}/{repeats}")
         # The same mode work as the rewritten run (user-line lookup per op), with nothing to rewrite.
         plain_t.append(_run(runs.step, StepMode(record=False, plan={("no such op",): 0})).seconds)
-        fast_t.append(_run(runs.step, StepMode(record=False, plan=_plan_of(kept))).seconds)
+        fast_t.append(_run(runs.step, StepMode(record=False, plan=plan_of(kept))).seconds)
         runs.count += 2
     report.baseline_seconds = statistics.median(plain_t)
     report.rewritten_seconds = statistics.median(fast_t)
@@ -400,12 +356,6 @@ def _allocator_peak(step, mode: StepMode) -> int | None:
         live += nbytes
         peak = max(peak, live)
     return peak
-
-
-def _sim(mode: StepMode, cands) -> int:
-    from .analysis import simulate_peak
-
-    return simulate_peak(mode.events, [(c.sid, c.out_sid) for c in cands])
 
 
 def advise(fn, *args, kwargs: dict | None = None, per_proposal: bool = True, repeats: int = 3,

@@ -1,8 +1,10 @@
 """The in-place memory advisor for PaddlePaddle (dygraph): ``gradguard.advise(step)`` when the step uses Paddle.
 
-Same questions and the same report (:class:`gradguard.advisor.report.AdviceReport`) as the PyTorch advisor:
-which out-of-place calls could safely become in-place, how many bytes each frees at the step's peak
-(measured with Paddle's own allocator statistics), and which of the step's own in-place writes are unsafe.
+Paddle's part of the one advisor pipeline (``gradguard/advisor/pipeline.py``: rule table, judge, verify loop,
+verdicts, order of the runs, report): the tests of the rules over Paddle's recording, and the runs. Same questions
+and the same report as the PyTorch advisor: which out-of-place calls could safely become in-place, how many bytes
+each frees at the step's peak (measured with Paddle's own allocator statistics), and which of the step's own
+in-place writes are unsafe.
 
 Runs, all from the same state (parameters, buffers, ``.grad``, optimizer state, LR schedulers and the RNGs are
 restored before each):
@@ -39,9 +41,10 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-
 from ..._errors import InvalidArgument
-from ...advisor.report import AdviceReport, Proposal, RejectedCandidate, UnsafeInplaceOp
+from ...advisor import pipeline
+from ...advisor.pipeline import Measured, advise_runs, plan_of, ranges_overlap
+from ...advisor.report import AdviceReport, Proposal, UnsafeInplaceOp
 from ...core.findings import SourceLocation
 from .advisor_record import MEMORY_METHOD_CPU, MEMORY_METHOD_GPU, _Call, _Operand, _Patches, _Run, candidate_ops
 from .advisor_state import _difference, _Meter, _Outcome, _State, _Step
@@ -51,47 +54,43 @@ __all__ = ["advise_paddle", "candidate_ops"]
 
 # -- rules ------------------------------------------------------------------------------------------------
 @dataclass
-class _Candidate:
+class _Candidate(pipeline.Candidate):
     call: _Call
-    operand: _Operand
+    arg: _Operand
     reasons: list = field(default_factory=list)  # (code, detail)
 
-    @property
-    def plan(self) -> tuple:
-        return self.call.key, self.operand.position
-
-
-def _overlaps(a: tuple | None, b: tuple | None) -> bool:
-    return a is not None and b is not None and a[0] == b[0] and a[1] < b[2] and b[1] < a[2]
+    operand = property(lambda self: self.arg.position)
+    site = key = property(lambda self: self.call.key)
+    op_name = property(lambda self: self.call.twin.op)
+    location = property(lambda self: self.call.location)
+    shape = property(lambda self: self.arg.shape)
 
 
 def _short(loc: SourceLocation | None) -> str:
     return loc.short if loc is not None else "an unknown line"
 
 
-def _judge(run: _Run) -> list[_Candidate]:
-    candidates = []
-    for call in run.calls:
-        for operand in call.operands:
-            c = _Candidate(call, operand)
-            if not operand.same_shape:
-                c.reasons.append(("not_same_shape", f"operand {list(operand.shape)} vs the output"))
-            if operand.leaf_requires_grad:
-                c.reasons.append(("leaf_requires_grad", f"the operand of {call.twin.op} at {_short(call.location)} "
-                                                        "is a leaf with stop_gradient=False"))
-            if operand.alive_after:
-                c.reasons.append(("outlives_step", "the operand is still referenced after the step returned "
-                                                   "(a parameter, an input, or a tensor the step keeps)"))
-            saved = next((s for s in run.saved if _overlaps(s.range, operand.range)), None)
-            if saved is not None:
-                by = saved.saver or "an op"
-                c.reasons.append(("saved_for_backward", f"saved for backward by {by} at {_short(saved.location)}"))
-            later = next((clock for clock, rng in run.reads if clock > call.end and _overlaps(rng, operand.range)),
-                         None)
-            if later is not None:
-                c.reasons.append(("used_later", f"read again later ({_reader(run, later)})"))
-            candidates.append(c)
-    return _one_operand_per_call(candidates)
+def _rule_tests(run: _Run) -> list:
+    """Paddle's test of each rule over the recorded log, in report order (see ``pipeline.judge``)."""
+
+    def saved(c):
+        s = next((s for s in run.saved if ranges_overlap(s.range, c.arg.range)), None)
+        if s is not None:
+            return f"saved for backward by {s.saver or 'an op'} at {_short(s.location)}"
+
+    def used_later(c):
+        later = next((clock for clock, rng in run.reads if clock > c.call.end and ranges_overlap(rng, c.arg.range)),
+                     None)
+        if later is not None:
+            return f"read again later ({_reader(run, later)})"
+
+    return [
+        ("not_same_shape", lambda c: None if c.arg.same_shape else f"operand {list(c.arg.shape)} vs the output"),
+        ("leaf_requires_grad", lambda c: f"the operand of {c.call.twin.op} at {_short(c.call.location)} is a leaf "
+                                         "with stop_gradient=False" if c.arg.leaf_requires_grad else None),
+        ("outlives_step", lambda c: "the operand is still referenced after the step returned (a parameter, an "
+                                    "input, or a tensor the step keeps)" if c.arg.alive_after else None),
+        ("saved_for_backward", saved), ("used_later", used_later)]
 
 
 def _reader(run: _Run, clock: int) -> str:
@@ -104,24 +103,12 @@ def _reader(run: _Run, clock: int) -> str:
     return "by a Paddle call the advisor wraps"
 
 
-def _one_operand_per_call(candidates: list[_Candidate]) -> list[_Candidate]:
-    """Both operands of ``x + y`` may be dead: keep the first safe one, drop the other (one rewrite per call)."""
-    out, taken = [], set()
-    for c in candidates:
-        if not c.reasons:
-            if c.call.key in taken:
-                continue
-            taken.add(c.call.key)
-        out.append(c)
-    return out
-
-
 def _unsafe_writes(run: _Run) -> list[UnsafeInplaceOp]:
     found = []
     for w in run.writes:
         for s in run.saved:
             consumed = any(s.clock < b < w.start for b in run.backwards)
-            if s.clock < w.start and not consumed and _overlaps(s.range, w.range):
+            if s.clock < w.start and not consumed and ranges_overlap(s.range, w.range):
                 silent = s.pylayer or not w.bumped
                 why = ("Paddle does not check PyLayer ctx.save_for_backward tensors: the gradient is silently wrong"
                        if s.pylayer else
@@ -139,7 +126,7 @@ def _unsafe_writes(run: _Run) -> list[UnsafeInplaceOp]:
 
 # -- the advisor ------------------------------------------------------------------------------------------
 def _proposal(c: _Candidate) -> Proposal:
-    call, operand = c.call, c.operand
+    call, operand = c.call, c.arg
     a, b = ("x", "y") if operand.position == 0 else ("y", "x")
     suggestion = call.twin.spelling.format(a=a, b=b)
     if operand.position == 1:
@@ -159,18 +146,72 @@ def _first_line(error: BaseException) -> str:
 
 
 class _Advisor:
-    def __init__(self, step: _Step, tracker, repeats: int):
-        self.step, self.tracker, self.repeats = step, tracker, repeats
-        self.runs = 0
+    """Paddle's advisee (``advisor/pipeline.py``): a warm-up, a record run, then plain baseline runs; every
+    verification has a poison run before the rewrite run (NOTE [Why a poison run]); peaks are medians."""
+
+    verify_kinds = ("poison", "rewrite")
+    explain_together = True
+
+    def __init__(self, step: _Step, tracker, repeats: int, warmup: bool):
+        self.step, self.tracker, self.repeats, self.warmup = step, tracker, repeats, warmup
+        self.memory_method = MEMORY_METHOD_GPU if step.meter.gpu else MEMORY_METHOD_CPU
+        self.count = 0
         self.base: _Outcome | None = None
 
     def execute(self, run: _Run, label: str) -> _Outcome:
-        self.runs += 1
-        self.tracker.update(f"run {self.runs}: {label}")
+        self.count += 1
+        self.tracker.update(f"run {self.count}: {label}")
         return self.step.execute(run)
 
-    def failure(self, kind: str, group: list[_Candidate]) -> str | None:
-        out = self.execute(_Run(kind, dict(c.plan for c in group)), f"{kind} ({len(group)} candidate(s))")
+    def record(self, report: AdviceReport) -> list:
+        report.device = "gpu" if self.step.meter.gpu else "cpu"
+        self.first = self.execute(_Run("plain"), "warm-up" if self.warmup else "baseline")
+        if self.warmup:
+            _check_optimizers(self.step.state, self.first.run)
+        self.recorded = self.execute(_Run("record"), "recording the step")
+        rec = self.recorded.run
+        report.unsafe_inplace = _unsafe_writes(rec)
+        candidates = pipeline.judge([_Candidate(call, arg) for call in rec.calls for arg in call.operands],
+                                    _rule_tests(rec), keep_rejected=True)
+        report.notes.append(f"{len(rec.calls)} candidate call(s) recorded at Python-level Paddle entry points, "
+                            f"{len(rec.saved)} tensor(s) saved for backward; claimed saving = the operand's bytes "
+                            "(an upper bound), measured = drop of the allocator peak")
+        if self.recorded.error is not None and self.first.error is None:
+            raise self.recorded.error
+        if not self.warmup:
+            _check_optimizers(self.step.state, rec)
+        return candidates
+
+    def baseline(self, report: AdviceReport) -> bool:
+        """The plain baseline runs, checked to reproduce each other and the recording (False: the step raises)."""
+        plain_error = self.first.error
+        if plain_error is not None:
+            if not report.unsafe_inplace:
+                raise plain_error
+            report.notes.append(f"the step raises in plain Paddle ({_first_line(plain_error)}): fix the unsafe "
+                                "in-place op(s) first; no proposal was verified")
+            return False
+        done = [] if self.warmup else [self.first]
+        base_runs = done + [self.execute(_Run("plain"), "baseline") for _ in range(self.repeats - len(done))]
+        error = next((o.error for o in base_runs if o.error is not None), None)
+        if error is not None:
+            raise error
+        self.base = base_runs[0]
+        for other in [self.recorded, *base_runs[1:]]:
+            diff = _difference(self.base.results, other.results)
+            if diff is not None:
+                raise InvalidArgument(
+                    f"advise(...): the step is not reproducible: two runs from the same restored state differ "
+                    f"({diff}). The advisor compares runs bit for bit, so the step must be deterministic and all of "
+                    "its state (layers, optimizers, schedulers) reachable from fn, its arguments or the globals it "
+                    "names. Pass the model and optimizer as arguments (advise(step, model, opt)) or make the step "
+                    "deterministic.")
+        report.baseline_peak = self.baseline_peak = int(statistics.median(o.peak for o in base_runs))
+        self.baseline_seconds = [o.seconds for o in base_runs]
+        return True
+
+    def check(self, kind: str, group: list[_Candidate]) -> str | None:
+        out = self.execute(_Run(kind, plan_of(group)), f"{kind} ({len(group)} candidate(s))")
         if out.error is not None:
             return f"{kind} run raised {_first_line(out.error)}"
         if len(out.run.applied) != len(group):
@@ -183,28 +224,17 @@ class _Advisor:
                     "(something the advisor does not see reads it later)")
         return f"rewrite run: {diff} (gradients or parameters not bit-identical)"
 
-    def verify(self, candidates: list[_Candidate]) -> dict[int, str]:
-        failed: dict[int, str] = {}
-        for kind in ("poison", "rewrite"):
-            live = [c for c in candidates if id(c) not in failed]
-            if not live or self.failure(kind, live) is None:
-                continue
-            for c in live:
-                why = self.failure(kind, [c])
-                if why is not None:
-                    failed[id(c)] = why
-            live = [c for c in candidates if id(c) not in failed]
-            if live:
-                why = self.failure(kind, live)
-                if why is not None:
-                    for c in live:
-                        failed[id(c)] = "failed when applied together with the others: " + why
-        return failed
+    proposal = staticmethod(_proposal)
 
-    def measure(self, group: list[_Candidate], label: str) -> tuple[int, list[float], str | None]:
+    def measure(self, c: _Candidate) -> Measured:
+        peak, _, problem = self.measure_runs([c], f"measuring {c.call.location.short}")
+        saving = self.baseline_peak - peak
+        return Measured(saving, problem or "", identical=problem is None, gain=saving > 0)
+
+    def measure_runs(self, group: list[_Candidate], label: str) -> tuple[int, list[float], str | None]:
         peaks, seconds, problem = [], [], None
         for _ in range(self.repeats):
-            out = self.execute(_Run("rewrite", dict(c.plan for c in group)), label)
+            out = self.execute(_Run("rewrite", plan_of(group)), label)
             if out.error is not None:
                 return 0, [], f"raised {_first_line(out.error)}"
             problem = problem or _difference(self.base.results, out.results)
@@ -212,115 +242,19 @@ class _Advisor:
             seconds.append(out.seconds)
         return int(statistics.median(peaks)), seconds, problem
 
-
-def _report_rejected(report: AdviceReport, candidates: list[_Candidate]) -> None:
-    for c in candidates:
-        if c.reasons:
-            report.rejected.append(RejectedCandidate(
-                c.call.twin.op, c.call.location, "self" if c.operand.position == 0 else "other",
-                c.operand.shape, list(c.reasons)))
-
-
-def _run_advisor(step: _Step, tracker, *, repeats: int, warmup: bool) -> AdviceReport:
-    gpu = step.meter.gpu
-    report = AdviceReport(memory_method=MEMORY_METHOD_GPU if gpu else MEMORY_METHOD_CPU,
-                          device="gpu" if gpu else "cpu")
-    advisor = _Advisor(step, tracker, repeats)
-    plain_error = None
-    if warmup:
-        warm = advisor.execute(_Run("plain"), "warm-up")
-        plain_error = warm.error
-        _check_optimizers(step.state, warm.run)
-    else:
-        first = advisor.execute(_Run("plain"), "baseline")
-        plain_error = first.error
-    recorded = advisor.execute(_Run("record"), "recording the step")
-    rec = recorded.run
-    report.unsafe_inplace = _unsafe_writes(rec)
-    candidates = _judge(rec)
-    _report_rejected(report, candidates)
-    report.notes.append(f"{len(rec.calls)} candidate call(s) recorded at Python-level Paddle entry points, "
-                        f"{len(rec.saved)} tensor(s) saved for backward; claimed saving = the operand's bytes "
-                        "(an upper bound), measured = drop of the allocator peak")
-    if recorded.error is not None and plain_error is None:
-        raise recorded.error
-    if not warmup:
-        _check_optimizers(step.state, rec)
-
-    if plain_error is not None:
-        if not report.unsafe_inplace:
-            raise plain_error
-        report.notes.append(f"the step raises in plain Paddle ({_first_line(plain_error)}): fix the unsafe in-place "
-                            "op(s) first; no proposal was verified")
-        report.runs = advisor.runs
-        return report
-    base_runs = _baseline_runs(advisor, [] if warmup else [first], repeats, recorded)
-    report.baseline_peak = int(statistics.median(o.peak for o in base_runs))
-    baseline_seconds = [o.seconds for o in base_runs]
-
-    safe = [c for c in candidates if not c.reasons]
-    kept = _measure_each(advisor, report, safe)
-    if kept:
-        _measure_together(advisor, report, kept, baseline_seconds)
-    if report.unsafe_inplace:
-        report.notes.append("the step has unsafe in-place writes; proposals are checked against the step as it is")
-    report.runs = advisor.runs
-    return report
-
-
-def _baseline_runs(advisor: _Advisor, done: list, repeats: int, recorded) -> list:
-    """The plain baseline runs (``done`` already run), checked to reproduce each other and the recording."""
-    base_runs = done + [advisor.execute(_Run("plain"), "baseline") for _ in range(repeats - len(done))]
-    error = next((o.error for o in base_runs if o.error is not None), None)
-    if error is not None:
-        raise error
-    advisor.base = base_runs[0]
-    for other in [recorded, *base_runs[1:]]:
-        diff = _difference(advisor.base.results, other.results)
-        if diff is not None:
-            raise InvalidArgument(
-                f"advise(...): the step is not reproducible: two runs from the same restored state differ ({diff}). "
-                "The advisor compares runs bit for bit, so the step must be deterministic and all of its state "
-                "(layers, optimizers, schedulers) reachable from fn, its arguments or the globals it names. "
-                "Pass the model and optimizer as arguments (advise(step, model, opt)) or make the step deterministic.")
-    return base_runs
-
-
-def _measure_each(advisor: _Advisor, report: AdviceReport, safe: list[_Candidate]) -> list[_Candidate]:
-    """Verify and measure each safe candidate alone, sorting its proposal into the report; those kept."""
-    failed = advisor.verify(safe)
-    kept = []
-    for c in safe:
-        p = _proposal(c)
-        if id(c) in failed:
-            p.note, p.gradients_identical = failed[id(c)], False
-            report.unverified.append(p)
-            continue
-        peak, _, problem = advisor.measure([c], f"measuring {c.call.location.short}")
-        p.measured_peak_saving = report.baseline_peak - peak
-        p.gradients_identical = problem is None
-        p.verified = problem is None
-        if problem is not None:
-            p.note = problem
-            report.unverified.append(p)
-        elif p.measured_peak_saving > 0:
-            report.proposals.append(p)
-            kept.append(c)
-        else:
-            report.safe_without_peak_gain.append(p)
-    return kept
-
-
-def _measure_together(advisor: _Advisor, report: AdviceReport, kept: list[_Candidate], baseline_seconds) -> None:
-    peak, seconds, problem = advisor.measure(kept, "all proposals together")
-    report.rewritten_peak = peak
-    report.measured_total_saving = report.baseline_peak - peak
-    report.claimed_total_saving = sum(p.claimed_peak_saving for p in report.proposals)
-    report.gradients_identical = problem is None
-    if seconds:
-        report.baseline_seconds = statistics.median(baseline_seconds)
-        report.rewritten_seconds = statistics.median(seconds)
-        report.timing_runs = (baseline_seconds, seconds)
+    def totals(self, report: AdviceReport, kept: list, proposed: list[_Candidate]) -> None:
+        if proposed:
+            peak, seconds, problem = self.measure_runs(proposed, "all proposals together")
+            report.rewritten_peak = peak
+            report.measured_total_saving = report.baseline_peak - peak
+            report.claimed_total_saving = sum(p.claimed_peak_saving for p in report.proposals)
+            report.gradients_identical = problem is None
+            if seconds:
+                report.baseline_seconds = statistics.median(self.baseline_seconds)
+                report.rewritten_seconds = statistics.median(seconds)
+                report.timing_runs = (self.baseline_seconds, seconds)
+        if report.unsafe_inplace:
+            report.notes.append("the step has unsafe in-place writes; proposals are checked against the step as it is")
 
 
 def _check_optimizers(state: _State, run: _Run) -> None:
@@ -361,7 +295,7 @@ def advise_paddle(fn, args: tuple = (), kwargs: dict | None = None, *, per_propo
     patches = _Patches(candidate_ops())
     try:
         with progress("gradguard advise (paddle):") as tracker:
-            return _run_advisor(step, tracker, repeats=repeats, warmup=warmup)
+            return advise_runs(_Advisor(step, tracker, repeats, warmup))
     finally:
         patches.undo()
         state.restore()

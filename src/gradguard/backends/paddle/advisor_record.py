@@ -26,17 +26,6 @@ __all__ = ["Twin", "candidate_ops"]
 LIBRARY_PATHS.add(paddle.__path__[0])
 _LAYER_DIR = os.path.join(os.path.abspath(paddle.__path__[0]), "nn", "layer") + os.sep
 
-# rule code -> what it means (the detail of each rejection names the responsible line)
-RULES: dict[str, str] = {
-    "leaf_requires_grad": "the operand is a leaf that does not stop gradient (a parameter or an input with "
-                          "stop_gradient=False): Paddle refuses in-place writes to it",
-    "outlives_step": "the operand is still referenced once the step has returned (a parameter, an input, a "
-                     "tensor the step returns or stores): overwriting it changes what the caller sees",
-    "saved_for_backward": "autograd saved the operand's memory for backward (this op or another one)",
-    "used_later": "a later call reads or writes the operand's memory",
-    "not_same_shape": "the output's shape or dtype differs from the operand's (broadcasting, type promotion)",
-}
-
 MEMORY_METHOD_CPU = ("Paddle host allocator peak above the step's starting level "
                      "(paddle.base.core.host_memory_stat_peak_value('Allocated', 0)), median of the runs")
 MEMORY_METHOD_GPU = ("Paddle GPU allocator peak above the step's starting level "
