@@ -90,9 +90,9 @@ _TORCH_TYPE_NAMES = {"float32": "Float", "float64": "Double", "float16": "Half",
 
 def framework_message(finding) -> str | None:
     """The message the framework raised (or, for torch's version check, would have raised) for this finding."""
-    context = getattr(finding, "context", None) or {}
-    if context.get("torch_message"):
-        return str(context["torch_message"])
+    facts = getattr(finding, "facts", None)
+    if facts is not None and facts.torch_message:
+        return str(facts.torch_message)
     versions = finding.versions or {}
     if finding.kind != "inplace_modification" or finding.backend != "torch" or versions.get("now") is None:
         return None

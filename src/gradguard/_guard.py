@@ -46,7 +46,7 @@ class guard(contextlib.ContextDecorator):
 
         backend: ``"auto"`` (default) uses the one deep-learning framework imported in this process
             (torch when none or several are, as before); or name it: ``"torch"``, ``"paddle"``,
-            ``"mindspore"``. Findings say which backend (``Finding.backend``) and mode (``Finding.context``)
+            ``"mindspore"``. Findings say which backend (``Finding.backend``) and mode (``Finding.facts.mode``)
             they hold for.
 
     Gradients are bit-identical with the guard on: it never changes what autograd computes.

@@ -318,7 +318,7 @@ def _should_rerun(mode, info, finding, options) -> bool:
 
     return mode == "auto" and info is None and finding.kind in SAVED_TENSOR_KINDS and (
         not finding.modified_at
-    ) and not options.no_rerun and not finding.context.get("writer_unknowable")
+    ) and not options.no_rerun and not finding.facts.writer_unknowable
 
 
 def _report_hazard(error, mode, options, program, args, cwd, guard_block) -> int:

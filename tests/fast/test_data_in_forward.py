@@ -112,7 +112,7 @@ def test_data_write_before_use_is_caught(module, write, use):
     f = info.value.finding
     assert f.kind == "data_write_in_forward" and f.rule == "data_in_forward"
     assert f.modified_at[0].location.line == line_of(write)
-    assert f.context["used_at"]["line"] == line_of(use)
+    assert f.facts.used_at["line"] == line_of(use)
     assert f.tensor.role == "leaf"
     assert "F.normalize" in f.suggestion and "outside forward" in f.suggestion
 
@@ -140,7 +140,7 @@ def test_sentinel_finds_the_data_write_through_its_forward_hooks(module, written
     finding = info.value.finding
     assert finding.kind == "data_write_in_forward"
     assert finding.modified_at[0].location.line == line_of(written)
-    assert finding.context["used_at"]["line"] == line_of(used)
+    assert finding.facts.used_at["line"] == line_of(used)
 
 
 def test_data_statements_keep_only_writes_that_read_the_old_value():

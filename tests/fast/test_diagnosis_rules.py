@@ -9,6 +9,7 @@ import textwrap
 import pytest
 
 from gradguard.core.diagnosis import diagnose
+from gradguard.core.facts import Facts
 from gradguard.core.findings import Finding, SaveSite, SourceLocation, TensorInfo, WriteRecord
 from gradguard.core.fixes import assigned_names, carried_state, mask_assignment, out_of_place, step_receivers
 
@@ -35,10 +36,10 @@ def source(tmp_path):
     return make
 
 
-def _finding(saved_at, writes, tensor=None, **context) -> Finding:
+def _finding(saved_at, writes, tensor=None, **facts) -> Finding:
     tensor = tensor or TensorInfo(shape=(2, 2), dtype="float32")
     return diagnose(Finding(kind="inplace_modification", tensor=tensor, saved_at=saved_at, modified_at=writes,
-                            versions={"saved": 0, "now": 1}, context=context))
+                            versions={"saved": 0, "now": 1}, facts=Facts(**facts)))
 
 
 # -- source helpers ------------------------------------------------------------------------------------

@@ -150,7 +150,7 @@ def test_backward_twice_through_carried_state_names_the_state():
     assert finding.kind == "backward_twice" and finding.rule == "carried_state_backward_twice"
     assert finding.tensor.name == "h" and finding.tensor.shape == (1, 3)
     assert "`h = h.detach()` right after line" in finding.suggestion
-    assert "Trying to backward through the graph a second time" in finding.context["torch_message"]
+    assert "Trying to backward through the graph a second time" in finding.facts.torch_message
     assert "freed by" in str(error)
 
 
@@ -243,7 +243,7 @@ def test_the_same_loss_backpropagated_by_a_helper_and_by_its_caller(tmp_path):
     finding = _backward_twice_of_script(tmp_path / "same_loss.py", SAME_LOSS_TWICE).value.finding
     assert finding.rule == "same_loss_backward_twice"
     assert finding.tensor.name == "loss"
-    assert finding.context["display"][:2] == [
+    assert finding.facts.display[:2] == [
         ("freed by", "the backward of the same `loss` at line 8 (called from line 12): loss.backward()"),
         ("again", "at line 13: loss.backward()")]
     assert finding.explanation == (

@@ -199,7 +199,7 @@ def test_plain_pytorch_is_silent_and_wrong_for_an_undeclared_input_write():
 def test_forward_writing_its_input_without_mark_dirty_is_caught_at_the_call(mode):
     f = caught(scale_then_reuse, **mode)
     assert f.kind == "undeclared_input_write"
-    assert (f.context["function"], f.context["argument"], f.context["call"]["line"]) == (
+    assert (f.facts.function, f.facts.argument, f.facts.call["line"]) == (
         "ScaleInPlace", "x", line_of("input-call"))
     (w,) = f.modified_at
     assert (w.op, w.location.line, w.location.code) == ("ScaleInPlace.forward", line_of("input-write"),

@@ -153,7 +153,7 @@ def test_an_unpack_returning_another_view_is_named_as_such(mode):
             (h @ h.t()).sum().backward()
     finding = info.value.finding
     assert finding.rule == "user_hooks_round_trip"
-    assert finding.context["user_hooks"] == "layout" and finding.context["writer_unknowable"] is True
-    assert sorted([finding.context["packed"]["strides"], finding.context["unpacked"]["strides"]]) == [[1, 4], [4, 1]]
+    assert finding.facts.user_hooks == "layout" and finding.facts.writer_unknowable is True
+    assert sorted([finding.facts.packed["strides"], finding.facts.unpacked["strides"]]) == [[1, 4], [4, 1]]
     assert "storage offset, shape, strides" in finding.suggestion
     assert not any("write tracking was off" in note for note in finding.notes)

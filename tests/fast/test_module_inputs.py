@@ -90,9 +90,9 @@ def test_vq_resblock_names_module_write_and_read():
     assert f.rule == "module_writes_caller_input"
     assert f.tensor.name == "input"
     assert f.tensor.producer == "MulBackward0"  # before the ReLU wrote
-    assert f.context["module"] == "self.conv.0 (ReLU(inplace=True))"
+    assert f.facts.module == "self.conv.0 (ReLU(inplace=True))"
     assert f.modified_at[0].location.line == line_of("vq call")
-    assert f.context["read"]["line"] == line_of("vq read")
+    assert f.facts.read["line"] == line_of("vq read")
     # this file constructs several ReLU(inplace=True): each is a candidate (the example file has one preferred)
     assert ("set_keyword", line_of("first relu")) in [(x.action, x.line) for x in f.fixes]
     assert ("clone_argument", line_of("vq call"), "input") in [(x.action, x.line, x.target) for x in f.fixes]
@@ -104,8 +104,8 @@ def test_left_operand_loaded_before_the_call_is_a_read():
             _run(LeftOperand(), (4, 5))
     f = info.value.finding
     assert f.tensor.name == "x"
-    assert f.context["module"] == "self.branch.0 (ReLU(inplace=True))"
-    assert f.context["read"]["line"] == line_of("left operand")
+    assert f.facts.module == "self.branch.0 (ReLU(inplace=True))"
+    assert f.facts.read["line"] == line_of("left operand")
 
 
 def test_alias_bound_before_the_call_is_a_read():
@@ -114,8 +114,8 @@ def test_alias_bound_before_the_call_is_a_read():
             _run(IResBlock(), (4, 5))
     f = info.value.finding
     assert f.tensor.name in ("x", "identity")
-    assert f.context["module"] == "self.relu (ReLU(inplace=True))"
-    assert f.context["read"]["line"] == line_of("identity read")
+    assert f.facts.module == "self.relu (ReLU(inplace=True))"
+    assert f.facts.read["line"] == line_of("identity read")
 
 
 class Rebinds(nn.Module):
@@ -191,7 +191,7 @@ def test_the_callers_caller_reading_its_input_again():
             loss.backward()
     f = info.value.finding
     assert f.tensor.name == "target" and f.tensor.role == "leaf"
-    assert f.context["read"]["line"] == line_of("autoencoder read")
+    assert f.facts.read["line"] == line_of("autoencoder read")
 
 
 def test_sentinel_finds_the_write_when_the_forward_returns():
@@ -201,9 +201,9 @@ def test_sentinel_finds_the_write_when_the_forward_returns():
             _run(VQResBlock(), (1, 3, 6, 6))
     f = info.value.finding
     assert f.kind == "module_input_write" and f.tensor.name == "input"
-    assert f.context["module"] == "self.conv.0 (ReLU(inplace=True))"
+    assert f.facts.module == "self.conv.0 (ReLU(inplace=True))"
     assert f.modified_at[0].location.line == line_of("vq call")
-    assert f.context["read"]["line"] == line_of("vq read")
+    assert f.facts.read["line"] == line_of("vq read")
 
 
 def _code_of(fn):

@@ -40,7 +40,7 @@ def test_code_spans_are_code_not_backticks(gan_finding):
 
 
 def test_the_stale_tensor_is_drawn_once(gan_finding):
-    graph = gan_finding.context["graph"]
+    graph = gan_finding.facts.graph
     alias = [n for n in graph["nodes"] if n.get("stale_alias")]
     assert [n["label"] for n in alias] == ["discriminator.2.weight"]  # the parameter the saved view reads
     svg = graph_svg(graph)
@@ -61,6 +61,6 @@ def test_write_label_keeps_the_line_number(gan_finding):
     assert cut.startswith(f"at train_gan.py:{line}: opt_d.step()  # updates the discrimin")
     assert cut.endswith("\u2026") and len(cut) == 58  # the box's width in characters
     assert _write_detail(f"at short.py:{line}: opt_d.step()") == f"at short.py:{line}: opt_d.step()"
-    svg = graph_svg(gan_finding.context["graph"])
+    svg = graph_svg(gan_finding.facts.graph)
     box = re.search(r'<g class="gg-node gg-write".*?</g>', svg, re.S).group(0)
     assert re.search(rf"test_report_html\.py:{line}\b", box), box

@@ -13,6 +13,7 @@ import pytest
 
 import gradguard
 from gradguard.core.diagnosis import RULES, diagnose
+from gradguard.core.facts import Facts
 from gradguard.core.findings import Finding, SaveSite, SourceLocation, TensorInfo, WriteRecord
 from gradguard.core.intents import ACTIONS
 
@@ -77,9 +78,9 @@ def _hand_built(tmp_path):
     sig = SaveSite("SigmoidBackward0", "result", at("out = gate(x)"))
     param = TensorInfo((2, 2), "float32", name="model.weight", role="parameter")
 
-    def make(writes, save=saver, tensor=None, kind="inplace_modification", **context):
+    def make(writes, save=saver, tensor=None, kind="inplace_modification", **facts):
         return diagnose(Finding(kind=kind, tensor=tensor or TensorInfo((2, 2), "float32"), saved_at=save,
-                                modified_at=writes, context=context))
+                                modified_at=writes, facts=Facts(**facts)))
 
     step = lambda code, via="SGD.step()": WriteRecord("aten.add_.Tensor", at(code), via=via, category="optimizer")
     return {
@@ -153,7 +154,7 @@ def test_no_gan_wording_for_two_models_that_are_not_a_gan(tmp_path):
                          saved_at=SaveSite("AddmmBackward0", "mat2", at("policy_loss")),
                          modified_at=[WriteRecord("aten.add_.Tensor", at("critic_opt.step()"), via="Adam.step()",
                                                   category="optimizer")],
-                         context={"backward_passes_since_save": 1, "backward_at": at("policy_loss.backward").to_dict()}))
+                         facts=Facts(backward_passes_since_save=1, backward_at=at("policy_loss.backward").to_dict())))
     assert "GAN" not in f.explanation and "GAN" not in f.suggestion
     _assert_clean_text(f)
 
@@ -197,7 +198,7 @@ def test_backward_twice_names_the_freeing_backward_and_the_crossing_tensor(tmp_p
     f = error.finding
     assert f.kind == "backward_twice" and f.rule == "freed_graph_reused"
     assert f.tensor.name == "fake"
-    rows = dict(f.context["display"])
+    rows = dict(f.facts.display)
     assert rows["freed by"].startswith(f"the earlier backward at line {at('err_fake.backward()').line}")
     assert rows["crosses"].startswith(f"`fake`, made at line {at('fake = G').line}")
     assert "`D(fake.detach())`" in f.suggestion

@@ -112,8 +112,8 @@ def test_maml_in_place_is_caught(mode):
     f = info.value.finding
     assert f.kind == "dropped_inner_update" and f.rule == "inner_update_dropped"
     assert f.tensor.name == "model.0.weight" and f.tensor.role == "leaf"
-    assert f.context["gradient_at"]["line"] == line_of("create graph")
-    assert f.context["backward_at"]["line"] == line_of("outer backward")
+    assert f.facts.gradient_at["line"] == line_of("create graph")
+    assert f.facts.backward_at["line"] == line_of("outer backward")
     assert "functional_call" in f.suggestion and "drop create_graph=True" in f.suggestion
     if mode.get("track_writes", True):  # the write log names the update's line
         assert [w.location.line for w in f.modified_at] == [line_of("inner update")]

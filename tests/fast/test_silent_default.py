@@ -46,8 +46,8 @@ def test_an_input_read_after_a_branch_that_may_rebind_it():
     f = info.value.finding
     assert f.kind == "module_input_write" and f.tensor.name in ("x", "identity")
     assert f.modified_at[0].location.line == line_of("identity write")
-    assert f.context["read"]["line"] == line_of("identity read")
-    assert f.context["module"] == "self.relu (ReLU(inplace=True))"
+    assert f.facts.read["line"] == line_of("identity read")
+    assert f.facts.module == "self.relu (ReLU(inplace=True))"
 
 
 class CosFaceHead(nn.Module):
@@ -68,7 +68,7 @@ def test_a_data_normalisation_through_a_local_alias():
     f = info.value.finding
     assert f.kind == "data_write_in_forward" and f.tensor.name == "w"
     assert f.modified_at[0].location.line == line_of("normalise data")
-    assert f.context["used_at"]["line"] == line_of("use weight")
+    assert f.facts.used_at["line"] == line_of("use weight")
 
 
 class BranchOnlyRead(nn.Module):

@@ -48,7 +48,7 @@ def test_setitem_is_a_silent_write():
         with gradguard.guard(backend="mindspore"):
             ms.grad(_setitem)(Tensor(X, ms.float64))
     f = info.value.finding
-    assert f.backend == "mindspore" and f.context["mode"] == "pynative" and f.context["device"] == "CPU"
+    assert f.backend == "mindspore" and f.facts.mode == "pynative" and f.facts.device == "CPU"
     assert f.saved_at.location.line == _line("# SAVE-SIN") and f.saved_at.node == "sin"
     w = f.modified_at[0]
     assert (w.op, w.location.line, w.bumps_version, w.category) == (
@@ -81,7 +81,7 @@ def test_mindspore_own_version_error_is_explained_outside_hooks():
             ms.grad(_copy)(Tensor(X, ms.float64))
     f = info.value.finding
     assert f.saved_at.op == "Sin.input[0]" and f.versions == {"saved": 0, "now": 1}
-    assert f.context["mode"] == "pynative"
+    assert f.facts.mode == "pynative"
 
 
 def test_clean_code_identical_gradients():

@@ -42,7 +42,7 @@ def test_builtin_version_check_is_redone_with_names_and_lines():
             y.add_(paddle.to_tensor(1.0))  # WRITE-ADD
             z.sum().backward()
     f = info.value.finding
-    assert f.backend == "paddle" and f.context["mode"] == "eager (dygraph)"
+    assert f.backend == "paddle" and f.facts.mode == "eager (dygraph)"
     assert f.versions == {"saved": 0, "now": 1}
     assert f.saved_at.location.line == _line("# SAVE-EXP")
     assert [(w.op, w.location.line, w.bumps_version) for w in f.modified_at] == [
@@ -144,7 +144,7 @@ def test_leaf_inplace_error_is_explained_and_stays_a_value_error():
     assert f.tensor.name == "x" and f.tensor.role == "leaf"
     assert f.modified_at[0].location.line == _line("# LEAF-WRITE")
     assert f.suggestion.startswith("For a parameter update or initialisation, write under `with paddle.no_grad():`.")
-    assert "Leaf Var (" in f.context["paddle_message"]
+    assert "Leaf Var (" in f.facts.paddle_message
 
 
 def test_leaf_setitem_names_layer_parameter():
@@ -154,7 +154,7 @@ def test_leaf_setitem_names_layer_parameter():
             net.weight[0] = 1.0
     f = info.value.finding
     assert (f.tensor.name, f.tensor.role) == ("net.weight", "parameter")
-    assert "Leaf Tensor (" in f.context["paddle_message"]
+    assert "Leaf Tensor (" in f.facts.paddle_message
 
 
 def test_paddle_version_error_outside_hooks_is_explained():
@@ -169,9 +169,9 @@ def test_paddle_version_error_outside_hooks_is_explained():
     assert f.versions == {"saved": 0, "now": 1}
     assert f.rule == "unseen_write"
     assert ("backward at", f"{HERE}:{_line('# BACKWARD')}: z.sum().backward()  # BACKWARD") in [
-        (k, v.replace(os.path.dirname(__file__) + os.sep, "")) for k, v in f.context["display"]] or \
-        f.context["display"][0][1].endswith("z.sum().backward()  # BACKWARD")
-    assert "(PermissionDenied)" in f.context["paddle_message"]
+        (k, v.replace(os.path.dirname(__file__) + os.sep, "")) for k, v in f.facts.display] or \
+        f.facts.display[0][1].endswith("z.sum().backward()  # BACKWARD")
+    assert "(PermissionDenied)" in f.facts.paddle_message
 
 
 def test_correct_inplace_use_is_not_flagged_and_gradients_identical():

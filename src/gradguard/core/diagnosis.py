@@ -250,15 +250,15 @@ def _eval_running_stats(f: Finding, _: object) -> Verdict:
 
 
 def _user_hooks_when(f: Finding) -> bool | None:
-    reason = f.context.get("user_hooks")
+    reason = f.facts.user_hooks
     if reason in ("shape", "layout") or (reason == "values" and not f.modified_at):
         return True
     return None
 
 
 def _user_hooks_round_trip(f: Finding, _: object) -> Verdict:
-    reason = f.context["user_hooks"]
-    packed, unpacked = f.context.get("packed") or {}, f.context.get("unpacked") or {}
+    reason = f.facts.user_hooks
+    packed, unpacked = f.facts.packed or {}, f.facts.unpacked or {}
     saver = _saver(f)
     if reason == "values":
         what = ("the same shape and strides, other values: either your hooks keep the tensor itself and it was "
@@ -321,7 +321,7 @@ def _shared_counter_when(f: Finding) -> WriteRecord | None:
 
 
 def _unseen_write(f: Finding, _subject: object) -> Verdict:
-    if f.context.get("write_log") is False:  # the sentinel: no write log, so no writer to name (and none missed)
+    if f.facts.write_log is False:  # the sentinel: no write log, so no writer to name (and none missed)
         return Verdict(
             "unseen_write",
             _prefix(f) + f"{_saver(f)} saved this tensor, and an in-place write moved its version before backward "
@@ -407,7 +407,7 @@ def _kind(kind: str) -> Callable[[Finding], bool | None]:
 
 
 def _forward_writes_input(f: Finding, _: object) -> Verdict:
-    function, argument = f.context.get("function", "the Function"), f.context.get("argument") or "its input"
+    function, argument = f.facts.function or "the Function", f.facts.argument or "its input"
     write = f.modified_at[0] if f.modified_at else None
     line = f" at {_where(write)} (`{write.location.code}`)" if write is not None and write.location else ""
     return Verdict(
@@ -435,7 +435,7 @@ def _grad_write_text(f: Finding, writer: str) -> tuple[str, str]:
 
 
 def _backward_writes_shared_grad(f: Finding, _: object) -> Verdict:
-    why, argument = _grad_write_text(f, f.context.get("writer", "A custom backward"))
+    why, argument = _grad_write_text(f, f.facts.writer or "A custom backward")
     return Verdict(
         "backward_writes_shared_grad", why,
         f"Never modify `{argument}` in backward: compute a new tensor (`{argument}.neg()`, `{argument} * s`, "
@@ -445,7 +445,7 @@ def _backward_writes_shared_grad(f: Finding, _: object) -> Verdict:
 
 
 def _hook_writes_shared_grad(f: Finding, _: object) -> Verdict:
-    why, argument = _grad_write_text(f, f"The {f.context.get('writer', 'tensor hook')}")
+    why, argument = _grad_write_text(f, f"The {f.facts.writer or 'tensor hook'}")
     return Verdict(
         "hook_writes_shared_grad", why,
         f"A hook must not modify its argument (PyTorch's register_hook documentation): return a new tensor "
@@ -462,7 +462,7 @@ def _inplace_module_sites(f: Finding, inplace: re.Match[str] | None,
         return sites
     for file in dict.fromkeys(loc.file for loc in locations if loc is not None):
         sites.extend(s for s in keyword_calls(file, inplace.group(1), "inplace", True) if s not in sites)
-    rank = f.context.get("module_rank")
+    rank = f.facts.module_rank
     if rank and len(sites) == rank[1] > 1:  # the k-th such module under the call is the k-th such line
         sites = [sites[rank[0]]]
     return sites
@@ -485,9 +485,9 @@ def _inplace_false_fix(module: str, inplace: re.Match[str], sites: list[SourceLo
 
 
 def _module_writes_caller_input(f: Finding, _: object) -> Verdict:
-    name, module = f.tensor.name or "the input", f.context.get("module") or "a module"
+    name, module = f.tensor.name or "the input", f.facts.module or "a module"
     write = f.modified_at[0] if f.modified_at else None
-    call, read = SourceLocation.from_dict(f.context.get("call")), SourceLocation.from_dict(f.context.get("read"))
+    call, read = SourceLocation.from_dict(f.facts.call), SourceLocation.from_dict(f.facts.read)
     inplace = _inplace_rules._INPLACE_MODULE.search(module)
     sites = _inplace_module_sites(f, inplace, (call, read))
     why = (f"{module} wrote into `{name}` in place (called at {_where(write) if write else 'an unknown line'}), "
@@ -512,8 +512,8 @@ def _module_writes_caller_input(f: Finding, _: object) -> Verdict:
 
 def _inner_update_dropped(f: Finding, _: object) -> Verdict:
     name = f.tensor.name or "the parameter"
-    grad_at = SourceLocation.from_dict(f.context.get("gradient_at"))
-    backward_at = SourceLocation.from_dict(f.context.get("backward_at"))
+    grad_at = SourceLocation.from_dict(f.facts.gradient_at)
+    backward_at = SourceLocation.from_dict(f.facts.backward_at)
     write = f.modified_at[0] if f.modified_at else None
     at = f" at {write.location.short} (`{write.location.code}`)" if write is not None and write.location else ""
     return Verdict(
@@ -533,10 +533,10 @@ def _inner_update_dropped(f: Finding, _: object) -> Verdict:
 
 
 def _data_in_forward(f: Finding, _: object) -> Verdict:
-    target = f.context.get("target") or f.tensor.name or "the parameter"
-    module = f.context.get("module") or "the module"
+    target = f.facts.target or f.tensor.name or "the parameter"
+    module = f.facts.module or "the module"
     write = f.modified_at[0] if f.modified_at else None
-    used = SourceLocation.from_dict(f.context.get("used_at"))
+    used = SourceLocation.from_dict(f.facts.used_at)
     where = f"`{write.location.code}` at {write.location.short}" if write is not None and write.location else \
         "A `.data` write"
     return Verdict(
@@ -559,7 +559,7 @@ _HYGIENE_KINDS = ("undeclared_input_write", "shared_grad_write", "module_input_w
 R = _inplace_rules
 RULES: tuple[Rule, ...] = (
     Rule("forward_writes_input", _kind("undeclared_input_write"), _forward_writes_input),
-    Rule("hook_writes_shared_grad", lambda f: True if f.kind == "shared_grad_write" and f.context.get("hook") else None,
+    Rule("hook_writes_shared_grad", lambda f: True if f.kind == "shared_grad_write" and f.facts.hook else None,
          _hook_writes_shared_grad),
     Rule("backward_writes_shared_grad", _kind("shared_grad_write"), _backward_writes_shared_grad),
     Rule("module_writes_caller_input", _kind("module_input_write"), _module_writes_caller_input),

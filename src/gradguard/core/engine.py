@@ -50,6 +50,7 @@ from .events import (
     TensorUnpacked,
     TensorWritten,
 )
+from .facts import Facts
 from .findings import Finding, SaveSite, SourceLocation, TensorInfo, WriteRecord
 from .frames import LIBRARY_PATHS
 from .ledger import SavedLedger
@@ -135,7 +136,7 @@ class Probe(Protocol):
 
     def describe(self, t: Any) -> TensorInfo: ...  # shape, dtype, device, qualified name and role
 
-    def context(self) -> dict[str, Any]: ...  # Finding.context: mode, framework version, device
+    def context(self) -> Facts: ...  # a new Facts for each finding: mode, framework version, device
 
     def saver(self, record: "SavedRecord", tensor: TensorInfo) -> tuple[str | None, str | None]: ...  # (op, argument)
 
@@ -511,12 +512,12 @@ class GuardEngine:
 
     # -- findings ---------------------------------------------------------------------------------
     def _diagnosed(self, record: SavedRecord, kind: str, note: str | None = None,
-                   context: dict[str, Any] | None = None, saver: tuple[str | None, str | None] | None = None
+                   facts: Facts | None = None, saver: tuple[str | None, str | None] | None = None
                    ) -> Finding:
         t = record.tensor
 
         def build() -> Finding:
-            finding = self.build_finding(record, kind, current=saver is None, context=context, saver=saver)
+            finding = self.build_finding(record, kind, current=saver is None, facts=facts, saver=saver)
             if note:
                 finding.notes.append(note)
             return finding
@@ -524,12 +525,12 @@ class GuardEngine:
         return diagnose_or_fallback(build, kind=kind, shape=t.shape, dtype=t.dtype, backend=self.probe.backend)
 
     def raise_record(self, record: SavedRecord, kind: str, note: str | None = None,
-                     context: dict[str, Any] | None = None, saver: tuple[str | None, str | None] | None = None
+                     facts: Facts | None = None, saver: tuple[str | None, str | None] | None = None
                      ) -> NoReturn:
         """Build the finding of a stale record and raise it, with every other stale saved tensor whose write was
         seen (``inplace_modification``). ``saver``: (node, argument) when no node is unpacking the record now
         (a comparison made when backward ended)."""
-        finding = self._diagnosed(record, kind, note, context, saver)
+        finding = self._diagnosed(record, kind, note, facts, saver)
         others = self._other_stale_findings(record, finding) if kind == "inplace_modification" else []
         with self._lock:
             self.findings.append(finding)
@@ -618,16 +619,16 @@ class GuardEngine:
         return out
 
     def build_finding(self, record: SavedRecord, kind: str, current: bool = True,
-                      context: dict[str, Any] | None = None,
+                      facts: Facts | None = None,
                       saver: tuple[str | None, str | None] | None = None) -> Finding:
         """The finding of a stale record. ``current``: the framework is unpacking this record now (its graph
         node is the one running); False for the other stale records named in the same error. ``saver``: the
         (node, argument) that unpacked it, when known without the node running."""
         scope = getattr(self.probe, "finding_scope", None)
         with scope() if scope is not None else contextlib.nullcontext():
-            return self._build_finding(record, kind, current, context, saver)
+            return self._build_finding(record, kind, current, facts, saver)
 
-    def _build_finding(self, record: SavedRecord, kind: str, current: bool, context: dict[str, Any] | None,
+    def _build_finding(self, record: SavedRecord, kind: str, current: bool, facts: Facts | None,
                        saver: tuple[str | None, str | None] | None) -> Finding:
         probe = self.probe
         t = record.tensor
@@ -647,15 +648,15 @@ class GuardEngine:
             modified_at=self._resolved_writes(record),
             versions={"saved": record.version, "now": self._version(t)},
             backend=probe.backend,
-            context=probe.context(),
+            facts=probe.context(),
         )
-        if self.backward_sites:
-            finding.context.setdefault("backward_at", self.backward_sites[-1].to_dict())
-        if context:
-            finding.context.update(context)
+        if self.backward_sites and finding.facts.backward_at is None:
+            finding.facts.backward_at = self.backward_sites[-1].to_dict()
+        if facts is not None:
+            finding.facts.update(facts)
         if self._annotate is not None:
             self._annotate(finding, record, current)
-        if not self.track_writes and not finding.context.get("writer_unknowable"):
+        if not self.track_writes and not finding.facts.writer_unknowable:
             finding.notes.append(_WRITE_LOG_OFF)
         if self._line_bisect:
             finding.notes.append("bisect mode traced the user's lines on the thread that entered the guard; writes "

@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from .facts import Facts
 from .intents import FixIntent
 from .internal import log_fallback
 from .views import html_view, text_view
@@ -174,7 +175,7 @@ class Finding:
     headline: str = ""
     backend: str = "torch"
     rule: str = "generic"  # the diagnosis rule that produced explanation and suggestion
-    context: dict[str, Any] = field(default_factory=dict)
+    facts: Facts = field(default_factory=Facts)  # what the producer saw besides the writes (JSON: "context")
     notes: list[str] = field(default_factory=list)  # what gradguard could not see
     fixes: list[FixIntent] = field(default_factory=list)  # structured edits for `gradguard fix`, preferred first
 
@@ -191,7 +192,7 @@ class Finding:
             "explanation": self.explanation,
             "suggestion": self.suggestion,
             "rule": self.rule,
-            "context": dict(self.context),
+            "context": self.facts.to_dict(),
             "notes": list(self.notes),
             "fixes": [x.to_dict() for x in self.fixes],
         }
@@ -217,7 +218,7 @@ class Finding:
             kind=data["kind"], tensor=tensor, saved_at=saved, modified_at=writes, versions=dict(data.get("versions", {})),
             explanation=data.get("explanation", ""), suggestion=data.get("suggestion", ""),
             headline=data.get("headline", ""), backend=data.get("backend", "torch"), rule=data.get("rule", "generic"),
-            context=dict(data.get("context", {})), notes=list(data.get("notes", [])),
+            facts=Facts.from_dict(data.get("context")), notes=list(data.get("notes", [])),
             fixes=[FixIntent.from_dict(x) for x in data.get("fixes", [])],
         )
 

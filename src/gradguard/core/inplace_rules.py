@@ -69,7 +69,7 @@ def _home(f: Finding) -> str | None:
 
 
 def _backward_location(f: Finding) -> SourceLocation | None:
-    raw = f.context.get("backward_at")
+    raw = f.facts.backward_at
     if not raw:
         return None
     return SourceLocation(raw["file"], raw["line"], raw.get("function") or "", raw.get("code") or "")
@@ -133,7 +133,7 @@ def _line_of(location: SourceLocation | None) -> str:
 
 
 def optimizer_is_stepped_before_backward(f: Finding) -> bool:
-    return (f.context.get("backward_passes_since_save") or 0) < 1
+    return (f.facts.backward_passes_since_save or 0) < 1
 
 
 def optimizer_wraps_retained_graph(f: Finding, opt: WriteRecord) -> bool:
@@ -144,7 +144,7 @@ def optimizer_wraps_retained_graph(f: Finding, opt: WriteRecord) -> bool:
     # A loss made statements before the call that backpropagates it, in an outer frame, with steps in between
     # (NOTE [A loss made before the steps]) is a helper's backward-then-step called per loss, not a loop.
     loop_wrapped = (_same_function(backward, opt.location) and backward is not None and opt.location is not None
-                    and backward.line < opt.location.line and not f.context.get("loss_made_early"))
+                    and backward.line < opt.location.line and not f.facts.loss_made_early)
     return loop_wrapped or bool(carried and not _same_function(backward, opt.location))
 
 
@@ -261,7 +261,7 @@ def optimizer_between_backwards_rule(f: Finding, opt: WriteRecord) -> Verdict:
 def _loss_made_early(f: Finding, opt: WriteRecord) -> FixIntent | None:
     """Move the statement that made the loss to after the steps that ran before its backward (the step sits in a
     helper after that helper's own backward: SAC's ``update_params``)."""
-    early = f.context.get("loss_made_early")
+    early = f.facts.loss_made_early
     if not early:
         return None
     step = opt.location
@@ -277,7 +277,7 @@ def _loss_made_early(f: Finding, opt: WriteRecord) -> FixIntent | None:
 def _backward_moved_up(f: Finding, opt: WriteRecord) -> list[FixIntent]:
     """Move the statements that backpropagate the loss and step with it to just after the loss is made, before the
     other steps (gdrl's SAC: the policy loss's inputs were made before the critics stepped, not only the loss)."""
-    early = f.context.get("loss_made_early")
+    early = f.facts.loss_made_early
     lines = (early or {}).get("backward_block")
     if not lines or _loss_made_early(f, opt) is None:
         return []
@@ -301,7 +301,7 @@ def _loss_site_repairs(f: Finding, opt: WriteRecord, earlier: list[FixIntent]) -
 
 def _recompute_in_loop(f: Finding) -> FixIntent | None:
     """Recompute, at the top of the loop that steps, a value made once before it (SinGAN's ``fake``)."""
-    again = f.context.get("recompute_in_loop")
+    again = f.facts.recompute_in_loop
     if not again:
         return None
     return FixIntent("insert_before", again["file"], again["line"], target=again["name"],
@@ -347,8 +347,8 @@ def retained_graph_rule(f: Finding, opt: WriteRecord) -> Verdict:
     saver = f.saved_at.op or "an autograd node"
     stepper = opt.via or "the optimizer step"
     target = tensor_phrase(f)
-    passes = f.context.get("backward_passes_since_save") or 0
-    retain = f.context.get("retain_graph")
+    passes = f.facts.backward_passes_since_save or 0
+    retain = f.facts.retain_graph
     backward = _backward_location(f)
     carried = carried_state(backward)
     kept = ("retain_graph=True kept it alive through its backward" if retain is not False
@@ -360,8 +360,8 @@ def retained_graph_rule(f: Finding, opt: WriteRecord) -> Verdict:
                    f"output (`{state.assignment.code}`, line {state.assignment.line}, without .detach())")
         detach = f"Detach the carried state where it crosses into the next iteration: {state.detach_fix()}"
         fixes.append(state.detach_intent())
-    elif f.context.get("recompute_in_loop"):  # NOTE [A value made once, before the loop that steps]
-        again = f.context["recompute_in_loop"]
+    elif f.facts.recompute_in_loop:  # NOTE [A value made once, before the loop that steps]
+        again = f.facts.recompute_in_loop
         carrier = (f"`{again['name']}` was made once, before this loop (line {again['made_line']}), and every "
                    f"iteration builds its loss from it, so every backward runs into that one forward's graph")
         detach = (f"Recompute `{again['name']}` inside the loop, before its first use (line {again['line']}): "
@@ -376,7 +376,7 @@ def retained_graph_rule(f: Finding, opt: WriteRecord) -> Verdict:
         fixes.append(FixIntent("drop_keyword", *_loc(backward), target=None,
                                detail={"call": "backward", "keyword": "retain_graph"},
                                reason="each backward then frees its own iteration's graph",
-                               preferred=not f.context.get("recompute_in_loop") or bool(carried)))
+                               preferred=not f.facts.recompute_in_loop or bool(carried)))
     else:
         retain_fix = ", and drop retain_graph=True"
     return Verdict(
@@ -404,7 +404,7 @@ def _construction_sites(f: Finding, act: WriteRecord):
     for location in (act.location, f.saved_at.location, *f.saved_at.chain):
         if location is not None and location.file not in files:
             files.append(location.file)
-    files += [extra for extra in f.context.get("module_files") or () if extra not in files]
+    files += [extra for extra in f.facts.module_files or () if extra not in files]
     return writer_sites(files, act.via)
 
 

@@ -136,8 +136,7 @@ def _write_html(path: str, script: str, outcome, cwd: str) -> None:
         after = outcome.accepted[index + 1].base if index + 1 < len(outcome.accepted) else outcome.edited
         before = {p: edit.base.get(p, outcome.original[p]) for p in outcome.original}
         finding = Finding.from_dict(edit.finding)
-        finding.context["verified_fix"] = unified_diff(before, {p: after.get(p, before[p]) for p in before},
-                                                       {}, cwd)
+        finding.facts.verified_fix = unified_diff(before, {p: after.get(p, before[p]) for p in before}, {}, cwd)
         findings.append(finding)
     for item in outcome.unfixed:
         if item.finding:

@@ -24,6 +24,7 @@ import linecache
 import os
 from typing import Callable
 
+from ..core.facts import Facts
 from ..core.intents import FixIntent
 
 __all__ = ["general_repairs", "same_intent"]
@@ -203,11 +204,16 @@ def _save_candidates(finding: dict, receiver: str | None) -> list[list[FixIntent
     return repairs
 
 
+
+def _backward_at(finding: dict) -> dict:
+    """Where the JSON finding's backward was called (a ``SourceLocation.to_dict()``); {} when not known."""
+    return Facts.from_dict(finding.get("context")).backward_at or {}
+
 def _detach_candidates(finding: dict) -> list[list[FixIntent]]:
     """(d): the tensor that crosses into a freed graph detached where it is assigned."""
     from ..core.source_ast import assignment_before
 
-    backward = (finding.get("context") or {}).get("backward_at") or {}
+    backward = _backward_at(finding)
     name = (finding.get("tensor") or {}).get("name")
     if finding.get("kind") != "backward_twice" or not name or not backward.get("file"):
         return []
@@ -286,7 +292,7 @@ def _statement_line(scope: ast.AST, node: ast.AST) -> int:
 
 def _step_candidates(finding: dict, write: dict) -> list[list[FixIntent]]:
     """(e): an optimizer step that ran before a backward needing the weights it updated, moved after it."""
-    backward = (finding.get("context") or {}).get("backward_at") or {}
+    backward = _backward_at(finding)
     file, line = write.get("file"), write.get("line")
     if write.get("category") != "optimizer" or not file or not backward.get("line"):
         return []
@@ -339,7 +345,7 @@ def _fresh_forward_from(saved: dict, finding: dict, write: dict) -> list[list[Fi
 def _step_span(saved: dict, finding: dict, write: dict):
     """(file, step line, save line, backward) when an optimizer step sits between the save and the later backward,
     all in one file; else None."""
-    backward = (finding.get("context") or {}).get("backward_at") or {}
+    backward = _backward_at(finding)
     file, step, start = write.get("file"), write.get("line"), saved.get("line")
     if write.get("category") != "optimizer" or not (file and step and start and backward.get("line")):
         return None
@@ -392,7 +398,7 @@ def general_repairs(finding: dict, sources: dict[str, str], editable: Callable[[
               if w.get("file") and w.get("line") and w.get("category") != "backward"]
     files = list(dict.fromkeys(
         w["file"] for w in writes + [finding.get("saved_at") or {}] + [
-            (finding.get("context") or {}).get("backward_at") or {}] if w.get("file") and editable(w["file"])))
+            _backward_at(finding)] if w.get("file") and editable(w["file"])))
     repairs: list[list[FixIntent]] = []
     receiver = None
     for write in writes:

@@ -61,12 +61,15 @@ def rank_path(path: str, info: RankInfo | None) -> str:
 
 
 def tag_findings(findings, info: RankInfo | None) -> None:
-    """Record the rank in each finding (``context["rank"]``, ``context["world_size"]``)."""
+    """Record the rank in each finding (``finding.facts.rank``, ``finding.facts.world_size``)."""
     if info is None:
         return
     for finding in findings:
-        finding.context.setdefault("rank", info.rank)
-        finding.context.setdefault("world_size", info.world_size)
+        facts = finding.facts
+        if facts.rank is None:
+            facts.rank = info.rank
+        if facts.world_size is None:
+            facts.world_size = info.world_size
 
 
 def leave(exit_code: int, info: RankInfo | None) -> int:

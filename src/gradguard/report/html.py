@@ -1,7 +1,7 @@
 """HTML rendering: a self-contained report (``gradguard run --html FILE``) and notebook fragments.
 
 Everything is inline (CSS, SVG): the file opens offline, from a CI artifact, or in a mail attachment.
-The picture of the autograd graph comes from ``finding.context["graph"]`` (captured by the backend at error
+The picture of the autograd graph comes from ``finding.facts.graph`` (captured by the backend at error
 time, see ``backends/torch/graph.py``); it is laid out here in simple layers, with no graphviz needed:
 
 * the saver node on top, the nodes computing its inputs' gradients below it (one row per level);
@@ -351,16 +351,16 @@ def finding_html(finding: Finding, *, graph: bool = True, raw: bool = False) -> 
     if f.versions:
         row("versions", f"saved at {_h(f.versions.get('saved'))}, now {_h(f.versions.get('now'))}")
     _write_rows(f, row)
-    if f.context.get("rank") is not None:
-        row("rank", _h(f.context["rank"]))
-    for label, value in f.context.get("display", []):
+    if f.facts.rank is not None:
+        row("rank", _h(f.facts.rank))
+    for label, value in f.facts.display or []:
         row(label, _prose(value))
     if f.explanation:
         row("why", _prose(f.explanation), "why")
     if f.suggestion:
         row("fix", _prose(f.suggestion), "fix")
-    if f.context.get("verified_fix"):  # set by `gradguard fix --html`: the edit a re-run verified
-        row("verified edit", _diff(f.context["verified_fix"]), "diff")
+    if f.facts.verified_fix:  # set by `gradguard fix --html`: the edit a re-run verified
+        row("verified edit", _diff(f.facts.verified_fix), "diff")
     for note in f.notes:
         row("note", _prose(note), "note")
     parts = [
@@ -368,7 +368,7 @@ def finding_html(finding: Finding, *, graph: bool = True, raw: bool = False) -> 
         f'<h2><span class="kind">{_h(f.kind)}</span>{_h(f.headline or f.kind)}</h2>',
         '<table class="facts">' + "".join(rows) + "</table>",
     ]
-    svg = graph_svg(f.context.get("graph")) if graph else ""
+    svg = graph_svg(f.facts.graph) if graph else ""
     if svg:
         parts.append('<div class="graph"><h3>Autograd graph around the saver</h3>' + svg + "</div>")
     if raw:

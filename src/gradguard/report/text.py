@@ -152,7 +152,7 @@ def render_finding(f: Finding, width: int = _WIDTH) -> str:
         saved, now = f.versions.get("saved"), f.versions.get("now")
         lines += _field("versions", f"saved at {saved}, now {now}", width)
     lines += _modified_lines(f, width)
-    for label, value in f.context.get("display", []):
+    for label, value in f.facts.display or []:
         lines += _field(label, value, width)
     if f.explanation:
         lines += _field("why", f.explanation, width)
@@ -165,6 +165,6 @@ def render_finding(f: Finding, width: int = _WIDTH) -> str:
 
 def _no_write(f) -> str:
     """What to say when no write is listed: missed, or never looked for (the sentinel keeps no write log)."""
-    if f.context.get("write_log") is False:
+    if f.facts.write_log is False:
         return "not recorded (write log off)"
     return "no write seen by gradguard"

@@ -6,6 +6,7 @@ import re
 
 from ..._errors import InplaceModificationError
 from ...core.diagnosis import diagnose
+from ...core.facts import Facts
 from ...core.findings import Finding, SaveSite, TensorInfo
 from .mode import current_mode
 from .session import mindspore_fix
@@ -26,7 +27,7 @@ def enrich_mindspore_error(error, session=None):
     finding = Finding(
         kind="inplace_modification", tensor=TensorInfo(shape=(), dtype="?", role="tensor"),
         saved_at=SaveSite(node=op, argument=f"{what}[{index}]"), versions={"saved": int(expected), "now": int(now)},
-        backend="mindspore", context={"mode": current_mode(), "mindspore_message": str(error).split("\n")[0]},
+        backend="mindspore", facts=Facts(mode=current_mode(), mindspore_message=str(error).split("\n")[0]),
     )
     diagnose(finding)
     return InplaceModificationError(mindspore_fix(finding))

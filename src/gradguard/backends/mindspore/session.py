@@ -27,6 +27,7 @@ import warnings
 import mindspore as ms
 from mindspore import ops
 
+from ...core.facts import Facts
 from ...core.engine import phrase_fix
 from ...core.events import TensorSaved
 from ...core.findings import Finding, TensorInfo
@@ -196,8 +197,8 @@ class MindSporeGuardSession(ProbeBase):
     def device_name(t) -> str:
         return ms.get_context("device_target").lower()
 
-    def context(self) -> dict:
-        return {"mode": current_mode(), "device": ms.get_context("device_target"), "mindspore_version": ms.__version__}
+    def context(self) -> Facts:
+        return Facts(mode=current_mode(), device=ms.get_context("device_target"), mindspore_version=ms.__version__)
 
     def saver_name(self, record, tensor: TensorInfo) -> str | None:
         # A parameter is an operand on the saving line: name the op that takes it (`multiply` in

@@ -14,6 +14,7 @@ import re
 
 from ..._errors import GradientHazardError, InplaceModificationError
 from ...core.diagnosis import diagnose
+from ...core.facts import Facts
 from ...core.findings import Finding, SaveSite, SourceLocation, TensorInfo, WriteRecord
 from ...core.frames import innermost_user_entry
 from ...core.source_ast import assignment_before, written_expression
@@ -108,7 +109,7 @@ def _leaf(error, match) -> Finding:
         "write.",
         suggestion="For a parameter update or initialisation, write under `with paddle.no_grad():`. For a computation, "
         "write out of place (`y = paddle.sin(x)` instead of `x.sin_()`), or clone first (`y = x.clone(); y.sin_()`).",
-        context={"mode": "eager (dygraph)", "display": display, "paddle_message": str(error).split("\n")[0]},
+        facts=Facts(mode="eager (dygraph)", display=display, paddle_message=str(error).split("\n")[0]),
     )
     return diagnose(finding)
 
@@ -127,7 +128,7 @@ def _version(error, match, session) -> Finding:
         saved_at=SaveSite(),
         versions={"saved": expected, "now": now},
         backend="paddle",
-        context={"mode": "eager (dygraph)", "display": display, "paddle_message": str(error).split("\n")[0]},
+        facts=Facts(mode="eager (dygraph)", display=display, paddle_message=str(error).split("\n")[0]),
     )
     finding.notes.append("Paddle's message names neither the tensor nor the line. The tensor was saved before "
                          "gradguard.guard() was entered, so gradguard did not see the save or the write; inside the "

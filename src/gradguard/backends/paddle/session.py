@@ -35,6 +35,7 @@ import paddle
 
 from ...core.engine import phrase_fix
 from ...core.events import BackwardEnded, BackwardStarted, TensorSaved
+from ...core.facts import Facts
 from ...core.findings import Finding, TensorInfo
 from ...core.frames import LIBRARY_PATHS, user_location
 from ...core.source_ast import call_name
@@ -165,8 +166,8 @@ class PaddleGuardSession(ProbeBase):
         place = str(t.place)
         return "cpu" if place.lower().startswith("place(cpu") else place
 
-    def context(self) -> dict:
-        return {"mode": "eager (dygraph)", "paddle_version": paddle.__version__}
+    def context(self) -> Facts:
+        return Facts(mode="eager (dygraph)", paddle_version=paddle.__version__)
 
     def saver_name(self, record, tensor: TensorInfo) -> str | None:
         if record.saver is None and tensor.role in ("parameter", "buffer") and tensor.name and "." in tensor.name:

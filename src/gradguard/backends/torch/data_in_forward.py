@@ -15,6 +15,7 @@ import sys
 import torch
 
 from ...core.data_statements import data_statements
+from ...core.facts import Facts
 from ...core.findings import Finding, SourceLocation, TensorInfo, WriteRecord
 from ...core.frames import user_frames
 from ...core.internal import log_fallback
@@ -145,7 +146,7 @@ def _finding(parameter, target: str, where: SourceLocation, used: SourceLocation
         kind="data_write_in_forward",
         tensor=info,
         modified_at=[write],
-        context={"target": target, "used_at": used.to_dict(), "module": type(module).__name__,
-                 "display": [("write", f"`{where.code}` at {where.short}, through .data"),
-                             ("used", f"{used_how} {used.short} (`{used.code}`)")]},
+        facts=Facts(target=target, used_at=used.to_dict(), module=type(module).__name__,
+                    display=[("write", f"`{where.code}` at {where.short}, through .data"),
+                             ("used", f"{used_how} {used.short} (`{used.code}`)")]),
     )

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import torch
 
+from ...core.facts import Facts
 from ...core.diagnosis import saves_running_stat
 from .fingerprint import bits
 from .graph import _unpacking_argument
@@ -107,9 +108,9 @@ def _flush(session, task: int) -> None:
     note = None
     if len(changed) > 1:
         note = f"{len(changed) - 1} more saved tensor(s) of this backward pass were also modified"
-    context = {"checked": "at the end of the backward pass (device fingerprints are compared there, with one "
-                          "host read per pass)"}
-    session.engine.raise_record(record, "silent_write", note=note, context=context, saver=(name, argument))
+    facts = Facts(checked="at the end of the backward pass (device fingerprints are compared there, with one "
+                          "host read per pass)")
+    session.engine.raise_record(record, "silent_write", note=note, facts=facts, saver=(name, argument))
 
 
 def _changed(entries: list) -> list:

@@ -13,6 +13,7 @@ import torch
 
 from ..._errors import BackwardTwiceError, GradientHazardError, InplaceModificationError
 from ...core.diagnosis import diagnose
+from ...core.facts import Facts
 from ...core.findings import Finding, SaveSite, SourceLocation, TensorInfo, WriteRecord
 from ...core.intents import FixIntent
 from ...core.frames import innermost_user_entry
@@ -140,7 +141,7 @@ def _finding(kind, site: _Site, rule, why, fix, display=(), fixes=()) -> Finding
     elif info.role == "parameter":
         extra.append(("created at", "a module parameter (leaf tensor created by nn.Module)"))
     finding = Finding(kind=kind, tensor=info, modified_at=writes, explanation=why, suggestion=fix,
-                      rule=rule, context={"display": extra, "torch_message": str(site.error)}, fixes=list(fixes))
+                      rule=rule, facts=Facts(display=extra, torch_message=str(site.error)), fixes=list(fixes))
     return diagnose(finding)
 
 
@@ -956,7 +957,7 @@ def _backward_twice(error, session) -> Finding:
         suggestion=fix,
         rule=case.rule_name,
         fixes=case.fixes,
-        context={"display": case.display, "torch_message": str(error),
-                 "backward_at": location.to_dict() if location else None},
+        facts=Facts(display=case.display, torch_message=str(error)),
     )
+    finding.facts.backward_at = location.to_dict() if location else None  # after the message, as JSON always had it
     return diagnose(finding)

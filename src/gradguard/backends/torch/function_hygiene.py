@@ -36,6 +36,7 @@ import weakref
 
 import torch
 
+from ...core.facts import Facts
 from ...core.findings import Finding, SourceLocation, TensorInfo, WriteRecord
 from ...core.frames import user_location
 from ...core.internal import log_fallback
@@ -313,10 +314,10 @@ def _input_write_finding(cls, label, t: torch.Tensor, version: int) -> Finding:
         kind="undeclared_input_write",
         tensor=_tensor_info(t, name_by_variable(t), "leaf" if t.is_leaf else "activation"),
         modified_at=[write],
-        context={"function": cls.__name__, "argument": argument, "call": call.to_dict() if call else None,
-                 "display": [("call", f"{cls.__name__}.apply{where}"),
+        facts=Facts(function=cls.__name__, argument=argument, call=call.to_dict() if call else None,
+                    display=[("call", f"{cls.__name__}.apply{where}"),
                              ("input", f"`{argument}`: version {version} before forward, {t._version} after, "
-                                       f"not marked dirty")]},
+                                       f"not marked dirty")]),
     )
 
 
@@ -333,6 +334,6 @@ def _grad_write_finding(g: torch.Tensor, version: int, writer_name: str, writer:
         kind="shared_grad_write",
         tensor=_tensor_info(g, argument, "gradient"),
         modified_at=[write],
-        context={"writer": writer_name, "argument": argument, "hook": hook,
-                 "backward_at": backward.to_dict() if backward else None, "display": display},
+        facts=Facts(writer=writer_name, argument=argument, hook=hook,
+                    backward_at=backward.to_dict() if backward else None, display=display),
     )

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ...core.facts import Facts
 from ...core.findings import Finding, SourceLocation, TensorInfo, WriteRecord
 from ...core.frames import is_gradguard_file, is_plumbing, location_of
 from ...core.later_reads import Span, later_reads, position_of, span_contains
@@ -184,8 +185,8 @@ def finding(pending: PendingRead, t: torch.Tensor, read: SourceLocation) -> Find
         kind="module_input_write",
         tensor=info,
         modified_at=[pending.write],
-        context={"name": name, "module": module, "call": call.to_dict(), "read": read.to_dict(),
-                 "module_rank": list(pending.rank) if pending.rank else None, "display": display},
+        facts=Facts(name=name, module=module, call=call.to_dict(), read=read.to_dict(),
+                    module_rank=list(pending.rank) if pending.rank else None, display=display),
     )
 
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ...core.facts import Facts
 from ...core.findings import Finding, SourceLocation, TensorInfo, WriteRecord
 from ...core.frames import user_location
 from ...core.deferred import DeferredUnderLock
@@ -187,6 +188,6 @@ def finding(entry: Entry, t: torch.Tensor, backward: SourceLocation | None) -> F
         kind="dropped_inner_update",
         tensor=info,
         modified_at=[write] if entry.written_at is not None else [],  # the sentinel sees no write
-        context={"gradient_at": entry.grad_at.to_dict() if entry.grad_at else None,
-                 "backward_at": backward.to_dict() if backward else None, "display": display},
+        facts=Facts(gradient_at=entry.grad_at.to_dict() if entry.grad_at else None,
+                    backward_at=backward.to_dict() if backward else None, display=display),
     )

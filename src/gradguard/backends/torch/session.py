@@ -45,6 +45,7 @@ from torch.autograd.graph import saved_tensors_hooks
 from ...core.diagnosis import classify_source, saves_running_stat
 from ...core.engine import SavedRecord
 from ...core.events import BackwardStarted, TensorSaved, TensorUnpacked, TensorWritten
+from ...core.facts import Facts
 from ...core.findings import Finding, TensorInfo, WriteRecord
 from ...core.frames import LIBRARY_PATHS, caller_context, user_location, user_location_and_caller
 from ...core.internal import log_fallback
@@ -523,16 +524,16 @@ class TorchGuardSession(ProbeBase):
                 # copy of another tensor; the write log can tell.
                 reason = ("shape" if tuple(out.shape) != record.shape
                           else "layout" if out.stride() != record.strides else "values")
-                context = {"user_hooks": reason, "packed": {"shape": list(record.shape), "strides": list(record.strides)},
-                           "unpacked": {"shape": list(out.shape), "strides": list(out.stride())},
-                           "writer_unknowable": reason != "values"}
+                facts = Facts(user_hooks=reason, packed={"shape": list(record.shape), "strides": list(record.strides)},
+                              unpacked={"shape": list(out.shape), "strides": list(out.stride())},
+                              writer_unknowable=reason != "values")
                 note = None if reason != "values" else (
                     "the tensor came back from your saved_tensors_hooks unpack different from what pack was given "
                     "(an in-place write to a tensor the hooks kept, or an unpack that returns another tensor)")
                 self.engine.raise_record(SavedRecord(out.detach(), record.version, record.fp, record.site,
                                                      producer=record.producer,
                                                      passes_at_save=self.engine.ledger.backward_passes),
-                                         "silent_write", note=note, context=context)
+                                         "silent_write", note=note, facts=facts)
             return out
 
         return _user_hooks.mark(pack), _user_hooks.mark(unpack)
@@ -731,8 +732,8 @@ class TorchGuardSession(ProbeBase):
     def device_name(t: torch.Tensor) -> str:
         return str(t.device)
 
-    def context(self) -> dict:
-        return {}
+    def context(self) -> Facts:
+        return Facts()
 
     @staticmethod
     def saver(record: SavedRecord, tensor: TensorInfo) -> tuple[str | None, str | None]:
@@ -764,23 +765,22 @@ class TorchGuardSession(ProbeBase):
         """Torch facts the diagnosis reads: backward passes since the save, ``retain_graph``, where the loss was
         made, fused optimizer kernels, and the picture of the graph around the saver."""
         backward = user_location(2)
-        context = finding.context
-        passes = max(0, self.engine.ledger.backward_passes - record.passes_at_save - 1)
-        context["backward_passes_since_save"] = passes
-        context["retain_graph"] = bool(backward and "retain_graph=True" in backward.code) or None
-        context["backward_at"] = backward.to_dict() if backward else None
-        context["write_log"] = self.track_writes
+        facts = finding.facts
+        facts.backward_passes_since_save = max(0, self.engine.ledger.backward_passes - record.passes_at_save - 1)
+        facts.retain_graph = bool(backward and "retain_graph=True" in backward.code) or None
+        facts.backward_at = backward.to_dict() if backward else None
+        facts.write_log = self.track_writes
         kind, writes = finding.kind, finding.modified_at
         if kind == "silent_write":
             self._annotate_silent_write(finding, record)
         if current and kind == "inplace_modification" and any(w.category == "optimizer" for w in writes):
-            _annotate_loss_site(context)
+            _annotate_loss_site(facts)
         if not current:  # another stale tensor: no graph node is unpacking it now
             return
         try:  # the picture of the graph around the saver (HTML report); never breaks the error path
             from .graph import capture_graph
 
-            context["graph"] = capture_graph(torch._C._current_autograd_node(), record, finding)
+            facts.graph = capture_graph(torch._C._current_autograd_node(), record, finding)
         except Exception as error:
             log_fallback("torch.graph", "capturing the graph picture", error)
 
@@ -797,12 +797,12 @@ class TorchGuardSession(ProbeBase):
                     "counter moved")
 
 
-def _annotate_loss_site(context: dict) -> None:
+def _annotate_loss_site(facts: Facts) -> None:
     try:  # NOTE [A loss made before the steps]
         from .loss_site import loss_made_before_steps, recompute_in_loop
 
-        context["loss_made_early"] = loss_made_before_steps()
-        context["recompute_in_loop"] = recompute_in_loop()  # NOTE [A value made once, ...]
+        facts.loss_made_early = loss_made_before_steps()
+        facts.recompute_in_loop = recompute_in_loop()  # NOTE [A value made once, ...]
     except Exception as error:
         log_fallback("torch.loss_site", "finding where the loss was made", error)
 
