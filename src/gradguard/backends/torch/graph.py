@@ -4,7 +4,7 @@ The unpack hook raises while ``torch._C._current_autograd_node()`` is the node t
 (the *saver*). From it we walk ``next_functions`` a few levels towards the inputs, list every node's saved
 arguments (through ``_raw_saved_*``, which never unpacks: unpacking would re-enter the guard's hook), and add
 the stale tensor and the writes that changed it. The HTML report draws the result; the JSON report carries
-it in ``facts.graph``.
+it in ``context.graph`` (``Finding.facts.graph``).
 
 Format (``format_version`` 1)::
 
