@@ -271,3 +271,76 @@ def test_unnamed_activation_is_named_by_the_written_variable(source):
     f = _finding(SaveSite("ReluBackward0", "result", at("out = torch.relu")), [aug])
     assert f.tensor.name == "out"
     assert "`out`, the output of relu" in f.explanation
+
+
+_SWITCHED_IN_A_LOOP = """
+    import torch.nn as nn
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = nn.Sequential(nn.Linear(4, 4), nn.Sigmoid(), nn.ReLU())
+            for m in self.modules():
+                m.inplace = True
+    y = net(x)
+"""
+
+
+def test_module_switched_to_inplace_in_a_loop_names_the_switch(source):
+    _path, at = source(_SWITCHED_IN_A_LOOP)
+    act = WriteRecord(op="aten.relu_", location=at("y = net(x)"), via="net.body.2 (ReLU(inplace=True))",
+                      category="activation")
+    f = _finding(SaveSite("SigmoidBackward0", "result", at("y = net(x)")), [act])
+    line = at("m.inplace = True").line
+    assert f.rule == "inplace_flag_set_later"
+    assert f.explanation == (
+        f"The in-place module net.body.2 (ReLU(inplace=True)) at line {line + 1} overwrote the output of sigmoid, "
+        f"which SigmoidBackward0.result saved for backward: sigmoid's gradient is computed from its output s as "
+        f"s * (1 - s). Its constructor built it out of place (line {line - 2}: `self.body = nn.Sequential("
+        f"nn.Linear(4, 4), nn.Sigmoid(), nn.ReLU())`); `m.inplace = True` at line {line} switched it to in-place "
+        f"afterwards.")
+    assert f.suggestion.startswith(f"Delete `m.inplace = True` (line {line}), or set it to False: net.body.2 then")
+    assert [(x.action, x.line, x.target, x.preferred) for x in f.fixes] == [
+        ("remove_statement", line, "m.inplace = True", True)]
+
+
+def test_module_constructed_inplace_keeps_the_constructor_rule(source):
+    """An ``inplace = True`` elsewhere does not hide a constructor that passed inplace=True itself."""
+    _path, at = source(_SWITCHED_IN_A_LOOP.replace("nn.ReLU()", "nn.ReLU(inplace=True)"))
+    act = WriteRecord(op="aten.relu_", location=at("y = net(x)"), via="net.body.2 (ReLU(inplace=True))",
+                      category="activation")
+    f = _finding(SaveSite("SigmoidBackward0", "result", at("y = net(x)")), [act])
+    assert f.rule == "inplace_activation"
+
+
+def test_a_switch_that_shares_its_line_gets_no_deletion(source):
+    """`for m in ...: m.inplace = True` on one line: deleting the line would delete the loop; the text still
+    names the statement."""
+    _path, at = source(_SWITCHED_IN_A_LOOP.replace("for m in self.modules():\n                m.inplace = True",
+                                                   "for m in self.modules(): m.inplace = True"))
+    act = WriteRecord(op="aten.relu_", location=at("y = net(x)"), via="net.body.2 (ReLU(inplace=True))",
+                      category="activation")
+    f = _finding(SaveSite("SigmoidBackward0", "result", at("y = net(x)")), [act])
+    assert f.rule == "inplace_flag_set_later"
+    assert "Delete `for m in self.modules(): m.inplace = True`" in f.suggestion
+    assert f.fixes == []
+
+
+def test_inplace_switches_follow_the_path_loops_and_aliases(source):
+    from gradguard.core.module_sites import inplace_switches
+
+    path, at = source("""
+        self.drop.inplace = True
+        self.body[2].inplace = True
+        self.body[1].inplace = True
+        m.inplace = True
+        relu = self.act
+        relu.inplace = True
+        for _, layer in self.named_modules():
+            layer.inplace = True
+    """)
+    files = [str(path)]
+    loop = at("layer.inplace").line
+    assert [s.line for s in inplace_switches(files, "self.drop")] == [at("self.drop.inplace").line, loop]
+    assert [s.line for s in inplace_switches(files, "net.body.2")] == [at("self.body[2]").line, loop]
+    assert [s.line for s in inplace_switches(files, "net.act")] == [at("relu.inplace").line, loop]
+    assert len(inplace_switches(files, "")) == 6  # the instance unknown: every switch

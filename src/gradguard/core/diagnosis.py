@@ -575,6 +575,8 @@ RULES: tuple[Rule, ...] = (
          _write("optimizer", silent=False, extra=lambda f, w: R.optimizer_wraps_retained_graph(f, w)),
          R.retained_graph_rule),
     Rule("optimizer_step_between_backwards", _write("optimizer", silent=False), R.optimizer_between_backwards_rule),
+    Rule("inplace_flag_set_later", _write("activation", extra=lambda f, w: bool(R.switched_later(f, w))),
+         R.flag_set_later_rule),
     Rule("inplace_activation", _write("activation"), R.activation_rule),
     Rule("data_write", _write("data_write"), _data_write),
     Rule("silent_kernel_write", _write("kernel"), _kernel_write),

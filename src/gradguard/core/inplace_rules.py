@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 
 from .findings import Finding, SourceLocation, WriteRecord
-from .fixes import (carried_state, crossing_recompute, is_valid_python, mask_assignment, out_of_place,
-                     statement_code, step_receivers)
+from .fixes import (carried_state, crossing_recompute, is_valid_python, keyword_calls, mask_assignment,
+                     out_of_place, statement_code, step_receivers)
 from .intents import FixIntent, Verdict
 from .source_ast import callee_of
 
@@ -22,6 +22,8 @@ __all__ = [
     "optimizer_between_backwards_rule",
     "retained_graph_rule",
     "activation_rule",
+    "flag_set_later_rule",
+    "switched_later",
     "augmented_rule",
     "index_rule",
     "buffer_rule",
@@ -400,12 +402,16 @@ def _construction_sites(f: Finding, act: WriteRecord):
     instance to its construction]); None for a write no module made."""
     from .module_sites import writer_sites
 
+    return writer_sites(_files(f, act), act.via)
+
+
+def _files(f: Finding, act: WriteRecord) -> list[str]:
+    """The files a module's construction is searched in: those of the write and the save, and the module's own."""
     files: list[str] = []
     for location in (act.location, f.saved_at.location, *f.saved_at.chain):
         if location is not None and location.file not in files:
             files.append(location.file)
-    files += [extra for extra in f.facts.module_files or () if extra not in files]
-    return writer_sites(files, act.via)
+    return files + [extra for extra in f.facts.module_files or () if extra not in files]
 
 
 def _construction_intents(f: Finding, act: WriteRecord, module, written_op: str, saver_op: str):
@@ -506,6 +512,63 @@ def activation_rule(f: Finding, act: WriteRecord) -> Verdict:
         f"The in-place {'module' if module else 'op'} {via} at {_where(act, f)}{written} overwrote "
         f"{_what_was_overwritten(f)}, which {saver} saved for backward: {why_saved(f)}.",
         fix,
+        fixes,
+    )
+
+
+def switched_later(f: Finding, act: WriteRecord) -> list[SourceLocation]:
+    """The statements that made the writing module in-place after its constructor built it out of place
+    (``self.drop.inplace = True``, ``m.inplace = True`` in a loop over modules); [] when a constructor passed
+    inplace=True (the constructor is the cause: ``activation_rule``) or no such statement is found."""
+    from .module_sites import constructed_in_place
+
+    module = _INPLACE_MODULE.search(act.via or "")
+    found = _construction_sites(f, act) if module else None
+    if not found or not found[1]:
+        return []
+    sites, switches, _resolved = found
+    kind = module.group(1)  # (module matched: found is not None)
+    if sites and any(constructed_in_place(site, kind) for site in sites):
+        return []
+    if not sites and any(keyword_calls(file, kind, "inplace", True) for file in _files(f, act)):
+        return []  # the instance's construction not found: any `Kind(inplace=True)` may be it
+    return list(switches)
+
+
+def _alone_on_its_line(code: str) -> bool:
+    """``self.drop.inplace = True`` alone on its line: deleting the line deletes exactly that statement."""
+    import ast
+
+    try:
+        body = ast.parse(code.strip()).body
+    except SyntaxError:
+        return False
+    return len(body) == 1 and isinstance(body[0], ast.Assign)
+
+
+def flag_set_later_rule(f: Finding, act: WriteRecord) -> Verdict:
+    saver = f.saved_at.op or "an autograd node"
+    via = act.via or act.op
+    module = _INPLACE_MODULE.search(via)
+    owner = via[: module.start()].strip().rstrip("(").strip() if module else ""
+    switches = switched_later(f, act)
+    found = _construction_sites(f, act)
+    sites = [s.location for s in found[0]] if found else []
+    built = f" ({_short(sites[0], _home(f))}: `{sites[0].code}`)" if len(sites) == 1 else ""
+    lines = " and ".join(f"`{s.code}` at {_short(s, _home(f))}" for s in switches)
+    listed = " and ".join(f"`{s.code}` ({_short(s, _home(f))})" for s in switches)
+    one = len(switches) == 1
+    fixes = [FixIntent("remove_statement", *_loc(s), target=s.code,
+                       reason=f"`{s.code}` switched {owner or 'the module'} to in-place after it was constructed")
+             for s in switches if _alone_on_its_line(s.code)]
+    return Verdict(
+        "inplace_flag_set_later",
+        f"The in-place module {via} at {_where(act, f)} overwrote {_what_was_overwritten(f)}, which {saver} saved "
+        f"for backward: {why_saved(f)}. Its constructor built it out of place{built}; {lines} switched it to "
+        f"in-place afterwards.",
+        f"Delete {listed}, or set {'it' if one else 'them'} to False: {owner or 'the module'} then computes out "
+        f"of place and leaves the saved output intact. An in-place op is safe only right after an op that does not "
+        f"save its output (Linear, Conv, BatchNorm).",
         fixes,
     )
 

@@ -25,7 +25,7 @@ from .findings import SourceLocation
 from .source_ast import parse_file
 
 __all__ = ["ModuleSite", "instance_sites", "inplace_switches", "split_module_via", "writer_sites",
-           "inplace_position"]
+           "inplace_position", "constructed_in_place"]
 
 _CONTAINERS = ("Sequential", "ModuleList")
 
@@ -189,26 +189,83 @@ def instance_sites(files: list[str], path: str, kind: str) -> list[ModuleSite]:
 
 
 def inplace_switches(files: list[str], path: str) -> list[SourceLocation]:
-    """Statements that turn a module's in-place mode on after it was built: ``self.drop.inplace = True`` for
-    the path ``...drop`` (any ``X.inplace = True`` when the path is unknown), or ``m.inplace = True`` on a loop
-    variable (``for m in self.modules()``)."""
+    """Statements that turn a module's in-place mode on after it was built: ``X.inplace = True`` where ``X`` is
+    the path's attribute (``self.drop`` for the path ``...drop``, ``self.body[2]`` for ``...body.2``; any ``X``
+    when the path is unknown), a variable of a loop around the statement (``for m in self.modules():
+    m.inplace = True``), or a name bound to that attribute (``drop = self.drop``)."""
     split = _split_path(path) if path else None
-    attribute = split[0] if split else None
     found: list[SourceLocation] = []
     for file in dict.fromkeys(files):
         tree = parse_file(file)
-        for stmt in _statements(tree) if tree is not None else ():
+        if tree is None:
+            continue
+        looped = _loop_bound(tree)
+        aliases = {name for stmt in _statements(tree) for name, value in _aliases(stmt).items()
+                   if split is not None and _refers_to(value, split)}
+        for stmt in _statements(tree):
             if not (isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Constant) and stmt.value.value is True):
                 continue
             for target in stmt.targets:
                 if not (isinstance(target, ast.Attribute) and target.attr == "inplace"):
                     continue
                 owner = target.value
-                named = isinstance(owner, ast.Attribute) and (attribute is None or owner.attr == attribute)
-                if named or isinstance(owner, ast.Name):
+                if isinstance(owner, ast.Name):
+                    named = split is None or owner.id in looped.get(id(stmt), ()) or owner.id in aliases
+                else:
+                    named = split is None or _refers_to(owner, split)
+                if named:
                     code = linecache.getline(file, stmt.lineno).strip()
                     found.append(SourceLocation(file, stmt.lineno, "", code))
     return found
+
+
+def _refers_to(expr: ast.expr, split: tuple[str, list[int]]) -> bool:
+    """``self.drop`` / ``net.body[2]`` is the instance of the path split into (``drop``, []) / (``body``, [2])."""
+    indices: list[int] = []
+    while isinstance(expr, ast.Subscript):
+        if not (isinstance(expr.slice, ast.Constant) and isinstance(expr.slice.value, int)):
+            return False
+        indices.insert(0, expr.slice.value)
+        expr = expr.value
+    return isinstance(expr, ast.Attribute) and (expr.attr, indices) == split
+
+
+def _aliases(stmt: ast.stmt) -> dict[str, ast.expr]:
+    """``drop = self.drop`` -> {"drop": self.drop}."""
+    if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+        return {stmt.targets[0].id: stmt.value}
+    return {}
+
+
+def _loop_bound(tree: ast.AST) -> dict[int, set[str]]:
+    """For each statement inside a ``for`` loop (by id), the names the loops around it bind (``m``, and ``name``
+    in ``for name, m in self.named_modules()``)."""
+    bound: dict[int, set[str]] = {}
+    for loop in ast.walk(tree):
+        if not isinstance(loop, (ast.For, ast.AsyncFor)):
+            continue
+        names = {n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name)}
+        for stmt in (n for body in (loop.body, loop.orelse) for s in body for n in ast.walk(s)):
+            if isinstance(stmt, ast.stmt):
+                bound.setdefault(id(stmt), set()).update(names)
+    return bound
+
+
+def constructed_in_place(site: ModuleSite, kind: str) -> bool:
+    """Whether the call of ``kind`` at ``site`` passes inplace=True itself (``nn.ReLU(inplace=True)``,
+    ``nn.Dropout(0.5, True)``): then the constructor is what made the module write in place."""
+    from .source_ast import statement_at
+
+    stmt = statement_at(site.location.file, site.statement_line)
+    calls = [n for n in _preorder(stmt) if isinstance(n, ast.Call) and _callee(n) == kind] if stmt else []
+    call = calls[site.occurrence or 0] if len(calls) > (site.occurrence or 0) else None
+    if call is None:
+        return "inplace=True" in site.location.code  # the statement cannot be read again: the line's text
+    position = inplace_position(kind)
+    passed = [k.value for k in call.keywords if k.arg == "inplace"]
+    if position is not None and len(call.args) > position:
+        passed.append(call.args[position])
+    return any(isinstance(v, ast.Constant) and v.value is True for v in passed)
 
 
 def inplace_position(kind: str) -> int | None:
