@@ -150,6 +150,15 @@ def _saver(f: Finding) -> str:
     return f.saved_at.op or "an autograd node"
 
 
+def _optimizer_before_backward_when(f: Finding) -> WriteRecord | None:
+    """A step between a forward and its backward: torch's version check saw it (and no backward ran since the
+    save), or the framework's optimizers bump no version counter at all (a silent write, whatever the pass)."""
+    if f.kind == "silent_write":
+        return _first(f.modified_at, "optimizer") if f.facts.optimizers_bump_versions is False else None
+    write = _first(f.modified_at, "optimizer")
+    return write if write is not None and R.optimizer_is_stepped_before_backward(f) else None
+
+
 def _fused_optimizer(f: Finding, opt: WriteRecord) -> Verdict:
     stepper = opt.via or "the optimizer step"
     return Verdict(
@@ -567,9 +576,9 @@ RULES: tuple[Rule, ...] = (
     Rule("data_in_forward", _kind("data_write_in_forward"), _data_in_forward),
     Rule("user_hooks_round_trip", _user_hooks_when, _user_hooks_round_trip),
     Rule("eval_running_stats_updated", _eval_running_stats_when, _eval_running_stats),
-    Rule("fused_optimizer", _write("optimizer", silent=True), _fused_optimizer),
-    Rule("optimizer_step_before_backward",
-         _write("optimizer", silent=False, extra=lambda f, w: R.optimizer_is_stepped_before_backward(f)),
+    Rule("fused_optimizer", _write("optimizer", silent=True, extra=lambda f, w: f.facts.optimizers_bump_versions
+                                   is not False), _fused_optimizer),
+    Rule("optimizer_step_before_backward", _optimizer_before_backward_when,
          R.optimizer_before_backward_rule),
     Rule("retained_graph_across_steps",
          _write("optimizer", silent=False, extra=lambda f, w: R.optimizer_wraps_retained_graph(f, w)),

@@ -665,18 +665,17 @@ class GuardEngine:
         if probe.direct_writers is not None:  # the core rules' text speaks torch: restate it for this framework
             if finding.rule == "silent_kernel_write":
                 self._direct_write_phrase(finding)
-            elif finding.rule == "fused_optimizer":
+            elif finding.rule == "optimizer_step_before_backward" and finding.kind == "silent_write":
                 self._optimizer_phrase(finding)
         probe.phrase(finding, record)
         return finding
 
     def _optimizer_phrase(self, finding: Finding) -> None:
-        """An optimizer update no version counter saw. The core rule names torch's fused kernels; in Paddle and
-        MindSpore every optimizer updates without a version bump, so the cause is the order of the calls."""
+        """The framework's wording of the rule row for a step between a forward and its backward that no version
+        counter saw (Paddle's and MindSpore's optimizers bump none: the cause is the order of the calls)."""
         framework = self.probe.framework
         step = next(w for w in finding.modified_at if w.category == "optimizer")
         where = step.location.short if step.location else "an unknown line"
-        finding.rule = "optimizer_step_before_backward"
         finding.explanation = (
             f"{step.via} at {where} updated {finding.tensor.name or 'a parameter'} in place after "
             f"{finding.saved_at.op or 'an op'} saved it for a backward pass that had not run yet. {framework}'s "

@@ -49,6 +49,9 @@ class Facts:
     device: str | None = _UNSET  # the device target ("CPU", "Ascend"): mindspore's probe
     paddle_version: str | None = _UNSET  # paddle.__version__: paddle's probe
     mindspore_version: str | None = _UNSET  # mindspore.__version__: mindspore's probe
+    # False where no optimizer of the framework bumps a version counter (paddle's and mindspore's probes): an update
+    # between a forward and its backward is then the step's order, not a fused kernel (the optimizer rules' rows)
+    optimizers_bump_versions: bool | None = _UNSET
     # -- the subject of a finding a torch probe builds itself (function hygiene, module inputs, .data writes) --
     writer: str | None = _UNSET  # the custom backward or hook that wrote a shared gradient: function_hygiene
     function: str | None = _UNSET  # the autograd.Function whose forward wrote an undeclared input: function_hygiene

@@ -198,7 +198,8 @@ class MindSporeGuardSession(ProbeBase):
         return ms.get_context("device_target").lower()
 
     def context(self) -> Facts:
-        return Facts(mode=current_mode(), device=ms.get_context("device_target"), mindspore_version=ms.__version__)
+        return Facts(mode=current_mode(), device=ms.get_context("device_target"), mindspore_version=ms.__version__,
+                     optimizers_bump_versions=False)
 
     def saver_name(self, record, tensor: TensorInfo) -> str | None:
         # A parameter is an operand on the saving line: name the op that takes it (`multiply` in

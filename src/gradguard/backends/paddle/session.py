@@ -167,7 +167,7 @@ class PaddleGuardSession(ProbeBase):
         return "cpu" if place.lower().startswith("place(cpu") else place
 
     def context(self) -> Facts:
-        return Facts(mode="eager (dygraph)", paddle_version=paddle.__version__)
+        return Facts(mode="eager (dygraph)", paddle_version=paddle.__version__, optimizers_bump_versions=False)
 
     def saver_name(self, record, tensor: TensorInfo) -> str | None:
         if record.saver is None and tensor.role in ("parameter", "buffer") and tensor.name and "." in tensor.name:
