@@ -329,6 +329,29 @@ def _shared_counter_when(f: Finding) -> WriteRecord | None:
     return _first(f.modified_at, "shared_counter")
 
 
+_buffer_refill_when = _write("copy", extra=lambda f, w: f.tensor.role == "buffer")
+
+
+def _unversioned_copy_when(f: Finding) -> WriteRecord | None:
+    """A value copy that bumped no version counter (Paddle's ``set_value``/``copy_``), where the refill or generic
+    rows would otherwise answer: the first write no version counter saw."""
+    if not any(w.op.endswith(("set_value", "copy_")) and not w.bumps_version for w in f.modified_at):
+        return None
+    if _shared_counter_when(f) and not _buffer_refill_when(f):
+        return None
+    return next(w for w in f.modified_at if not w.bumps_version)
+
+
+def _silent_set_value(f: Finding, write: WriteRecord) -> Verdict:
+    return Verdict(
+        "silent_set_value",
+        f"{write.op} at {_where(write)} overwrote a tensor that {f.saved_at.op or 'an op'} saved for backward. It "
+        "does not bump the version counter, so the gradient is computed from the new values without any error.",
+        "Write the new values into a fresh tensor instead of copying them into a tensor the graph still needs, or do "
+        "it after backward.",
+    )
+
+
 def _unseen_write(f: Finding, _subject: object) -> Verdict:
     if f.facts.write_log is False:  # the sentinel: no write log, so no writer to name (and none missed)
         return Verdict(
@@ -594,7 +617,8 @@ RULES: tuple[Rule, ...] = (
     Rule("augmented_assignment", _write("augmented_assign"), R.augmented_rule),
     Rule("index_assignment", _write("index_assign"), R.index_rule),
     Rule("ddp_broadcast", _ddp_when, _ddp_broadcast),
-    Rule("buffer_refill", _write("copy", extra=lambda f, w: f.tensor.role == "buffer"), R.buffer_rule),
+    Rule("silent_set_value", _unversioned_copy_when, _silent_set_value),
+    Rule("buffer_refill", _buffer_refill_when, R.buffer_rule),
     Rule("shared_version_counter", _shared_counter_when, R.shared_counter_rule),
     Rule("unseen_write", lambda f: True if not f.modified_at else None, _unseen_write),
     Rule("generic_inplace", lambda f: f.modified_at[0], _generic_inplace),

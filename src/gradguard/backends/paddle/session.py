@@ -309,10 +309,7 @@ _FIXES = {
 def paddle_fix(finding: Finding) -> Finding:
     """Replace torch-specific fixes of the generic rules by Paddle spellings."""
     phrase_fix(finding, _FIXES)
-    if finding.rule in ("generic_inplace", "buffer_refill") and any(
-        w.op.endswith(("set_value", "copy_")) and not w.bumps_version for w in finding.modified_at
-    ):
-        finding.rule = "silent_set_value"
+    if finding.rule == "silent_set_value":  # the row's subject: the first write no version counter saw
         write = next(w for w in finding.modified_at if not w.bumps_version)
         where = write.location.short if write.location else "an unknown line"
         finding.explanation = (
