@@ -153,10 +153,12 @@ def _saver(f: Finding) -> str:
 def _optimizer_before_backward_when(f: Finding) -> WriteRecord | None:
     """A step between a forward and its backward: torch's version check saw it (and no backward ran since the
     save), or the framework's optimizers bump no version counter at all (a silent write, whatever the pass)."""
-    if f.kind == "silent_write":
-        return _first(f.modified_at, "optimizer") if f.facts.optimizers_bump_versions is False else None
-    write = _first(f.modified_at, "optimizer")
-    return write if write is not None and R.optimizer_is_stepped_before_backward(f) else None
+    return _stepped_before_backward(f) or _unversioned_step(f)
+
+
+_stepped_before_backward = _write("optimizer", silent=False,
+                                  extra=lambda f, w: _inplace_rules.optimizer_is_stepped_before_backward(f))
+_unversioned_step = _write("optimizer", silent=True, extra=lambda f, w: f.facts.optimizers_bump_versions is False)
 
 
 def _fused_optimizer(f: Finding, opt: WriteRecord) -> Verdict:

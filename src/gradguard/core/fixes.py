@@ -21,12 +21,14 @@ __all__ = [
     "step_receivers",
     "mask_assignment",
     "statement_code",
+    "single_statement",
     "assigned_names",
     "keyword_calls",
     "is_valid_python",
 ]
 
-def _parse_line(code: str) -> ast.stmt | None:
+def single_statement(code: str) -> ast.stmt | None:
+    """The one statement ``code`` holds; None when it holds several, none, or does not parse."""
     try:
         body = ast.parse(code.strip()).body
     except SyntaxError:
@@ -53,7 +55,7 @@ def out_of_place(code: str) -> str | None:
     from .edits import EditNotApplicable, apply_intent  # libcst loads on first use, not with the guard
 
     code = code.strip()
-    if _parse_line(code) is None:
+    if single_statement(code) is None:
         return None
     try:
         edited = apply_intent(code + "\n", FixIntent("inplace_to_out_of_place", None, 1))
@@ -73,7 +75,7 @@ def statements_text(source: str) -> str:
 
 def mask_assignment(code: str) -> str | None:
     """``p[p < 0.1] = 0.0`` -> ``p = p.masked_fill(p < 0.1, 0.0)`` when the index is a boolean comparison."""
-    stmt = _parse_line(code)
+    stmt = single_statement(code)
     if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Subscript)):
         return None
     target = stmt.targets[0]
@@ -87,7 +89,7 @@ def mask_assignment(code: str) -> str | None:
 def assigned_names(code: str) -> list[str]:
     """What an assignment statement binds: ``out, h = rnn(x, h)`` -> ``["out", "h"]``; ``self.u = v`` ->
     ``["self.u"]``. Names used inside a target (``w`` in ``w.grad = g``, ``x`` in ``x[0] = 1``) are not bound."""
-    stmt = _parse_line(code)
+    stmt = single_statement(code)
     targets: list[ast.expr] = []
     if isinstance(stmt, ast.Assign):
         targets = list(stmt.targets)

@@ -9,11 +9,12 @@ categories, node names, pass counts and source lines.
 
 from __future__ import annotations
 
+import ast
 import re
 
 from .findings import Finding, SourceLocation, WriteRecord
 from .fixes import (carried_state, crossing_recompute, is_valid_python, keyword_calls, mask_assignment,
-                     out_of_place, statement_code, step_receivers)
+                     out_of_place, single_statement, statement_code, step_receivers)
 from .intents import FixIntent, Verdict
 from .source_ast import callee_of
 
@@ -520,14 +521,18 @@ def switched_later(f: Finding, act: WriteRecord) -> list[SourceLocation]:
     """The statements that made the writing module in-place after its constructor built it out of place
     (``self.drop.inplace = True``, ``m.inplace = True`` in a loop over modules); [] when a constructor passed
     inplace=True (the constructor is the cause: ``activation_rule``) or no such statement is found."""
+    return _later_switches(f, act, _construction_sites(f, act))
+
+
+def _later_switches(f: Finding, act: WriteRecord, found) -> list[SourceLocation]:
+    """:func:`switched_later` from the module's construction sites ``found`` (``_construction_sites``)."""
     from .module_sites import constructed_in_place
 
     module = _INPLACE_MODULE.search(act.via or "")
-    found = _construction_sites(f, act) if module else None
-    if not found or not found[1]:
+    if module is None or not found or not found[1]:
         return []
     sites, switches, _resolved = found
-    kind = module.group(1)  # (module matched: found is not None)
+    kind = module.group(1)
     if sites and any(constructed_in_place(site, kind) for site in sites):
         return []
     if not sites and any(keyword_calls(file, kind, "inplace", True) for file in _files(f, act)):
@@ -535,24 +540,13 @@ def switched_later(f: Finding, act: WriteRecord) -> list[SourceLocation]:
     return list(switches)
 
 
-def _alone_on_its_line(code: str) -> bool:
-    """``self.drop.inplace = True`` alone on its line: deleting the line deletes exactly that statement."""
-    import ast
-
-    try:
-        body = ast.parse(code.strip()).body
-    except SyntaxError:
-        return False
-    return len(body) == 1 and isinstance(body[0], ast.Assign)
-
-
 def flag_set_later_rule(f: Finding, act: WriteRecord) -> Verdict:
     saver = f.saved_at.op or "an autograd node"
     via = act.via or act.op
     module = _INPLACE_MODULE.search(via)
     owner = via[: module.start()].strip().rstrip("(").strip() if module else ""
-    switches = switched_later(f, act)
     found = _construction_sites(f, act)
+    switches = _later_switches(f, act, found)
     sites = [s.location for s in found[0]] if found else []
     built = f" ({_short(sites[0], _home(f))}: `{sites[0].code}`)" if len(sites) == 1 else ""
     lines = " and ".join(f"`{s.code}` at {_short(s, _home(f))}" for s in switches)
@@ -560,7 +554,7 @@ def flag_set_later_rule(f: Finding, act: WriteRecord) -> Verdict:
     one = len(switches) == 1
     fixes = [FixIntent("remove_statement", *_loc(s), target=s.code,
                        reason=f"`{s.code}` switched {owner or 'the module'} to in-place after it was constructed")
-             for s in switches if _alone_on_its_line(s.code)]
+             for s in switches if isinstance(single_statement(s.code), ast.Assign)]  # alone on its line
     return Verdict(
         "inplace_flag_set_later",
         f"The in-place module {via} at {_where(act, f)} overwrote {_what_was_overwritten(f)}, which {saver} saved "
