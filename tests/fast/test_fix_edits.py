@@ -139,3 +139,17 @@ def test_index_loop_variable_refuses_an_iterable_it_would_evaluate_again():
         edit("for row in make():\n    row.mul_(2)\n", "index_loop_variable", 1, "row", index="i")
     with pytest.raises(EditNotApplicable, match="plain tensor expression"):
         edit("for a, b in pairs:\n    a.mul_(2)\n", "index_loop_variable", 1, "a", index="i")
+
+
+def test_suggestion_text_is_the_edit_text():
+    # One rewriter: the text a finding suggests is the line `gradguard fix` writes, spacing included.
+    from gradguard.core.fixes import mask_assignment, out_of_place
+
+    for code, masked in [("a.b[a.b>0] = a.b[a.b>0]*2", True), ("x[~keep]=0", True), ("h *= 0.5", False),
+                         ("y = x.div_(n)", False)]:
+        text = (mask_assignment if masked else out_of_place)(code)
+        detail = {"method": "masked_fill"} if masked else {}
+        assert text is not None
+        assert edit(code + "\n", "inplace_to_out_of_place", 1, **detail).replace("\n", "; ").rstrip("; ") == text
+    assert mask_assignment("x[i] = 0") is None  # an index, not a boolean mask: no masked_fill
+    assert mask_assignment("a.b[a.b>0] = a.b[a.b>0]*2") == "a.b = a.b.masked_fill(a.b>0, a.b[a.b>0]*2)"

@@ -52,13 +52,16 @@ def out_of_place(code: str) -> str | None:
     ``y = x.div_(n)`` -> ``x = x.div(n); y = x``. The text is the edit ``gradguard fix`` makes (the same libcst
     rewrite); None when there is none (``x.normal_()``: no out-of-place method, see NOTE [Out-of-place methods
     come from the framework])."""
-    from .edits import EditNotApplicable, apply_intent  # libcst loads on first use, not with the guard
-
-    code = code.strip()
     if single_statement(code) is None:
         return None
+    return _rewritten(code, {})
+
+
+def _rewritten(code: str, detail: dict[str, str]) -> str | None:
+    from .edits import EditNotApplicable, apply_intent  # libcst loads on first use, not with the guard
+
     try:
-        edited = apply_intent(code + "\n", FixIntent("inplace_to_out_of_place", None, 1))
+        edited = apply_intent(code.strip() + "\n", FixIntent("inplace_to_out_of_place", None, 1, detail=detail))
     except EditNotApplicable:
         return None
     return statements_text(edited)
@@ -74,16 +77,15 @@ def statements_text(source: str) -> str:
 
 
 def mask_assignment(code: str) -> str | None:
-    """``p[p < 0.1] = 0.0`` -> ``p = p.masked_fill(p < 0.1, 0.0)`` when the index is a boolean comparison."""
+    """``p[p < 0.1] = 0.0`` -> ``p = p.masked_fill(p < 0.1, 0.0)`` when the index is a boolean comparison (or its
+    ``~``). The text is the edit ``gradguard fix`` makes: the same libcst rewrite as ``out_of_place``."""
     stmt = single_statement(code)
     if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Subscript)):
         return None
-    target = stmt.targets[0]
-    mask = target.slice
+    mask = stmt.targets[0].slice
     if not (isinstance(mask, ast.Compare) or (isinstance(mask, ast.UnaryOp) and isinstance(mask.op, ast.Invert))):
         return None
-    base = ast.unparse(target.value)
-    return f"{base} = {base}.masked_fill({ast.unparse(mask)}, {ast.unparse(stmt.value)})"
+    return _rewritten(code, {"method": "masked_fill"})
 
 
 def assigned_names(code: str) -> list[str]:
