@@ -316,9 +316,10 @@ def _guard_for(options):
 def _should_rerun(mode, info, finding, options) -> bool:
     from .core.findings import SAVED_TENSOR_KINDS
 
-    return mode == "auto" and info is None and finding.kind in SAVED_TENSOR_KINDS and (
-        not finding.modified_at
-    ) and not options.no_rerun and not finding.facts.writer_unknowable
+    # The sentinel names no writing op: a saved tensor changed with no write seen, or a module's forward changed
+    # its caller's input (seen by the forward hook, which knows the call, not the line inside that wrote).
+    unnamed = (finding.kind in SAVED_TENSOR_KINDS and not finding.modified_at) or finding.kind == "module_input_write"
+    return mode == "auto" and info is None and unnamed and not options.no_rerun and not finding.facts.writer_unknowable
 
 
 def _report_hazard(error, mode, options, program, args, cwd, guard_block) -> int:

@@ -236,3 +236,67 @@ def test_the_diagnosing_rerun_records_it_and_goes_on(monkeypatch):
         _run(VQResBlock(), (1, 3, 6, 6))
     assert [f.kind for f in g.findings] == ["module_input_write"]
     assert g.findings[0].rule == "module_writes_caller_input"
+
+
+class AddsPosition(nn.Module):
+    """A user module writing its input itself (`token += pos`): the write's own line is the one to edit."""
+
+    def __init__(self):
+        super().__init__()
+        self.pos = nn.Parameter(torch.ones(5))
+        self.fc = nn.Linear(5, 5)
+
+    def forward(self, token):
+        token += self.pos  # position write
+        return self.fc(token)
+
+
+def test_a_write_in_the_users_own_forward_names_its_line():
+    """The write log (forensic) keeps the call and the write inside the module, the line a repair edits."""
+    model = AddsPosition()
+    with pytest.raises(SilentModificationError) as info:
+        with gradguard.guard():
+            quant = torch.randn(2, 5, requires_grad=True) * 1.0
+            a = model(quant)  # position call
+            b = model(quant)  # position read
+            (a + b).sum().backward()
+    f = info.value.finding
+    assert f.kind == "module_input_write"
+    assert [(w.location.line, w.category) for w in f.modified_at] == [
+        (line_of("position call"), "module_input"), (line_of("position write"), "module_input")]
+    assert f.modified_at[1].via == "inside AddsPosition.forward"
+
+
+def test_gradguard_run_reruns_to_name_the_write_inside_the_module(tmp_path):
+    """The sentinel's forward hook knows only the call; `gradguard run` re-runs with the write log for the line."""
+    import json
+    import subprocess
+    import sys
+    import textwrap
+
+    (tmp_path / "script.py").write_text(textwrap.dedent('''
+        import torch
+        from torch import nn
+
+        class AddsPosition(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.pos = nn.Parameter(torch.ones(5))
+
+            def forward(self, token):
+                token += self.pos
+                return token * 2
+
+        model = AddsPosition()
+        quant = torch.randn(2, 5, requires_grad=True) * 1.0
+        a = model(quant)
+        b = model(quant)
+        (a + b).sum().backward()
+    '''))
+    proc = subprocess.run([sys.executable, "-m", "gradguard", "run", "--json", "out.json", "script.py"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 1, proc.stderr
+    assert "re-running" in proc.stderr
+    (finding,) = json.loads((tmp_path / "out.json").read_text())["findings"]
+    assert finding["kind"] == "module_input_write"
+    assert [w["line"] for w in finding["modified_at"]] == [16, 11]

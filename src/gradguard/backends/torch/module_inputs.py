@@ -66,6 +66,7 @@ class PendingRead:
     write: WriteRecord  # location: the caller's call of the module; via: "self.conv.0 (ReLU(inplace=True))"
     producer: str | None  # the tensor's grad_fn before the write
     rank: tuple[int, int] | None  # the writer is the k-th of n modules of its class with inplace=True in the call
+    inside: WriteRecord | None = None  # the write's own line, when the module's forward is the user's code
 
 
 def _module_text(outer, inner, called: str | None) -> str:
@@ -126,6 +127,7 @@ def written_input(func, target: torch.Tensor, skip: int = 2) -> PendingRead | No
         frame = frame.f_back  # gradguard's mode, and torch's Dynamo-disable wrapper around it
     if frame is None or not _binds(frame, target):
         return None
+    writing = frame if _is_user(frame.f_code.co_filename) else None  # `token += pos` in the user's own forward
     inner = outer = None
     for _ in range(_MAX_FRAMES):
         if frame is None:
@@ -149,8 +151,12 @@ def written_input(func, target: torch.Tensor, skip: int = 2) -> PendingRead | No
                     write = WriteRecord(op=func.name().replace("::", "."), location=call, via=via,
                                         category="module_input")
                     producer = target.grad_fn.name() if target.grad_fn is not None else None
+                    inside = None
+                    if writing is not None and writing is not frame:
+                        inside = WriteRecord(op=write.op, location=location_of(writing), category="module_input",
+                                             via=f"inside {type(inner).__name__}.{writing.f_code.co_name}")
                     return PendingRead(weakref.ref(target), id(frame), code, names, reads, write, producer,
-                                       _rank(outer, inner))
+                                       _rank(outer, inner), inside)
         frame = frame.f_back
     return None
 
@@ -184,7 +190,7 @@ def finding(pending: PendingRead, t: torch.Tensor, read: SourceLocation) -> Find
     return Finding(
         kind="module_input_write",
         tensor=info,
-        modified_at=[pending.write],
+        modified_at=[pending.write] + ([pending.inside] if pending.inside is not None else []),
         facts=Facts(name=name, module=module, call=call.to_dict(), read=read.to_dict(),
                     module_rank=list(pending.rank) if pending.rank else None, display=display),
     )
