@@ -10,6 +10,9 @@ import tempfile
 import pytest
 
 VENV_FRAMEWORK = {".venv-paddle": "paddle", ".venv-mindspore": "mindspore"}.get(pathlib.Path(sys.prefix).name, "torch")
+# a framework without a venv of its own -> the venv its cases run in (autograd is pure Python on numpy, installed in
+# the torch venv by requirements-dev.txt)
+HOST_VENV = {"autograd": "torch"}
 HERE = pathlib.Path(__file__).parent
 
 # torch-only modules (they import torch at the top)
@@ -26,7 +29,8 @@ def pytest_collection_modifyitems(config, items):
         # a module of one framework's cases says so in FRAMEWORK (test_torch_conformance.py: "torch")
         module = getattr(getattr(item, "module", None), "FRAMEWORK", VENV_FRAMEWORK)
         here = HERE in pathlib.Path(str(item.fspath)).parents
-        (other if here and params.get("framework", module) != VENV_FRAMEWORK else kept).append(item)
+        case = params.get("framework", module)
+        (other if here and HOST_VENV.get(case, case) != VENV_FRAMEWORK else kept).append(item)
     if other:
         config.hook.pytest_deselected(items=other)
         items[:] = kept

@@ -8,6 +8,10 @@ to the unguarded run", and the reason is stated here; so is the reason where tor
 
 ``framework_raises``: what the framework itself does without gradguard (the parity half of the suite):
 the exception class name it raises, or None when it computes a silently wrong (or correct) gradient.
+
+A framework without the "guard" capability (``backends.KNOWN``: autograd) has a column too: no finding (there is no
+guard to make one), its own parity (``framework_raises``, checked by ``tests/fast/test_autograd_check_op.py``), and,
+where a hazard can be written as an op, ``check_op``: the check that catches it there.
 """
 
 from __future__ import annotations
@@ -25,6 +29,9 @@ HAZARDS = {
                    "why": "`y += 1` rebinds y to a new tensor in Paddle 3.3 (Tensor has no __iadd__)"},
         "mindspore": {"finding": None, "framework_raises": None,
                       "why": "`y += 1` rebinds y to a new tensor in MindSpore 2.10"},
+        "autograd": {"finding": None, "framework_raises": None,
+                     "why": "no guard (autograd has no saved-tensor hooks); `y += 1` rebinds y to a new box in autograd "
+                            "1.9 (ArrayBox has no __iadd__), so the gradient is right"},
     },
     "inplace_activation": {
         "torch": {"finding": {"kind": "inplace_modification", "rule": "inplace_activation", "tensor": "s",
@@ -37,6 +44,8 @@ HAZARDS = {
                       "why": "on CPU MindSpore 2.10 has no in-place activation kernels (InplaceTanh, InplaceReLU, "
                              "InplaceSigmoid are unregistered), and inside ms.grad `s.exp_()` leaves the value that "
                              "exp saved untouched"},
+        "autograd": {"finding": None, "framework_raises": "TypeError",
+                     "why": "no guard; `np.tanh(s, out=s)` on a traced array raises TypeError (ArrayBox refuses out=)"},
     },
     "optimizer_update": {
         "torch": {"finding": {"kind": "inplace_modification", "rule": "optimizer_step_before_backward",
@@ -54,6 +63,9 @@ HAZARDS = {
                                   "tensor": "net.w", "role": "parameter", "write_op": "mindspore.nn.SGD(grads)",
                                   "fix": "after"},
                       "framework_raises": None},
+        "autograd": {"finding": None, "framework_raises": None,
+                     "why": "cannot be written: autograd's grad runs the forward and the backward in one call, so no "
+                            "optimizer step comes between them (autograd.misc.optimizers returns new arrays)"},
     },
     "direct_memory_write": {  # a NumPy/DLPack alias written between forward and backward, bisect mode on
         "torch": {"finding": {"kind": "silent_write", "rule": "silent_kernel_write", "tensor": "y",
@@ -65,6 +77,9 @@ HAZARDS = {
         "mindspore": {"finding": {"kind": "silent_write", "rule": "silent_kernel_write", "role": "activation",
                                   "write_op": "write outside mindspore ops", "fix": "copy"},
                       "framework_raises": None},
+        "autograd": {"finding": None, "framework_raises": None, "check_op": "mutation.silent_input_write",
+                     "why": "no guard; a primitive whose forward writes into its input changes the array sin's vjp "
+                            "closed over, silently (numpy has no version counter); check_op catches the primitive"},
     },
 }
 

@@ -8,7 +8,12 @@ a view's span overlaps its base's and not a disjoint tensor's; every fingerprint
 tensor, write it, view it), so a drift between the frameworks, or between one framework's faces, is a failure here.
 
 Only the cases of the venv's own framework run (tests/conformance/conftest.py deselects the others):
-``make test-torch`` / ``test-paddle`` / ``test-mindspore`` run the machine on each.
+``make test-torch`` / ``test-paddle`` / ``test-mindspore`` run the machine on each (autograd, pure Python on numpy,
+has no venv of its own: it runs in the torch venv).
+
+A framework is held only to what its capabilities (``backends.KNOWN``) declare: without "guard" (autograd) the
+probe's cases (version counters, spans, a failing enter) are skipped for that reason, and what its adapter and
+``check_op``'s adapter answer (fingerprints, dtype names) is still held to the contract.
 """
 
 from __future__ import annotations
@@ -19,10 +24,10 @@ import numpy as np
 import pytest
 
 from gradguard import InvalidArgument
-from gradguard.backends import choose
+from gradguard.backends import choose, detect_backend
 from gradguard.core.engine import SAMPLE_BYTES, fingerprint_bytes
 
-FRAMEWORKS = ("torch", "paddle", "mindspore")
+FRAMEWORKS = ("torch", "paddle", "mindspore", "autograd")
 
 
 # -- one kit per framework: the only framework-specific code here ----------------------------------------
@@ -167,7 +172,35 @@ class MindSporeKit:
         _fail_third_patch(monkeypatch, error)  # ms.jit and Optimizer.__call__ patched, then a write wrapper fails
 
 
-KITS = {"torch": TorchKit, "paddle": PaddleKit, "mindspore": MindSporeKit}
+class AutogradKit:
+    """HIPS autograd: check_op only (no "guard" capability), so no hooks, owners or failing enter to describe."""
+
+    check_adapter = ("gradguard.backends.autograd.check", "AUTOGRAD")
+    # numpy arrays belong to no framework: backend="auto" cannot tell autograd's inputs from anyone's data
+    tensors_name_the_framework = False
+
+    def __init__(self):
+        import autograd
+
+        self.fw = autograd
+
+    def tensor(self, a):
+        return np.array(a, copy=True)
+
+    def numpy(self, t):
+        return np.asarray(t)
+
+    def write(self, t):
+        t += 1
+
+    def read(self, t):
+        return t + 1, t.sum(), t.copy()
+
+    def view(self, t):
+        return t[2:6]
+
+
+KITS = {"torch": TorchKit, "paddle": PaddleKit, "mindspore": MindSporeKit, "autograd": AutogradKit}
 
 
 def _raise(error):
@@ -207,9 +240,21 @@ def adapter(framework):
     return choose(framework)
 
 
+def _needs(adapter, capability: str) -> None:
+    """Skip a case of a capability the framework does not declare (backends.KNOWN), never for a missing package."""
+    if capability not in adapter.capabilities:
+        pytest.skip(f"{adapter.name} declares no {capability!r} capability (backends.KNOWN)")
+
+
 @pytest.fixture(params=["full", "sample"])
 def probe(request, adapter):
-    """The guard's probe, entered (MindSpore reads a version change only once its dispatch mode runs the op)."""
+    """The guard's probe, entered (MindSpore reads a version change only once its dispatch mode runs the op); None
+    for a framework without the "guard" capability (its "sample" case is skipped: that mode is the guard's)."""
+    if "guard" not in adapter.capabilities:
+        if request.param == "sample":
+            _needs(adapter, "guard")
+        yield None
+        return
     session = adapter.new_guard_session(fingerprint=request.param, track_writes=True)
     session.enter()
     yield session
@@ -218,23 +263,49 @@ def probe(request, adapter):
 
 def _faces(kit, adapter, probe):
     check = getattr(importlib.import_module(kit.check_adapter[0]), kit.check_adapter[1])
-    return {"adapter": adapter, "probe": probe, "check_op adapter": check() if isinstance(check, type) else check}
+    faces = {"adapter": adapter, "probe": probe, "check_op adapter": check() if isinstance(check, type) else check}
+    return {face: obj for face, obj in faces.items() if obj is not None}
 
 
 def test_choose_gives_the_framework_and_its_capabilities(framework, kit, adapter):
     assert adapter.name == framework and adapter.is_tensor(kit.tensor(np.zeros(2, np.float32)))
-    assert {"guard", "check_op"} <= adapter.capabilities
+    assert "check_op" in adapter.capabilities
     assert all(callable(getattr(adapter, m)) for m in ("new_guard_session", "check_op", "enrich_error"))
     assert ("coverage" in adapter.capabilities) == hasattr(adapter, "install_coverage_probe")
-    assert choose("auto", [kit.tensor(np.zeros(2, np.float32))]) is adapter
-    if "advise" in adapter.capabilities:
-        assert choose(framework, needs="advise") is adapter
-    else:
-        with pytest.raises(InvalidArgument, match=f"advise.*not {framework}"):
-            choose(framework, needs="advise")
+    if getattr(kit, "tensors_name_the_framework", True):
+        assert choose("auto", [kit.tensor(np.zeros(2, np.float32))]) is adapter
+    else:  # its tensors are numpy arrays, which name no framework: backend=... (or the one framework imported) decides
+        assert detect_backend([kit.tensor(np.zeros(2, np.float32))]) == detect_backend([])
+        assert choose(framework, [kit.tensor(np.zeros(2, np.float32))]) is adapter
+    for capability in ("guard", "advise"):
+        if capability in adapter.capabilities:
+            assert choose(framework, needs=capability) is adapter
+        else:
+            with pytest.raises(InvalidArgument, match=f"{capability}.*not {framework}"):
+                choose(framework, needs=capability)
+
+
+def test_guard_on_a_framework_without_it_gives_the_resolvers_error(framework, kit, adapter):
+    """A backend without "guard" refuses ``gradguard.guard()`` with the resolver's words for a missing capability,
+    however it is reached (``guard(backend=...)`` or ``new_guard_session`` on the adapter ``choose`` returned)."""
+    import gradguard
+
+    if "guard" in adapter.capabilities:
+        pytest.skip(f"{framework} declares the 'guard' capability: the other cases hold its guard to the contract")
+    with pytest.raises(InvalidArgument) as resolver:
+        choose(framework, needs="guard")
+    with pytest.raises(InvalidArgument) as entered:
+        with gradguard.guard(backend=framework):
+            pass
+    with pytest.raises(InvalidArgument) as session:
+        adapter.new_guard_session(fingerprint="full", track_writes=True)
+    assert str(entered.value) == str(session.value) == str(resolver.value)
+    assert str(resolver.value).startswith(f"guard(..., backend={framework!r}): supported by the ")
+    assert str(resolver.value).endswith(f" backends, not {framework}")
 
 
 def test_version_moves_on_an_in_place_write_and_not_on_a_read(kit, adapter, probe):
+    _needs(adapter, "guard")  # version counters are the guard's evidence (without them check_op sees silent writes)
     t = kit.tensor(np.arange(10, dtype=np.float32))
     faces = _faces(kit, adapter, probe)
     before = {face: obj.version(t) for face, obj in faces.items()}
@@ -250,7 +321,8 @@ def _overlap(a, b) -> bool:
     return a is not None and b is not None and a[0] == b[0] and a[1] < b[2] and b[1] < a[2]
 
 
-def test_a_view_overlaps_its_base_and_a_disjoint_tensor_does_not(kit, probe):
+def test_a_view_overlaps_its_base_and_a_disjoint_tensor_does_not(kit, adapter, probe):
+    _needs(adapter, "guard")  # spans are the guard's (its ledger keys saved records by memory)
     base = kit.tensor(np.arange(10, dtype=np.float32))
     view, other = kit.view(base), kit.tensor(np.arange(10, dtype=np.float32))
     assert _overlap(probe.span(view), probe.span(base)), (probe.span(view), probe.span(base))
@@ -260,18 +332,23 @@ def test_a_view_overlaps_its_base_and_a_disjoint_tensor_does_not(kit, probe):
 
 @pytest.mark.parametrize("numel", [7, 3 * SAMPLE_BYTES + 5])
 def test_every_fingerprint_is_the_core_definition_and_moves_on_a_write(kit, adapter, probe, numel):
-    mode = probe.fingerprint_mode
+    mode = probe.fingerprint_mode if probe is not None else "full"
     t = kit.tensor(np.arange(numel, dtype=np.float32))
 
     def expected(mode):
         return fingerprint_bytes(np.ascontiguousarray(kit.numpy(t)), mode)
 
     before = expected(mode)
-    assert probe.engine.fingerprint(t) == before
-    assert {face: obj.fingerprint(t) for face, obj in _faces(kit, adapter, probe).items() if face != "probe"} == {
+    if probe is not None:
+        assert probe.engine.fingerprint(t) == before
+    faces = {face: obj for face, obj in _faces(kit, adapter, probe).items() if face != "probe"}
+    assert {face: obj.fingerprint(t) for face, obj in faces.items()} == {
         "adapter": expected("full"), "check_op adapter": expected("full")}
     kit.write(t)
-    assert probe.engine.fingerprint(t) == expected(mode) != before
+    assert {face: obj.fingerprint(t) for face, obj in faces.items()} == dict.fromkeys(faces, expected("full"))
+    assert expected(mode) != before
+    if probe is not None:
+        assert probe.engine.fingerprint(t) == expected(mode)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64", "int64"])
@@ -279,6 +356,8 @@ def test_dtypes_and_devices_are_spelt_alike(kit, adapter, probe, dtype):
     t = kit.tensor(np.arange(3).astype(dtype))
     names = {face: obj.dtype_name(t) for face, obj in _faces(kit, adapter, probe).items()}
     assert names == dict.fromkeys(names, dtype)
+    if probe is None:  # no guard: the probe's device and description do not exist
+        return
     assert probe.device_name(t) == "cpu"
     info = probe.describe(t)
     assert (info.shape, info.dtype, info.device) == ((3,), dtype, "cpu")
@@ -287,6 +366,7 @@ def test_dtypes_and_devices_are_spelt_alike(kit, adapter, probe, dtype):
 def test_a_guard_whose_enter_fails_midway_leaves_nothing_behind(framework, kit, adapter):
     import gradguard
 
+    _needs(adapter, "guard")
     owners = kit.owners()
     before = [dict(vars(owner)) for owner in owners]
     error = RuntimeError("gradguard test: a hook install step failed")

@@ -7,7 +7,7 @@ import sys
 CODE = """
 import json, sys
 import gradguard, gradguard.core, gradguard.backends, gradguard.backends.adapter
-print(json.dumps(sorted(m for m in ("torch", "paddle", "mindspore") if m in sys.modules)))
+print(json.dumps(sorted(m for m in ("torch", "paddle", "mindspore", "autograd") if m in sys.modules)))
 """
 
 
@@ -22,7 +22,7 @@ def test_guard_backend_argument_is_validated_without_importing_a_framework():
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.splitlines() == [
-        "guard(backend=...) must be 'auto' or one of 'torch', 'paddle', 'mindspore'; got 'jax'", "False"]
+        "guard(backend=...) must be 'auto' or one of 'torch', 'paddle', 'mindspore', 'autograd'; got 'jax'", "False"]
 
 
 def test_core_imports_only_the_standard_library_its_dependencies_and_itself():

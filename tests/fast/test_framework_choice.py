@@ -12,8 +12,10 @@ from __future__ import annotations
 import ast
 import pathlib
 
+from gradguard.backends import KNOWN
+
 SRC = pathlib.Path(__file__).resolve().parents[2] / "src" / "gradguard"
-FRAMEWORKS = {"torch", "paddle", "mindspore"}
+FRAMEWORKS = set(KNOWN)  # every backend's name (importing gradguard.backends imports no framework)
 
 # The comparisons still to remove, each with why it is still here. Matched by file and stripped line text (not line
 # numbers), and each must still occur: remove an entry when its line goes.

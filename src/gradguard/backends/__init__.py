@@ -33,6 +33,8 @@ KNOWN: dict[str, Backend] = {
                      frozenset({"guard", "check_op", "sample_steps", "coverage", "advise"})),
     "paddle": Backend("paddle", "gradguard.backends.paddle.adapter", frozenset({"guard", "check_op", "advise"})),
     "mindspore": Backend("mindspore", "gradguard.backends.mindspore.adapter", frozenset({"guard", "check_op"})),
+    # HIPS autograd: check_op only (NOTE [A framework without a guard] in backends/autograd/adapter.py)
+    "autograd": Backend("autograd", "gradguard.backends.autograd.adapter", frozenset({"check_op"})),
 }
 
 # framework module -> the command that installs it (named in "not installed" messages)
@@ -40,6 +42,7 @@ INSTALL: dict[str, str] = {
     "torch": "python -m pip install torch",
     "paddle": "python -m pip install paddlepaddle",
     "mindspore": "python -m pip install mindspore",
+    "autograd": "python -m pip install autograd",
 }
 
 _ADAPTERS: dict[str, Any] = {}
@@ -118,7 +121,7 @@ def resolve_backend(backend: str, objects: Iterable[Any] = ()) -> str:
         if imported:
             raise _invalid(f"backend='auto' cannot choose: {', '.join(imported)} are all imported; "
                            f"pass backend=... explicitly")
-        raise _invalid("backend='auto' found no deep-learning framework imported (torch, paddle, mindspore); "
+        raise _invalid(f"backend='auto' found no deep-learning framework imported ({', '.join(KNOWN)}); "
                        "import one first or pass backend=...")
     return found
 
@@ -147,12 +150,15 @@ def choose(backend: str = "auto", objects: Iterable[Any] = (), *, fallback: str 
 # script's first framework import finishes: a meta-path finder sees `import torch` / `paddle` / `mindspore`,
 # and wraps *that one loader instance's* ``exec_module`` (the module keeps its real loader and spec) to call
 # back once the framework module has fully executed. The watch removes itself after the first framework.
+# Only frameworks with the "guard" capability are watched: a script that imports autograd (check_op only) before
+# torch is guarded from its torch import on.
 class FrameworkImportWatch:
-    """Calls ``callback(backend_name)`` once, right after the first known framework finishes importing."""
+    """Calls ``callback(backend_name)`` once, right after the first known framework with a guard finishes
+    importing."""
 
     def __init__(self, callback):
         self._callback = callback
-        self._frameworks = {entry.framework: name for name, entry in KNOWN.items()}
+        self._frameworks = {entry.framework: name for name, entry in KNOWN.items() if "guard" in entry.capabilities}
         self._searching = False
         self.fired: str | None = None
 
