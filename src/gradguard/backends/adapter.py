@@ -44,14 +44,14 @@ class GuardSession(Protocol):
 
 @runtime_checkable
 class BackendAdapter(Protocol):
-    """Framework-specific operations. Implementations: ``backends/{torch,paddle,mindspore}/adapter.py``.
+    """Framework-specific operations. Implementations: ``backends/{torch,paddle,mindspore,autograd}/adapter.py``.
 
     Tensors are the framework's own; arrays are numpy. ``mode()`` says which execution mode results hold for
     (``"eager"`` for torch/paddle dygraph, ``"pynative"`` / ``"graph"`` for MindSpore).
     """
 
-    name: str  # "torch" | "paddle" | "mindspore"
-    module_name: str  # the framework's top-level module: "torch" | "paddle" | "mindspore"
+    name: str  # "torch" | "paddle" | "mindspore" | "autograd"
+    module_name: str  # the framework's top-level module: "torch" | "paddle" | "mindspore" | "autograd"
 
     # -- identity -----------------------------------------------------------------------------
     def is_tensor(self, obj: Any) -> bool: ...
