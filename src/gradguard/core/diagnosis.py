@@ -9,7 +9,7 @@ categories, the user's source line and the pass counts.
 # returns the write the rule is about (or True when it needs none), ``build`` returns a Verdict: the rule id,
 # the explanation and suggestion text, and the same fix as FixIntents (preferred first). Text and intents
 # are built in one place from the same facts, so the hunk ``gradguard fix`` applies is the edit the text
-# describes. Findings built elsewhere (PyTorch's eager errors) arrive with their verdict already set.
+# describes. A Verdict's ``display`` lines go before those the probe set (PyTorch's eager errors, core/eager_rules.py).
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
+from . import eager_rules as E
 from . import inplace_rules as _inplace_rules
 from .findings import SAVED_TENSOR_KINDS, Finding, SourceLocation, TensorInfo, WriteRecord
 from .intents import FixIntent, Verdict
@@ -72,10 +73,12 @@ def _where(write: WriteRecord) -> str:
 def diagnose(finding: Finding) -> Finding:
     """Fill ``headline``, ``explanation``, ``suggestion``, ``rule`` and ``fixes`` in place; returns the finding."""
     finding.headline = finding.headline or HEADLINES.get(finding.kind, finding.kind)
-    if finding.kind in SAVED_TENSOR_KINDS or finding.kind in _HYGIENE_KINDS:
+    if finding.kind in SAVED_TENSOR_KINDS or finding.kind in _HYGIENE_KINDS or finding.facts.eager_check:
         _name_from_write(finding)
         verdict = _apply_rules(finding)
         finding.rule = verdict.rule
+        if verdict.display:
+            finding.facts.display = [*verdict.display, *(finding.facts.display or [])]
         explanation = verdict.explanation
         on_ctx = bool(finding.saved_at.argument and finding.saved_at.argument.startswith("ctx."))
         if on_ctx:
@@ -592,6 +595,18 @@ _HYGIENE_KINDS = ("undeclared_input_write", "shared_grad_write", "module_input_w
 
 R = _inplace_rules
 RULES: tuple[Rule, ...] = (
+    # PyTorch's eager errors (core/eager_rules.py): an in-place write it refuses, a backward through a freed graph
+    Rule("leaf_inplace", E.check("leaf"), E.leaf_rule),
+    Rule("view_of_leaf_inplace", E.check("view_of_leaf"), E.view_of_leaf_rule),
+    Rule("multi_output_view_inplace", E.check("multi_output_view"), E.multi_view_rule),
+    Rule("no_grad_view_inplace", E.check("no_grad_view"), E.no_grad_view_rule),
+    Rule("custom_function_view_inplace", E.check("custom_function_view"), E.function_view_rule),
+    Rule("carried_state_backward_twice", lambda f: f.facts.carried, E.carried_rule),
+    Rule("same_loss_backward_twice", lambda f: f.facts.same_loss, E.same_loss_rule),
+    Rule("forward_outside_loop", lambda f: f.facts.forward_before_loop, E.hoisted_rule),
+    Rule("freed_graph_reused", lambda f: f.facts.crossing, E.crossing_rule),
+    Rule("accumulated_loss_not_reset", lambda f: f.facts.accumulation, E.accumulated_rule),
+    Rule("backward_twice", E.check("backward_twice"), E.unknown_twice_rule),
     Rule("forward_writes_input", _kind("undeclared_input_write"), _forward_writes_input),
     Rule("hook_writes_shared_grad", lambda f: True if f.kind == "shared_grad_write" and f.facts.hook else None,
          _hook_writes_shared_grad),

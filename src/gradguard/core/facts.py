@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
-__all__ = ["Facts"]
+if TYPE_CHECKING:
+    from .findings import SourceLocation
+    from .fixes import CarriedState
+
+__all__ = ["Facts", "CrossingTensor"]
 
 
 class _Unset:
@@ -36,6 +40,27 @@ _UNSET: Any = _Unset()
 # another version of gradguard) is kept in ``extra`` and written back in its place, never dropped and never an
 # error: old JSON still loads and ``gradguard fix`` hands it on unchanged.
 # Locations are the JSON of ``SourceLocation.to_dict()`` (``SourceLocation.from_dict`` reads them), as in the JSON.
+
+# NOTE [Rule inputs]
+# The facts after "rule inputs" are what a probe hands the rule rows and nothing else reads: they are never written
+# to the JSON (nor read from it, nor shown by repr), since the verdict the rows build from them (explanation,
+# suggestion, fixes, display) is. Typed as the probe gives them (SourceLocation, not its JSON), default None.
+
+
+_INPUT = {"input": True}  # the metadata of a rule input's field
+
+
+@dataclass(frozen=True)
+class CrossingTensor:
+    """The tensor by which the failing backward's graph reaches a graph an earlier backward freed (torch's eager)."""
+
+    name: str  # how the user reaches it: `data`, `outputs[0]`, `net.block.sn1.v`
+    made: SourceLocation | None  # the statement that made (assigned) it
+    used: SourceLocation | None  # the call that fed it into the earlier backward's graph, before that backward
+    callee: str | None  # that call's callee as written (`netD`)
+    holder: str | None  # "variable" | "element" | "attribute" | "module attribute" | "loss"; None: found by name
+    binding: str | None  # the assignment target where it is made (`self.v`)
+    holds_sequence: bool  # the name holds a tuple or list of tensors (an LSTM's (h, c))
 
 
 @dataclass(slots=True, repr=False)
@@ -90,6 +115,26 @@ class Facts:
     rank: int | None = _UNSET  # the torchrun rank: integrations/distributed.py tag_findings
     world_size: int | None = _UNSET  # the torchrun world size: integrations/distributed.py tag_findings
     verified_fix: str | None = _UNSET  # the unified diff a re-run verified: `gradguard fix --html` (fix/cli.py)
+    # -- rule inputs (NOTE [Rule inputs]): torch's eager enrichment (backends/torch/eager.py) --
+    # the eager check PyTorch failed: "leaf", "view_of_leaf", "multi_output_view", "no_grad_view",
+    # "custom_function_view", "backward_twice" (diagnose() runs the rows for a finding that has one)
+    eager_check: str | None = field(default=None, metadata=_INPUT)
+    written: str | None = field(default=None, metadata=_INPUT)  # the expression the failing line writes ("w[0]")
+    made_at: SourceLocation | None = field(default=None, metadata=_INPUT)  # the statement that bound `written`
+    view_op: str | None = field(default=None, metadata=_INPUT)  # the op or Function that returned the written view
+    # the nn class of the module whose parameter is written ("Embedding" for `embedding.weight[0] = 0`)
+    owner_module: str | None = field(default=None, metadata=_INPUT)
+    receiver: str | None = field(default=None, metadata=_INPUT)  # what the failing `.backward()` is called on
+    carried: CarriedState | None = field(default=None, metadata=_INPUT)  # a loop variable that carries a graph
+    carried_tensors: int | None = field(default=None, metadata=_INPUT)  # its length when it is a tuple or list
+    # the same loss backpropagated twice: [the earlier backward's own call, the earlier path's statement, the
+    # statement that backpropagates it again]
+    same_loss: list[SourceLocation] | None = field(default=None, metadata=_INPUT)
+    # the loss made once before the loop that backpropagates it: {"line", "code", "name", "first", "last"} (loss_site)
+    forward_before_loop: dict[str, Any] | None = field(default=None, metadata=_INPUT)
+    crossing: CrossingTensor | None = field(default=None, metadata=_INPUT)  # the tensor crossing into a freed graph
+    # the loss accumulated across the earlier backward, lines: {"first", "again" (after it), "reset_before"}
+    accumulation: dict[str, int] | None = field(default=None, metadata=_INPUT)
     # -- JSON keys that are no field (NOTE [Facts]) --
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -143,4 +188,4 @@ class Facts:
         return "Facts(" + ", ".join(f"{name}={value!r}" for name, value in self._items()) + ")"
 
 
-_NAMES = frozenset(f.name for f in dataclasses.fields(Facts)) - {"_order", "extra"}
+_NAMES = frozenset(f.name for f in dataclasses.fields(Facts) if not f.metadata.get("input")) - {"_order", "extra"}

@@ -96,3 +96,4 @@ class Verdict:
     explanation: str
     suggestion: str
     fixes: list[FixIntent] = field(default_factory=list)
+    display: list[tuple[str, str]] = field(default_factory=list)  # (label, text) lines shown before the probe's

@@ -2,6 +2,8 @@
 
 PyTorch checks these in its autograd kernels before any Python hook or mode sees the op, so the guard
 recognises them by message when they leave the guarded block, and reads the user's frame to name the tensor.
+This probe only gathers what happened (``Facts.eager_check`` and the facts after it); the rows of
+``core/eager_rules.py`` say why and how to fix it.
 """
 
 from __future__ import annotations
@@ -13,11 +15,10 @@ import torch
 
 from ..._errors import BackwardTwiceError, GradientHazardError, InplaceModificationError
 from ...core.diagnosis import diagnose
-from ...core.facts import Facts
+from ...core.facts import CrossingTensor, Facts
 from ...core.findings import Finding, SaveSite, SourceLocation, TensorInfo, WriteRecord
-from ...core.intents import FixIntent
 from ...core.frames import innermost_user_entry
-from ...core.fixes import assigned_names, carried_state, out_of_place, statement_code
+from ...core.fixes import assigned_names, carried_state, statement_code
 from ...core.source_ast import (parse_file, statement_at, accumulations, assignment_before, resets_between,
                                  written_expression)
 from .backward_calls import _is_user, raised_chain, second_call_of_same_loss
@@ -51,11 +52,14 @@ def _describe(tensor, expression: str | None) -> TensorInfo:
         # has left them (it falls back to the class name, "Embedding.weight"); the expression the user wrote
         # ("embedding.weight") is what they will recognise.
         name = expression
+    return _info(tensor, name, role)
+
+
+def _info(tensor: torch.Tensor, name: str | None, role: str) -> TensorInfo:
     grad_fn = tensor.grad_fn
-    return TensorInfo(
-        shape=tuple(tensor.shape), dtype=str(tensor.dtype).replace("torch.", ""), device=str(tensor.device),
-        name=name, role=role, producer=grad_fn.name() if grad_fn is not None else None,
-    )
+    return TensorInfo(shape=tuple(tensor.shape), dtype=str(tensor.dtype).replace("torch.", ""),
+                      device=str(tensor.device), name=name, role=role,
+                      producer=grad_fn.name() if grad_fn is not None else None)
 
 
 def enrich_eager_error(error: BaseException, session=None) -> GradientHazardError | None:
@@ -66,16 +70,19 @@ def enrich_eager_error(error: BaseException, session=None) -> GradientHazardErro
     try:
         if _BACKWARD_TWICE in message:
             return BackwardTwiceError(_backward_twice(error, session))
-        for matcher, builder in (
-            (lambda m: _VIEW_OF_LEAF in m, _view_of_leaf),
-            (lambda m: _LEAF in m, _leaf),
-            (_MULTI_VIEW.search, _multi_view),
-            (lambda m: _NO_GRAD_VIEW in m, _no_grad_view),
-            (_FUNCTION_VIEW.search, _function_view),
+        for matcher, kind, check in (
+            (lambda m: _VIEW_OF_LEAF in m, "leaf_inplace", "view_of_leaf"),
+            (lambda m: _LEAF in m, "leaf_inplace", "leaf"),
+            (_MULTI_VIEW.search, "view_inplace", "multi_output_view"),
+            (lambda m: _NO_GRAD_VIEW in m, "view_inplace", "no_grad_view"),
+            (_FUNCTION_VIEW.search, "view_inplace", "custom_function_view"),
         ):
             match = matcher(message)
             if match:
-                return InplaceModificationError(builder(_Site(error), match))
+                site = _Site(error)
+                if site.location is None:  # no line of the user's: nothing to explain it by
+                    return None
+                return InplaceModificationError(_refused_write(kind, check, site, match))
     except Exception as error:  # an enrichment failure must never replace the user's error
         log_fallback("backends.torch", "explaining an eager error", error)
         return None
@@ -110,10 +117,6 @@ class _Site:
             if made is not None and self.expression in assigned_names(statement_code(made)):
                 self.made = made
 
-    @property
-    def name(self) -> str:
-        return self.expression or "the tensor"
-
 
 def _view_named_by_error(error: BaseException, filename: str, line: int, frame) -> str | None:
     """The variable on the line whose tensor is the view PyTorch's message names ("Output 1 of
@@ -132,245 +135,17 @@ def _view_named_by_error(error: BaseException, filename: str, line: int, frame) 
     return found[0] if len(found) == 1 else None
 
 
-def _finding(kind, site: _Site, rule, why, fix, display=(), fixes=()) -> Finding:
-    info = site.info if site.location is not None else _describe(None, None)
-    writes = [WriteRecord(op="in-place write", location=site.location)] if site.location else []
-    extra = list(display)
-    if site.made is not None:
-        extra.append(("created at", f"{site.made.short}: {site.made.code}"))
-    elif info.role == "parameter":
-        extra.append(("created at", "a module parameter (leaf tensor created by nn.Module)"))
-    finding = Finding(kind=kind, tensor=info, modified_at=writes, explanation=why, suggestion=fix,
-                      rule=rule, facts=Facts(display=extra, torch_message=str(site.error)), fixes=list(fixes))
-    return diagnose(finding)
-
-
-def _rewrite_intents(site: _Site, reason: str, preferred: bool = True) -> list[FixIntent]:
-    """The write at ``site`` rewritten out of place (``x += y``, ``x.mul_(s)``, ``x[m] = v``), as an intent;
-    none when the statement has no out-of-place form, or when it writes a loop variable (rebinding that
-    name would drop the write the loop meant to make, e.g. ``for c in t.unbind(): c.mul_(s)``)."""
-    import ast
-
-    from ...core.fixes import mask_assignment
-
-    if site.location is None or not site.code or _is_loop_target(site):
-        return []
-    try:
-        stmt = ast.parse(statement_code(site.location)).body[0]
-    except (SyntaxError, IndexError):
-        return []
-    where = (site.location.file, site.location.line)
-    if isinstance(stmt, ast.AugAssign):
-        return [FixIntent("augmented_to_binary", *where, target=site.expression, reason=reason, preferred=preferred)]
-    if mask_assignment(statement_code(site.location)):
-        return [FixIntent("inplace_to_out_of_place", *where, target=site.expression, detail={"method": "masked_fill"},
-                          reason=reason, preferred=preferred)]
-    if out_of_place(statement_code(site.location)):
-        return [FixIntent("inplace_to_out_of_place", *where, target=site.expression, reason=reason,
-                          preferred=preferred)]
-    return []
-
-
-def _clone_before_intent(site: _Site, preferred: bool) -> list[FixIntent]:
-    """``name = name.clone()`` inserted before the write: the write then changes a copy."""
-    if site.location is None or not site.expression or not site.expression.isidentifier() or _is_loop_target(site):
-        return []
-    name = site.expression
-    return [FixIntent("insert_before", site.location.file, site.location.line, target=name,
-                      detail={"code": f"{name} = {name}.clone()"},
-                      reason=f"the write then changes a copy of `{name}`", preferred=preferred)]
-
-
-def _binding_loops(site: _Site):
-    """(tree, loops): the ``for`` loops around the write whose target binds the written name, innermost last;
-    tree None when the file does not parse (then nobody can tell)."""
-    import ast
-    import linecache
-
-    if site.location is None or not site.expression or not linecache.getlines(site.location.file):
-        return ast.Module(body=[], type_ignores=[]), []  # no source: no loop
-    tree = parse_file(site.location.file)
-    if tree is None:
-        return None, []
-    base = site.expression.split("[", 1)[0].split(".", 1)[0]
-    line = site.location.line
-    loops = [node for node in ast.walk(tree) if isinstance(node, (ast.For, ast.AsyncFor))
-             and node.lineno < line <= (node.end_lineno or node.lineno)
-             and base in {n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)}]
-    return tree, sorted(loops, key=lambda node: node.lineno)
-
-
-def _is_loop_target(site: _Site) -> bool:
-    """Whether the written name is bound by an enclosing ``for`` (a view the loop hands out piece by piece)."""
-    tree, loops = _binding_loops(site)
-    return tree is None or bool(loops)  # a file that does not parse: cannot tell, so do not propose a rebinding
-
-
-def _index_loop_intent(site: _Site) -> list[FixIntent]:
-    """The ``for`` that binds the written name, rewritten to hand out indexed views (``x = t[i]``)."""
-    import ast
-
-    tree, loops = _binding_loops(site)
-    if tree is None or not loops or not isinstance(loops[-1], ast.For):  # an `async for` has no enumerate()
-        return []
-    name = site.expression.split("[", 1)[0].split(".", 1)[0]
-    used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | {a.arg for a in ast.walk(tree) if isinstance(a, ast.arg)}
-    index = next(c for c in ("i", "index", "_i", "_index") + tuple(f"_i{k}" for k in range(100)) if c not in used)
-    return [FixIntent("index_loop_variable", site.location.file, loops[-1].lineno, target=name, detail={"index": index},
-                      reason=f"`{name}` becomes an indexed view of the tensor (`[{index}]`), which can be written in place; "
-                             f"the write still reaches the tensor", preferred=True)]
-
-
-def _preferred_first(fixes: list[FixIntent]) -> list[FixIntent]:
-    """When no edit is preferred, the first alternative becomes the preferred one."""
-    if fixes and not any(x.preferred for x in fixes):
-        first = fixes[0]
-        fixes[0] = FixIntent(first.action, first.file, first.line, first.target, first.detail, first.reason, True)
-    return fixes
-
-
-def _no_grad_intent(site: _Site, preferred: bool = True) -> list[FixIntent]:
-    if site.location is None:
-        return []
-    return [FixIntent("wrap_no_grad", site.location.file, site.location.line, target=site.expression,
-                      reason="an update of the leaf itself: autograd must not record it", preferred=preferred)]
-
-
-def _no_grad_block(code: str) -> str:
-    return f"`with torch.no_grad(): {code}`"
-
-
-def _leaf(site: _Site, _match) -> Finding:
-    name = site.name
-    is_update = ".grad" in site.code or site.info.role == "parameter"
-    rewritten = out_of_place(site.code) if site.code else None
-    if is_update:
-        fix = (f"Make the update under no_grad, as optimizers do: {_no_grad_block(site.code)} (the update is not "
-               f"part of the model, so autograd must not record it).")
-    else:
-        out_of_place_code = rewritten or (f"{name} = {name} + 1" if site.expression else None)
-        compute = (f"write it out of place: `{out_of_place_code}`" if out_of_place_code
-                   else "write the result to a new tensor instead of in place")
-        fix = (f"If this computes a new value, {compute} (a new tensor; gradients still flow to the original "
-               f"{name}). If it is meant to change the leaf itself (an update or initialisation), do it under "
-               f"no_grad: {_no_grad_block(site.code)}.")
-    return _finding(
-        "leaf_inplace", site, "leaf_inplace",
-        f"`{name}` is a leaf tensor that requires grad (a parameter, or created with requires_grad=True): autograd "
-        f"accumulates its gradient into `{name}.grad`. Writing it in place with grad mode on would make that "
-        f"gradient refer to values that no longer exist, so PyTorch refuses the write.",
-        fix,
-        fixes=(_no_grad_intent(site) if is_update else
-               _rewrite_intents(site, f"a new tensor; gradients still flow to the original {name}")
-               + _no_grad_intent(site, preferred=False)),
-    )
-
-
-def _view_of_leaf(site: _Site, _match) -> Finding:
-    name = site.name
-    copy = (f"(`{name.split('.')[-1].split('[')[0]}2 = {name}.clone()` and index that)" if site.expression
-            else "(`.clone()` it and index the copy)")
-    fix = (f"Initialise or update the leaf under no_grad: {_no_grad_block(site.code)}. For a computation, write "
-           f"into a copy instead {copy}.")
-    owner = _lookup(name.rsplit(".", 1)[0], site.frame) if site.frame is not None and "." in name else None
-    if isinstance(owner, torch.nn.Embedding) and site.info.role == "parameter":
-        fix += (" To keep an embedding's padding row at zero, `nn.Embedding(..., padding_idx=0)` zeroes it and "
-                "keeps its gradient at zero.")
-    return _finding(
-        "leaf_inplace", site, "view_of_leaf_inplace",
-        f"`{site.code}` writes a view (index/slice) of `{name}`, a leaf tensor that requires grad; writing the view "
-        f"writes the leaf, which autograd forbids with grad mode on.",
-        fix,
-        fixes=_no_grad_intent(site),
-    )
-
-
-_MULTI_VIEW_FUNCTIONS = {"Split": "chunk()/split()", "SplitWithSizes": "split()", "Unbind": "unbind()"}
-
-
-def _multi_view(site: _Site, match) -> Finding:
-    op = match.group(1)
-    if op.endswith("Backward0"):  # torch 2.4 names the backward node ("UnbindBackward0"), later ones the op ("Unbind")
-        op = op[: -len("Backward0")]
-    function = _MULTI_VIEW_FUNCTIONS.get(op, op)
-    name = site.name
-    rewritten = out_of_place(site.code) if site.code else None
-    made = f" (line {site.made.line}: `{site.made.code}`)" if site.made is not None else ""
-    loop_bound = _is_loop_target(site)
-    if loop_bound:
-        # Rebinding the loop variable (out of place, or to a clone) would silently drop the write the loop makes.
-        fix = (f"`{name}` is the variable of a for loop over a tensor: iterating unbinds the tensor into views "
-               f"that cannot be written in place one at a time, and rebinding `{name}` (out of place, or to a clone) "
-               f"would leave the tensor unchanged. Index the tensor instead (`x[i]` is a view that can be written "
-               f"in place: `for i in range(len(x)): x[i].mul_(s)`), or write the whole tensor at once. If no "
-               f"gradient is needed through the result (an image to display), write into a detached copy "
-               f"(`.detach().clone()`).")
-    else:
-        fix = (f"Write it out of place: `{rewritten}` instead of `{site.code}`." if rewritten
-               else "Write it out of place.")
-        fix += (f" Or clone the piece before writing it (`{name} = {name}.clone()`)." if site.expression else
-                " Or clone the piece before writing it, and write into the clone.")
-    return _finding(
-        "view_inplace", site, "multi_output_view_inplace",
-        f"`{name}` is one of several views returned together by {function}{made}. They share one backward node, "
-        f"so autograd cannot record an in-place write into just one of them.",
-        fix,
-        display=[("view of", f"{op} (several views returned by {function})")],
-        fixes=_preferred_first(_index_loop_intent(site) if loop_bound else
-                               _rewrite_intents(site, "a new tensor instead of a write into one of several views")
-                               + _clone_before_intent(site, preferred=False)),
-    )
-
-
-def _clone_assignment(code: str, method: str = "clone") -> str | None:
-    """``first = hidden[:, :2]`` -> ``first = hidden[:, :2].clone()`` (or another method, e.g. detach)."""
-    import ast
-
-    try:
-        stmt = ast.parse(code).body[0]
-    except (SyntaxError, IndexError):
-        return None
-    if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
-        value = ast.get_source_segment(code, stmt.value) or ast.unparse(stmt.value)
-        if not isinstance(stmt.value, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)):
-            value = f"({value})"
-        return f"{ast.unparse(stmt.targets[0])} = {value}.{method}()"
-    return None
-
-
-def _no_grad_view(site: _Site, _match) -> Finding:
-    name = site.name
-    copy = _clone_assignment(site.made.code) if site.made is not None else None
-    where = f" (line {site.made.line})" if site.made is not None else ""
-    fix = (f"If `{name}` is meant as a separate value, make it a copy: `{copy}`{where}." if copy else
-           f"If `{name}` is meant as a separate value, make it a copy with `.clone()` where it is created.")
-    fix += (f" If the write should change the original without being tracked, move `{site.code}` into the same "
-            f"`with torch.no_grad():` block; if it should be tracked, create the view outside no_grad.")
-    return _finding(
-        "view_inplace", site, "no_grad_view_inplace",
-        f"`{name}` is a view created under torch.no_grad(){where} of a tensor that requires grad, and `{site.code}` "
-        f"writes it with grad mode on: autograd cannot tell whether the write should be tracked, so it refuses.",
-        fix,
-        fixes=([FixIntent("clone_assignment", site.made.file, site.made.line, target=name,
-                          reason=f"`{name}` becomes a copy, which the write may change")]
-               if copy and site.made is not None else []),
-    )
-
-
-def _function_view(site: _Site, match) -> Finding:
-    op = match.group(1)
-    rewritten = out_of_place(site.code) if site.code else None
-    return _finding(
-        "view_inplace", site, "custom_function_view_inplace",
-        f"`{site.name}` is a view returned by the custom autograd Function {op}; autograd cannot rebase the "
-        f"Function's backward on an in-place write into its output.",
-        (f"Write it out of place (`{rewritten}`), " if rewritten else "Write it out of place, ")
-        + f"or clone the output (`y = y.clone()`), or make {op}.forward return a fresh tensor (not a view of an "
-        f"input).",
-        display=[("view from", op)],
-        fixes=_preferred_first(_rewrite_intents(site, f"a new tensor instead of a write into the view {op} returned")
-                               + _clone_before_intent(site, preferred=False)),
-    )
+def _refused_write(kind: str, check: str, site: _Site, match) -> Finding:
+    """An in-place write PyTorch refused at ``site``: what happened, for the rows of core/eager_rules.py."""
+    written = site.expression
+    owner = (_lookup(written.rsplit(".", 1)[0], site.frame)
+             if written and "." in written and site.info.role == "parameter" else None)
+    facts = Facts(display=[], torch_message=str(site.error), eager_check=check, written=written, made_at=site.made,
+                  view_op=match.group(1) if isinstance(match, re.Match) else None,
+                  owner_module=next(c.__name__ for c in type(owner).__mro__ if c.__module__.startswith("torch.nn"))
+                  if isinstance(owner, torch.nn.Module) else None)  # the torch.nn class: "Embedding" for a subclass
+    return diagnose(Finding(kind=kind, tensor=site.info, facts=facts,
+                            modified_at=[WriteRecord(op="in-place write", location=site.location)]))
 
 
 def _carries_graph(value) -> bool:
@@ -429,8 +204,9 @@ class _Crossing:
     """The tensor that crosses from the graph an earlier backward freed into the one backpropagated now."""
 
     def __init__(self, name: str, value, made: SourceLocation | None, used: SourceLocation | None,
-                 callee: str | None):
+                 callee: str | None, holder: str | None = None, binding: str | None = None):
         self.name, self.value, self.made, self.used, self.callee = name, value, made, used, callee
+        self.holder, self.binding = holder, binding  # found by the graph (crossing.py); None when found by name
 
 
 def _crossing_tensor(site: _Site, earlier: SourceLocation | None) -> _Crossing | None:
@@ -584,30 +360,15 @@ def _accumulated_without_reset(site: _Site, earlier):
     return receiver, before[0][0], again, loop
 
 
-def _is_expression_statement(code: str) -> bool:
-    """``optimizer.backward(loss)``: a call whose value nothing reads (deleting it breaks no later name)."""
-    import ast
-
-    try:
-        body = ast.parse(code).body
-    except SyntaxError:
-        return False
-    return len(body) == 1 and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Call)
-
-
 class _TwiceCase:
-    """What the diagnosis of a backward through a freed graph gathers before it explains it."""
+    """What the probe gathers about a backward through a freed graph (the rows of core/eager_rules.py explain it)."""
 
     def __init__(self, error, site: _Site, session):
         self.error, self.site, self.session = error, site, session
         self.location = site.location
-        self.home = site.location.file if site.location is not None else None
-        self.display: list = []
-        self.fixes: list[FixIntent] = []
-        self.saved_at = SaveSite()  # no autograd node saved anything here; only the accumulation rule names a line
+        self.saved_at = SaveSite()  # no autograd node saved anything here; only some explanations name a line
         self.carried = self._carried()
         self.earlier = self._earlier(list(session.backward_sites) if session is not None else [])
-        self.rule_name = "carried_state_backward_twice" if self.carried else "backward_twice"
         self.loss = self.receiver = None
         self.same_loss = self._same_loss()
         self.mechanism = self._mechanism()
@@ -615,9 +376,8 @@ class _TwiceCase:
             self.earlier = self.mechanism.freed_by
         self.hoisted = self._hoisted()
         self.crossing = self._crossing()
-
-    def at(self, loc) -> str:
-        return f"line {loc.line}" if self.home is not None and loc.file == self.home else loc.short
+        self.accumulated = None if (self.carried or self.same_loss is not None or self.hoisted is not None
+                                    or self.crossing is not None) else _accumulated_without_reset(site, self.earlier)
 
     def _carried(self) -> list:
         site = self.site
@@ -678,8 +438,8 @@ class _TwiceCase:
     def _crossing(self) -> _Crossing | None:
         mechanism, earlier, location = self.mechanism, self.earlier, self.location
         if mechanism is not None and mechanism.tensor is not None and self.hoisted is None:
-            crossing = _Crossing(mechanism.name, mechanism.tensor, mechanism.made, None, None)
-            crossing.holder = mechanism.holder
+            crossing = _Crossing(mechanism.name, mechanism.tensor, mechanism.made, None, None, mechanism.holder,
+                                 mechanism.binding)
             made = mechanism.made
             if (mechanism.holder == "variable" and made is not None and earlier is not None and location is not None
                     and made.file == earlier.file == location.file):
@@ -692,227 +452,6 @@ class _TwiceCase:
             return _crossing_tensor(self.site, earlier)
         except RuntimeError:  # reading the graph failed: the plain diagnosis below still stands
             return None
-
-
-def _explain_carried(case: _TwiceCase):
-    site, at, earlier, location = case.site, case.at, case.earlier, case.location
-    state = case.carried[0]
-    value = site.frame.f_locals.get(state.name, site.frame.f_globals.get(state.name))
-    is_tuple = isinstance(value, (tuple, list))
-    first = value[0] if is_tuple else value
-    tensor = TensorInfo(shape=tuple(first.shape), dtype=str(first.dtype).replace("torch.", ""),
-                        device=str(first.device), name=f"{state.name}[0]" if is_tuple else state.name,
-                        role="carried state",
-                        producer=first.grad_fn.name() if first.grad_fn is not None else None)
-    kind_of = f"a tuple of {len(value)} tensors" if is_tuple else "a tensor"
-    case.display.insert(0, ("carried by", f"`{state.name}` ({kind_of}), assigned at {at(state.assignment)}: "
-                                          f"{state.assignment.code}"))
-    why = (f"`{state.name}` carries the previous iteration's output into this one without .detach(), so this "
-           f"backward at {at(location)} runs on into the previous iteration's graph. The previous backward "
-           f"{'at ' + at(earlier) + ' ' if earlier else ''}already freed that graph's saved tensors (backward "
-           f"frees them unless retain_graph=True).")
-    fix = (f"Detach the carried state: {state.detach_fix(is_tuple)}. Each backward then covers only its own "
-           f"iteration (truncated backpropagation through time). Do not add retain_graph=True to silence this: "
-           f"it keeps every iteration's graph alive, and the next optimizer step turns it into \"modified by "
-           f"an inplace operation\".")
-    case.fixes.append(state.detach_intent(is_tuple))
-    return tensor, why, fix
-
-
-def _explain_same_loss(case: _TwiceCase):
-    site, at, location, receiver = case.site, case.at, case.location, case.receiver
-    first, path, again = case.same_loss
-    tensor = _describe(case.loss, receiver)  # both read above, where same_loss was found
-    called = f" (called from {at(path)})" if (path.file, path.line) != (first.file, first.line) else ""
-    case.display[:0] = [("freed by", f"the backward of the same `{receiver}` at {at(first)}{called}: {first.code}"),
-                        ("again", f"at {at(again)}: {again.code}")]
-    through = f" (through `{site.code}` at {at(location)})" if (again.file, again.line) != (
-        location.file, location.line) else ""
-    why = (f"The same `{receiver}` is backpropagated twice{through}: `{first.code}` at {at(first)}{called} "
-           f"already ran its backward, which freed the saved tensors of its graph, and `{again.code}` at "
-           f"{at(again)} backpropagates it again.")
-    fix = (f"Backpropagate each loss once: delete `{again.code}` at {at(again)}; the call at {at(first)} already "
-           f"computed its gradients. retain_graph=True would only hide it: the second backward would add the "
-           f"same gradients again.")
-    code = statement_code(again)
-    if _is_expression_statement(code):
-        case.fixes.append(FixIntent("remove_statement", again.file, again.line, target=code,
-                                    reason=f"`{receiver}` is already backpropagated at {at(first)}"))
-    case.rule_name = "same_loss_backward_twice"
-    return tensor, why, fix
-
-
-def _explain_hoisted(case: _TwiceCase):
-    at, location, hoisted = case.at, case.location, case.hoisted
-    name, lines = hoisted["name"], (f"line {hoisted['first']}" if hoisted["first"] == hoisted["last"]
-                                    else f"lines {hoisted['first']}-{hoisted['last']}")
-    tensor = _describe(_lookup(name, case.site.frame), name)
-    case.display.insert(0, ("made", f"`{name}` once, before the loop ({lines})"))
-    why = (f"`{name}` is made once, before the loop ({lines}), and backpropagated in every iteration at "
-           f"{at(location)}: the first backward frees the saved tensors of its graph, and the next iteration "
-           f"backpropagates the same graph again.")
-    fix = (f"Run the forward inside the loop: {lines} again before line {hoisted['line']}, so every iteration "
-           f"backpropagates a graph of its own (and sees the updated weights). retain_graph=True would only "
-           f"hide it: every iteration would reuse the first forward's values.")
-    case.fixes.append(FixIntent("insert_before", location.file, hoisted["line"], target=name,
-                                detail={"code": hoisted["code"]},
-                                reason=f"the forward ({lines}) runs in every iteration, so each backward has its own "
-                                       f"graph"))
-    case.rule_name = "forward_outside_loop"
-    case.saved_at = SaveSite(location=SourceLocation(location.file, hoisted["first"], location.function))
-    return tensor, why, fix
-
-
-def _explain_crossing(case: _TwiceCase):
-    site, at, earlier, location, crossing = case.site, case.at, case.earlier, case.location, case.crossing
-    value = crossing.value
-    tensor = TensorInfo(shape=tuple(value.shape), dtype=str(value.dtype).replace("torch.", ""),
-                        device=str(value.device), name=crossing.name, role="activation",
-                        producer=value.grad_fn.name() if value.grad_fn is not None else None)
-    made = crossing.made
-    if made is not None:
-        case.display.insert(0, ("crosses", f"`{crossing.name}`, made at {at(made)}: {made.code}"))
-    freed_by = f"the backward at {at(earlier)} (`{earlier.code}`)" if earlier is not None else "an earlier backward"
-    fed = (f" `{crossing.used.code}` ({at(crossing.used)}) fed `{crossing.name}` into that backward's graph "
-           f"without .detach(), so" if crossing.used is not None else "")
-    why = (f"`{crossing.name}`{' (made at ' + at(made) + ')' if made else ''} belongs to a graph that "
-           f"{freed_by} already went through and freed:{fed} that backward ran on into the graph that made "
-           f"`{crossing.name}`. The backward at {at(location)} (`{site.code}`) reaches that graph again "
-           f"through `{crossing.name}` and finds its saved tensors gone.")
-    if getattr(crossing, "holder", None) == "module attribute":
-        why, fix = _module_state_fix(case, freed_by)
-    elif crossing.used is not None and crossing.callee:
-        fix = (f"Detach it where the earlier loss uses it: `{crossing.callee}({crossing.name}.detach())` at "
-               f"{at(crossing.used)}, so the earlier backward stops at `{crossing.name}` and leaves its graph "
-               f"for the backward at {at(location)}.")
-        case.fixes.append(FixIntent("detach_argument", crossing.used.file, crossing.used.line,
-                                    target=crossing.name, detail={"call": crossing.callee},
-                                    reason=f"the backward at {at(earlier) if earlier else 'the earlier line'} then "
-                                           f"stops at `{crossing.name}`"))
-    else:
-        fix = (f"Detach `{crossing.name}` where an earlier loss uses it (`{crossing.name}.detach()`), or "
-               f"recompute it after the earlier backward, so each backward covers its own graph.")
-        if made is not None:
-            fix += _detach_where_made(case)
-    case.rule_name = "freed_graph_reused"
-    return tensor, why, fix
-
-
-def _module_state_fix(case: _TwiceCase, freed_by: str):
-    """(why, fix) for state a module keeps between forwards that still holds a freed graph."""
-    at, location, crossing, mechanism = case.at, case.location, case.crossing, case.mechanism
-    made = crossing.made
-    # NOTE [Finding the crossing by the graph]: state a module keeps between forwards (a membrane, a
-    # hidden state) still holds the previous iteration's graph when the next forward starts from it.
-    held = (f"`{mechanism.binding}` of {crossing.name}" if mechanism.binding
-            else crossing.name)  # `net.1.mem` is no Python expression: the path stays plain text
-    why = (f"{held} is state the module keeps from one forward to the next"
-           f"{' (assigned at ' + at(made) + ')' if made else ''}. It still holds the graph of the previous "
-           f"iteration, which {freed_by} already went through and freed; this iteration's forward starts "
-           f"from it, so the backward at {at(location)} (`{case.site.code}`) runs on into that freed graph.")
-    binding = mechanism.binding or ""
-    several = made is not None and len(assigned_names(statement_code(made))) > 1  # `out, self.h = ...`
-    if several and binding in assigned_names(statement_code(made)):
-        # a tuple target cannot take `.detach()` on its right-hand side: detach the state on the next line
-        detach_code = f"{binding} = {binding}.detach()"
-        detached = None
-        how = f", or detach it right after it is made: insert `{detach_code}` after {at(made)}"
-    else:
-        detach_code = None
-        detached = _clone_assignment(statement_code(made), "detach") if made is not None else None
-        how = f", or detach it where it is made: `{detached}` ({at(made)})" if detached else ""
-    fix = ("Reset the state before each new sequence (set it to a fresh tensor, as a `reset()` or "
-           "`reset_net(model)` after the optimizer step does)" + how
-           + ". retain_graph=True would only hide it: every iteration would backpropagate into all earlier "
-             "ones.")
-    reason = (f"`{binding}` carries values into the next batch, not its graph" if binding
-              else f"{held} carries values into the next iteration, not its graph")
-    if detach_code is not None:
-        case.fixes.append(FixIntent("insert_after", made.file, made.line, target=binding,
-                                    detail={"code": detach_code}, reason=reason))
-    elif detached is not None:
-        case.fixes.append(FixIntent("detach_assignment", made.file, made.line, target=binding, reason=reason))
-    return why, fix
-
-
-def _detach_where_made(case: _TwiceCase) -> str:
-    """The sentence (and intent) that detaches the crossing tensor at the statement that made it."""
-    at, crossing, site = case.at, case.crossing, case.site
-    made = crossing.made
-    target = next((t for t in assigned_names(statement_code(made)) if t in (crossing.name, "self." +
-                   crossing.name.rsplit(".", 1)[-1])), None)
-    detached = _clone_assignment(statement_code(made), "detach")
-    several = len(assigned_names(statement_code(made))) > 1  # `out, self.hidden = self.lstm(...)`
-    whole = _lookup(crossing.name, site.frame) if site.frame is not None else None
-    if target is not None and (several or isinstance(whole, (tuple, list))):
-        detach_code = (f"{target} = tuple(h.detach() for h in {target})"
-                       if isinstance(whole, (tuple, list)) else f"{target} = {target}.detach()")
-        case.fixes.append(FixIntent("insert_after", made.file, made.line, target=target,
-                                    detail={"code": detach_code},
-                                    reason=f"`{target}` carries values into the next batch, not its graph"))
-        return (f" If it is state carried from one batch to the next (a recurrent hidden state), detach "
-                f"it right after it is made: insert `{detach_code}` after {at(made)}.")
-    if target is not None and detached is not None:
-        case.fixes.append(FixIntent("detach_assignment", made.file, made.line, target=target,
-                                    reason=f"`{target}` is a value for later losses, not a path for their "
-                                           f"gradients"))
-        return (f" If later losses only need its value (a constant such as a target, a centre or old "
-                f"log-probabilities), detach it where it is made: `{detached}` ({at(made)}).")
-    return ""
-
-
-def _explain_accumulated(case: _TwiceCase, receiver, first, again, loop):
-    at, earlier, location = case.at, case.earlier, case.location
-    value = _lookup(receiver, case.site.frame)
-    tensor = _describe(value, receiver)
-    saver = SourceLocation(location.file, first.lineno, location.function)  # code read on first use
-    case.display.insert(0, ("accumulates", f"`{receiver}` at {at(saver)}, and again at line {again.lineno} without "
-                                           f"a reset in between"))
-    why = (f"`{receiver}` accumulates losses ({at(saver)}) and is backpropagated at {at(earlier)}, which frees "
-           f"that graph's saved tensors; it is not reset afterwards, so line {again.lineno} adds the next "
-           f"losses to the same `{receiver}`, and the backward at {at(location)} runs through the freed graph "
-           f"again.")
-    reset_line = loop.lineno if loop is not None else again.lineno
-    fix = (f"Reset the accumulator before accumulating again: insert `{receiver} = 0` before line {reset_line}, "
-           f"so each backward covers only its own losses.")
-    case.fixes.append(FixIntent("insert_before", location.file, reset_line, target=receiver,
-                                detail={"code": f"{receiver} = 0"},
-                                reason=f"the backward at {at(location)} then covers only the losses added after it"))
-    case.rule_name = "accumulated_loss_not_reset"
-    case.saved_at = SaveSite(location=saver)
-    return tensor, why, fix
-
-
-def _explain_unknown(case: _TwiceCase):
-    site = case.site
-    receiver = _backward_receiver(site.code)
-    value = _lookup(receiver, site.frame) if receiver and site.frame is not None else None
-    tensor = (_describe(value, receiver) if isinstance(value, torch.Tensor)
-              else TensorInfo(shape=(), dtype="unknown dtype", name=receiver, role="graph"))
-    why = ("An earlier backward freed the saved tensors of part of this graph (backward frees them unless "
-           "retain_graph=True). This backward reaches that part again: usually a tensor from a previous "
-           "iteration (an RNN hidden state, a running average, a cached embedding) was carried into this "
-           "iteration without .detach(), or the same loss is backpropagated twice.")
-    fix = ("Detach what you carry across iterations (`h = h.detach()`), so each backward only covers its own "
-           "iteration. Pass retain_graph=True to the earlier backward only if you really need to backpropagate "
-           "through the same graph twice (and then do not step the optimizer in between).")
-    return tensor, why, fix
-
-
-def _explain_twice(case: _TwiceCase):
-    """(tensor, why, fix) of the first explanation that fits, in order of how much each one knows."""
-    if case.carried:
-        return _explain_carried(case)
-    if case.same_loss is not None:
-        return _explain_same_loss(case)
-    if case.hoisted is not None:
-        return _explain_hoisted(case)
-    if case.crossing is not None:
-        return _explain_crossing(case)
-    accumulated = _accumulated_without_reset(case.site, case.earlier)
-    if accumulated is not None:
-        return _explain_accumulated(case, *accumulated)
-    return _explain_unknown(case)
 
 
 def _twice_saved_at(case: _TwiceCase, passes) -> SaveSite:
@@ -933,31 +472,57 @@ def _twice_saved_at(case: _TwiceCase, passes) -> SaveSite:
     return saved_at
 
 
+def _twice_tensor(case: _TwiceCase) -> TensorInfo:
+    """The tensor the first explanation that fits is about (in order of how much each one knows); the
+    explanations that know where the freed graph was made set ``case.saved_at``."""
+    site, location = case.site, case.location
+    if case.carried:
+        state = case.carried[0]
+        value = site.frame.f_locals.get(state.name, site.frame.f_globals.get(state.name))
+        is_tuple = isinstance(value, (tuple, list))
+        first = value[0] if is_tuple else value
+        return _info(first, f"{state.name}[0]" if is_tuple else state.name, "carried state")
+    if case.same_loss is not None:
+        return _describe(case.loss, case.receiver)  # both read where same_loss was found
+    if case.hoisted is not None:
+        name = case.hoisted["name"]
+        case.saved_at = SaveSite(location=SourceLocation(location.file, case.hoisted["first"], location.function))
+        return _describe(_lookup(name, site.frame), name)
+    if case.crossing is not None:
+        return _info(case.crossing.value, case.crossing.name, "activation")
+    receiver = _backward_receiver(site.code)
+    value = _lookup(receiver, site.frame) if receiver and site.frame is not None else None
+    if case.accumulated is not None:
+        case.saved_at = SaveSite(location=SourceLocation(location.file, case.accumulated[1].lineno,
+                                                         location.function))  # code read on first use
+        return _describe(value, receiver)
+    return (_describe(value, receiver) if isinstance(value, torch.Tensor)
+            else TensorInfo(shape=(), dtype="unknown dtype", name=receiver, role="graph"))
+
+
 def _backward_twice(error, session) -> Finding:
     site = _Site(error)
     # read before anything below walks the graph: reading a live node's saved tensor runs the unpack hook
     passes = (session.ledger.backward_passes, session.backward_sites[-1] if session.backward_sites else None) if (
         session is not None) else None
     case = _TwiceCase(error, site, session)
-    earlier, location = case.earlier, site.location
-    if earlier is not None and case.same_loss is None:
-        case.display.append(("freed by", f"the earlier backward at {case.at(earlier)}: {earlier.code}"))
-    tensor, why, fix = _explain_twice(case)
+    tensor = _twice_tensor(case)
     saved_at = _twice_saved_at(case, passes)
     # The earlier backward is what made this graph unusable: the "write" of this kind, in the JSON too.
-    freed_by = case.same_loss[0] if case.same_loss is not None else earlier
+    freed_by = case.same_loss[0] if case.same_loss is not None else case.earlier
     writes = [WriteRecord(op="backward", location=freed_by, via="the earlier backward, which freed the saved tensors",
                           category="backward")] if freed_by is not None else []
-    finding = Finding(
-        kind="backward_twice",
-        tensor=tensor,
-        saved_at=saved_at,
-        modified_at=writes,
-        explanation=why,
-        suggestion=fix,
-        rule=case.rule_name,
-        fixes=case.fixes,
-        facts=Facts(display=case.display, torch_message=str(error)),
-    )
-    finding.facts.backward_at = location.to_dict() if location else None  # after the message, as JSON always had it
-    return diagnose(finding)
+    carried, crossing, accumulated = (case.carried[0] if case.carried else None), case.crossing, case.accumulated
+    carried_value = _lookup(carried.name, site.frame) if carried is not None else None
+    facts = Facts(
+        display=[], torch_message=str(error), eager_check="backward_twice", receiver=_backward_receiver(site.code),
+        carried=carried, carried_tensors=len(carried_value) if isinstance(carried_value, (tuple, list)) else None,
+        same_loss=list(case.same_loss) if case.same_loss is not None else None, forward_before_loop=case.hoisted,
+        crossing=CrossingTensor(
+            crossing.name, crossing.made, crossing.used, crossing.callee, crossing.holder, crossing.binding,
+            isinstance(_lookup(crossing.name, site.frame) if site.frame is not None else None, (tuple, list)),
+        ) if crossing is not None else None,
+        accumulation={"first": accumulated[1].lineno, "again": accumulated[2].lineno,
+                      "reset_before": (accumulated[3] or accumulated[2]).lineno} if accumulated is not None else None)
+    facts.backward_at = site.location.to_dict() if site.location else None  # after the message, as JSON always had it
+    return diagnose(Finding(kind="backward_twice", tensor=tensor, saved_at=saved_at, modified_at=writes, facts=facts))

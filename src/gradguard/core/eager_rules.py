@@ -1,0 +1,479 @@
+"""The rule rows for the errors PyTorch raises at once: an in-place write autograd refuses (a leaf, a view of a
+leaf, one of several views, a view made under no_grad, a custom Function's view) and a backward through a graph
+an earlier backward freed. The torch probe (backends/torch/eager.py) gathers the facts (``Facts.eager_check``,
+``written``, ``carried``, ``crossing`` ...); these rows turn them into the verdict. ``diagnosis.RULES`` calls them
+as ``E.name``."""
+
+from __future__ import annotations
+
+import ast
+import linecache
+from typing import Callable
+
+from .facts import CrossingTensor
+from .findings import Finding, SourceLocation
+from .fixes import assigned_names, mask_assignment, out_of_place, statement_code
+from .intents import FixIntent, Verdict
+from .source_ast import parse_file
+
+__all__ = ["check", "leaf_rule", "view_of_leaf_rule", "multi_view_rule", "no_grad_view_rule", "function_view_rule",
+           "carried_rule", "same_loss_rule", "hoisted_rule", "crossing_rule", "accumulated_rule", "unknown_twice_rule"]
+
+
+def check(name: str) -> Callable[[Finding], bool | None]:
+    """``when`` for the row of one of PyTorch's eager checks (``Facts.eager_check``)."""
+    return lambda f: True if f.facts.eager_check == name else None
+
+
+# -- an in-place write PyTorch refuses ---------------------------------------------------------------------------
+
+def _write_at(f: Finding) -> SourceLocation | None:
+    return f.modified_at[0].location if f.modified_at else None
+
+
+def _created_at(f: Finding) -> list[tuple[str, str]]:
+    if f.facts.made_at is not None:
+        return [("created at", f"{f.facts.made_at.short}: {f.facts.made_at.code}")]
+    if f.tensor.role == "parameter":
+        return [("created at", "a module parameter (leaf tensor created by nn.Module)")]
+    return []
+
+
+def _binding_loops(at: SourceLocation | None,
+                   written: str | None) -> tuple[ast.Module | None, list[ast.For | ast.AsyncFor]]:
+    """(tree, loops): the ``for`` loops around the write whose target binds the written name, innermost last;
+    tree None when the file does not parse (then nobody can tell)."""
+    if at is None or not written or not linecache.getlines(at.file):
+        return ast.Module(body=[], type_ignores=[]), []  # no source: no loop
+    tree = parse_file(at.file)
+    if tree is None:
+        return None, []
+    base = written.split("[", 1)[0].split(".", 1)[0]
+    loops = [node for node in ast.walk(tree) if isinstance(node, (ast.For, ast.AsyncFor))
+             and node.lineno < at.line <= (node.end_lineno or node.lineno)
+             and base in {n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)}]
+    return tree, sorted(loops, key=lambda node: node.lineno)
+
+
+def _is_loop_target(at: SourceLocation | None, written: str | None) -> bool:
+    """Whether the written name is bound by an enclosing ``for`` (a view the loop hands out piece by piece)."""
+    tree, loops = _binding_loops(at, written)
+    return tree is None or bool(loops)  # a file that does not parse: cannot tell, so do not propose a rebinding
+
+
+def _rewrite_intents(at: SourceLocation | None, written: str | None, reason: str,
+                     preferred: bool = True) -> list[FixIntent]:
+    """The write rewritten out of place (``x += y``, ``x.mul_(s)``, ``x[m] = v``), as an intent; none when the
+    statement has no out-of-place form, or when it writes a loop variable (rebinding that name would drop the
+    write the loop meant to make, e.g. ``for c in t.unbind(): c.mul_(s)``)."""
+    if at is None or not at.code or _is_loop_target(at, written):
+        return []
+    code = statement_code(at)
+    try:
+        stmt = ast.parse(code).body[0]
+    except (SyntaxError, IndexError):
+        return []
+    if isinstance(stmt, ast.AugAssign):
+        return [FixIntent("augmented_to_binary", at.file, at.line, target=written, reason=reason, preferred=preferred)]
+    if mask_assignment(code):
+        return [FixIntent("inplace_to_out_of_place", at.file, at.line, target=written, detail={"method": "masked_fill"},
+                          reason=reason, preferred=preferred)]
+    if out_of_place(code):
+        return [FixIntent("inplace_to_out_of_place", at.file, at.line, target=written, reason=reason,
+                          preferred=preferred)]
+    return []
+
+
+def _clone_before_intent(at: SourceLocation | None, written: str | None, preferred: bool) -> list[FixIntent]:
+    """``name = name.clone()`` inserted before the write: the write then changes a copy."""
+    if at is None or not written or not written.isidentifier() or _is_loop_target(at, written):
+        return []
+    return [FixIntent("insert_before", at.file, at.line, target=written,
+                      detail={"code": f"{written} = {written}.clone()"},
+                      reason=f"the write then changes a copy of `{written}`", preferred=preferred)]
+
+
+def _index_loop_intent(at: SourceLocation | None, written: str | None) -> list[FixIntent]:
+    """The ``for`` that binds the written name, rewritten to hand out indexed views (``x = t[i]``)."""
+    tree, loops = _binding_loops(at, written)
+    if at is None or not written or tree is None or not loops or not isinstance(loops[-1], ast.For):
+        return []  # an `async for` has no enumerate()
+    name = written.split("[", 1)[0].split(".", 1)[0]
+    used = ({n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+            | {a.arg for a in ast.walk(tree) if isinstance(a, ast.arg)})
+    index = next(c for c in ("i", "index", "_i", "_index") + tuple(f"_i{k}" for k in range(100)) if c not in used)
+    return [FixIntent("index_loop_variable", at.file, loops[-1].lineno, target=name, detail={"index": index},
+                      reason=f"`{name}` becomes an indexed view of the tensor (`[{index}]`), which can be written in "
+                             f"place; the write still reaches the tensor", preferred=True)]
+
+
+def _preferred_first(fixes: list[FixIntent]) -> list[FixIntent]:
+    """When no edit is preferred, the first alternative becomes the preferred one."""
+    if fixes and not any(x.preferred for x in fixes):
+        first = fixes[0]
+        fixes[0] = FixIntent(first.action, first.file, first.line, first.target, first.detail, first.reason, True)
+    return fixes
+
+
+def _no_grad_intent(at: SourceLocation | None, written: str | None, preferred: bool = True) -> list[FixIntent]:
+    if at is None:
+        return []
+    return [FixIntent("wrap_no_grad", at.file, at.line, target=written,
+                      reason="an update of the leaf itself: autograd must not record it", preferred=preferred)]
+
+
+def _no_grad_block(code: str) -> str:
+    return f"`with torch.no_grad(): {code}`"
+
+
+def leaf_rule(f: Finding, _: object) -> Verdict:
+    at, written = _write_at(f), f.facts.written
+    code, name = at.code if at else "", written or "the tensor"
+    is_update = ".grad" in code or f.tensor.role == "parameter"
+    if is_update:
+        fix = (f"Make the update under no_grad, as optimizers do: {_no_grad_block(code)} (the update is not "
+               f"part of the model, so autograd must not record it).")
+    else:
+        out_of_place_code = (out_of_place(code) if code else None) or (f"{name} = {name} + 1" if written else None)
+        compute = (f"write it out of place: `{out_of_place_code}`" if out_of_place_code
+                   else "write the result to a new tensor instead of in place")
+        fix = (f"If this computes a new value, {compute} (a new tensor; gradients still flow to the original "
+               f"{name}). If it is meant to change the leaf itself (an update or initialisation), do it under "
+               f"no_grad: {_no_grad_block(code)}.")
+    return Verdict(
+        "leaf_inplace",
+        f"`{name}` is a leaf tensor that requires grad (a parameter, or created with requires_grad=True): autograd "
+        f"accumulates its gradient into `{name}.grad`. Writing it in place with grad mode on would make that "
+        f"gradient refer to values that no longer exist, so PyTorch refuses the write.",
+        fix,
+        _no_grad_intent(at, written) if is_update else
+        _rewrite_intents(at, written, f"a new tensor; gradients still flow to the original {name}")
+        + _no_grad_intent(at, written, preferred=False),
+        _created_at(f),
+    )
+
+
+def view_of_leaf_rule(f: Finding, _: object) -> Verdict:
+    at, written = _write_at(f), f.facts.written
+    code, name = at.code if at else "", written or "the tensor"
+    copy = (f"(`{name.split('.')[-1].split('[')[0]}2 = {name}.clone()` and index that)" if written
+            else "(`.clone()` it and index the copy)")
+    fix = (f"Initialise or update the leaf under no_grad: {_no_grad_block(code)}. For a computation, write "
+           f"into a copy instead {copy}.")
+    if f.facts.owner_module == "Embedding" and f.tensor.role == "parameter":
+        fix += (" To keep an embedding's padding row at zero, `nn.Embedding(..., padding_idx=0)` zeroes it and "
+                "keeps its gradient at zero.")
+    return Verdict(
+        "view_of_leaf_inplace",
+        f"`{code}` writes a view (index/slice) of `{name}`, a leaf tensor that requires grad; writing the view "
+        f"writes the leaf, which autograd forbids with grad mode on.",
+        fix, _no_grad_intent(at, written), _created_at(f),
+    )
+
+
+_MULTI_VIEW_FUNCTIONS = {"Split": "chunk()/split()", "SplitWithSizes": "split()", "Unbind": "unbind()"}
+
+
+def multi_view_rule(f: Finding, _: object) -> Verdict:
+    op = f.facts.view_op or "?"
+    if op.endswith("Backward0"):  # torch 2.4 names the backward node ("UnbindBackward0"), later ones the op ("Unbind")
+        op = op[: -len("Backward0")]
+    function = _MULTI_VIEW_FUNCTIONS.get(op, op)
+    at, written, made = _write_at(f), f.facts.written, f.facts.made_at
+    code, name = at.code if at else "", written or "the tensor"
+    loop_bound = _is_loop_target(at, written)
+    if loop_bound:
+        # Rebinding the loop variable (out of place, or to a clone) would silently drop the write the loop makes.
+        fix = (f"`{name}` is the variable of a for loop over a tensor: iterating unbinds the tensor into views "
+               f"that cannot be written in place one at a time, and rebinding `{name}` (out of place, or to a clone) "
+               f"would leave the tensor unchanged. Index the tensor instead (`x[i]` is a view that can be written "
+               f"in place: `for i in range(len(x)): x[i].mul_(s)`), or write the whole tensor at once. If no "
+               f"gradient is needed through the result (an image to display), write into a detached copy "
+               f"(`.detach().clone()`).")
+    else:
+        rewritten = out_of_place(code) if code else None
+        fix = f"Write it out of place: `{rewritten}` instead of `{code}`." if rewritten else "Write it out of place."
+        fix += (f" Or clone the piece before writing it (`{name} = {name}.clone()`)." if written else
+                " Or clone the piece before writing it, and write into the clone.")
+    return Verdict(
+        "multi_output_view_inplace",
+        f"`{name}` is one of several views returned together by {function}"
+        f"{f' (line {made.line}: `{made.code}`)' if made is not None else ''}. They share one backward node, "
+        f"so autograd cannot record an in-place write into just one of them.",
+        fix,
+        _preferred_first(_index_loop_intent(at, written) if loop_bound else
+                         _rewrite_intents(at, written, "a new tensor instead of a write into one of several views")
+                         + _clone_before_intent(at, written, preferred=False)),
+        [("view of", f"{op} (several views returned by {function})"), *_created_at(f)],
+    )
+
+
+def _clone_assignment(code: str, method: str = "clone") -> str | None:
+    """``first = hidden[:, :2]`` -> ``first = hidden[:, :2].clone()`` (or another method, e.g. detach)."""
+    try:
+        stmt = ast.parse(code).body[0]
+    except (SyntaxError, IndexError):
+        return None
+    if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+        value = ast.get_source_segment(code, stmt.value) or ast.unparse(stmt.value)
+        if not isinstance(stmt.value, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)):
+            value = f"({value})"
+        return f"{ast.unparse(stmt.targets[0])} = {value}.{method}()"
+    return None
+
+
+def no_grad_view_rule(f: Finding, _: object) -> Verdict:
+    at, written, made = _write_at(f), f.facts.written, f.facts.made_at
+    code, name = at.code if at else "", written or "the tensor"
+    copy = _clone_assignment(made.code) if made is not None else None
+    where = f" (line {made.line})" if made is not None else ""
+    fix = (f"If `{name}` is meant as a separate value, make it a copy: `{copy}`{where}." if copy else
+           f"If `{name}` is meant as a separate value, make it a copy with `.clone()` where it is created.")
+    fix += (f" If the write should change the original without being tracked, move `{code}` into the same "
+            f"`with torch.no_grad():` block; if it should be tracked, create the view outside no_grad.")
+    return Verdict(
+        "no_grad_view_inplace",
+        f"`{name}` is a view created under torch.no_grad(){where} of a tensor that requires grad, and `{code}` "
+        f"writes it with grad mode on: autograd cannot tell whether the write should be tracked, so it refuses.",
+        fix,
+        [FixIntent("clone_assignment", made.file, made.line, target=name,
+                   reason=f"`{name}` becomes a copy, which the write may change")] if copy and made is not None else [],
+        _created_at(f),
+    )
+
+
+def function_view_rule(f: Finding, _: object) -> Verdict:
+    at, written, op = _write_at(f), f.facts.written, f.facts.view_op or "?"
+    code = at.code if at else ""
+    rewritten = out_of_place(code) if code else None
+    return Verdict(
+        "custom_function_view_inplace",
+        f"`{written or 'the tensor'}` is a view returned by the custom autograd Function {op}; autograd cannot rebase "
+        f"the Function's backward on an in-place write into its output.",
+        (f"Write it out of place (`{rewritten}`), " if rewritten else "Write it out of place, ")
+        + f"or clone the output (`y = y.clone()`), or make {op}.forward return a fresh tensor (not a view of an "
+        f"input).",
+        _preferred_first(_rewrite_intents(at, written, f"a new tensor instead of a write into the view {op} returned")
+                         + _clone_before_intent(at, written, preferred=False)),
+        [("view from", op), *_created_at(f)],
+    )
+
+
+# -- a backward through a graph an earlier backward freed ----------------------------------------------------------
+
+class _Twice:
+    """What every backward-twice row reads: the failing backward, the earlier one that freed the graph, and how
+    to name a line (``line N`` in the failing backward's file, ``file:N`` elsewhere)."""
+
+    def __init__(self, f: Finding):
+        self.location = SourceLocation.from_dict(f.facts.backward_at)
+        self.code = self.location.code if self.location is not None else ""
+        self.earlier = _write_at(f)  # the earlier backward, the "write" of this kind
+        self.home = self.location.file if self.location is not None else None
+
+    def at(self, loc: SourceLocation) -> str:
+        return f"line {loc.line}" if self.home is not None and loc.file == self.home else loc.short
+
+    def freed_by(self) -> list[tuple[str, str]]:
+        earlier = self.earlier
+        return [("freed by", f"the earlier backward at {self.at(earlier)}: {earlier.code}")] if earlier else []
+
+
+def carried_rule(f: Finding, _: object) -> Verdict:
+    case, state = _Twice(f), f.facts.carried
+    assert state is not None and case.location is not None  # the row's when; the probe read the loop at that line
+    is_tuple = f.facts.carried_tensors is not None
+    kind_of = f"a tuple of {f.facts.carried_tensors} tensors" if is_tuple else "a tensor"
+    earlier = case.earlier
+    return Verdict(
+        "carried_state_backward_twice",
+        f"`{state.name}` carries the previous iteration's output into this one without .detach(), so this "
+        f"backward at {case.at(case.location)} runs on into the previous iteration's graph. The previous backward "
+        f"{'at ' + case.at(earlier) + ' ' if earlier else ''}already freed that graph's saved tensors (backward "
+        f"frees them unless retain_graph=True).",
+        f"Detach the carried state: {state.detach_fix(is_tuple)}. Each backward then covers only its own "
+        f"iteration (truncated backpropagation through time). Do not add retain_graph=True to silence this: "
+        f"it keeps every iteration's graph alive, and the next optimizer step turns it into \"modified by "
+        f"an inplace operation\".",
+        [state.detach_intent(is_tuple)],
+        [("carried by", f"`{state.name}` ({kind_of}), assigned at {case.at(state.assignment)}: "
+                        f"{state.assignment.code}"), *case.freed_by()],
+    )
+
+
+def _is_expression_statement(code: str) -> bool:
+    """``optimizer.backward(loss)``: a call whose value nothing reads (deleting it breaks no later name)."""
+    try:
+        body = ast.parse(code).body
+    except SyntaxError:
+        return False
+    return len(body) == 1 and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Call)
+
+
+def same_loss_rule(f: Finding, _: object) -> Verdict:
+    case, receiver = _Twice(f), f.facts.receiver
+    assert f.facts.same_loss is not None and case.location is not None  # the row's when; read at the backward
+    first, path, again = f.facts.same_loss
+    at, location = case.at, case.location
+    called = f" (called from {at(path)})" if (path.file, path.line) != (first.file, first.line) else ""
+    through = f" (through `{case.code}` at {at(location)})" if (again.file, again.line) != (
+        location.file, location.line) else ""
+    code = statement_code(again)
+    return Verdict(
+        "same_loss_backward_twice",
+        f"The same `{receiver}` is backpropagated twice{through}: `{first.code}` at {at(first)}{called} "
+        f"already ran its backward, which freed the saved tensors of its graph, and `{again.code}` at "
+        f"{at(again)} backpropagates it again.",
+        f"Backpropagate each loss once: delete `{again.code}` at {at(again)}; the call at {at(first)} already "
+        f"computed its gradients. retain_graph=True would only hide it: the second backward would add the "
+        f"same gradients again.",
+        [FixIntent("remove_statement", again.file, again.line, target=code,
+                   reason=f"`{receiver}` is already backpropagated at {at(first)}")]
+        if _is_expression_statement(code) else [],
+        [("freed by", f"the backward of the same `{receiver}` at {at(first)}{called}: {first.code}"),
+         ("again", f"at {at(again)}: {again.code}")],
+    )
+
+
+def hoisted_rule(f: Finding, _: object) -> Verdict:
+    case, hoisted = _Twice(f), f.facts.forward_before_loop
+    assert hoisted is not None and case.location is not None  # the row's when; read at the backward
+    location = case.location
+    name, lines = hoisted["name"], (f"line {hoisted['first']}" if hoisted["first"] == hoisted["last"]
+                                    else f"lines {hoisted['first']}-{hoisted['last']}")
+    return Verdict(
+        "forward_outside_loop",
+        f"`{name}` is made once, before the loop ({lines}), and backpropagated in every iteration at "
+        f"{case.at(location)}: the first backward frees the saved tensors of its graph, and the next iteration "
+        f"backpropagates the same graph again.",
+        f"Run the forward inside the loop: {lines} again before line {hoisted['line']}, so every iteration "
+        f"backpropagates a graph of its own (and sees the updated weights). retain_graph=True would only "
+        f"hide it: every iteration would reuse the first forward's values.",
+        [FixIntent("insert_before", location.file, hoisted["line"], target=name, detail={"code": hoisted["code"]},
+                   reason=f"the forward ({lines}) runs in every iteration, so each backward has its own graph")],
+        [("made", f"`{name}` once, before the loop ({lines})"), *case.freed_by()],
+    )
+
+
+def crossing_rule(f: Finding, _: object) -> Verdict:
+    case, crossing = _Twice(f), f.facts.crossing
+    assert crossing is not None and case.location is not None  # the row's when; read at the backward
+    at, earlier, location, made = case.at, case.earlier, case.location, crossing.made
+    fixes: list[FixIntent] = []
+    freed_by = f"the backward at {at(earlier)} (`{earlier.code}`)" if earlier is not None else "an earlier backward"
+    fed = (f" `{crossing.used.code}` ({at(crossing.used)}) fed `{crossing.name}` into that backward's graph "
+           f"without .detach(), so" if crossing.used is not None else "")
+    why = (f"`{crossing.name}`{' (made at ' + at(made) + ')' if made else ''} belongs to a graph that "
+           f"{freed_by} already went through and freed:{fed} that backward ran on into the graph that made "
+           f"`{crossing.name}`. The backward at {at(location)} (`{case.code}`) reaches that graph again "
+           f"through `{crossing.name}` and finds its saved tensors gone.")
+    if crossing.holder == "module attribute":
+        why, fix = _module_state_fix(case, crossing, freed_by, fixes)
+    elif crossing.used is not None and crossing.callee:
+        fix = (f"Detach it where the earlier loss uses it: `{crossing.callee}({crossing.name}.detach())` at "
+               f"{at(crossing.used)}, so the earlier backward stops at `{crossing.name}` and leaves its graph "
+               f"for the backward at {at(location)}.")
+        fixes.append(FixIntent("detach_argument", crossing.used.file, crossing.used.line, target=crossing.name,
+                               detail={"call": crossing.callee},
+                               reason=f"the backward at {at(earlier) if earlier else 'the earlier line'} then "
+                                      f"stops at `{crossing.name}`"))
+    else:
+        fix = (f"Detach `{crossing.name}` where an earlier loss uses it (`{crossing.name}.detach()`), or "
+               f"recompute it after the earlier backward, so each backward covers its own graph.")
+        if made is not None:
+            fix += _detach_where_made(case, crossing, made, fixes)
+    crosses = [("crosses", f"`{crossing.name}`, made at {at(made)}: {made.code}")] if made is not None else []
+    return Verdict("freed_graph_reused", why, fix, fixes, [*crosses, *case.freed_by()])
+
+
+def _module_state_fix(case: _Twice, crossing: CrossingTensor, freed_by: str,
+                      fixes: list[FixIntent]) -> tuple[str, str]:
+    """(why, fix) for state a module keeps between forwards that still holds a freed graph."""
+    assert case.location is not None  # the row's when
+    at, made = case.at, crossing.made
+    # NOTE [Finding the crossing by the graph] (backends/torch/crossing.py): state a module keeps between forwards
+    # (a membrane, a hidden state) still holds the previous iteration's graph when the next forward starts from it.
+    held = (f"`{crossing.binding}` of {crossing.name}" if crossing.binding
+            else crossing.name)  # `net.1.mem` is no Python expression: the path stays plain text
+    why = (f"{held} is state the module keeps from one forward to the next"
+           f"{' (assigned at ' + at(made) + ')' if made else ''}. It still holds the graph of the previous "
+           f"iteration, which {freed_by} already went through and freed; this iteration's forward starts "
+           f"from it, so the backward at {at(case.location)} (`{case.code}`) runs on into that freed graph.")
+    binding = crossing.binding or ""
+    several = made is not None and len(assigned_names(statement_code(made))) > 1  # `out, self.h = ...`
+    detach_code, detached = None, None
+    if made is not None and several and binding in assigned_names(statement_code(made)):
+        # a tuple target cannot take `.detach()` on its right-hand side: detach the state on the next line
+        detach_code = f"{binding} = {binding}.detach()"
+        how = f", or detach it right after it is made: insert `{detach_code}` after {at(made)}"
+    else:
+        detached = _clone_assignment(statement_code(made), "detach") if made is not None else None
+        how = f", or detach it where it is made: `{detached}` ({at(made)})" if made is not None and detached else ""
+    fix = ("Reset the state before each new sequence (set it to a fresh tensor, as a `reset()` or "
+           "`reset_net(model)` after the optimizer step does)" + how
+           + ". retain_graph=True would only hide it: every iteration would backpropagate into all earlier "
+             "ones.")
+    reason = (f"`{binding}` carries values into the next batch, not its graph" if binding
+              else f"{held} carries values into the next iteration, not its graph")
+    if made is not None and detach_code is not None:
+        fixes.append(FixIntent("insert_after", made.file, made.line, target=binding, detail={"code": detach_code},
+                               reason=reason))
+    elif made is not None and detached is not None:
+        fixes.append(FixIntent("detach_assignment", made.file, made.line, target=binding, reason=reason))
+    return why, fix
+
+
+def _detach_where_made(case: _Twice, crossing: CrossingTensor, made: SourceLocation, fixes: list[FixIntent]) -> str:
+    """The sentence (and intent) that detaches the crossing tensor at the statement that made it."""
+    names = assigned_names(statement_code(made))
+    target = next((t for t in names if t in (crossing.name, "self." + crossing.name.rsplit(".", 1)[-1])), None)
+    detached = _clone_assignment(statement_code(made), "detach")
+    several = len(names) > 1  # `out, self.hidden = self.lstm(...)`
+    if target is not None and (several or crossing.holds_sequence):
+        detach_code = (f"{target} = tuple(h.detach() for h in {target})"
+                       if crossing.holds_sequence else f"{target} = {target}.detach()")
+        fixes.append(FixIntent("insert_after", made.file, made.line, target=target, detail={"code": detach_code},
+                               reason=f"`{target}` carries values into the next batch, not its graph"))
+        return (f" If it is state carried from one batch to the next (a recurrent hidden state), detach "
+                f"it right after it is made: insert `{detach_code}` after {case.at(made)}.")
+    if target is not None and detached is not None:
+        fixes.append(FixIntent("detach_assignment", made.file, made.line, target=target,
+                               reason=f"`{target}` is a value for later losses, not a path for their gradients"))
+        return (f" If later losses only need its value (a constant such as a target, a centre or old "
+                f"log-probabilities), detach it where it is made: `{detached}` ({case.at(made)}).")
+    return ""
+
+
+def accumulated_rule(f: Finding, _: object) -> Verdict:
+    case, receiver, lines = _Twice(f), f.facts.receiver, f.facts.accumulation
+    assert lines is not None and case.location is not None and case.earlier is not None  # the row's when
+    at, location = case.at, case.location
+    saver = SourceLocation(location.file, lines["first"], location.function)  # code read on first use
+    return Verdict(
+        "accumulated_loss_not_reset",
+        f"`{receiver}` accumulates losses ({at(saver)}) and is backpropagated at {at(case.earlier)}, which frees "
+        f"that graph's saved tensors; it is not reset afterwards, so line {lines['again']} adds the next "
+        f"losses to the same `{receiver}`, and the backward at {at(location)} runs through the freed graph "
+        f"again.",
+        f"Reset the accumulator before accumulating again: insert `{receiver} = 0` before line "
+        f"{lines['reset_before']}, so each backward covers only its own losses.",
+        [FixIntent("insert_before", location.file, lines["reset_before"], target=receiver,
+                   detail={"code": f"{receiver} = 0"},
+                   reason=f"the backward at {at(location)} then covers only the losses added after it")],
+        [("accumulates", f"`{receiver}` at {at(saver)}, and again at line {lines['again']} without a reset in "
+                         f"between"), *case.freed_by()],
+    )
+
+
+def unknown_twice_rule(f: Finding, _: object) -> Verdict:
+    return Verdict(
+        "backward_twice",
+        "An earlier backward freed the saved tensors of part of this graph (backward frees them unless "
+        "retain_graph=True). This backward reaches that part again: usually a tensor from a previous "
+        "iteration (an RNN hidden state, a running average, a cached embedding) was carried into this "
+        "iteration without .detach(), or the same loss is backpropagated twice.",
+        "Detach what you carry across iterations (`h = h.detach()`), so each backward only covers its own "
+        "iteration. Pass retain_graph=True to the earlier backward only if you really need to backpropagate "
+        "through the same graph twice (and then do not step the optimizer in between).",
+        display=_Twice(f).freed_by(),
+    )
