@@ -265,6 +265,11 @@ def test_a_write_in_the_users_own_forward_names_its_line():
     assert [(w.location.line, w.category) for w in f.modified_at] == [
         (line_of("position call"), "module_input"), (line_of("position write"), "module_input")]
     assert f.modified_at[1].via == "inside AddsPosition.forward"
+    # the repair is that statement written out of place (every caller is fixed), the caller's copy an alternative
+    assert [(i.action, i.line, i.preferred) for i in f.fixes] == [
+        ("inplace_to_out_of_place", line_of("position write"), True),
+        ("clone_argument", line_of("position call"), False)]
+    assert f.suggestion.startswith("Write it out of place in the module's forward: `token = token + self.pos` at ")
 
 
 def test_gradguard_run_reruns_to_name_the_write_inside_the_module(tmp_path):

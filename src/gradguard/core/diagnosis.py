@@ -532,10 +532,15 @@ def _module_writes_caller_input(f: Finding, _: object) -> Verdict:
            f"{' (`' + read.code + '`)' if read is not None and read.code else ''}: that read gets the modified "
            f"values, not the ones `{name}` held before the call. No tensor saved for backward is involved, so "
            f"PyTorch raises nothing; the forward (and its gradient) silently compute something else.")
+    called = module.split(" (", 1)[0]
+    inside = _write_inside(f)
     if sites and inplace is not None:  # (sites are found only when inplace matched)
         suggestion, fixes = _inplace_false_fix(module, inplace, sites, name, read)
+    elif inside is not None:  # the module's forward is the user's code: its write is the line to change
+        where, rewritten, fixes = inside
+        suggestion = (f"Write it out of place in the module's forward: `{rewritten}` at {where}, so every caller's "
+                      f"tensor keeps its value (or pass a copy: `{called}({name}.clone())`).")
     else:
-        called = module.split(" (", 1)[0]
         suggestion = (f"Pass a copy (`{called}({name}.clone())`) or make the module compute out of place, so "
                       f"`{name}` keeps its value for the read.")
         fixes = []
@@ -543,8 +548,25 @@ def _module_writes_caller_input(f: Finding, _: object) -> Verdict:
         fixes.append(FixIntent("clone_argument", call.file, call.line, target=name,
                                detail={"call": callee_of(call.code, argument=name)},
                                reason=f"pass a copy of `{name}`: the module writes into the copy",
-                               preferred=not sites))
+                               preferred=not fixes))
     return Verdict("module_writes_caller_input", why, suggestion, fixes)
+
+
+def _write_inside(f: Finding) -> tuple[str, str, list[FixIntent]] | None:
+    """(where, the rewritten statement, its intent) for a module input written by a statement of the user's own
+    forward (the write log keeps it after the call: module_inputs.py), when it has an out-of-place form."""
+    from .fixes import out_of_place, statement_code
+
+    inside = next((w for w in f.modified_at[1:] if w.category == "module_input" and w.location is not None), None)
+    if inside is None or inside.location is None:
+        return None
+    rewritten = out_of_place(statement_code(inside.location))
+    if rewritten is None:
+        return None
+    at = inside.location
+    return at.short, rewritten, [FixIntent("inplace_to_out_of_place", at.file, at.line,
+                                           target=rewritten.split(" = ", 1)[0],
+                                           reason=f"`{rewritten}` makes a new tensor: the caller's keeps its value")]
 
 
 def _inner_update_dropped(f: Finding, _: object) -> Verdict:
