@@ -1,4 +1,4 @@
-"""The finite differences behind ``gradient.numerical`` (``_Audit._numerical``): one regime's run, one input at a time.
+"""The finite differences behind ``gradient.numerical`` (``gradient_numerical.NumericalCheck``): one regime's run, one input at a time.
 
 The comparisons they feed, and the tolerances, are NOTE [Directional probes] and NOTE [Tolerances] in
 ``tolerances``; the step in low precision is NOTE [Effective precision] in ``audit``.
