@@ -91,27 +91,35 @@ def enrich_paddle_error(error: BaseException, session=None) -> GradientHazardErr
     return InplaceModificationError(finding)
 
 
+# Paddle's wording of the leaf row (core/eager_rules.py): the facts and the row are shared with torch; the text
+# and the fix speak Paddle (stop_gradient, paddle.no_grad). The row's edits are dropped: its no_grad edit is torch's.
+_LEAF_WHY = ("Paddle accumulates gradients into leaf tensors that do not stop gradient (parameters, tensors created "
+             "with stop_gradient=False). Writing one in place while recording gradients would replace the very values "
+             "the leaf stands for (an optimizer step then updates from overwritten values), so Paddle refuses the "
+             "write.")
+_LEAF_FIX = ("For a parameter update or initialisation, write under `with paddle.no_grad():`. For a computation, "
+             "write out of place (`y = paddle.sin(x)` instead of `x.sin_()`), or clone first (`y = x.clone(); "
+             "y.sin_()`).")
+
+
 def _leaf(error, match) -> Finding:
     location, expression, tensor = _site(error)
     info = _describe(tensor, expression, match.group(1))
-    display = [("paddle name", match.group(1))]
+    made = None
     if location is not None and expression and info.role not in ("parameter", "buffer"):
         made = assignment_before(location.file, location.line, expression)
-        if made is not None:
-            display.append(("created at", f"{made.short}: {made.code}"))
     finding = Finding(
         kind="leaf_inplace", tensor=info,
         modified_at=[WriteRecord(op="in-place write", location=location)] if location else [],
-        backend="paddle", rule="leaf_inplace",
-        explanation="Paddle accumulates gradients into leaf tensors that do not stop gradient (parameters, tensors "
-        "created with stop_gradient=False). Writing one in place while recording gradients would replace the very "
-        "values the leaf stands for (an optimizer step then updates from overwritten values), so Paddle refuses the "
-        "write.",
-        suggestion="For a parameter update or initialisation, write under `with paddle.no_grad():`. For a computation, "
-        "write out of place (`y = paddle.sin(x)` instead of `x.sin_()`), or clone first (`y = x.clone(); y.sin_()`).",
-        facts=Facts(mode="eager (dygraph)", display=display, paddle_message=str(error).split("\n")[0]),
+        backend="paddle",
+        facts=Facts(mode="eager (dygraph)", display=[("paddle name", match.group(1))], eager_check="leaf",
+                    written=expression, made_at=made, paddle_message=str(error).split("\n")[0]),
     )
-    return diagnose(finding)
+    diagnose(finding)
+    finding.explanation, finding.suggestion, finding.fixes = _LEAF_WHY, _LEAF_FIX, []
+    if made is None:  # the row's "created at" of a parameter speaks of nn.Module; a Paddle Layer made this one
+        finding.facts.display = [row for row in finding.facts.display or [] if row[0] != "created at"]
+    return finding
 
 
 def _version(error, match, session) -> Finding:
