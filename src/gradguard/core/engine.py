@@ -397,19 +397,29 @@ class GuardEngine:
         return self._own_same(a, b) if self._own_same is not None else a == b
 
     def _saved(self, event: TensorSaved) -> SavedRecord:
-        # NOTE [The per-tensor path]: _saved and stale_kind run once per saved tensor; they call the probe's
-        # answers directly (bound in __init__) instead of through fingerprint()/same(): ~0.3-0.4 us per saved
-        # tensor, pack and unpack together (timeit of torch's hooks, 32x32 float32).
-        t = event.tensor
+        return self.save(event.tensor, event.location, event.producer, event.caller, event.saver,
+                         event.custom_function, event.kept_on)
+
+    def save(self, t: Any, location: SourceLocation | None, producer: str | None, caller: SourceLocation | None,
+             saver: str | None = None, custom_function: str | None = None,
+             kept_on: tuple[str, str] | None = None) -> SavedRecord:
+        """What a :class:`TensorSaved` does, without the event: a probe's pack calls it directly while no
+        subscriber listens (NOTE [The per-tensor path]); the record it returns is the pack hook's."""
+        # NOTE [The per-tensor path]
+        # ``save`` and ``unpacked`` run once per saved tensor (~700 times per step in an LSTMCell loop), so they call
+        # the probe's answers directly (bound in __init__) instead of through fingerprint()/same() (~0.3-0.4 us
+        # per saved tensor, timeit of torch's hooks, 32x32 float32), and a probe calls them without building an
+        # event and without ``emit``'s dispatch when ``subscribers`` is empty (events exist for subscribers).
         mode, own = self.fingerprint_mode, self._own_fingerprint
         fp = None if mode == "off" else own(t, mode) if own is not None else self.fingerprint(t)
-        record = (LedgerRecord if self.track_writes else SavedRecord)(
-            t, self._version(t), fp, event.location, event.saver, event.producer, event.custom_function,
-            event.caller, event.kept_on, self.ledger.backward_passes)
-        if self.track_writes:
-            span = self.probe.span(t)
-            if span is not None:
-                self.ledger.add(record, *span)
+        if not self.track_writes:
+            return SavedRecord(t, self._version(t), fp, location, saver, producer, custom_function, caller, kept_on,
+                               self.ledger.backward_passes)
+        record = LedgerRecord(t, self._version(t), fp, location, saver, producer, custom_function, caller, kept_on,
+                              self.ledger.backward_passes)
+        span = self.probe.span(t)
+        if span is not None:
+            self.ledger.add(record, *span)
         return record
 
     def _written(self, event: TensorWritten) -> None:
@@ -441,11 +451,16 @@ class GuardEngine:
 
     def stale_kind(self, record: SavedRecord) -> str | None:
         """``inplace_modification`` (version moved), ``silent_write`` (bytes changed, version did not), or None."""
-        t = record.tensor
-        if record.version is not None and self._version(t) != record.version:
+        if record.version is not None and self._version(record.tensor) != record.version:
             return "inplace_modification"
+        return self._bytes_changed(record)
+
+    def _bytes_changed(self, record: SavedRecord) -> str | None:
+        """``silent_write`` when the record's bytes changed (or, fingerprints off, a write was logged into it);
+        None when they did not, or when the probe compares later (a device fingerprint)."""
         if record.fp is not None:
             own, same = self._own_fingerprint, self._own_same
+            t = record.tensor
             now = own(t, self.fingerprint_mode) if own is not None else self.fingerprint(t)
             if self._defer is not None and type(now) is not int and self._defer(record, now):
                 return None  # a device fingerprint: compared when backward ends (the probe raises then)
@@ -454,19 +469,27 @@ class GuardEngine:
                     record.fp = now
                     return None
                 return "silent_write"
-        elif record.writes and self.fingerprint_mode == "off":
+        elif self.fingerprint_mode == "off" and record.writes:
             return "silent_write"
         return None
 
     def _unpacked(self, event: TensorUnpacked) -> Any:
-        record = event.record
+        return self.unpacked(event.record)
+
+    def unpacked(self, record: Any) -> Any:
+        """What a :class:`TensorUnpacked` does, without the event (NOTE [The per-tensor path]): check ``record``
+        (raise, or record the problem for later) and return the tensor to hand back."""
         if not isinstance(record, SavedRecord):
             return record
         kind = None
         try:
             if self._bisect is not None:
                 self._bisect.check(None)
-            kind = self.stale_kind(record)
+            version = record.version  # stale_kind(), inlined
+            if version is not None and self._version(record.tensor) != version:
+                kind = "inplace_modification"
+            else:
+                kind = self._bytes_changed(record)
         except Exception as internal:  # our failure must never break the user's backward: say so, go on
             from .notices import notice  # NOTE [A notice never raises inside torch]
 

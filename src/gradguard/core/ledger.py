@@ -89,7 +89,7 @@ class SavedLedger:
         self._drop = _DropFrom(self)  # every entry's callback
         self._deferred = DeferredUnderLock(self._lock)  # removals whose callbacks found the lock taken
         self.backward_passes = 0  # distinct backward passes that unpacked something, as seen by the hooks
-        self._last_pass_id: object = None
+        self.last_pass_id: object = None  # the framework id of the latest such pass (a probe may compare it first)
 
     def add(self, record: SavedRecord, storage_key: int, start: int, end: int) -> None:
         entry = _Entry(record, self._drop)
@@ -174,11 +174,11 @@ class SavedLedger:
 
     def note_backward_pass(self, pass_id: object) -> bool:
         """Count distinct backward passes (by the framework's graph-task id); True when ``pass_id`` is new."""
-        if pass_id == self._last_pass_id:
+        if pass_id == self.last_pass_id:
             return False
         with self._lock:
-            if pass_id == self._last_pass_id:
+            if pass_id == self.last_pass_id:
                 return False
-            self._last_pass_id = pass_id
+            self.last_pass_id = pass_id
             self.backward_passes += 1
             return True

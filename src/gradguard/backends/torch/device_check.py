@@ -40,56 +40,89 @@ class _Ghost:
 
     __slots__ = ("shape", "dtype", "device")
 
-    def __init__(self, t: torch.Tensor):
-        self.shape, self.dtype, self.device = t.shape, t.dtype, t.device
+    def __init__(self, shape: torch.Size, dtype: torch.dtype, device: torch.device):
+        self.shape, self.dtype, self.device = shape, dtype, device
 
     def tensor(self) -> torch.Tensor:
         return torch.empty((), dtype=self.dtype, device=self.device).expand(self.shape)  # one element of memory
 
 
 class _Pass:
-    """The pairs one backward pass queued: (saved fingerprint, fingerprint now, record, what to rebuild it from,
-    the saver node's name and argument)."""
+    """The pairs one backward pass queued: (saved fingerprint, fingerprint now, the record or None, the saver node's
+    name and argument, then, without the record, what rebuilds it: its class, version, place, rarely set fields, and
+    the tensor's shape, dtype and device)."""
 
-    __slots__ = ("entries",)
+    __slots__ = ("task", "entries")
 
-    def __init__(self):
+    def __init__(self, task: int):
+        self.task = task
         self.entries: list = []
+
+
+_NODE_NAMES: dict[type, str] = {}  # built-in node class -> its name (one string, not a new one per unpack)
 
 
 def defer(session, record, now) -> bool:
     """Queue the comparison of ``record``'s device fingerprint with ``now`` until backward ends. Returns False when
     it cannot be deferred (no backward pass running: compare now)."""
+    # Once per saved tensor at unpack: the pass of the previous unpack is kept at hand, and a node's name per class
+    # (NOTE [The pack and unpack hooks' own cost] in session.py).
     task = _current_task()
     if task < 0:
         return False
-    passes = getattr(session, "_device_passes", None)
-    if passes is None:
-        passes = session._device_passes = {}
-    pending = passes.get(task)
-    if pending is None:
-        if len(passes) >= _MAX_PASSES:
-            passes.pop(next(iter(passes)))
-        pending = passes[task] = _Pass()
-        _queue_callback(lambda: _flush(session, task))
-    node = _current_node()
-    name = node.name() if node is not None else None
+    pending = session.__dict__.get("_device_pass")
+    if pending is None or pending.task != task:
+        pending = _pass_of(session, task)
+    unpacking = session._unpacking
+    if unpacking is not None and unpacking[0] is record:  # the node the session's unpack has just asked for
+        node, name = unpacking[1], unpacking[2]
+    elif (node := _current_node()) is None:
+        name = None
+    else:
+        name = _NODE_NAMES.get(type(node))
+        if name is None:
+            name = node.name()
+            if type(node).__name__ == name:  # custom Function nodes are named per Function: not cached
+                _NODE_NAMES[type(node)] = name
     argument = None
     if name is not None and "BatchNorm" in name:  # NOTE [Running stats saved in eval mode] (session.py)
         argument = _unpacking_argument(node, record)
         if saves_running_stat(name, argument) and getattr(node, "_saved_training", True) is not False:
             return True  # a training-mode BatchNorm's running stats: a change is allowed, nothing to compare
     # A leaf (a parameter) stays alive anyway, and the write log's records must keep their writes: keep the record.
-    # An activation's record would keep its memory alive to the end of the pass: keep its shape only.
-    keep = record.where.producer == "leaf" or record.writes is not None or session.track_writes
-    pending.entries.append((record.fp, now, record, None if keep else _Ghost(record.tensor), name, argument))
+    # An activation's record would keep its memory alive to the end of the pass: keep what the finding needs of it
+    # (its class, version, place and rarely set fields, and the tensor's shape, dtype and device), not the record,
+    # in the entry's own tuple (one object per entry: NOTE [Few objects per saved tensor]).
+    if record.where.producer == "leaf" or session.track_writes or record.writes is not None:
+        pending.entries.append((record.fp, now, record, name, argument))
+    else:
+        t = record.tensor
+        pending.entries.append((record.fp, now, None, name, argument, type(record), record.version, record.where,
+                                record._seldom, t.shape, t.dtype, t.device))
     return True
+
+
+def _pass_of(session, task: int) -> _Pass:
+    """The queue of backward pass ``task`` (made, with its end-of-pass callback, on the pass's first unpack)."""
+    passes = session.__dict__.get("_device_passes")
+    if passes is None:
+        passes = session._device_passes = {}
+    pending = passes.get(task)
+    if pending is None:
+        if len(passes) >= _MAX_PASSES:
+            passes.pop(next(iter(passes)))
+        pending = passes[task] = _Pass(task)
+        _queue_callback(lambda: _flush(session, task))
+    session._device_pass = pending
+    return pending
 
 
 def _flush(session, task: int) -> None:
     """The end of one backward pass: compare its queued pairs with one host read; raise for the first changed."""
     passes = getattr(session, "_device_passes", None)
     pending = passes.pop(task, None) if passes is not None else None
+    if session.__dict__.get("_device_pass") is pending:
+        session._device_pass = None
     if pending is None or not pending.entries:
         return
     entries = pending.entries
@@ -97,13 +130,15 @@ def _flush(session, task: int) -> None:
     changed = _changed(entries)
     if not changed:
         return
-    old, now, record, ghost, name, argument = changed[0]
-    if ghost is not None:
+    entry = changed[0]
+    old, record, name, argument = entry[0], entry[2], entry[3], entry[4]
+    if record is None:  # released by backward: a stand-in record over a tensor of its shape and dtype
         from ...core.engine import SavedRecord
 
-        stand_in = SavedRecord.__new__(type(record))
-        stand_in.tensor, stand_in.version, stand_in.fp = ghost.tensor(), record.version, record.fp
-        stand_in.where, stand_in._seldom = record.where, record._seldom
+        kind, version, where, seldom, shape, dtype, device = entry[5:]
+        stand_in = SavedRecord.__new__(kind)
+        stand_in.tensor, stand_in.version, stand_in.fp = _Ghost(shape, dtype, device).tensor(), version, old
+        stand_in.where, stand_in._seldom = where, seldom
         record = stand_in
     note = None
     if len(changed) > 1:
@@ -118,14 +153,16 @@ def _changed(entries: list) -> list:
     groups: dict = {}
     for entry in entries:
         old, now = entry[0], entry[1]
-        if old.dtype != now.dtype or old.shape != now.shape:  # another layout came back: changed, no read needed
+        dtype, shape = old.dtype, old.shape
+        if dtype != now.dtype or shape != now.shape:  # another layout came back: changed, no read needed
             return [entry] + [e for e in entries if e is not entry and not _same(e)]
-        key = (old.device, old.dtype, old.shape[1:])  # torch.cat joins tensors alike but in their first dimension
+        key = (old.device, dtype, shape[1:])  # torch.cat joins tensors alike but in their first dimension
         group = groups.get(key)
         if group is None:
-            group = groups[key] = ([], [])
-        group[0].append(old)
-        group[1].append(now)
+            groups[key] = ([old], [now])
+        else:
+            group[0].append(old)
+            group[1].append(now)
     flags: dict = {}  # device -> one flag per dtype
     with torch._C._DisableTorchDispatch():
         for (device, _dtype, _rest), (olds, nows) in groups.items():

@@ -231,14 +231,14 @@ def fingerprint(t: torch.Tensor, mode: str = "full"):
     Returns an int on CPU and a small tensor on other devices (compare with :func:`same`, or defer the
     comparison: device_check.py). ``mode="sample"`` on a device returns the sampled values (1-D).
     """
-    if t.is_cpu and not DEVICE_PATH and t.layout == _STRIDED and not (t.is_quantized or t.is_conj() or t.is_neg()):
+    if not DEVICE_PATH and t.is_cpu and t.layout is _STRIDED and not (t.is_quantized or t.is_conj() or t.is_neg()):
         n = t.numel()
         if n == 0:
             return _EMPTY
         if t.is_contiguous():
             return _hash_memory(t.data_ptr(), n * t.element_size(), mode)
         return _fingerprint_cpu(t, mode)
-    if mode == "sample" and (not t.is_cpu or DEVICE_PATH):
+    if mode == "sample" and (DEVICE_PATH or not t.is_cpu):
         sample = device_sample(t)
         if sample is not None:
             return sample
@@ -289,41 +289,84 @@ def _block_offset(t: torch.Tensor):
 
 
 def device_sample(t: torch.Tensor):
-    """The sampled values of a device tensor, 1-D, in one launch (a ``clone`` of a view, or a ``take``): up to 64 KiB,
-    every element (a gap-free block in memory order; a gapped view's values, never its gaps); beyond, 16 evenly
-    spaced windows of at least 4 KiB, the first at the first element and the last ending at the last one (the
-    positions of core's sample, NOTE [One "sample" fingerprint]). None when torch cannot (quantized): the
-    caller falls back to the digest."""
+    """The sampled values of a device tensor, in one launch (a ``clone``, an ``as_strided_copy`` or a ``take``): up
+    to 64 KiB, every element (a gap-free block in logical or memory order; a gapped view's values, never its gaps);
+    beyond, 16 evenly spaced windows of at least 4 KiB, the first at the first element and the last ending at the
+    last one (the positions of core's sample, NOTE [One "sample" fingerprint]). Its shape is the tensor's or 1-D
+    or (16, window): taken the same way at pack and at unpack, so the pair compares element for element. None
+    when torch cannot (quantized): the caller falls back to the digest."""
     n = t.numel()
-    if t.is_quantized or n == 0:
+    if n == 0 or t.is_quantized:
         return None
-    itemsize = t.element_size()
-    guarded = _dispatch_stack_len()  # a dispatch mode (the write log) must not see the guard's own reads
     try:
-        if guarded:
+        if _dispatch_stack_len():  # a dispatch mode (the write log) must not see the guard's own reads
             with torch._C._DisableTorchDispatch():
-                return _device_sample(t, n, itemsize)
-        return _device_sample(t, n, itemsize)
+                return _device_sample(t, n)
+        if t.is_conj() or t.is_neg():
+            return _device_sample(t, n)
+        plan = _PLANS.get((t.shape, t.stride(), t.element_size()))
+        if plan is None:
+            return _device_sample(t, n)
+        kind = plan[0]  # _device_sample(), inlined for a layout seen before (NOTE below)
+        if kind is _CLONE:  # the common case
+            return t.clone()
+        if kind is _CLONE_PACKED:
+            return t.clone(memory_format=_CONTIGUOUS)
+        if kind is _WINDOWS:
+            return _as_strided_copy(t, (16, plan[3]), (plan[2], 1), t.storage_offset() - plan[1])
+        return _device_sample(t, n)
     except (RuntimeError, TypeError, NotImplementedError):  # a dtype or layout take cannot read: digest instead
         return None
 
 
-def _device_sample(t: torch.Tensor, n: int, itemsize: int) -> torch.Tensor:
-    if t.is_conj() or t.is_neg():
-        return torch.take(t, _sample_index(n, itemsize, t.device))
+# NOTE [One launch per device sample, and no view]
+# Each torch op called from Python is a dispatch of several microseconds on the host, launch or not, and the device
+# path pays it twice per saved tensor (pack and unpack). So the way a layout is sampled is worked out once per
+# (shape, strides, element size) and kept (``_PLANS``), and each way is one op: a gap-free tensor up to 64 KiB is
+# cloned in its own shape (contiguous, or permuted: ``clone`` in contiguous order reads the same elements); a
+# gapped one is cloned contiguous in its own shape; a block beyond 64 KiB is copied window by window in one
+# ``as_strided_copy`` of shape (16, window). Nothing flattens a sample (``view(-1)`` was a second dispatch): the
+# comparison at the end of backward joins samples alike but in their first dimension (device_check.py).
+_CLONE, _CLONE_PACKED, _FLAT, _WINDOWS, _TAKE = range(5)
+_PLANS: dict[tuple, tuple] = {}  # (shape, strides, element size) -> (plan, its numbers)
+_CONTIGUOUS = torch.contiguous_format
+_as_strided_copy = torch.as_strided_copy  # as_strided and clone in one call from Python
+
+
+def _plan(t: torch.Tensor, n: int, itemsize: int) -> tuple:
     low = _block_offset(t)
     if n * itemsize <= SAMPLE_BYTES:
-        if low == 0 and t.dim() and t.is_contiguous():  # the common case: one launch and no view (a view is a
-            return t.clone()                             # dispatched op too); the comparison keeps the shape
-        if low is not None:  # the whole block, in memory order
-            return t.as_strided((n,), (1,), t.storage_offset() - low).clone()
-        # a gapped or broadcast view: its values packed (take is one launch too, but ~5x slower on a CPU)
-        return t.clone(memory_format=torch.contiguous_format).view(-1)
+        if low is None:  # a gapped or broadcast view: its values packed (take is one launch too, ~5x slower on a CPU)
+            return (_CLONE_PACKED,)
+        if not t.dim():  # a 0-dim tensor: 1-D, so that samples can be joined
+            return (_FLAT, low)
+        return (_CLONE,) if t.is_contiguous() else (_CLONE_PACKED,)  # the block's elements, in logical order
     if low is not None:  # 16 evenly spaced windows of the block, the last one ending at its last element
         step, length = _windows(n, itemsize)
-        return t.as_strided((16, length), (step, 1), t.storage_offset() - low).clone(
-            memory_format=torch.contiguous_format).view(-1)
-    return torch.take(t, _sample_index(n, itemsize, t.device))
+        return (_WINDOWS, low, step, length)
+    return (_TAKE,)
+
+
+def _device_sample(t: torch.Tensor, n: int) -> torch.Tensor:
+    if t.is_conj() or t.is_neg():
+        return torch.take(t, _sample_index(n, t.element_size(), t.device))
+    key = (t.shape, t.stride(), t.element_size())
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = _plan(t, n, key[2])
+        if len(_PLANS) >= 4096:
+            _PLANS.clear()
+        _PLANS[key] = plan
+    kind = plan[0]
+    if kind is _CLONE:  # the common case
+        return t.clone()
+    if kind is _CLONE_PACKED:
+        return t.clone(memory_format=_CONTIGUOUS)
+    if kind is _WINDOWS:
+        return _as_strided_copy(t, (16, plan[3]), (plan[2], 1), t.storage_offset() - plan[1])
+    if kind is _FLAT:
+        return _as_strided_copy(t, (n,), (1,), t.storage_offset() - plan[1])
+    return torch.take(t, _sample_index(n, key[2], t.device))
 
 
 def _windows(n: int, itemsize: int) -> tuple[int, int]:

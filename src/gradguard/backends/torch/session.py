@@ -43,7 +43,7 @@ import torch
 from torch.autograd.graph import saved_tensors_hooks
 
 from ...core.diagnosis import classify_source, saves_running_stat
-from ...core.engine import SavedRecord
+from ...core.engine import LedgerRecord, SavedRecord
 from ...core.events import BackwardStarted, TensorSaved, TensorUnpacked, TensorWritten
 from ...core.facts import Facts
 from ...core.findings import Finding, TensorInfo, WriteRecord
@@ -129,6 +129,11 @@ def _is_owner(obj: object) -> bool:
     return isinstance(obj, (torch.optim.Optimizer, torch.nn.Module))
 
 
+_STRIDED = torch.strided
+_DYNAMO_TRACES_HOOKS = _compat.DYNAMO_TRACES_HOOKS
+_SAVED_TENSOR_DATA = _compat.SAVED_TENSOR_DATA
+_current_graph_task_id = torch._C._current_graph_task_id
+_current_autograd_node = torch._C._current_autograd_node
 _NODE_SITES = 65536  # entries kept before the map starts over (diagnosis only: losing old ones is harmless)
 
 
@@ -222,8 +227,10 @@ class TorchGuardSession(ProbeBase):
         self._attribution = False
         self._triton_pending = False
         self._names_pass, self._names_left = -1, _PRODUCER_NAMES
-        self._sites_pass, self._sites_left = -1, _PRODUCER_NAMES  # nodes asked for per backward pass (_note_node_site)
+        self._sites_pass, self._sites_left = -1, _PRODUCER_NAMES  # nodes asked for per backward pass (_unpack)
+        self._site_values: dict = {}  # (id(line), id(caller)) -> the node_sites value of this pass (_unpack)
         self._user_hooks = False
+        self._unpacking: tuple | None = None  # (record, its node, the node's name) of the unpack running: _unpack
         # (node name, sequence number) -> (forward line of its first saved tensor, backward pass that unpacked it):
         # names the forward of a graph part an earlier backward freed (NOTE [Where a freed graph was made]).
         self.node_sites: dict = {}
@@ -324,13 +331,43 @@ class TorchGuardSession(ProbeBase):
     # -- hooks -> events -----------------------------------------------------------------------
     @_step_aside.guard_pack
     def _pack(self, t: torch.Tensor):
-        if t.layout != torch.strided or t.is_nested:  # NOTE [Tensors the fingerprint cannot read]
+        # NOTE [The pack and unpack hooks' own cost]
+        # Both hooks run once per saved tensor (~700 times per step in an LSTMCell loop), where each Python call or
+        # attribute lookup counts: the producer's name and the user's frames are read here without helper calls,
+        # and the engine is called without an event object while nothing subscribes to events
+        # (NOTE [The per-tensor path] in core/engine.py).
+        #
+        # NOTE [Few objects per saved tensor]
+        # Every container object that outlives the hook (a record, a tensor object, a tuple kept in a table) counts
+        # towards Python's cyclic garbage collector: one young-generation collection per ~700 of them, and the
+        # survivors of those pushed into the old generation, whose full collections walk every object of the
+        # process (~300k with torch imported: ~250 ms each on the benchmark machine). Plain PyTorch keeps its saved
+        # tensors in C++ and makes none. So the hooks keep as few as they can: no event object, one node_sites value
+        # per place and pass, one tuple per deferred device comparison (device_check.py). Measured on the LSTMCell
+        # loop (device path, 20 steps, gc.callbacks): 8.3 young and 0.75 middle collections per step and a full one
+        # every 20 steps, before; 3.7 and 0.3 and none in 20 steps, after.
+        if t.layout is not _STRIDED or t.is_nested:  # NOTE [Tensors the fingerprint cannot read]
             return self._version_only(t)
-        if _compat.DYNAMO_TRACES_HOOKS and torch.compiler.is_compiling():  # NOTE in compat.py (torch 2.4)
+        if _DYNAMO_TRACES_HOOKS and torch.compiler.is_compiling():  # NOTE in compat.py (torch 2.4)
             return t
         site, caller = user_location_and_caller(2)
-        record = self._emit(TensorSaved(t if t.is_leaf else self._alias(t), site, None, self._producer(t), None,
-                                        caller))  # NOTE [What pack keeps]
+        engine = self.engine
+        if t.is_leaf:
+            alias, producer = t, ("leaf" if t.requires_grad else None)
+        else:  # NOTE [What pack keeps]; the producer's name: _producer(), inlined
+            alias, producer = self._alias(t), None
+            passes = engine.ledger.backward_passes
+            if passes != self._names_pass:
+                self._names_pass, self._names_left = passes, _PRODUCER_NAMES
+            if self._names_left > 0:
+                self._names_left -= 1
+                grad_fn = t.grad_fn
+                if grad_fn is not None:
+                    producer = _NODE_NAMES.get(type(grad_fn)) or self._node_name(grad_fn)
+        if engine.subscribers:
+            record = engine.emit(TensorSaved(alias, site, None, producer, None, caller))
+        else:
+            record = engine.save(alias, site, producer, caller)
         if (self.track_writes and site is not None and site.function == "forward" and t.requires_grad
                 and may_write_data(site.file, "forward")):
             parameter = _data_in_forward.parameter_of(t)
@@ -404,12 +441,15 @@ class TorchGuardSession(ProbeBase):
         grad_fn = t.grad_fn
         if grad_fn is None:
             return None
-        kind = type(grad_fn)  # one node class per name for built-in nodes: one shared string, no new one per tensor
-        name = _NODE_NAMES.get(kind)
-        if name is None:
-            name = grad_fn.name()
-            if kind.__name__ == name:  # custom Function nodes (BackwardCFunction) are named per Function: not cached
-                _NODE_NAMES[kind] = name
+        return _NODE_NAMES.get(type(grad_fn)) or self._node_name(grad_fn)
+
+    @staticmethod
+    def _node_name(grad_fn) -> str:
+        """The node's name, kept per node class for built-in nodes: one shared string, no new one per tensor."""
+        kind = type(grad_fn)
+        name = grad_fn.name()
+        if kind.__name__ == name:  # custom Function nodes (BackwardCFunction) are named per Function: not cached
+            _NODE_NAMES[kind] = name
         return name
 
     def _unwatched(self, t: torch.Tensor, how: str) -> None:
@@ -424,17 +464,57 @@ class TorchGuardSession(ProbeBase):
         return _VersionOnly(t if t.is_leaf else t.detach())  # NOTE [What pack keeps]
 
     def _unpack(self, record: SavedRecord) -> torch.Tensor:
-        if type(record) is _VersionOnly:
-            return record.unpack()
-        if isinstance(record, torch.Tensor):  # stepped aside at pack time
-            return record
-        if not _compat.SAVED_TENSOR_DATA and _compat.probing_unpack(record):  # torch 2.4 naming a saved argument
+        kind = type(record)
+        if kind is not SavedRecord and kind is not LedgerRecord:  # NOTE [The pack and unpack hooks' own cost]
+            if kind is _VersionOnly:
+                return record.unpack()
+            if isinstance(record, torch.Tensor):  # stepped aside at pack time
+                return record
+        if not _SAVED_TENSOR_DATA and _compat.probing_unpack(record):  # torch 2.4 naming a saved argument
             return record.tensor
-        if self._ledger.note_backward_pass(torch._C._current_graph_task_id()):
+        engine = self.engine
+        ledger = engine.ledger
+        task = _current_graph_task_id()
+        if task != ledger.last_pass_id and ledger.note_backward_pass(task):  # a call only once per pass
             self._backward_pass_started()
-        if record.where.site is not None:  # where.site: one property call less per unpack
-            self._note_node_site(record)
-        return self._emit(TensorUnpacked(record))
+        # NOTE [Where a freed graph was made]
+        # "Trying to backward through the graph a second time" names no node and no line, and a freed node keeps
+        # neither its saved tensors nor gradguard's records of them. While a backward unpacks, the node running is
+        # known: keep its forward line under (name, sequence number), which a node keeps for life, so the eager
+        # diagnosis can name the line that made the freed part the failing backward reached (~0.3 us per unpack).
+        # Only the first ``_PRODUCER_NAMES`` unpacks of a pass ask (NOTE [Reading grad_fn crashes deep graphs]);
+        # a longer backward names the freed part only where it is within those nodes.
+        # The value (line, pass, caller) is one tuple per place and pass, shared by its nodes (NOTE [Few objects per
+        # saved tensor]).
+        where = record.where
+        site = where.site
+        if site is not None:
+            passes = ledger.backward_passes
+            if passes != self._sites_pass:
+                self._sites_pass, self._sites_left = passes, _PRODUCER_NAMES
+                self._site_values = {}
+            if self._sites_left > 0:
+                self._sites_left -= 1
+                node = _current_autograd_node()
+                if node is not None:
+                    name = _NODE_NAMES.get(type(node)) or self._node_name(node)
+                    self._unpacking = (record, node, name)  # the device check's defer asks for the same node
+                    key = (name, node._sequence_nr())
+                    sites = self.node_sites
+                    if key not in sites:
+                        if len(sites) >= _NODE_SITES:
+                            sites.clear()
+                        caller = where.caller
+                        value = self._site_values.get((id(site), id(caller)))
+                        if value is None or value[0] is not site or value[2] is not caller:
+                            value = self._site_values[(id(site), id(caller))] = (site, passes, caller)
+                        sites[key] = value
+        try:
+            if engine.subscribers:
+                return engine.emit(TensorUnpacked(record))
+            return engine.unpacked(record)
+        finally:
+            self._unpacking = None
 
     @_step_aside.guard_pack
     def _pack_past_the_gate(self, t: torch.Tensor):
@@ -467,30 +547,6 @@ class TorchGuardSession(ProbeBase):
             call = None
         if call is not None:
             self.backward_calls = (self.backward_calls + [call])[-8:]
-
-    def _note_node_site(self, record) -> None:
-        # NOTE [Where a freed graph was made]
-        # "Trying to backward through the graph a second time" names no node and no line, and a freed node keeps
-        # neither its saved tensors nor gradguard's records of them. While a backward unpacks, the node running is
-        # known: keep its forward line under (name, sequence number), which a node keeps for life, so the eager
-        # diagnosis can name the line that made the freed part the failing backward reached (~0.3 us per unpack).
-        # Only the first ``_PRODUCER_NAMES`` unpacks of a pass ask (NOTE [Reading grad_fn crashes deep graphs]);
-        # a longer backward names the freed part only where it is within those nodes.
-        passes = self.engine.ledger.backward_passes
-        if passes != self._sites_pass:
-            self._sites_pass, self._sites_left = passes, _PRODUCER_NAMES
-        if self._sites_left <= 0:
-            return
-        self._sites_left -= 1
-        node = torch._C._current_autograd_node()
-        if node is None:
-            return
-        key = (node.name(), node._sequence_nr())
-        sites = self.node_sites
-        if key not in sites:
-            if len(sites) >= _NODE_SITES:
-                sites.clear()
-            sites[key] = (record.site, self.engine.ledger.backward_passes, record.caller)
 
     def composed(self, user_pack, user_unpack):
         """(pack, unpack) that run the user's hooks and check the round trip (see NOTE above)."""
@@ -713,7 +769,11 @@ class TorchGuardSession(ProbeBase):
 
     @staticmethod
     def fingerprint(t: torch.Tensor, mode: str):
-        return _fingerprint(t, mode) if _plain(t) else None
+        kind = type(t)  # _plain(), inlined: once per saved tensor at pack and at unpack
+        if ((kind is torch.Tensor or kind is torch.nn.Parameter) and t.layout is _STRIDED and not t.is_meta
+                and not t.is_nested):
+            return _fingerprint(t, mode)
+        return None
 
     same_fingerprint = staticmethod(_same_fingerprint)
     defer_fingerprint_check = _device_check.defer  # NOTE [No host sync per saved tensor] (device_check.py)
