@@ -147,7 +147,7 @@ test: lint coverage test-torch test-paddle test-mindspore test-torch-oldest test
 # (tests/conformance's direct_memory_write case), and most tests run their code in a child Python.
 COVERAGE_TESTS := tests/fast/test_ledger.py tests/fast/test_core_neutral.py tests/conformance/test_engine_core.py \
 	tests/fast/test_fix_edits.py tests/fast/test_source_ast.py tests/fast/test_rules_intents.py \
-	tests/fast/test_diagnosis_rules.py
+	tests/fast/test_diagnosis_rules.py tests/fast/test_eager_rule_rows.py
 
 .PHONY: coverage
 coverage: install
