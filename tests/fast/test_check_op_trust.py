@@ -318,3 +318,32 @@ def test_a_linearity_failure_is_shrunk_to_inputs_that_show_it():
     scope = {"torch": torch}
     exec(failure.repro.split("gradguard.check_op")[0], scope)  # the repro's input
     assert tuple(scope["x"].shape) == (1, 5)  # one row of the six, on which the failure still shows
+
+
+class _SinMatmulTwiceX(torch.autograd.Function):
+    """sin(x @ w) whose backward doubles x's gradient."""
+
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x, w)
+        return torch.sin(x @ w)
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        c = torch.cos(x @ w) * g
+        return 2 * c @ w.T, x.T @ c
+
+
+def test_finite_differences_that_do_not_settle_do_not_judge():
+    """x1000, sin(x @ w) turns ~1e3 times per unit of x: central differences at h and h/2 disagree, so the
+    large-magnitude regime says so instead of failing a correct op; a wrong backward is still caught where
+    they settle."""
+    x = torch.randn(4, 3, dtype=torch.float64, generator=_g(0))
+    w = torch.randn(3, 5, dtype=torch.float64, generator=_g(1))
+    report = gradguard.check_op(lambda a, b: torch.sin(a @ b), x, w)
+    assert report.failures == []
+    assert any(n.startswith("a: finite differences do not settle at this step") and "large_magnitude" in n
+               for n in report.notes)
+    wrong = gradguard.check_op(_SinMatmulTwiceX.apply, x, w)
+    assert [(f.check, f.regime, f.input) for f in wrong.failures][:1] == [("gradient.numerical", "given", "x")]

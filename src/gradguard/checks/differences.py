@@ -104,6 +104,23 @@ class Differences:
         m = num.compare(np.array(got_s), np.array(exp_s), np.array(allow_s) + TOLERANCES["tiny"])
         return m, domain_edge
 
+    def unsettled(self, i: int, h: float) -> bool:
+        """Whether the central differences of input ``wrt[i]`` change, when the step halves, by more than the
+        tolerance they are judged with: fn varies faster than the step resolves (``sin`` of arguments ~1e6), so
+        they cannot be the arbiter there (NOTE [Finite differences that do not settle] in ``gradient_numerical``)."""
+        x = self.xs[i]
+        for _ in range(self.probes):
+            direction = self.rng.standard_normal(x.shape)
+            jw, _d = self.along(i, h * direction, h)
+            jw2, _d2 = self.along(i, h / 2.0 * direction, h)  # u.J(d/2): twice it is comparable with u.J d
+            if not (self._finite(jw) and self._finite(jw2) and self.cot.fits(jw) and self.cot.fits(jw2)):
+                return False  # a domain edge or broadcast outputs: no verdict of this kind
+            e, e2 = self.cot.dot(jw), 2.0 * self.cot.dot(jw2)
+            allowed = 3.0 * self.rounding * self.rt / h + self.rtol * (np.abs(e) + np.abs(e2)) + TOLERANCES["tiny"]
+            if np.any(np.abs(e - e2) > allowed):
+                return True
+        return False
+
     def _direction_stacked(self, G, h, jw, d, jw2, d2):
         cot, rtol = self.cot, self.rtol
         e, g = cot.dot(jw), np.sum(G * d, axis=1)
