@@ -344,3 +344,36 @@ def test_inplace_switches_follow_the_path_loops_and_aliases(source):
     assert [s.line for s in inplace_switches(files, "net.body.2")] == [at("self.body[2]").line, loop]
     assert [s.line for s in inplace_switches(files, "net.act")] == [at("relu.inplace").line, loop]
     assert len(inplace_switches(files, "")) == 6  # the instance unknown: every switch
+
+
+# -- rows worded for a framework other than torch (facts the engine copies from the probe) --------------------
+
+_PADDLE_WORDS = {"framework": "Paddle", "direct_writers": "code writing memory directly (numpy views, ctypes)",
+                 "direct_write_fix": "Write into a copy.", "optimizer_fix": "Step after backward."}
+
+
+def test_an_optimizer_step_no_counter_saw_is_worded_for_the_framework():
+    step = WriteRecord(op="sgd_", location=SourceLocation("train.py", 9, "<module>", "opt.step()"), via="SGD.step()",
+                       bumps_version=False, category="optimizer")
+    f = diagnose(Finding(kind="silent_write", tensor=TensorInfo(shape=(2,), dtype="float32", name="net.weight"),
+                         saved_at=SaveSite(node="matmul"), modified_at=[step],
+                         facts=Facts(optimizers_bump_versions=False, **_PADDLE_WORDS)))
+    assert f.rule == "optimizer_step_before_backward"
+    assert f.explanation == (
+        "SGD.step() at train.py:9 updated net.weight in place after matmul saved it for a backward pass that had not "
+        "run yet. Paddle's optimizers do not bump the version counter, so Paddle computes that backward with the "
+        "updated values and no error.")
+    assert f.suggestion == "Step after backward."
+
+
+def test_a_write_no_framework_op_made_is_worded_for_the_framework():
+    f = diagnose(Finding(kind="silent_write", tensor=TensorInfo(shape=(2,), dtype="float32"),
+                         saved_at=SaveSite(node="exp"), modified_at=[], facts=Facts(**_PADDLE_WORDS)))
+    assert f.rule == "silent_kernel_write"
+    assert f.explanation == (
+        "No Paddle op that gradguard watches wrote it, so the writer is code writing memory directly (numpy views, "
+        "ctypes). Re-run with `gradguard.guard(bisect=True)` to pin it to a line. exp still needed the old values.")
+    assert f.suggestion == "Write into a copy."
+    torch_words = diagnose(Finding(kind="silent_write", tensor=TensorInfo(shape=(2,), dtype="float32"),
+                                   saved_at=SaveSite(node="exp"), modified_at=[]))
+    assert "No torch op, custom autograd.Function or Triton launch" in torch_words.explanation

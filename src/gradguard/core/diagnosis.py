@@ -191,6 +191,38 @@ def _data_write(f: Finding, data: WriteRecord) -> Verdict:
     )
 
 
+def _optimizer_before_backward(f: Finding, opt: WriteRecord) -> Verdict:
+    verdict = _inplace_rules.optimizer_before_backward_rule(f, opt)
+    if f.facts.optimizer_fix is None or f.kind != "silent_write":
+        return verdict
+    # a framework whose optimizers bump no version counter (Paddle, MindSpore): the cause is the order of the calls
+    framework = f.facts.framework or "the framework"
+    verdict.explanation = (
+        f"{opt.via} at {_where(opt)} updated {f.tensor.name or 'a parameter'} in place after {f.saved_at.op or 'an op'} "
+        f"saved it for a backward pass that had not run yet. {framework}'s optimizers do not bump the version counter, "
+        f"so {framework} computes that backward with the updated values and no error.")
+    verdict.suggestion = f.facts.optimizer_fix
+    return verdict
+
+
+def _direct_write_words(f: Finding, verdict: Verdict) -> Verdict:
+    """A write no op of a framework other than torch made: its own words (the core text names torch's ways)."""
+    if f.facts.direct_writers is None:
+        return verdict
+    framework, saver = f.facts.framework or "framework", f.saved_at.op or "the op that saved it"
+    outside = next((w for w in f.modified_at if w.category == "outside"), None)
+    if outside is not None:
+        where = outside.location.short if outside.location else "before the first traced line"
+        verdict.explanation = (f"No {framework} op wrote it: bisect mode saw its bytes change at {where}, in "
+                               f"{f.facts.direct_writers}. {saver} still needed the old values.")
+    else:
+        verdict.explanation = (f"No {framework} op that gradguard watches wrote it, so the writer is "
+                               f"{f.facts.direct_writers}. Re-run with `gradguard.guard(bisect=True)` to pin it to a "
+                               f"line. {saver} still needed the old values.")
+    verdict.suggestion = f.facts.direct_write_fix or verdict.suggestion
+    return verdict
+
+
 def _kernel_write(f: Finding, kernel: WriteRecord) -> Verdict:
     if kernel.op.startswith("triton:"):
         who = f"The Triton kernel `{kernel.op[len('triton:'):]}`"
@@ -199,13 +231,13 @@ def _kernel_write(f: Finding, kernel: WriteRecord) -> Verdict:
         who = f"The custom autograd.Function {kernel.op}"
     else:
         who = f"{kernel.via or kernel.op}"
-    return Verdict(
+    return _direct_write_words(f, Verdict(
         "silent_kernel_write",
         _prefix(f) + f"{who}, called at {_where(kernel)}, wrote into memory that {_saver(f)} saved for backward.",
         "Kernel authors: write results into a fresh buffer (`torch.empty_like(x)`), or declare the write "
         "with `torch.autograd.graph.increment_version(x)` right after the kernel (or `ctx.mark_dirty(x)` and "
         "return x) so autograd can check it. Users: pass a copy (`op(x.clone())`) to the kernel.",
-    )
+    ))
 
 
 def _outside_when(f: Finding) -> WriteRecord | bool | None:
@@ -227,13 +259,13 @@ def _outside_write(f: Finding, outside: WriteRecord | bool) -> Verdict:
                "writer is code that writes memory directly: a NumPy view from `.numpy()`, ctypes, DLPack, or a "
                "C++/CUDA extension using `data_ptr()`. Re-run in bisect mode to pin it between two "
                "lines.")
-    return Verdict(
+    return _direct_write_words(f, Verdict(
         "silent_kernel_write",
         _prefix(f) + why + f" {_saver(f)} still needed the old values.",
         "Users: give NumPy/ctypes a copy (`t.detach().numpy().copy()`) or make the update with torch ops "
         "inside `with torch.no_grad():` on the real tensor. Extension authors: write into a fresh buffer, or "
         "call `torch.autograd.graph.increment_version(x)` after writing so autograd can check it.",
-    )
+    ))
 
 
 def saves_running_stat(node: str | None, argument: str | None) -> bool:
@@ -640,8 +672,7 @@ RULES: tuple[Rule, ...] = (
     Rule("eval_running_stats_updated", _eval_running_stats_when, _eval_running_stats),
     Rule("fused_optimizer", _write("optimizer", silent=True, extra=lambda f, w: f.facts.optimizers_bump_versions
                                    is not False), _fused_optimizer),
-    Rule("optimizer_step_before_backward", _optimizer_before_backward_when,
-         R.optimizer_before_backward_rule),
+    Rule("optimizer_step_before_backward", _optimizer_before_backward_when, _optimizer_before_backward),
     Rule("retained_graph_across_steps",
          _write("optimizer", silent=False, extra=lambda f, w: R.optimizer_wraps_retained_graph(f, w)),
          R.retained_graph_rule),

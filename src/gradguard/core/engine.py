@@ -684,43 +684,13 @@ class GuardEngine:
         if self._line_bisect:
             finding.notes.append("bisect mode traced the user's lines on the thread that entered the guard; writes "
                                  "from other threads are not pinned")
+        if probe.direct_writers is not None:  # rows whose core text speaks torch word it for this framework
+            facts = finding.facts
+            facts.framework, facts.direct_writers = probe.framework, probe.direct_writers
+            facts.direct_write_fix, facts.optimizer_fix = probe.direct_write_fix, probe.optimizer_fix
         diagnose(finding)
-        if probe.direct_writers is not None:  # the core rules' text speaks torch: restate it for this framework
-            if finding.rule == "silent_kernel_write":
-                self._direct_write_phrase(finding)
-            elif finding.rule == "optimizer_step_before_backward" and finding.kind == "silent_write":
-                self._optimizer_phrase(finding)
         probe.phrase(finding, record)
         return finding
-
-    def _optimizer_phrase(self, finding: Finding) -> None:
-        """The framework's wording of the rule row for a step between a forward and its backward that no version
-        counter saw (Paddle's and MindSpore's optimizers bump none: the cause is the order of the calls)."""
-        framework = self.probe.framework
-        step = next(w for w in finding.modified_at if w.category == "optimizer")
-        where = step.location.short if step.location else "an unknown line"
-        finding.explanation = (
-            f"{step.via} at {where} updated {finding.tensor.name or 'a parameter'} in place after "
-            f"{finding.saved_at.op or 'an op'} saved it for a backward pass that had not run yet. {framework}'s "
-            f"optimizers do not bump the version counter, so {framework} computes that backward with the updated "
-            "values and no error."
-        )
-        finding.suggestion = self.probe.optimizer_fix
-
-    def _direct_write_phrase(self, finding: Finding) -> None:
-        """Framework wording for a silent write no framework op made (the core rule's text speaks torch)."""
-        probe = self.probe
-        saver = finding.saved_at.op or "the op that saved it"
-        outside = next((w for w in finding.modified_at if w.category == "outside"), None)
-        if outside is not None:
-            where = outside.location.short if outside.location else "before the first traced line"
-            finding.explanation = (f"No {probe.framework} op wrote it: bisect mode saw its bytes change at {where}, "
-                                   f"in {probe.direct_writers}. {saver} still needed the old values.")
-        else:
-            finding.explanation = (f"No {probe.framework} op that gradguard watches wrote it, so the writer is "
-                                   f"{probe.direct_writers}. Re-run with `gradguard.guard(bisect=True)` to pin it to "
-                                   f"a line. {saver} still needed the old values.")
-        finding.suggestion = probe.direct_write_fix
 
 
 class SavedBaselines:

@@ -135,6 +135,12 @@ class Facts:
     crossing: CrossingTensor | None = field(default=None, metadata=_INPUT)  # the tensor crossing into a freed graph
     # the loss accumulated across the earlier backward, lines: {"first", "again" (after it), "reset_before"}
     accumulation: dict[str, int] | None = field(default=None, metadata=_INPUT)
+    # -- rule inputs: a framework's words for rows whose core text speaks torch (the engine copies them from a probe
+    # that has them: Paddle, MindSpore) --
+    framework: str | None = field(default=None, metadata=_INPUT)  # how the user spells it: "Paddle", "MindSpore"
+    direct_writers: str | None = field(default=None, metadata=_INPUT)  # who writes memory without its ops (a phrase)
+    direct_write_fix: str | None = field(default=None, metadata=_INPUT)  # the fix for such a write
+    optimizer_fix: str | None = field(default=None, metadata=_INPUT)  # the fix for a step no version counter saw
     # -- JSON keys that are no field (NOTE [Facts]) --
     extra: dict[str, Any] = field(default_factory=dict)
 
