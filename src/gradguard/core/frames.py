@@ -124,31 +124,19 @@ def user_location_and_caller(
     cache = paths._cache
     locations = _LOCATIONS
     inner = None
-    while frame is not None:
+    while frame is not None:  # one walk: the first user frame, then (unless it is a module's top level) the next
         code = frame.f_code
         library = cache.get(code.co_filename)
         if library is None:
             library = paths.is_library(code.co_filename)
         if not library:
-            line = frame.f_lineno
-            entry = locations.get((id(code), line))
-            inner = entry[1] if entry is not None and entry[0] is code else _location(frame)
-            break
-        frame = frame.f_back
-    if inner is None or frame is None:
-        return None, None
-    if frame.f_code.co_name == "<module>":
-        return inner, None
-    frame = frame.f_back
-    while frame is not None:
-        code = frame.f_code
-        library = cache.get(code.co_filename)
-        if library is None:
-            library = paths.is_library(code.co_filename)
-        if not library:
-            line = frame.f_lineno
-            entry = locations.get((id(code), line))
-            return inner, entry[1] if entry is not None and entry[0] is code else _location(frame)
+            entry = locations.get((id(code), frame.f_lineno))
+            here = entry[1] if entry is not None and entry[0] is code else _location(frame)
+            if inner is not None:
+                return inner, here
+            if code.co_name == "<module>":
+                return here, None
+            inner = here
         frame = frame.f_back
     return inner, None
 

@@ -302,18 +302,6 @@ def device_sample(t: torch.Tensor):
         if _dispatch_stack_len():  # a dispatch mode (the write log) must not see the guard's own reads
             with torch._C._DisableTorchDispatch():
                 return _device_sample(t, n)
-        if t.is_conj() or t.is_neg():
-            return _device_sample(t, n)
-        plan = _PLANS.get((t.shape, t.stride(), t.element_size()))
-        if plan is None:
-            return _device_sample(t, n)
-        kind = plan[0]  # _device_sample(), inlined for a layout seen before (NOTE below)
-        if kind is _CLONE:  # the common case
-            return t.clone()
-        if kind is _CLONE_PACKED:
-            return t.clone(memory_format=_CONTIGUOUS)
-        if kind is _WINDOWS:
-            return _as_strided_copy(t, (16, plan[3]), (plan[2], 1), t.storage_offset() - plan[1])
         return _device_sample(t, n)
     except (RuntimeError, TypeError, NotImplementedError):  # a dtype or layout take cannot read: digest instead
         return None
