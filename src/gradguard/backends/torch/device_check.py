@@ -25,7 +25,7 @@ import torch
 from ...core.facts import Facts
 from ...core.diagnosis import saves_running_stat
 from .fingerprint import bits
-from .graph import _unpacking_argument
+from .graph import _unpacking_argument, node_name
 
 __all__ = ["defer"]
 
@@ -59,8 +59,6 @@ class _Pass:
         self.entries: list = []
 
 
-_NODE_NAMES: dict[type, str] = {}  # built-in node class -> its name (one string, not a new one per unpack)
-
 
 def defer(session, record, now) -> bool:
     """Queue the comparison of ``record``'s device fingerprint with ``now`` until backward ends. Returns False when
@@ -79,11 +77,7 @@ def defer(session, record, now) -> bool:
     elif (node := _current_node()) is None:
         name = None
     else:
-        name = _NODE_NAMES.get(type(node))
-        if name is None:
-            name = node.name()
-            if type(node).__name__ == name:  # custom Function nodes are named per Function: not cached
-                _NODE_NAMES[type(node)] = name
+        name = node_name(node)
     argument = None
     if name is not None and "BatchNorm" in name:  # NOTE [Running stats saved in eval mode] (session.py)
         argument = _unpacking_argument(node, record)

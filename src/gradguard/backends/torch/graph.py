@@ -27,7 +27,21 @@ import torch
 from ...core.internal import log_fallback
 from .compat import SAVED_TENSOR_DATA, probe_saved
 
-__all__ = ["capture_graph", "GRAPH_FORMAT_VERSION", "walk_nodes"]
+__all__ = ["capture_graph", "GRAPH_FORMAT_VERSION", "walk_nodes", "NODE_NAMES", "node_name"]
+
+NODE_NAMES: dict[type, str] = {}  # built-in node class -> its name: one shared string, not a new one per tensor
+
+
+def node_name(node) -> str:
+    """An autograd node's name, kept per node class for built-in nodes (read per saved tensor; custom Function
+    nodes, BackwardCFunction, are named per Function and are not cached)."""
+    name = NODE_NAMES.get(type(node))
+    if name is None:
+        name = node.name()
+        if type(node).__name__ == name:
+            NODE_NAMES[type(node)] = name
+    return name
+
 
 GRAPH_FORMAT_VERSION = 1
 _MAX_DEPTH = 3

@@ -56,7 +56,7 @@ from . import device_check as _device_check
 from .bisector import Bisector
 from .fingerprint import fingerprint as _fingerprint
 from .fingerprint import same as _same_fingerprint
-from .graph import _unpacking_argument
+from .graph import NODE_NAMES as _NODE_NAMES, _unpacking_argument, node_name
 from .naming import name_by_variable, name_in_writing_frame, name_tensor, one_heap_scan
 from .overlap import share_elements
 from .call_gate import CallGate, install, python_op_name, uninstall
@@ -180,7 +180,6 @@ class _VersionOnly:
 _SAMPLES = 64
 
 
-_NODE_NAMES: dict[type, str] = {}
 
 
 def _samples(t: torch.Tensor):
@@ -363,7 +362,7 @@ class TorchGuardSession(ProbeBase):
                 self._names_left -= 1
                 grad_fn = t.grad_fn
                 if grad_fn is not None:
-                    producer = _NODE_NAMES.get(type(grad_fn)) or self._node_name(grad_fn)
+                    producer = _NODE_NAMES.get(type(grad_fn)) or node_name(grad_fn)
         if engine.subscribers:
             record = engine.emit(TensorSaved(alias, site, None, producer, None, caller))
         else:
@@ -441,16 +440,7 @@ class TorchGuardSession(ProbeBase):
         grad_fn = t.grad_fn
         if grad_fn is None:
             return None
-        return _NODE_NAMES.get(type(grad_fn)) or self._node_name(grad_fn)
-
-    @staticmethod
-    def _node_name(grad_fn) -> str:
-        """The node's name, kept per node class for built-in nodes: one shared string, no new one per tensor."""
-        kind = type(grad_fn)
-        name = grad_fn.name()
-        if kind.__name__ == name:  # custom Function nodes (BackwardCFunction) are named per Function: not cached
-            _NODE_NAMES[kind] = name
-        return name
+        return _NODE_NAMES.get(type(grad_fn)) or node_name(grad_fn)
 
     def _unwatched(self, t: torch.Tensor, how: str) -> None:
         kind = _step_aside.unreadable_layout(t)
@@ -497,7 +487,7 @@ class TorchGuardSession(ProbeBase):
                 self._sites_left -= 1
                 node = _current_autograd_node()
                 if node is not None:
-                    name = _NODE_NAMES.get(type(node)) or self._node_name(node)
+                    name = _NODE_NAMES.get(type(node)) or node_name(node)
                     self._unpacking = (record, node, name)  # the device check's defer asks for the same node
                     key = (name, node._sequence_nr())
                     sites = self.node_sites
