@@ -184,6 +184,30 @@ def test_one_optimizer_step_between_two_losses_suggests_one_backward(source):
     assert "move `opt.step()`" in f.suggestion and "after `loss_b.backward()`" in f.suggestion
 
 
+def test_a_step_after_its_own_backward_in_a_loop_asks_for_a_fresh_forward_not_a_move(source):
+    path, at = source("""
+        actions = [actor(o) for actor, o in zip(actors, obs)]
+        for i in range(3):
+            loss = -critics[i](torch.cat(actions, dim=1)).mean()
+            loss.backward(retain_graph=True)
+            opts[i].step()
+    """)
+    step = WriteRecord(op="aten.add_.Tensor", location=at("opts[i].step()"), via="SGD.step()", category="optimizer")
+    again = {"file": str(path), "line": at("loss = -critics").line, "code": at("actions =").code, "name": "actions",
+             "made_line": at("actions =").line}
+    f = _finding(SaveSite("MmBackward0", "mat2", at("actions =")), [step], backward_passes_since_save=1,
+                 backward_at=at("loss.backward").to_dict(), recompute_in_loop=again,
+                 loss_made_early={"file": str(path), "line": 4, "code": at("loss = -critics").code, "name": "loss",
+                                  "function": "<module>", "after_line": 4, "backward_block": None})
+    assert f.rule == "optimizer_step_between_backwards"
+    assert f.suggestion == (
+        "Recompute `actions` in the loop, before line 4 (it is made once, at line 2): this backward then goes "
+        "through a graph made with the weights `opts[i].step()` (line 6) wrote. (The step already follows its own "
+        "backward here, so moving it cannot help.) Or sum the losses and call backward once, before the first step.")
+    assert [(i.action, i.line, i.detail.get("code")) for i in f.fixes] == [
+        ("insert_before", 4, "actions = [actor(o) for actor, o in zip(actors, obs)]")]
+
+
 def test_step_before_the_first_backward(source):
     _path, at = source("""
         out = model(x)

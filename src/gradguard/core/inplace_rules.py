@@ -206,14 +206,18 @@ def _two_model_intents(f: Finding, opt: WriteRecord, save, backward) -> tuple[li
     return fixes, hint
 
 
+def _step_follows(opt: WriteRecord, backward) -> bool:
+    """NOTE [A loss made before the steps]: the step already follows this backward in its function (a helper's
+    zero_grad, backward, step; a loop that steps after each backward), so moving it cannot help: the loss must be
+    made after the earlier steps."""
+    return (_same_function(backward, opt.location) and backward is not None and opt.location is not None
+            and opt.location.line > backward.line)
+
+
 def _move_step_intents(opt: WriteRecord, backward) -> list[FixIntent]:
     """The step moved after the backward that needs the weights it updates (when it does not already follow it)."""
     fixes = []
-    # NOTE [A loss made before the steps]: when the step already follows this backward (a helper's zero_grad,
-    # backward, step), moving it cannot help: the loss must be made after the earlier steps.
-    step_follows = (_same_function(backward, opt.location) and backward is not None and opt.location is not None
-                    and opt.location.line > backward.line)
-    if opt.location is not None and backward is not None and not step_follows:
+    if opt.location is not None and backward is not None and not _step_follows(opt, backward):
         fixes.append(FixIntent("move_statement", *_loc(opt.location), target=opt.location.code,
                                detail={"after_line": backward.line},
                                reason=f"backpropagate every loss before stepping (after line {backward.line})"))
@@ -251,14 +255,20 @@ def optimizer_between_backwards_rule(f: Finding, opt: WriteRecord) -> Verdict:
         )
     fixes = _move_step_intents(opt, backward)
     fixes += _loss_site_repairs(f, opt, fixes)
-    return Verdict(
-        "optimizer_step_between_backwards",
-        why,
-        f"Backpropagate every loss before stepping: sum the losses and call backward once "
-        f"(`(loss_a + loss_b).backward()`), or move {step_code} ({_line_of(opt.location)}) after {backward_code}; "
-        f"then step once per batch.",
-        fixes,
-    )
+    again = f.facts.recompute_in_loop
+    if _step_follows(opt, backward):
+        # the step already comes after this backward in its own function: only a fresh forward helps
+        fresh = (f"recompute `{again['name']}` in the loop, before line {again['line']} (it is made once, at line "
+                 f"{again['made_line']})" if again else "make the loss from a forward that runs after the step")
+        fresh = fresh[0].upper() + fresh[1:]
+        suggestion = (f"{fresh}: this backward then goes through a graph made with the weights {step_code} "
+                      f"({_line_of(opt.location)}) wrote. (The step already follows its own backward here, so "
+                      f"moving it cannot help.) Or sum the losses and call backward once, before the first step.")
+    else:
+        suggestion = (f"Backpropagate every loss before stepping: sum the losses and call backward once "
+                      f"(`(loss_a + loss_b).backward()`), or move {step_code} ({_line_of(opt.location)}) after "
+                      f"{backward_code}; then step once per batch.")
+    return Verdict("optimizer_step_between_backwards", why, suggestion, fixes)
 
 
 def _loss_made_early(f: Finding, opt: WriteRecord) -> FixIntent | None:

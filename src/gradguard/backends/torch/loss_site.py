@@ -166,13 +166,16 @@ def _reads_stale_graph(code: str, name: str, scope: dict, node) -> bool:
         tree = ast.parse(code)
     except SyntaxError:
         return True
-    for read in {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)} - {name}:
-        value = scope.get(read)
-        values = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else [value]
-        if any(isinstance(v, torch.Tensor) and v.grad_fn is not None and _reaches_any(v.grad_fn, {node})
-               for v in values):
-            return True
-    return False
+    reads = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)} - {name}
+    return any(_holds_graph_of(scope.get(read), node) for read in reads)
+
+
+def _holds_graph_of(value, node) -> bool:
+    """``value`` (a tensor, or a list/tuple/dict of them: MADDPG's ``actions`` of every agent) holds a tensor whose
+    graph reaches ``node``."""
+    values = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else [value]
+    return any(isinstance(v, torch.Tensor) and v.grad_fn is not None and _reaches_any(v.grad_fn, {node})
+               for v in values)
 
 
 def recompute_in_loop() -> dict | None:
@@ -192,7 +195,7 @@ def recompute_in_loop() -> dict | None:
         return None
     candidates = []
     for name, value in innermost.f_locals.items():
-        if not isinstance(value, torch.Tensor) or value.grad_fn is None or not _reaches_any(value.grad_fn, {node}):
+        if not _holds_graph_of(value, node):
             continue
         made = assignment_before(filename, line, name)
         if made is None or not innermost.f_code.co_firstlineno <= made.line < loop.lineno:
