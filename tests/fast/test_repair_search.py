@@ -126,3 +126,34 @@ def test_the_module_instance_that_wrote_is_resolved_from_its_path(tmp_path):
 
     assert "nn.Sigmoid(), nn.ReLU(False))" in apply_intents(script.read_text(), repair)
     assert "nn.Linear(8, 8), nn.ReLU(True))\n" in apply_intents(script.read_text(), repair)
+
+
+def test_an_earlier_backward_of_another_loss_on_the_same_forward_retains_its_graph(tmp_path):
+    """(f): two losses of one forward backpropagated in turn: retain_graph=True on the first, before any detach
+    (it keeps both gradients). Not with a step between them, nor for one statement that runs twice."""
+    from gradguard.fix.search import general_repairs
+
+    script = tmp_path / "s.py"
+    script.write_text("import torch\nw = torch.ones(3, requires_grad=True)\nh = torch.tanh(w)\n"
+                      "loss_a = h.sum()\nloss_a.backward()\nloss_b = h.pow(2).sum()\nloss_b.backward()\n")
+    file = str(script)
+    at = lambda line: {"file": file, "line": line, "function": "<module>"}  # noqa: E731
+    finding = {"kind": "backward_twice", "rule": "no_such_rule", "tensor": {"name": "h"},
+               "saved_at": {**at(3), "code": "h = torch.tanh(w)"},
+               "modified_at": [{**at(5), "code": "loss_a.backward()", "category": "backward"}],
+               "context": {"backward_at": {**at(7), "code": "loss_b.backward()"}}}
+    repairs = general_repairs(finding, {}, lambda path: True)
+    assert (repairs[0][0].action, repairs[0][0].line, repairs[0][0].detail) == (
+        "set_keyword", 5, {"call": "backward", "keyword": "retain_graph", "value": True, "add": True})
+    assert repairs[1][0].action == "detach_assignment"
+
+    stepped = tmp_path / "stepped.py"
+    stepped.write_text(script.read_text().replace("loss_b = h", "opt.step()\nloss_b = h"))
+    for site in (finding["saved_at"], finding["modified_at"][0], finding["context"]["backward_at"]):
+        site["file"] = str(stepped)
+    finding["context"]["backward_at"]["line"] = 8
+    assert all(r[0].action != "set_keyword" for r in general_repairs(finding, {}, lambda path: True))
+    for site in (finding["saved_at"], finding["modified_at"][0], finding["context"]["backward_at"]):
+        site["file"] = file
+    finding["context"]["backward_at"]["line"] = 5  # the same backward statement, run again
+    assert all(r[0].action != "set_keyword" for r in general_repairs(finding, {}, lambda path: True))

@@ -304,3 +304,31 @@ def test_a_list_made_before_the_loop_that_steps_is_made_again_in_it(tmp_path):
     assert ("for i in range(3):\n    actions = [actor(o) for actor, o in zip(actors, obs)]\n"
             "    loss = -critics[i]") in edited
     _runs_clean(tmp_path)
+
+
+# Two losses of one forward (an adversarial term and a diversity term on the same discriminator features),
+# backpropagated in turn with no step between: the first backward frees the graph the second still needs. A
+# detach would drop one of the two gradients; retain_graph=True on the first keeps both.
+TWO_LOSSES_ONE_FORWARD = """
+    import torch
+    import torch.nn as nn
+
+    torch.manual_seed(0)
+    G = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 6))
+    D = nn.Sequential(nn.Linear(6, 8), nn.Tanh())
+    fake = G(torch.randn(16, 4))
+    phi_fake = D(fake)
+    adv_loss = -phi_fake.mean()
+    adv_loss.backward()
+    div_loss = -phi_fake.var(dim=0).mean()
+    div_loss.backward()
+    print("ok", round(adv_loss.item(), 4), round(div_loss.item(), 4))
+"""
+
+
+def test_an_earlier_backward_sharing_the_forward_of_a_later_loss_retains_its_graph(tmp_path):
+    run, edited = _fix(tmp_path, TWO_LOSSES_ONE_FORWARD)
+    assert run.returncode == 0, run.stderr
+    assert "adv_loss.backward(retain_graph=True)\n" in edited
+    assert "detach" not in edited
+    _runs_clean(tmp_path)

@@ -13,7 +13,9 @@
 #   (c) a copy at the save point (the saved input cloned, or the saved output's variable bound to a clone);
 #   (d) a detach where the tensor crosses into a graph an earlier backward freed (where it is assigned, else where a
 #       call reads it before that backward);
-#   (e) an optimizer step moved after the backward that still needs the weights it updates.
+#   (e) an optimizer step moved after the backward that still needs the weights it updates;
+#   (f) retain_graph=True on an earlier backward whose graph a later loss of the same forward shares (before (d):
+#       it keeps every gradient the code asks for, where a detach drops one).
 # Each candidate is verified by a run like any rule's intent; none is ever needed by a rule id to exist.
 """
 
@@ -208,6 +210,28 @@ def _save_candidates(finding: dict, receiver: str | None) -> list[list[FixIntent
 def _backward_at(finding: dict) -> dict:
     """Where the JSON finding's backward was called (a ``SourceLocation.to_dict()``); {} when not known."""
     return Facts.from_dict(finding.get("context")).backward_at or {}
+
+def _retain_candidates(finding: dict) -> list[list[FixIntent]]:
+    """(f): the earlier backward keeps its graph when another statement of the same function backpropagates a loss
+    made from the same forward after it, with no step in between (two losses sharing a subgraph). Both backwards
+    then compute exactly the gradients the code asks for; a detach would drop one of them, so this comes first. Not
+    for the same statement run twice (a loop, a function called twice): that would add the same gradients again."""
+    later = _backward_at(finding)
+    freed = [w for w in finding.get("modified_at") or () if w.get("category") == "backward"]
+    if finding.get("kind") != "backward_twice" or not freed or not later.get("line"):
+        return []
+    earlier = freed[0]
+    file, line = earlier.get("file"), earlier.get("line")
+    if not (file and line and line < later["line"] and earlier.get("function") == later.get("function")
+            and os.path.realpath(file) == os.path.realpath(later.get("file") or "")):
+        return []
+    between = linecache.getlines(file)[line:later["line"] - 1]
+    if "retain_graph" in (earlier.get("code") or "") or any(".step(" in text for text in between):
+        return []
+    return [[FixIntent("set_keyword", file, line,
+                       detail={"call": "backward", "keyword": "retain_graph", "value": True, "add": True},
+                       reason=f"the backward at line {later['line']} then finds the graph it shares with this one")]]
+
 
 def _detach_candidates(finding: dict) -> list[list[FixIntent]]:
     """(d): the tensor that crosses into a freed graph detached where it is assigned."""
@@ -411,7 +435,7 @@ def general_repairs(finding: dict, sources: dict[str, str], editable: Callable[[
         # a copy of the weights at the save would hide the ordering bug (backward with the pre-step weights, as
         # PyTorch < 1.5 did silently), not repair it
         repairs += _save_candidates(finding, receiver)
-    repairs += _detach_candidates(finding)
+    repairs += _retain_candidates(finding) + _detach_candidates(finding)
     return _distinct_editable(repairs, editable)[:_MAX_CANDIDATES]
 
 
