@@ -2,7 +2,8 @@
 leaf, one of several views, a view made under no_grad, a custom Function's view) and a backward through a graph
 an earlier backward freed. The torch probe (backends/torch/eager.py) gathers the facts (``Facts.eager_check``,
 ``written``, ``carried``, ``crossing`` ...); these rows turn them into the verdict. ``diagnosis.RULES`` calls them
-as ``E.name``."""
+as ``E.name``. Paddle refuses a leaf's write too: paddle's probe (backends/paddle/eager.py) gives the leaf row the
+same facts and its own words for it (``leaf_words``)."""
 
 from __future__ import annotations
 
@@ -127,6 +128,9 @@ def _no_grad_block(code: str) -> str:
 
 
 def leaf_rule(f: Finding, _: object) -> Verdict:
+    if f.facts.leaf_words is not None:  # another framework's words (Paddle's probe): no edit, the edits write torch;
+        why, fix = f.facts.leaf_words    # "created at" only for the line that made it (no nn.Module line)
+        return Verdict("leaf_inplace", why, fix, display=_created_at(f) if f.facts.made_at is not None else [])
     at, written = _write_at(f), f.facts.written
     code, name = at.code if at else "", written or "the tensor"
     is_update = ".grad" in code or f.tensor.role == "parameter"

@@ -141,6 +141,7 @@ class Facts:
     direct_writers: str | None = field(default=None, metadata=_INPUT)  # who writes memory without its ops (a phrase)
     direct_write_fix: str | None = field(default=None, metadata=_INPUT)  # the fix for such a write
     optimizer_fix: str | None = field(default=None, metadata=_INPUT)  # the fix for a step no version counter saw
+    leaf_words: tuple[str, str] | None = field(default=None, metadata=_INPUT)  # (why, fix) of a refused leaf write
     # -- JSON keys that are no field (NOTE [Facts]) --
     extra: dict[str, Any] = field(default_factory=dict)
 

@@ -91,15 +91,14 @@ def enrich_paddle_error(error: BaseException, session=None) -> GradientHazardErr
     return InplaceModificationError(finding)
 
 
-# Paddle's wording of the leaf row (core/eager_rules.py): the facts and the row are shared with torch; the text
-# and the fix speak Paddle (stop_gradient, paddle.no_grad). The row's edits are dropped: its no_grad edit is torch's.
-_LEAF_WHY = ("Paddle accumulates gradients into leaf tensors that do not stop gradient (parameters, tensors created "
-             "with stop_gradient=False). Writing one in place while recording gradients would replace the very values "
-             "the leaf stands for (an optimizer step then updates from overwritten values), so Paddle refuses the "
-             "write.")
-_LEAF_FIX = ("For a parameter update or initialisation, write under `with paddle.no_grad():`. For a computation, "
-             "write out of place (`y = paddle.sin(x)` instead of `x.sin_()`), or clone first (`y = x.clone(); "
-             "y.sin_()`).")
+# Paddle's words for the leaf row (core/eager_rules.py): the facts and the row are shared with torch; the text and
+# the fix speak Paddle (stop_gradient, paddle.no_grad).
+_LEAF_WORDS = (
+    "Paddle accumulates gradients into leaf tensors that do not stop gradient (parameters, tensors created with "
+    "stop_gradient=False). Writing one in place while recording gradients would replace the very values the leaf "
+    "stands for (an optimizer step then updates from overwritten values), so Paddle refuses the write.",
+    "For a parameter update or initialisation, write under `with paddle.no_grad():`. For a computation, write out of "
+    "place (`y = paddle.sin(x)` instead of `x.sin_()`), or clone first (`y = x.clone(); y.sin_()`).")
 
 
 def _leaf(error, match) -> Finding:
@@ -113,13 +112,10 @@ def _leaf(error, match) -> Finding:
         modified_at=[WriteRecord(op="in-place write", location=location)] if location else [],
         backend="paddle",
         facts=Facts(mode="eager (dygraph)", display=[("paddle name", match.group(1))], eager_check="leaf",
-                    written=expression, made_at=made, paddle_message=str(error).split("\n")[0]),
+                    written=expression, made_at=made, paddle_message=str(error).split("\n")[0],
+                    leaf_words=_LEAF_WORDS),
     )
-    diagnose(finding)
-    finding.explanation, finding.suggestion, finding.fixes = _LEAF_WHY, _LEAF_FIX, []
-    if made is None:  # the row's "created at" of a parameter speaks of nn.Module; a Paddle Layer made this one
-        finding.facts.display = [row for row in finding.facts.display or [] if row[0] != "created at"]
-    return finding
+    return diagnose(finding)
 
 
 def _version(error, match, session) -> Finding:

@@ -448,6 +448,10 @@ class _TwiceCase:
             return crossing
         if self.carried or self.hoisted is not None or self.same_loss is not None:
             return None
+        # The search by name still decides where the graph's finds nothing: a `with gradguard.guard():` in the frame
+        # of the failing backward (that frame's f_lineno is then the `with` line, so _crossing_by_graph finds no
+        # receiver; the name search reads the traceback's line), and a module keeping a tuple of states
+        # (`self.hidden = (h, c)`, corpus 015: crossing._module_of raises on `model.hidden[0]`).
         try:
             return _crossing_tensor(self.site, earlier)
         except RuntimeError:  # reading the graph failed: the plain diagnosis below still stands
