@@ -341,6 +341,50 @@ def _on_device_path(kw: dict):
     return ctx
 
 
+# NOTE [The hooks floor]
+# What PyTorch's saved-tensor hook mechanism costs by itself, with no gradguard code in the hooks: the part of any
+# saved-tensor guard's ratio that no change inside gradguard can remove. Three pairs of hooks, each installed with
+# ``torch.autograd.graph.saved_tensors_hooks`` around the step exactly as the guard installs its own:
+#   * identity: pack and unpack return the tensor (two Python calls per saved tensor, through torch's C++ glue);
+#   * one tiny op: pack and unpack each also make one dispatched torch op that reads no bytes (``t.detach()``,
+#     a new tensor object sharing ``t``'s memory): the fixed cost of one torch op called from Python;
+#   * sample copies: pack and unpack each take the device path's own sample (``fingerprint.device_sample``: the
+#     same one op per saved tensor, bytes included) and pack keeps it, but nothing is recorded or compared.
+# The rest of the sentinel's ratio (its records, the user's line, version checks, the end-of-pass comparison) is
+# gradguard's own Python work.
+def _floor_identity():
+    return torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t)
+
+
+def _floor_tiny_op():
+    def pack(t):
+        t.detach()
+        return t
+
+    def unpack(t):
+        t.detach()
+        return t
+
+    return torch.autograd.graph.saved_tensors_hooks(pack, unpack)
+
+
+def _floor_sample_copies():
+    from gradguard.backends.torch.fingerprint import device_sample
+
+    def pack(t):
+        return t, device_sample(t)
+
+    def unpack(packed):
+        device_sample(packed[0])
+        return packed[0]
+
+    return torch.autograd.graph.saved_tensors_hooks(pack, unpack)
+
+
+HOOKS_FLOOR = {"hooks floor: identity": _floor_identity, "hooks floor: one tiny op": _floor_tiny_op,
+               "hooks floor: sample copies": _floor_sample_copies}
+
+
 def syncs_per_backward(w: zoo.Workload, kw: dict) -> tuple[int, int]:
     """(host syncs in one guarded step on the device path, backward passes in it), counted by torch's profiler
     (every aten op, the guard's own included). The workload's own syncs are subtracted (a plain step counted)."""
@@ -377,10 +421,13 @@ def syncs_per_backward(w: zoo.Workload, kw: dict) -> tuple[int, int]:
 
 def device_rows(models: list[str], args, device: str, n: int) -> dict:
     """Per model: step-time ratios to plain of the sentinel on the CPU path and on the device path (interleaved,
-    as the main table), and of the sampled sentinel (``sample_steps=n``, device path): blocks of ``n`` steps, each
-    holding exactly one checked step, alternated with plain blocks (a median of per-step ratios would hide the
-    one slow step in n); plus host syncs per backward on the device path."""
+    as the main table), with ``--hooks-floor`` also of bare saved-tensor hooks (NOTE [The hooks floor]); and of the
+    sampled sentinel (``sample_steps=n``, on the paths ``--sampled-paths`` names, device path by default): blocks of
+    ``n`` steps, each holding exactly one checked step, alternated with plain blocks (a median of per-step ratios
+    would hide the one slow step in n); plus host syncs per backward on the device path."""
     out = {}
+    floor = getattr(args, "hooks_floor", False)
+    sampled_paths = getattr(args, "sampled_paths", ("device",))
     for name in models:
         w = zoo.build(name, seed=0, device=device)
         for _ in range(3):
@@ -389,28 +436,44 @@ def device_rows(models: list[str], args, device: str, n: int) -> dict:
         inner = max(1, math.ceil(args.sample_ms / 1e3 / t_plain))
         contexts = {"plain": contextlib.nullcontext, "cpu path": lambda: gradguard.guard(**SENTINEL),
                     "device path": _on_device_path(SENTINEL)}
+        if floor:
+            contexts.update(HOOKS_FLOOR)
         times = _timing.interleaved(contexts, w.step, inner=inner, rounds=args.max_rounds,
                                     warmup_rounds=args.warmup_rounds, device=device, seed=zlib.crc32(name.encode()),
                                     budget_s=args.budget_s / 2, min_rounds=args.min_rounds)
         ratios = _timing.paired_ratios(times, "plain")
         row = {k: _timing.median(v) for k, v in ratios.items() if k != "plain"}
-        sampled = _on_device_path({**SENTINEL, "sample_steps": n})
-        blocks = []
-        _timing.time_steps(w.step, sampled, n, device)  # warm-up: the first sampled block pays one-time costs
-        deadline = time.perf_counter() + args.budget_s
-        for r in range(2 if args.quick else 5):
-            tp = _timing.time_steps(w.step, contextlib.nullcontext, n, device)
-            ts = _timing.time_steps(w.step, sampled, n, device)
-            blocks.append(ts / tp)
-            if r >= 1 and time.perf_counter() > deadline:
-                break
-        row["sampled"] = _timing.median(blocks)
-        row["sampled_blocks"] = len(blocks)
+        row["rounds"] = len(times["plain"])
+        row["p25"] = {k: _timing.quantile(v, 0.25) for k, v in ratios.items() if k != "plain"}
+        row["p75"] = {k: _timing.quantile(v, 0.75) for k, v in ratios.items() if k != "plain"}
+        for path in sampled_paths:
+            sampled = (_on_device_path({**SENTINEL, "sample_steps": n}) if path == "device"
+                       else (lambda: gradguard.guard(**SENTINEL, sample_steps=n)))
+            blocks = []
+            _timing.time_steps(w.step, sampled, n, device)  # warm-up: the first sampled block pays one-time costs
+            deadline = time.perf_counter() + args.budget_s
+            for r in range(2 if args.quick else 5):
+                if r % 2 == 0:
+                    tp = _timing.time_steps(w.step, contextlib.nullcontext, n, device)
+                    ts = _timing.time_steps(w.step, sampled, n, device)
+                else:  # the other order every other block: the block run second is not always the sampled one
+                    ts = _timing.time_steps(w.step, sampled, n, device)
+                    tp = _timing.time_steps(w.step, contextlib.nullcontext, n, device)
+                blocks.append(ts / tp)
+                if r >= 1 and time.perf_counter() > deadline:
+                    break
+            key = "sampled" if path == "device" else "sampled cpu"
+            row[key] = _timing.median(blocks)
+            row[key + "_blocks"] = blocks
         row["syncs"], row["passes"] = syncs_per_backward(w, SENTINEL)
         row["plain_ms"] = _timing.median(times["plain"]) * 1e3
         out[name] = row
-        print(f"  {name:14s} device path: cpu path {_fmt_ratio(row['cpu path'])}  device path "
-              f"{_fmt_ratio(row['device path'])}  sampled 1/{n} {_fmt_ratio(row['sampled'])}  "
+        extra = "".join(f"  {k[len('hooks floor: '):]} {_fmt_ratio(row[k])}" for k in HOOKS_FLOOR if k in row)
+        sampled_text = "".join(f"  sampled 1/{n} {'cpu' if k == 'sampled cpu' else 'device'} path "
+                               f"{_fmt_ratio(row[k])} ({len(row[k + '_blocks'])} blocks)"
+                               for k in ("sampled cpu", "sampled") if k in row)
+        print(f"  {name:14s} plain {row['plain_ms']:.2f} ms, {row['rounds']} rounds: cpu path "
+              f"{_fmt_ratio(row['cpu path'])}  device path {_fmt_ratio(row['device path'])}{extra}{sampled_text}  "
               f"syncs {row['syncs']} in {row['passes']} backward pass(es)", flush=True)
     return out
 
@@ -422,14 +485,19 @@ def render_device_rows(rows: dict, n: int) -> str:
     lines = ["## The device path (emulated on CPU) and the sampled mode", "",
              "The sentinel (`fingerprint='sample', track_writes=False`) on the CPU path, on the device path (the ops a "
              "GPU tensor gets, run on CPU tensors: GRADGUARD_DEVICE_PATH=1; the host sync itself costs nothing on a "
-             f"CPU, so these are lower bounds), and sampled (`sample_steps={n}`, device path: blocks of {n} steps, "
+             f"CPU, so these are lower bounds), and sampled (`sample_steps={n}`: blocks of {n} steps, "
              "each with one checked step, against plain blocks). Host syncs: counted by torch's profiler in one "
-             "guarded step, the workload's own subtracted.", "",
+             "guarded step, the workload's own subtracted. The hooks floor rows (`--hooks-floor`) are bare "
+             "saved-tensor hooks without gradguard (NOTE [The hooks floor] in run.py).", "",
              "| | " + " | ".join(models) + " |", "|---|" + "---|" * len(models)]
     lines.append("| plain, ms/step | " + " | ".join(f"{rows[m]['plain_ms']:.2f}" for m in models) + " |")
-    for key, title in (("cpu path", "sentinel, CPU path"), ("device path", "sentinel, device path"),
-                       ("sampled", f"sentinel sampled 1/{n}, device path")):
-        lines.append(f"| {title} | " + " | ".join(_fmt_ratio(rows[m][key]) for m in models) + " |")
+    titles = [(k, k) for k in HOOKS_FLOOR] + [
+        ("cpu path", "sentinel, CPU path"), ("device path", "sentinel, device path"),
+        ("sampled cpu", f"sentinel sampled 1/{n}, CPU path"), ("sampled", f"sentinel sampled 1/{n}, device path")]
+    for key, title in titles:
+        if any(key in rows[m] for m in models):
+            lines.append(f"| {title} | " + " | ".join(
+                _fmt_ratio(rows[m][key]) if key in rows[m] else "–" for m in models) + " |")
     lines.append("| host syncs per backward, device path | "
                  + " | ".join(f"{rows[m]['syncs'] / max(1, rows[m]['passes']):g}" for m in models) + " |")
     return "\n".join(lines) + "\n"
@@ -941,7 +1009,15 @@ def parse_args(argv=None):
                     help=f"N of the sampled rows (default: the callbacks' default, {SAMPLE_STEPS})")
     ap.add_argument("--device-rows-only", action="store_true",
                     help="only the device-path and sampled rows, printed as markdown (nothing written)")
+    ap.add_argument("--hooks-floor", action="store_true",
+                    help="add bare saved-tensor hooks (identity, one tiny op, the device sample copies) to the "
+                         "device-path rows: what PyTorch's hook mechanism costs without gradguard")
+    ap.add_argument("--sampled-paths", default="device",
+                    help="paths of the sampled rows: 'device' (default), 'cpu', 'cpu,device' or 'none'")
     args = ap.parse_args(argv)
+    args.sampled_paths = tuple(p.strip() for p in args.sampled_paths.split(",") if p.strip() and p.strip() != "none")
+    if any(p not in ("cpu", "device") for p in args.sampled_paths):
+        ap.error("--sampled-paths takes cpu, device, both (comma-separated) or none")
     if args.clock == "cpu" and (args.device != "cpu" or args.threads != 1):
         ap.error("--clock cpu measures single-threaded CPU runs only (--device cpu --threads 1)")
     if args.quick:
