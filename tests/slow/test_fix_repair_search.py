@@ -277,32 +277,44 @@ def test_a_fresh_forward_follows_a_step_written_on_one_line_with_its_backward(tm
 
 
 # A multi-agent update (MADDPG's shape): every agent's action made once, in a list, before the loop; each agent's
-# loss goes through all actions, and its step, after its own backward, changes weights the next agent's backward
-# still needs. The step already follows its backward, so moving it cannot help: the list is made again in the loop.
+# `learn` backpropagates a loss through all actions and steps its own actor, which changes weights the next
+# agent's backward still needs. The step already follows its backward, so moving it cannot help: the list is made
+# again in the loop, found in the caller's frame (the loop is there, not in `learn`).
 AGENTS_IN_A_LOOP = """
     import torch
     import torch.nn as nn
 
     torch.manual_seed(0)
-    actors = [nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2)) for _ in range(3)]
-    critics = [nn.Linear(18, 1) for _ in range(3)]
-    opts = [torch.optim.SGD(a.parameters(), lr=0.1) for a in actors]
+
+
+    class Agent:
+        def __init__(self):
+            self.actor = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2))
+            self.critic = nn.Linear(18, 1)
+            self.opt = torch.optim.SGD(self.actor.parameters(), lr=0.1)
+
+        def learn(self, obs, actions):
+            loss = -self.critic(torch.cat(obs + actions, dim=1)).mean()
+            self.opt.zero_grad()
+            loss.backward(retain_graph=True)
+            self.opt.step()
+            return loss.item()
+
+
+    agents = [Agent() for _ in range(3)]
     obs = [torch.randn(5, 4) for _ in range(3)]
-    actions = [actor(o) for actor, o in zip(actors, obs)]
-    for i in range(3):
-        loss = -critics[i](torch.cat(obs + actions, dim=1)).mean()
-        opts[i].zero_grad()
-        loss.backward(retain_graph=True)
-        opts[i].step()
-    print("ok", round(loss.item(), 4))
+    actions = [agent.actor(o) for agent, o in zip(agents, obs)]
+    for agent in agents:
+        loss = agent.learn(obs, actions)
+    print("ok", round(loss, 4))
 """
 
 
 def test_a_list_made_before_the_loop_that_steps_is_made_again_in_it(tmp_path):
     run, edited = _fix(tmp_path, AGENTS_IN_A_LOOP)
     assert run.returncode == 0, run.stderr
-    assert ("for i in range(3):\n    actions = [actor(o) for actor, o in zip(actors, obs)]\n"
-            "    loss = -critics[i]") in edited
+    assert ("for agent in agents:\n    actions = [agent.actor(o) for agent, o in zip(agents, obs)]\n"
+            "    loss = agent.learn(obs, actions)\n") in edited
     _runs_clean(tmp_path)
 
 

@@ -181,31 +181,39 @@ def _holds_graph_of(value, node) -> bool:
 def recompute_in_loop() -> dict | None:
     """``{"file", "line", "code", "name", "made_line"}``: insert ``code`` (the statement that made ``name``) before
     ``line``, inside the loop that runs the backward; None when no variable made before that loop carries the
-    node unpacking the stale tensor now."""
+    node unpacking the stale tensor now. The loop is the innermost one around the backward's line in the nearest
+    user frame that has one: the backward and the step may sit in a method the loop calls (``agent.learn()``)."""
+    node = torch._C._current_autograd_node()
+    if node is None:
+        return None
+    for frame in _user_frames():
+        found = _recompute_in_frame(frame, node)
+        if found is not None:
+            return found
+    return None
+
+
+def _recompute_in_frame(frame, node) -> dict | None:
     from ...core.findings import SourceLocation
     from ...core.fixes import statement_code
 
-    node = torch._C._current_autograd_node()
-    innermost = next(_user_frames(), None)
-    if node is None or innermost is None:
-        return None
-    filename, line = innermost.f_code.co_filename, innermost.f_lineno
+    filename, line = frame.f_code.co_filename, frame.f_lineno
     loop = _innermost_loop(filename, line)
     if loop is None:
         return None
     candidates = []
-    for name, value in innermost.f_locals.items():
+    for name, value in frame.f_locals.items():
         if not _holds_graph_of(value, node):
             continue
         made = assignment_before(filename, line, name)
-        if made is None or not innermost.f_code.co_firstlineno <= made.line < loop.lineno:
+        if made is None or not frame.f_code.co_firstlineno <= made.line < loop.lineno:
             continue
         candidates.append((made.line, name, made))
     if not candidates:
         return None
     made_line, name, made = max(candidates, key=lambda c: c[0])
     code = statement_code(SourceLocation(filename, made_line, "", made.code))
-    if _reads_stale_graph(code, name, innermost.f_locals, node):
+    if _reads_stale_graph(code, name, frame.f_locals, node):
         return None  # `mu = torch.cat(outputs)`: recomputing it re-reads the old forward's outputs
     return {"file": filename, "line": _first_use(loop, name, line), "code": code, "name": name,
             "made_line": made_line}
