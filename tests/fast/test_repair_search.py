@@ -157,3 +157,11 @@ def test_an_earlier_backward_of_another_loss_on_the_same_forward_retains_its_gra
         site["file"] = file
     finding["context"]["backward_at"]["line"] = 5  # the same backward statement, run again
     assert all(r[0].action != "set_keyword" for r in general_repairs(finding, {}, lambda path: True))
+    twice = tmp_path / "twice.py"  # the same loss backpropagated by a second statement
+    twice.write_text(script.read_text().replace("loss_b.backward()", "loss_a.backward()"))
+    for site in (finding["saved_at"], finding["modified_at"][0], finding["context"]["backward_at"]):
+        site["file"] = str(twice)
+    finding["context"]["backward_at"].update(line=7, code="loss_a.backward()")
+    assert all(r[0].action != "set_keyword" for r in general_repairs(finding, {}, lambda path: True))
+    finding["context"]["backward_at"]["code"] = "loss_b.backward()"  # the control: another loss gets the candidate
+    assert general_repairs(finding, {}, lambda path: True)[0][0].action == "set_keyword"

@@ -215,7 +215,8 @@ def _retain_candidates(finding: dict) -> list[list[FixIntent]]:
     """(f): the earlier backward keeps its graph when another statement of the same function backpropagates a loss
     made from the same forward after it, with no step in between (two losses sharing a subgraph). Both backwards
     then compute exactly the gradients the code asks for; a detach would drop one of them, so this comes first. Not
-    for the same statement run twice (a loop, a function called twice): that would add the same gradients again."""
+    for the same statement run twice (a loop, a function called twice) nor the same loss backpropagated again: that
+    would add the same gradients twice."""
     later = _backward_at(finding)
     freed = [w for w in finding.get("modified_at") or () if w.get("category") == "backward"]
     if finding.get("kind") != "backward_twice" or not freed or not later.get("line"):
@@ -228,6 +229,9 @@ def _retain_candidates(finding: dict) -> list[list[FixIntent]]:
     between = linecache.getlines(file)[line:later["line"] - 1]
     if "retain_graph" in (earlier.get("code") or "") or any(".step(" in text for text in between):
         return []
+    receivers = [(code or "").split(".backward(", 1)[0].strip() for code in (earlier.get("code"), later.get("code"))]
+    if receivers[0] and receivers[0] == receivers[1]:
+        return []  # the same loss backpropagated again: retaining its graph would add its gradients twice
     return [[FixIntent("set_keyword", file, line,
                        detail={"call": "backward", "keyword": "retain_graph", "value": True, "add": True},
                        reason=f"the backward at line {later['line']} then finds the graph it shares with this one")]]
