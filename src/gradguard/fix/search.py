@@ -211,6 +211,7 @@ def _backward_at(finding: dict) -> dict:
     """Where the JSON finding's backward was called (a ``SourceLocation.to_dict()``); {} when not known."""
     return Facts.from_dict(finding.get("context")).backward_at or {}
 
+
 def _retain_candidates(finding: dict) -> list[list[FixIntent]]:
     """(f): the earlier backward keeps its graph when another statement of the same function backpropagates a loss
     made from the same forward after it, with no step in between (two losses sharing a subgraph). Both backwards
@@ -219,22 +220,26 @@ def _retain_candidates(finding: dict) -> list[list[FixIntent]]:
     would add the same gradients twice."""
     later = _backward_at(finding)
     freed = [w for w in finding.get("modified_at") or () if w.get("category") == "backward"]
-    if finding.get("kind") != "backward_twice" or not freed or not later.get("line"):
+    if finding.get("kind") != "backward_twice" or not freed or not _shares_a_forward(freed[0], later):
         return []
     earlier = freed[0]
-    file, line = earlier.get("file"), earlier.get("line")
-    if not (file and line and line < later["line"] and earlier.get("function") == later.get("function")
-            and os.path.realpath(file) == os.path.realpath(later.get("file") or "")):
-        return []
-    between = linecache.getlines(file)[line:later["line"] - 1]
-    if "retain_graph" in (earlier.get("code") or "") or any(".step(" in text for text in between):
-        return []
-    receivers = [(code or "").split(".backward(", 1)[0].strip() for code in (earlier.get("code"), later.get("code"))]
-    if receivers[0] and receivers[0] == receivers[1]:
-        return []  # the same loss backpropagated again: retaining its graph would add its gradients twice
-    return [[FixIntent("set_keyword", file, line,
+    return [[FixIntent("set_keyword", earlier["file"], earlier["line"],
                        detail={"call": "backward", "keyword": "retain_graph", "value": True, "add": True},
                        reason=f"the backward at line {later['line']} then finds the graph it shares with this one")]]
+
+
+def _shares_a_forward(earlier: dict, later: dict) -> bool:
+    """``earlier`` and ``later`` are two backward statements of one function, in that order, of different losses,
+    with no step between them, the first not already retaining its graph."""
+    file, line, end = earlier.get("file"), earlier.get("line"), later.get("line")
+    if not (file and line and end and line < end and earlier.get("function") == later.get("function")
+            and os.path.realpath(file) == os.path.realpath(later.get("file") or "")):
+        return False
+    if "retain_graph" in (earlier.get("code") or "") or any(
+            ".step(" in text for text in linecache.getlines(file)[line:end - 1]):
+        return False
+    receivers = [(code or "").split(".backward(", 1)[0].strip() for code in (earlier.get("code"), later.get("code"))]
+    return not (receivers[0] and receivers[0] == receivers[1])  # the same loss again would add its gradients twice
 
 
 def _detach_candidates(finding: dict) -> list[list[FixIntent]]:

@@ -142,23 +142,32 @@ def written_input(func, target: torch.Tensor, skip: int = 2) -> PendingRead | No
             names = _binds(frame, target)
             if not names:
                 return None
-            span = position_of(frame)
-            if span is not None:
-                reads = later_reads(code, span, frozenset(names))
-                if reads:
-                    call = location_of(frame)
-                    via = _module_text(outer, inner, _called_text(frame, span))
-                    write = WriteRecord(op=func.name().replace("::", "."), location=call, via=via,
-                                        category="module_input")
-                    producer = target.grad_fn.name() if target.grad_fn is not None else None
-                    inside = None
-                    if writing is not None and writing is not frame:
-                        inside = WriteRecord(op=write.op, location=location_of(writing), category="module_input",
-                                             via=f"inside {type(inner).__name__}.{writing.f_code.co_name}")
-                    return PendingRead(weakref.ref(target), id(frame), code, names, reads, write, producer,
-                                       _rank(outer, inner), inside)
+            pending = _pending_read(func, target, frame, names, (outer, inner), writing)
+            if pending is not None:
+                return pending
         frame = frame.f_back
     return None
+
+
+def _pending_read(func, target: torch.Tensor, frame, names: tuple[str, ...], modules: tuple, writing
+                  ) -> PendingRead | None:
+    """The read of ``target`` (bound to ``names``) the caller's ``frame`` makes after the module call, or None.
+    ``modules``: the outermost and innermost module called; ``writing``: the user frame that wrote, if any."""
+    outer, inner = modules
+    code, span = frame.f_code, position_of(frame)
+    reads = later_reads(code, span, frozenset(names)) if span is not None else None
+    if not reads:
+        return None
+    via = _module_text(outer, inner, _called_text(frame, span))
+    write = WriteRecord(op=func.name().replace("::", "."), location=location_of(frame), via=via,
+                        category="module_input")
+    producer = target.grad_fn.name() if target.grad_fn is not None else None
+    inside = None
+    if writing is not None and writing is not frame:
+        inside = WriteRecord(op=write.op, location=location_of(writing), category="module_input",
+                             via=f"inside {type(inner).__name__}.{writing.f_code.co_name}")
+    return PendingRead(weakref.ref(target), id(frame), code, names, reads, write, producer, _rank(outer, inner),
+                       inside)
 
 
 def read_of(pending: PendingRead, skip: int = 2) -> SourceLocation | None:
