@@ -163,5 +163,8 @@ def test_an_earlier_backward_of_another_loss_on_the_same_forward_retains_its_gra
         site["file"] = str(twice)
     finding["context"]["backward_at"].update(line=7, code="loss_a.backward()")
     assert all(r[0].action != "set_keyword" for r in general_repairs(finding, {}, lambda path: True))
+    finding["modified_at"][0]["code"] = finding["context"]["backward_at"]["code"] = "(loss_a + 1).backward()"
+    assert all(r[0].action != "set_keyword" for r in general_repairs(finding, {}, lambda path: True))
+    finding["modified_at"][0]["code"] = "loss_a.backward()"
     finding["context"]["backward_at"]["code"] = "loss_b.backward()"  # the control: another loss gets the candidate
     assert general_repairs(finding, {}, lambda path: True)[0][0].action == "set_keyword"

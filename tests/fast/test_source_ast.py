@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import textwrap
 
+import pytest
+
 from gradguard.core.source_ast import assignment_before, written_expression
 
 
@@ -115,3 +117,17 @@ def test_out_of_place_never_assigns_to_a_call():
     assert out_of_place("channel.mul_(std).add_(mean)") == "channel = channel.mul(std).add(mean)"
     assert out_of_place("x = F.relu(x, inplace=True)") == "x = F.relu(x)"
     assert out_of_place("net(x).relu_()") is None
+
+
+@pytest.mark.parametrize("code, receiver", [
+    ("errG.backward()", "errG"),
+    ("self.loss.backward(retain_graph=True)", "self.loss"),
+    ("torch.autograd.backward(loss)", "loss"),
+    ("opt.zero_grad(); loss.backward()", "loss"),
+    ("(loss_a + loss_b).backward()", None),  # no name to compare or look up
+    ("loss.item()", None),
+])
+def test_backward_receiver(code, receiver):
+    from gradguard.core.source_ast import backward_receiver
+
+    assert backward_receiver(code) == receiver

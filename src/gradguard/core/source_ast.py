@@ -12,7 +12,8 @@ from typing import Any, Mapping
 
 from .findings import SourceLocation
 
-__all__ = ["written_expression", "assignment_before", "call_name", "callee_of", "function_node", "parse_file"]
+__all__ = ["written_expression", "assignment_before", "backward_receiver", "call_name", "callee_of", "function_node",
+           "parse_file"]
 
 
 def parse_file(filename: str) -> ast.Module | None:
@@ -226,6 +227,23 @@ def assignment_before(filename: str, line: int, expression: str) -> SourceLocati
 
 
 _BINOP_NAMES = {"Mult": "multiply", "Add": "add", "Sub": "subtract", "Div": "divide", "MatMult": "matmul", "Pow": "pow"}
+
+
+@functools.lru_cache(maxsize=1024)  # read for every backward pass recorded: the same few lines
+def backward_receiver(code: str) -> str | None:
+    """``errG.backward()`` -> ``errG``; ``torch.autograd.backward(loss)`` -> ``loss``."""
+    try:
+        tree = ast.parse(code.strip())
+    except SyntaxError:
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "backward":
+            target = node.func.value if not (isinstance(node.func.value, ast.Attribute)
+                                             and ast.unparse(node.func.value) == "torch.autograd") else (
+                node.args[0] if node.args else None)
+            if isinstance(target, (ast.Name, ast.Attribute)):
+                return ast.unparse(target)
+    return None
 
 
 def call_name(code: str, operand: str | None = None) -> str | None:

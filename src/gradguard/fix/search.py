@@ -238,8 +238,13 @@ def _shares_a_forward(earlier: dict, later: dict) -> bool:
     if "retain_graph" in (earlier.get("code") or "") or any(
             ".step(" in text for text in linecache.getlines(file)[line:end - 1]):
         return False
-    receivers = [(code or "").split(".backward(", 1)[0].strip() for code in (earlier.get("code"), later.get("code"))]
-    return not (receivers[0] and receivers[0] == receivers[1])  # the same loss again would add its gradients twice
+    from ..core.source_ast import backward_receiver
+
+    # the same loss backpropagated again (by name, or the same expression written twice): retaining its graph would
+    # add its gradients twice
+    first, second = (earlier.get("code") or "").strip(), (later.get("code") or "").strip()
+    receiver = backward_receiver(first)
+    return not ((receiver and receiver == backward_receiver(second)) or first == second)
 
 
 def _detach_candidates(finding: dict) -> list[list[FixIntent]]:

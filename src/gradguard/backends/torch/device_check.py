@@ -59,7 +59,6 @@ class _Pass:
         self.entries: list = []
 
 
-
 def defer(session, record, now) -> bool:
     """Queue the comparison of ``record``'s device fingerprint with ``now`` until backward ends. Returns False when
     it cannot be deferred (no backward pass running: compare now)."""

@@ -180,8 +180,6 @@ class _VersionOnly:
 _SAMPLES = 64
 
 
-
-
 def _samples(t: torch.Tensor):
     """Up to 64 elements at fixed logical positions, as float64 (the value check of user-hook round trips)."""
     if not _plain(t) or t.numel() == 0 or t.is_complex() or t.dtype == torch.bool:
