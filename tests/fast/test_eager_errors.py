@@ -289,3 +289,17 @@ def test_backward_twice_before_the_guard_names_no_forward_line(tmp_path):
     with pytest.raises(gradguard.BackwardTwiceError) as info:
         exec(compile(code, str(script), "exec"), namespace)
     assert info.value.finding.saved_at.location is None  # the earlier backward ran before the guard: not known
+
+
+def test_leaf_written_through_getattr_is_named_by_the_attribute_it_reaches():
+    # the receiver is written, not the argument: `getattr(module, name).copy_(data)` writes module.weight
+    layer = torch.nn.Linear(3, 3)
+
+    def update(module, name, data):
+        getattr(module, name).copy_(data)
+
+    finding = _raised(gradguard.InplaceModificationError,
+                      lambda: update(layer, "weight", torch.zeros(3, 3))).finding
+    assert finding.rule == "leaf_inplace"
+    assert finding.tensor.name == "module.weight" and finding.tensor.role == "parameter"
+    assert "`with torch.no_grad(): getattr(module, name).copy_(data)`" in finding.suggestion

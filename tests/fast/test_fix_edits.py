@@ -153,3 +153,9 @@ def test_suggestion_text_is_the_edit_text():
         assert edit(code + "\n", "inplace_to_out_of_place", 1, **detail).replace("\n", "; ").rstrip("; ") == text
     assert mask_assignment("x[i] = 0") is None  # an index, not a boolean mask: no masked_fill
     assert mask_assignment("a.b[a.b>0] = a.b[a.b>0]*2") == "a.b = a.b.masked_fill(a.b>0, a.b[a.b>0]*2)"
+
+
+def test_detach_expression_detaches_the_state_where_it_is_read():
+    assert (edit("return self.cache[offset:offset + n]\n", "detach_expression", 1, "self.cache")
+            == "return self.cache.detach()[offset:offset + n]\n")
+    assert edit("out = self.h * x\n", "detach_expression", 1, "self.h") == "out = self.h.detach() * x\n"

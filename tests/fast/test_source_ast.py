@@ -131,3 +131,38 @@ def test_backward_receiver(code, receiver):
     from gradguard.core.source_ast import backward_receiver
 
     assert backward_receiver(code) == receiver
+
+
+def test_written_expression_is_the_receiver_never_an_argument(tmp_path):
+    path = _file(
+        tmp_path,
+        """
+        getattr(module, name).copy_(data)
+        make_buffer().add_(delta)
+        torch.nn.init.zeros_(layer.bias)
+        getattr(module, "weight").mul_(scale)
+        """,
+    )
+    # the receiver is what a method writes: `data` and `delta` are only read (corpus case 103 named `data`)
+    assert written_expression(path, 2) is None
+    assert written_expression(path, 3) is None
+    assert written_expression(path, 4) == "layer.bias"  # a namespace's function writes its first argument
+    # where the writing frame is at hand, a getattr receiver is kept, to be resolved there
+    assert written_expression(path, 2, dynamic=True) == "getattr(module, name)"
+    assert written_expression(path, 5, dynamic=True) == "getattr(module, 'weight')"
+    assert written_expression(path, 3, dynamic=True) is None
+
+
+def test_getattr_steps_evaluate_and_read_as_the_attribute_they_reach():
+    import torch
+
+    from gradguard.core.source_ast import dotted_reference, evaluate_reference
+
+    net = torch.nn.Sequential(torch.nn.Linear(2, 2))
+    scope = {"module": net[0], "name": "weight", "net": net, "i": 0, "number": 3}
+    assert evaluate_reference("getattr(module, name)", scope) is net[0].weight
+    assert evaluate_reference("getattr(net[i], 'bias')", scope) is net[0].bias
+    assert evaluate_reference("getattr(module, number)", scope) is None  # not an attribute name
+    assert dotted_reference("getattr(module, name)", scope) == "module.weight"
+    assert dotted_reference("getattr(net[i], 'bias').data", scope) == "net[i].bias.data"
+    assert dotted_reference("getattr(module, number)", scope) is None

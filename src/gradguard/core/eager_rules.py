@@ -413,6 +413,9 @@ def _module_state_fix(case: _Twice, crossing: CrossingTensor, freed_by: str,
     else:
         detached = _clone_assignment(statement_code(made), "detach") if made is not None else None
         how = f", or detach it where it is made: `{detached}` ({at(made)})" if made is not None and detached else ""
+    read = crossing.read if made is None and binding else None
+    if read is not None:  # no statement of the class assigns it (a register_buffer cache): detach where it is read
+        how = f", or detach it where the module reads it back: `{binding}.detach()` in `{read.code}` ({at(read)})"
     fix = ("Reset the state before each new sequence (set it to a fresh tensor, as a `reset()` or "
            "`reset_net(model)` after the optimizer step does)" + how
            + ". retain_graph=True would only hide it: every iteration would backpropagate into all earlier "
@@ -424,6 +427,8 @@ def _module_state_fix(case: _Twice, crossing: CrossingTensor, freed_by: str,
                                reason=reason))
     elif made is not None and detached is not None:
         fixes.append(FixIntent("detach_assignment", made.file, made.line, target=binding, reason=reason))
+    elif read is not None:
+        fixes.append(FixIntent("detach_expression", read.file, read.line, target=binding, reason=reason))
     return why, fix
 
 

@@ -449,12 +449,13 @@ def _edit_argument(statement: cst.SimpleStatementLine, intent: FixIntent, method
                    f"the argument `{intent.target}`{' of ' + call if call else ''}")
 
 
-def _clone_expression(statement: cst.SimpleStatementLine, target: str | None) -> cst.SimpleStatementLine:
+def _clone_expression(statement: cst.SimpleStatementLine, target: str | None,
+                      method: str = "clone") -> cst.SimpleStatementLine:
     small = _single(statement)
     scope = small.value if isinstance(small, (cst.Assign, cst.AnnAssign, cst.Expr, cst.Return)) else None
     if scope is None:
         raise EditNotApplicable(f"expected an assignment or an expression, got `{_code(statement).strip()}`")
-    edit = _ExpressionEdit(lambda node: _same(_code(node), target), lambda node: _method(node, "clone"))
+    edit = _ExpressionEdit(lambda node: _same(_code(node), target), lambda node: _method(node, method))
     edited = scope.visit(edit)
     if not edit.done:
         raise EditNotApplicable(f"`{target}` not found in `{_code(statement).strip()}`")
@@ -596,6 +597,7 @@ _EDITS: dict[str, _Edit] = {
     "detach_argument": lambda statement, intent, *_: _edit_argument(statement, intent, "detach"),
     "clone_argument": lambda statement, intent, *_: _edit_argument(statement, intent, "clone"),
     "clone_expression": lambda statement, intent, *_: _clone_expression(statement, intent.target),
+    "detach_expression": lambda statement, intent, *_: _clone_expression(statement, intent.target, "detach"),
     "drop_keyword": lambda statement, intent, *_: _edit_keyword(statement, {**intent.detail, "value": None}),
     "set_keyword": lambda statement, intent, *_: _edit_keyword(statement, intent.detail),
     "augmented_to_binary": lambda statement, *_: _augmented_to_binary(statement),

@@ -61,6 +61,7 @@ class CrossingTensor:
     holder: str | None  # "variable" | "element" | "attribute" | "module attribute" | "loss"; None: found by name
     binding: str | None  # the assignment target where it is made (`self.v`)
     holds_sequence: bool  # the name holds a tuple or list of tensors (an LSTM's (h, c))
+    read: SourceLocation | None = None  # module state its class never assigns: the statement that reads it back
 
 
 @dataclass(slots=True, repr=False)

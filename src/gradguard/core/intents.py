@@ -44,6 +44,8 @@ ACTIONS = {
     "clone_assignment": "clone the value assigned to `target` at `line`",
     # replace the expression `target` in the statement at `line` by `target.clone()` (first occurrence)
     "clone_expression": "use a clone of an expression inside a statement",
+    # replace the expression `target` in the statement at `line` by `target.detach()` (first occurrence)
+    "detach_expression": "use a detached expression inside a statement",
     # wrap the statement at `line` in `with torch.no_grad():` (detail["context"] overrides the manager text)
     "wrap_no_grad": "run a statement under no_grad",
     # `buf[:], r = env.step(a)` -> `buf, r = env.step(a)`: bind `target` to the new value, not refill it

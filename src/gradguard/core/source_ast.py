@@ -12,8 +12,8 @@ from typing import Any, Mapping
 
 from .findings import SourceLocation
 
-__all__ = ["written_expression", "assignment_before", "backward_receiver", "call_name", "callee_of", "function_node",
-           "parse_file"]
+__all__ = ["written_expression", "assignment_before", "backward_receiver", "call_name", "callee_of", "dotted_reference",
+           "evaluate_reference", "function_node", "parse_file"]
 
 
 def parse_file(filename: str) -> ast.Module | None:
@@ -72,17 +72,32 @@ def callee_of(code: str, *, keyword: str | None = None, argument: str | None = N
     return None
 
 
-def _is_plain_reference(node: ast.AST) -> bool:
+def _getattr_parts(node: ast.AST) -> tuple[ast.expr, ast.expr] | None:
+    """(object, name) of ``getattr(obj, name)`` with a constant or variable name (an attribute reached by a name
+    computed at run time: ``getattr(module, name).copy_(data)``), else None."""
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
+            and len(node.args) == 2 and not node.keywords and isinstance(node.args[1], (ast.Constant, ast.Name))):
+        return node.args[0], node.args[1]
+    return None
+
+
+def _is_plain_reference(node: ast.AST, dynamic: bool = False) -> bool:
     """A name, or attribute and index steps on one (``model.layer[2].weight``, ``layers[i].w``): what
-    ``evaluate_reference`` can look up without running user code."""
-    while isinstance(node, (ast.Attribute, ast.Subscript)):
-        if isinstance(node, ast.Subscript) and not isinstance(node.slice, (ast.Constant, ast.Name)):
-            return False
-        node = node.value
-    return isinstance(node, ast.Name)
+    ``evaluate_reference`` can look up without running user code. ``dynamic``: ``getattr(obj, name)`` steps too
+    (only where the caller resolves them in a frame, see ``dotted_reference``)."""
+    while True:
+        parts = _getattr_parts(node) if dynamic else None
+        if parts is not None:
+            node = parts[0]
+        elif isinstance(node, (ast.Attribute, ast.Subscript)):
+            if isinstance(node, ast.Subscript) and not isinstance(node.slice, (ast.Constant, ast.Name)):
+                return False
+            node = node.value
+        else:
+            return isinstance(node, ast.Name)
 
 
-_Step = tuple[str, Any]  # ("attr", name) or ("index", ("constant", value) | ("name", variable))
+_Step = tuple[str, Any]  # ("attr", name), ("getattr" | "index", ("constant", value) | ("name", variable))
 
 
 @functools.lru_cache(maxsize=1024)
@@ -94,16 +109,24 @@ def _reference_steps(expression: str) -> tuple[str, tuple[_Step, ...]] | None:
     except SyntaxError:
         return None
     steps: list[_Step] = []
-    while isinstance(node, (ast.Attribute, ast.Subscript)):
-        if isinstance(node, ast.Attribute):
+    while True:
+        parts = _getattr_parts(node)
+        if parts is not None:
+            name = parts[1]
+            steps.append(("getattr", ("constant", name.value) if isinstance(name, ast.Constant) else (
+                "name", name.id if isinstance(name, ast.Name) else "")))
+            node = parts[0]
+        elif isinstance(node, ast.Attribute):
             steps.append(("attr", node.attr))
-        elif isinstance(node.slice, ast.Constant):
-            steps.append(("index", ("constant", node.slice.value)))
-        elif isinstance(node.slice, ast.Name):
-            steps.append(("index", ("name", node.slice.id)))
-        else:
+            node = node.value
+        elif isinstance(node, ast.Subscript) and isinstance(node.slice, (ast.Constant, ast.Name)):
+            index = node.slice
+            steps.append(("index", ("constant", index.value) if isinstance(index, ast.Constant) else ("name", index.id)))
+            node = node.value
+        elif isinstance(node, ast.Subscript):
             return None  # any other index would run user code
-        node = node.value
+        else:
+            break
     if not isinstance(node, ast.Name):
         return None
     return node.id, tuple(reversed(steps))
@@ -123,6 +146,9 @@ def evaluate_reference(expression: str, scope: Mapping[str, Any]) -> object:
     for kind, what in steps:
         if kind == "attr":
             value = getattr(value, what, None)
+        elif kind == "getattr":
+            attribute = what[1] if what[0] == "constant" else scope.get(what[1])
+            value = getattr(value, attribute, None) if isinstance(attribute, str) else None
         else:
             index = what[1] if what[0] == "constant" else scope.get(what[1])
             container = type(value).__name__
@@ -138,38 +164,68 @@ def evaluate_reference(expression: str, scope: Mapping[str, Any]) -> object:
     return value
 
 
+def dotted_reference(expression: str, scope: Mapping[str, Any]) -> str | None:
+    """``expression`` with each ``getattr(obj, name)`` step written as the attribute it reaches in ``scope``
+    (``getattr(module, name)`` -> ``module.weight``), so that it reads, and can be assigned, like the user's
+    other references; None when a name does not resolve to an identifier."""
+    parsed = _reference_steps(expression)
+    if parsed is None:
+        return None
+    text, steps = parsed
+    for kind, what in steps:
+        if kind == "attr":
+            text += "." + what
+        elif kind == "getattr":
+            attribute = what[1] if what[0] == "constant" else scope.get(what[1])
+            if not (isinstance(attribute, str) and attribute.isidentifier()):
+                return None
+            text += "." + attribute
+        else:
+            text += f"[{what[1]!r}]" if what[0] == "constant" else f"[{what[1]}]"
+    return text
+
+
 def _is_inplace_name(name: str) -> bool:
     return name.endswith("_") and not name.endswith("__")
 
 
-def _inplace_call_target(node: ast.Call, func: ast.Attribute) -> ast.expr | None:
-    """What the in-place method call ``node`` writes: its receiver, or the first argument of ``torch.relu_(x)``."""
+_NAMESPACES = frozenset({"torch", "F", "nn", "functional"})  # `torch.relu_(x)`, `F.relu_(x)`, `nn.init.zeros_(w)`
+
+
+def _inplace_call_target(node: ast.Call, func: ast.Attribute, dynamic: bool = False) -> ast.expr | None:
+    """What the in-place method call ``node`` writes: its receiver, or the first argument of ``torch.relu_(x)``
+    (a function of a namespace). A receiver that is no plain reference (``make().add_(x)``) is written, not the
+    argument: None then."""
     base = func.value
     # a chain of in-place methods writes its innermost receiver: `c` in `c.mul_(s).add_(m)`
     while isinstance(base, ast.Call) and isinstance(base.func, ast.Attribute) and _is_inplace_name(base.func.attr):
         base = base.func.value
-    if _is_plain_reference(base) and not (isinstance(base, ast.Name) and base.id in ("torch", "F")):
-        return base
-    return node.args[0] if node.args else None
+    root = base
+    while isinstance(root, ast.Attribute):
+        root = root.value
+    if isinstance(root, ast.Name) and root.id in _NAMESPACES and isinstance(base, (ast.Name, ast.Attribute)):
+        return node.args[0] if node.args else None
+    return base if _is_plain_reference(base, dynamic) else None
 
 
-def _call_written(stmt: ast.stmt) -> ast.expr | None:
+def _call_written(stmt: ast.stmt, dynamic: bool = False) -> ast.expr | None:
     """The expression the first in-place call of ``stmt`` writes (a method ending in ``_`` or ``inplace=True``)."""
     for node in ast.walk(stmt):
         if not isinstance(node, ast.Call):
             continue
         if isinstance(node.func, ast.Attribute) and _is_inplace_name(node.func.attr):
-            return _inplace_call_target(node, node.func)
+            return _inplace_call_target(node, node.func, dynamic)
         if node.args and any(k.arg == "inplace" and isinstance(k.value, ast.Constant) and k.value.value is True
                              for k in node.keywords):
             return node.args[0]  # `F.relu(x, inplace=True)` writes x
     return None
 
 
-def written_expression(filename: str, line: int) -> str | None:
+def written_expression(filename: str, line: int, dynamic: bool = False) -> str | None:
     """The expression written in place on that line: ``w`` in ``w += 1``, ``x[0] = 1``, ``x.add_(1)``,
     ``torch.relu_(x)``, ``F.relu(x, inplace=True)``. Only plain references are returned (names, attribute and
-    simple index steps: safe to evaluate with ``evaluate_reference``)."""
+    simple index steps: safe to evaluate with ``evaluate_reference``); ``dynamic``: ``getattr(obj, name)`` steps
+    too, for a caller that resolves them in the writing frame (``dotted_reference``)."""
     stmt = statement_at(filename, line)
     if stmt is None:
         return None
@@ -179,12 +235,12 @@ def written_expression(filename: str, line: int) -> str | None:
     elif isinstance(stmt, ast.Assign) and stmt.targets and isinstance(stmt.targets[0], ast.Subscript):
         target = stmt.targets[0].value
     else:
-        target = _call_written(stmt)
+        target = _call_written(stmt, dynamic)
     if target is None:
         return None
     while isinstance(target, ast.Subscript):
         target = target.value
-    if not _is_plain_reference(target):
+    if not _is_plain_reference(target, dynamic):
         return None
     return ast.unparse(target)
 

@@ -45,6 +45,7 @@ class Crossing:
     made: SourceLocation | None
     freed_by: SourceLocation | None
     binding: str | None = None  # the assignment target as written where it is made: `data`, `self.v`
+    read: SourceLocation | None = None  # module state with no assignment in its class: where forward reads it back
 
 
 def _seq(node) -> int:
@@ -114,7 +115,10 @@ def _module_members(value, path: str):
     for count, (prefix, module) in enumerate(value.named_modules()):
         if count >= _MODULES:
             break
-        for attribute, member in vars(module).items():
+        # buffers too: a cache kept with register_buffer (`self.register_buffer("cached", freqs)`) carries the
+        # graph it was made in as a plain attribute does (parameters are leaves: they carry none)
+        members = {**vars(module), **module._buffers}
+        for attribute, member in members.items():
             if not attribute.startswith("_") and isinstance(member, (torch.Tensor, list, tuple)):
                 where = f"{path}.{prefix}.{attribute}" if prefix else f"{path}.{attribute}"
                 yield member, where, "module attribute"
@@ -137,9 +141,9 @@ def _holders(frames):
                 yield path, tensor, kind, frame
 
 
-def _class_assignment(module: torch.nn.Module, attribute: str) -> SourceLocation | None:
-    """The statement in a method of ``module``'s class that assigns ``self.<attribute>``: the last one in
-    ``forward`` first. Read through the methods' code objects, which know their file even for a class made by
+def _class_statement(module: torch.nn.Module, lines) -> SourceLocation | None:
+    """The statement of a method of ``module``'s class that ``lines(def node)`` picks: the last in ``forward``
+    first, else the last. Read through the methods' code objects, which know their file even for a class made by
     ``exec`` (where ``inspect.getsource`` of the class cannot find it)."""
     best = None
     for cls in type(module).__mro__:
@@ -148,9 +152,7 @@ def _class_assignment(module: torch.nn.Module, attribute: str) -> SourceLocation
         for function in vars(cls).values():
             code = getattr(function, "__code__", None)
             node = _function_node(code) if code is not None else None
-            if node is None:
-                continue
-            for line in _assignments(node, f"self.{attribute}"):
+            for line in lines(node) if node is not None else ():
                 rank = (code.co_name == "forward", line)
                 if best is None or rank > best[0]:
                     best = (rank, code.co_filename, line, code.co_name)
@@ -158,6 +160,30 @@ def _class_assignment(module: torch.nn.Module, attribute: str) -> SourceLocation
         return None
     _rank, filename, line, function = best
     return SourceLocation(filename, line, function, linecache.getline(filename, line).strip())
+
+
+def _class_assignment(module: torch.nn.Module, attribute: str) -> SourceLocation | None:
+    """The statement in a method of ``module``'s class that assigns ``self.<attribute>``."""
+    return _class_statement(module, lambda node: _assignments(node, f"self.{attribute}"))
+
+
+def _class_read(module: torch.nn.Module, attribute: str) -> SourceLocation | None:
+    """The statement in a method of ``module``'s class that hands ``self.<attribute>`` on as a value (``return
+    self.cache[:n]``, ``out = self.state * x``; not ``self.cache.shape``): where state that no statement of the
+    class assigns (a ``register_buffer`` or ``setattr`` cache) flows back into the computation."""
+    wanted = f"self.{attribute}"
+    return _class_statement(module, lambda node: (
+        statement.lineno for statement in ast.walk(node)
+        if isinstance(statement, (ast.Return, ast.Assign)) and statement.value is not None
+        and any(ast.unparse(n) == wanted for n in _value_uses(statement.value))))
+
+
+def _value_uses(value: ast.expr):
+    """The attribute references in ``value`` used as tensors: not the object of a further attribute (``.shape``)."""
+    parents = {id(child): parent for parent in ast.walk(value) for child in ast.iter_child_nodes(parent)}
+    for node in ast.walk(value):
+        if isinstance(node, ast.Attribute) and not isinstance(parents.get(id(node)), ast.Attribute):
+            yield node
 
 
 def _function_node(code) -> ast.FunctionDef | None:
@@ -210,6 +236,14 @@ def _module_of(path: str, frames) -> tuple[torch.nn.Module, str] | None:
         if isinstance(value, torch.nn.Module):
             return value, attribute
     return None
+
+
+def _read_back(path: str, kind: str, frames) -> SourceLocation | None:
+    """For module state its class never assigns, where the class reads it back (``_class_read``)."""
+    found = _module_of(path, frames) if kind == "module attribute" else None
+    if found is None or _class_assignment(*found) is not None:
+        return None
+    return _class_read(*found)
 
 
 def _made(path: str, kind: str, frame, frames, node, node_sites) -> tuple[SourceLocation | None, str | None]:
@@ -283,7 +317,7 @@ def _exact_holder(exact: list, frames: list, node_sites: dict, freed_by) -> Cros
         # a name bound to another holder's tensor (`peer = outputs[1 - i]`) did not make it: the last choice
         ranked.append(((_is_alias(made), _RANK[kind], -_seq(tensor.grad_fn)), path, tensor, kind, made, binding))
     _key, path, tensor, kind, made, binding = min(ranked, key=lambda r: r[0])
-    return Crossing(path, tensor, kind, made, freed_by, binding)
+    return Crossing(path, tensor, kind, made, freed_by, binding, _read_back(path, kind, frames))
 
 
 def _replaced_state(holders: list, boundary: set, threshold: int, frames: list, node_sites: dict,
@@ -296,4 +330,4 @@ def _replaced_state(holders: list, boundary: set, threshold: int, frames: list, 
         return None
     path, tensor, kind, frame = min(state, key=lambda h: (-_RANK[h[2]], h[0]))
     made, binding = _made(path, kind, frame, frames, max(boundary, key=_seq), node_sites)
-    return Crossing(path, tensor, kind, made, freed_by, binding)
+    return Crossing(path, tensor, kind, made, freed_by, binding, _read_back(path, kind, frames))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import re
+import collections
 
 import torch
 
@@ -19,7 +20,7 @@ from ...core.facts import CrossingTensor, Facts
 from ...core.findings import Finding, SaveSite, SourceLocation, TensorInfo, WriteRecord
 from ...core.frames import innermost_user_entry
 from ...core.fixes import assigned_names, carried_state, statement_code
-from ...core.source_ast import (parse_file, statement_at, accumulations, assignment_before, resets_between,
+from ...core.source_ast import (parse_file, statement_at, accumulations, assignment_before, dotted_reference, resets_between,
                                  written_expression)
 from .backward_calls import _is_user, raised_chain, second_call_of_same_loss
 from .graph import _reaches_any, walk_nodes
@@ -106,7 +107,7 @@ class _Site:
         self.frame = frame
         self.code = linecache.getline(filename, line).strip()
         self.location = SourceLocation(filename, line, frame.f_code.co_name, self.code)
-        self.expression = written_expression(filename, line) or _view_named_by_error(error, filename, line, frame)
+        self.expression = _written(filename, line, frame) or _view_named_by_error(error, filename, line, frame)
         self.tensor = _lookup(self.expression, frame) if self.expression else None
         self.info = _describe(self.tensor, self.expression)
         self.made = None
@@ -116,6 +117,15 @@ class _Site:
             # only a statement that binds the expression itself says where the tensor was made.
             if made is not None and self.expression in assigned_names(statement_code(made)):
                 self.made = made
+
+
+def _written(filename: str, line: int, frame) -> str | None:
+    """The reference written on the line, a ``getattr(module, name)`` receiver spelt as the attribute it reaches
+    in the writing frame (``module.weight``)."""
+    expression = written_expression(filename, line, dynamic=True)
+    if expression is None or "getattr(" not in expression:
+        return expression
+    return dotted_reference(expression, collections.ChainMap(frame.f_locals, frame.f_globals))
 
 
 def _view_named_by_error(error: BaseException, filename: str, line: int, frame) -> str | None:
@@ -204,9 +214,11 @@ class _Crossing:
     """The tensor that crosses from the graph an earlier backward freed into the one backpropagated now."""
 
     def __init__(self, name: str, value, made: SourceLocation | None, used: SourceLocation | None,
-                 callee: str | None, holder: str | None = None, binding: str | None = None):
+                 callee: str | None, holder: str | None = None, binding: str | None = None,
+                 read: SourceLocation | None = None):
         self.name, self.value, self.made, self.used, self.callee = name, value, made, used, callee
-        self.holder, self.binding = holder, binding  # found by the graph (crossing.py); None when found by name
+        # found by the graph (crossing.py); None when found by name
+        self.holder, self.binding, self.read = holder, binding, read
 
 
 def _crossing_tensor(site: _Site, earlier: SourceLocation | None) -> _Crossing | None:
@@ -439,7 +451,7 @@ class _TwiceCase:
         mechanism, earlier, location = self.mechanism, self.earlier, self.location
         if mechanism is not None and mechanism.tensor is not None and self.hoisted is None:
             crossing = _Crossing(mechanism.name, mechanism.tensor, mechanism.made, None, None, mechanism.holder,
-                                 mechanism.binding)
+                                 mechanism.binding, mechanism.read)
             made = mechanism.made
             if (mechanism.holder == "variable" and made is not None and earlier is not None and location is not None
                     and made.file == earlier.file == location.file):
@@ -525,6 +537,7 @@ def _backward_twice(error, session) -> Finding:
         crossing=CrossingTensor(
             crossing.name, crossing.made, crossing.used, crossing.callee, crossing.holder, crossing.binding,
             isinstance(_lookup(crossing.name, site.frame) if site.frame is not None else None, (tuple, list)),
+            crossing.read,
         ) if crossing is not None else None,
         accumulation={"first": accumulated[1].lineno, "again": accumulated[2].lineno,
                       "reset_before": (accumulated[3] or accumulated[2]).lineno} if accumulated is not None else None)
