@@ -3,10 +3,15 @@
 Buggy examples run one subprocess each (exactly what a user runs), in parallel. Fixed examples only have
 to run clean, so they share one subprocess that calls the CLI entry point once per script: PyTorch's and
 Dynamo's import time (~3 s per process on a 2-core machine) is paid once instead of 21 times.
+
+Under pytest-xdist each worker is a process of its own, and the tests of one module are spread over the workers:
+the runs are made once per test session all the same, by the first worker that asks, and the other workers read
+them from a file in the workers' common temporary folder (SHARED_DIR, set by tests/fast/conftest.py).
 """
 
 from __future__ import annotations
 
+import fcntl
 import importlib.util
 import json
 import os
@@ -59,9 +64,28 @@ def run_one(script: Path) -> Run:
 
 
 _CACHE: dict[Path, Run] = {}  # one run per script per test session: test modules share the results
+SHARED_DIR: Path | None = None  # under pytest-xdist: the folder the workers share (tests/fast/conftest.py)
 
 
 def run_all(buggy: list[Path], fixed: list[Path]) -> dict[Path, Run]:
+    """Buggy scripts in parallel subprocesses and the fixed ones' batch, all at once; cached, and shared with the
+    other xdist workers through SHARED_DIR: one worker runs a script, the others wait for its result."""
+    if SHARED_DIR is None:
+        return _run_missing(buggy, fixed)
+    store = Path(SHARED_DIR) / "gradguard-example-runs.json"
+    with open(Path(SHARED_DIR) / "gradguard-example-runs.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # released when the file closes, also if a run raises
+        if store.exists():
+            for entry in json.loads(store.read_text()):
+                _CACHE.setdefault(Path(entry["script"]), Run(**{**entry, "script": Path(entry["script"])}))
+        runs = _run_missing(buggy, fixed)
+        partial = store.with_suffix(".partial")
+        partial.write_text(json.dumps([{**vars(run), "script": str(run.script)} for run in _CACHE.values()]))
+        partial.replace(store)
+    return runs
+
+
+def _run_missing(buggy: list[Path], fixed: list[Path]) -> dict[Path, Run]:
     """Buggy scripts in parallel subprocesses and the fixed ones' batch, all at once; cached."""
     todo = [s for s in buggy if s not in _CACHE]
     todo_fixed = [s for s in fixed if s not in _CACHE]

@@ -1,6 +1,7 @@
 """``gradguard fix`` end to end: the diff it prints for the bundled examples (exact), --apply/--backup/--json,
 an edit that does not verify is never offered, nothing to fix, and usage errors. Each test runs the real
-command (the script runs under the guard, then once per candidate edit)."""
+command (the script runs under the guard, then once per candidate edit); the two tests of seed 000's diff share
+one run of it."""
 
 from __future__ import annotations
 
@@ -384,20 +385,34 @@ def copy(tmp_path, source: str, name: str) -> str:
     return name
 
 
-def test_seed000_diff_is_exact_and_the_file_is_untouched(tmp_path):
-    name = copy(tmp_path, os.path.join(ROOT, "examples", "seed000", "rnn_blog.py"), "rnn_blog.py")
-    before = (tmp_path / name).read_text()
-    proc = run([name], tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout == SEED000_DIFF
-    assert (tmp_path / name).read_text() == before
-    assert "the script now runs clean (2 runs)" in proc.stderr
-    assert "its side effects, such as files it writes, happen again on every run" in proc.stderr
+@pytest.fixture(scope="module")
+def seed000_fix(once_per_session, tmp_path_factory):
+    """``gradguard fix rnn_blog.py`` on a copy (no --apply), run once per session (tests/slow/conftest.py): its
+    exit code, output, and the copy's text before and after."""
+
+    def make() -> dict:
+        folder = tmp_path_factory.mktemp("seed000-fix")
+        name = copy(folder, os.path.join(ROOT, "examples", "seed000", "rnn_blog.py"), "rnn_blog.py")
+        before = (folder / name).read_text()
+        proc = run([name], folder)
+        return {"returncode": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr, "before": before,
+                "after": (folder / name).read_text()}
+
+    return once_per_session("gradguard-fix-cli-seed000", make)
 
 
-def test_diff_applies_with_git_apply(tmp_path):
+def test_seed000_diff_is_exact_and_the_file_is_untouched(seed000_fix):
+    proc = seed000_fix
+    assert proc["returncode"] == 0, proc["stderr"]
+    assert proc["stdout"] == SEED000_DIFF
+    assert proc["after"] == proc["before"]
+    assert "the script now runs clean (2 runs)" in proc["stderr"]
+    assert "its side effects, such as files it writes, happen again on every run" in proc["stderr"]
+
+
+def test_diff_applies_with_git_apply(tmp_path, seed000_fix):
     name = copy(tmp_path, os.path.join(ROOT, "examples", "seed000", "rnn_blog.py"), "rnn_blog.py")
-    (tmp_path / "fix.patch").write_text(run([name], tmp_path).stdout)
+    (tmp_path / "fix.patch").write_text(seed000_fix["stdout"])
     applied = subprocess.run(["git", "apply", "fix.patch"], cwd=tmp_path, capture_output=True, text=True)
     assert applied.returncode == 0, applied.stderr
     assert "h_cur = h_next.detach()" in (tmp_path / name).read_text()
@@ -447,19 +462,30 @@ def test_an_edit_that_cuts_a_gradient_the_optimizer_uses_is_not_offered(tmp_path
             "error goes away, but so does their gradient") in proc.stderr
 
 
-@pytest.mark.parametrize("script, diff", [(HELPER_STEPS, HELPER_STEPS_DIFF),
-                                          (MADE_BEFORE_THE_LOOP, MADE_BEFORE_THE_LOOP_DIFF),
-                                          (FORWARD_BEFORE_THE_LOOP, FORWARD_BEFORE_THE_LOOP_DIFF),
-                                          (STATE_ON_THE_MODULE, STATE_ON_THE_MODULE_DIFF),
-                                          (REFILLED_BUFFER, REFILLED_BUFFER_DIFF),
-                                          (LOSS_INPUTS_MADE_BEFORE_THE_STEPS, LOSS_INPUTS_MADE_BEFORE_THE_STEPS_DIFF),
-                                          (SAME_LOSS_TWICE, SAME_LOSS_TWICE_DIFF),
-                                          (LOOP_OVER_UNBOUND_VIEWS, LOOP_OVER_UNBOUND_VIEWS_DIFF),
-                                          (VALUE_MADE_FROM_THE_STEPPED_MODEL, VALUE_MADE_FROM_THE_STEPPED_MODEL_DIFF)],
-                         ids=["loss-made-before-a-helper-steps", "value-made-before-the-loop-that-steps",
-                              "forward-made-before-the-loop", "state-kept-on-the-module", "refilled-buffer",
-                              "loss-inputs-made-before-the-steps", "same-loss-twice", "loop-over-unbound-views",
-                              "value-made-from-the-stepped-model"])
+# CI's selection (CI=true: -m "not exhaustive") leaves out the shapes marked `exhaustive` below: a CI-selected test
+# derives the same repair from the same shape.
+# - loop-over-unbound-views: tests/fast/test_eager_errors.py::
+#   test_multi_output_view_bound_by_a_loop_is_not_told_to_rebind (the finding's one intent: index_loop_variable on
+#   `channel`) and tests/fast/test_fix_edits.py::test_index_loop_variable_over_a_tensor_and_inside_zip (the edit on
+#   `for channel, mean in zip(t[0], means)`)
+# - value-made-from-the-stepped-model: tests/fast/test_rules_intents.py::
+#   test_crossing_recompute_detaches_the_stepped_models_output (FactorVAE's shape: `D_z = D(z.detach())`)
+_COVERED_IN_CI = pytest.mark.exhaustive
+
+
+@pytest.mark.parametrize("script, diff", [
+    pytest.param(HELPER_STEPS, HELPER_STEPS_DIFF, id="loss-made-before-a-helper-steps"),
+    pytest.param(MADE_BEFORE_THE_LOOP, MADE_BEFORE_THE_LOOP_DIFF, id="value-made-before-the-loop-that-steps"),
+    pytest.param(FORWARD_BEFORE_THE_LOOP, FORWARD_BEFORE_THE_LOOP_DIFF, id="forward-made-before-the-loop"),
+    pytest.param(STATE_ON_THE_MODULE, STATE_ON_THE_MODULE_DIFF, id="state-kept-on-the-module"),
+    pytest.param(REFILLED_BUFFER, REFILLED_BUFFER_DIFF, id="refilled-buffer"),
+    pytest.param(LOSS_INPUTS_MADE_BEFORE_THE_STEPS, LOSS_INPUTS_MADE_BEFORE_THE_STEPS_DIFF,
+                 id="loss-inputs-made-before-the-steps"),
+    pytest.param(SAME_LOSS_TWICE, SAME_LOSS_TWICE_DIFF, id="same-loss-twice"),
+    pytest.param(LOOP_OVER_UNBOUND_VIEWS, LOOP_OVER_UNBOUND_VIEWS_DIFF, id="loop-over-unbound-views",
+                 marks=_COVERED_IN_CI),
+    pytest.param(VALUE_MADE_FROM_THE_STEPPED_MODEL, VALUE_MADE_FROM_THE_STEPPED_MODEL_DIFF,
+                 id="value-made-from-the-stepped-model", marks=_COVERED_IN_CI)])
 def test_repairs_of_public_bug_report_shapes(tmp_path, script, diff):
     (tmp_path / "script.py").write_text(textwrap.dedent(script).lstrip())
     proc = run(["script.py"], tmp_path)

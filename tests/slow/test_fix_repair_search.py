@@ -1,6 +1,10 @@
 """End to end, the general repair search of ``gradguard fix`` (NOTE [Repairs from the mechanism, not the rule
 id]): small reproductions of public reports the rule catalogue refused, each repaired by ``gradguard fix --apply``
-on a copy, with the exact edit asserted and the edited script run again, plain, to a clean exit."""
+on a copy, with the exact edit asserted and the edited script run again, plain, to a clean exit.
+
+CI's selection (CI=true: -m "not exhaustive") keeps the cases whose repair no cheaper test derives; a case marked
+`exhaustive` is one whose repair a CI-selected test already derives from the same shape, named at its marker, and
+the cases left in CI run the whole pipeline (run, search, verify, apply, plain run) end to end."""
 
 from __future__ import annotations
 
@@ -8,6 +12,8 @@ import json
 import subprocess
 import sys
 import textwrap
+
+import pytest
 
 FIX = [sys.executable, "-m", "gradguard", "fix", "--apply"]
 
@@ -45,6 +51,9 @@ GRIFFIN_LIM = """
 """
 
 
+# exhaustive: tests/fast/test_repair_search.py derives this repair: the out-of-place table (`angles = angles.div_(n)`
+# -> `angles = angles.div(n)`, `out = a - t.mul_(k)`) and the candidates from the write (inplace_to_out_of_place)
+@pytest.mark.exhaustive
 def test_griffin_lim_division_assigned_back_is_written_out_of_place(tmp_path):
     run, edited = _fix(tmp_path, GRIFFIN_LIM)
     assert run.returncode == 0, run.stderr
@@ -72,6 +81,9 @@ HGCN = """
 """
 
 
+# exhaustive: tests/fast/test_repair_search.py::test_the_out_of_place_table_comes_from_the_tensor_type derives
+# this edit (`return e.renorm_(2, 0, 1.0)` -> `e = e.renorm(2, 0, 1.0); return e`)
+@pytest.mark.exhaustive
 def test_hgcn_renorm_returned_from_a_helper_is_hoisted_out_of_place(tmp_path):
     run, edited = _fix(tmp_path, HGCN)
     assert run.returncode == 0, run.stderr
@@ -105,6 +117,9 @@ DROPOUT_SWITCHED = """
 """
 
 
+# exhaustive: tests/fast/test_rule_inplace_set_later.py::test_gradguard_fix_apply_deletes_the_switch runs
+# `gradguard fix --apply` on the same shape (the switch statement removed) and its JSON intents
+@pytest.mark.exhaustive
 def test_dropout_made_in_place_after_construction_loses_the_switch(tmp_path):
     run, edited = _fix(tmp_path, DROPOUT_SWITCHED, "--json", "fix.json")
     assert run.returncode == 0, run.stderr
@@ -150,6 +165,9 @@ NORMAL = """
 """
 
 
+# exhaustive: tests/fast/test_repair_search.py::test_candidates_come_from_the_write_and_the_save_whatever_the_rule
+# derives this repair (`y.normal_()`: no out-of-place method, `y = y.clone()` inserted before the write)
+@pytest.mark.exhaustive
 def test_normal_without_an_out_of_place_method_writes_into_a_clone(tmp_path):
     run, edited = _fix(tmp_path, NORMAL)
     assert run.returncode == 0, run.stderr
@@ -185,6 +203,9 @@ SEQUENTIAL_TWO_RELUS = """
 """
 
 
+# exhaustive: tests/fast/test_repair_search.py::test_the_module_instance_that_wrote_is_resolved_from_its_path
+# derives this repair on the same model (gate's ReLU set to inplace=False, the stem's left alone)
+@pytest.mark.exhaustive
 def test_the_writing_instance_of_two_in_place_relus_is_the_one_edited(tmp_path):
     run, edited = _fix(tmp_path, SEQUENTIAL_TWO_RELUS)
     assert run.returncode == 0, run.stderr
@@ -338,6 +359,10 @@ TWO_LOSSES_ONE_FORWARD = """
 """
 
 
+# exhaustive: tests/fast/test_repair_search.py::
+# test_an_earlier_backward_of_another_loss_on_the_same_forward_retains_its_graph derives this repair (retain_graph=True
+# on the first backward, ranked before a detach)
+@pytest.mark.exhaustive
 def test_an_earlier_backward_sharing_the_forward_of_a_later_loss_retains_its_graph(tmp_path):
     run, edited = _fix(tmp_path, TWO_LOSSES_ONE_FORWARD)
     assert run.returncode == 0, run.stderr
