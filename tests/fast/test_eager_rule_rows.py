@@ -238,6 +238,19 @@ def test_module_state_is_reset_or_detached_where_the_module_assigns_it(at):
     assert _intents(f) == [("detach_assignment", 24, "out", True)]
 
 
+def test_module_state_its_class_never_assigns_is_detached_where_the_module_reads_it(at):
+    # a register_buffer cache: no `self.v = ...` anywhere in the class, read back by `d_loss = D(target).sum()`
+    crossing = CrossingTensor("net.v", None, None, None, "module attribute", "self.v", False,
+                              read=at("d_loss = D(target)"))
+    f = _twice(at, "g_loss.backward()", "d_loss.backward()", crossing=crossing)
+    assert f.suggestion == (
+        "Reset the state before each new sequence (set it to a fresh tensor, as a `reset()` or `reset_net(model)` "
+        "after the optimizer step does), or detach it where the module reads it back: `self.v.detach()` in "
+        "`d_loss = D(target).sum()` (line 26). retain_graph=True would only hide it: every iteration would "
+        "backpropagate into all earlier ones.")
+    assert _intents(f) == [("detach_expression", 26, "self.v", True)]
+
+
 def test_an_accumulated_loss_is_reset_before_it_accumulates_again(at):
     f = _twice(at, "total.backward()", "total.backward()", receiver="total",
                accumulation={"first": 20, "again": 22, "reset_before": 22})
