@@ -16,12 +16,21 @@ through ``.data`` before using it (data_in_forward.py).
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 from ...core.internal import log_fallback
 from . import data_in_forward as _data_in_forward, module_inputs as _module_inputs
 
 __all__ = ["ForwardHooks"]
+
+# NOTE [The global-hooks warning of torch.compile]
+# Since torch 2.5 calling a `torch.compile`d module warns whenever any global module hook is installed ("Using
+# `torch.compile(module)` when there are global hooks on modules ..."). Ours would print it into a program that
+# prints nothing without gradguard, so while they are installed that one warning is filtered out, unless global
+# hooks of the user's own were there first (then torch warned without us too). The filter is removed on exit.
+_COMPILE_WARNING = r"Using `torch\.compile\(module\)` when there are global hooks on modules"
 
 
 class ForwardHooks:
@@ -33,24 +42,38 @@ class ForwardHooks:
         self._writers: dict = {}  # id(tensor) -> the innermost module seen writing it (a ReLU in a Sequential)
         self._reported: set = set()
         self._handles: list = []
+        self._filter: tuple | None = None  # NOTE [The global-hooks warning of torch.compile]
 
     def install(self) -> None:
-        from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+        from torch.nn.modules import module as nn_module
 
         if self._handles:  # installed already (a sampled guard puts them back each sampled cycle)
             return
-        self._handles = [register_module_forward_pre_hook(self._before),
-                         register_module_forward_hook(self._after)]
+        if not getattr(nn_module, "_has_any_global_hook", lambda: True)():
+            warnings.filterwarnings("ignore", message=_COMPILE_WARNING, category=UserWarning)
+            self._filter = warnings.filters[0]
+        self._handles = [nn_module.register_module_forward_pre_hook(self._before),
+                         nn_module.register_module_forward_hook(self._after)]
 
     def uninstall(self) -> None:
         handles, self._handles = self._handles, []
         for handle in handles:
             handle.remove()
+        if self._filter is not None:
+            if self._filter in warnings.filters:
+                warnings.filters.remove(self._filter)
+                getattr(warnings, "_filters_mutated", lambda: None)()  # the module's cache of decisions
+            self._filter = None
         self._stack.clear()
         self._writers.clear()  # modules are not kept past the guard
 
     def _before(self, module, args) -> None:
-        if not torch.is_grad_enabled() or torch.compiler.is_compiling():  # Dynamo traces hooks: not ours to read
+        if torch.compiler.is_compiling():
+            # Dynamo traces global hooks into the compiled graph: touching our state there (even a push of the
+            # module) makes it track that module twice and fail; compiled regions are watched by their saved
+            # tensors. The post-hook below pops down to its own module, so an unpaired call is harmless.
+            return
+        if not torch.is_grad_enabled():
             self._stack.append((module, None))
             return
         inputs = [(t, t._version) for t in args if type(t) is torch.Tensor and not t.is_inference()]
@@ -58,6 +81,8 @@ class ForwardHooks:
         self._stack.append((module, (inputs, parameters) if inputs or parameters else None))
 
     def _after(self, module, args, output) -> None:
+        if torch.compiler.is_compiling():  # see _before
+            return
         stack = self._stack
         while stack and stack[-1][0] is not module:  # a forward that raised never reached its post-hook
             stack.pop()
