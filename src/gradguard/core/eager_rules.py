@@ -404,32 +404,41 @@ def _module_state_fix(case: _Twice, crossing: CrossingTensor, freed_by: str,
            f"iteration, which {freed_by} already went through and freed; this iteration's forward starts "
            f"from it, so the backward at {at(case.location)} (`{case.code}`) runs on into that freed graph.")
     binding = crossing.binding or ""
-    several = made is not None and len(assigned_names(statement_code(made))) > 1  # `out, self.h = ...`
-    detach_code, detached = None, None
-    if made is not None and several and binding in assigned_names(statement_code(made)):
-        # a tuple target cannot take `.detach()` on its right-hand side: detach the state on the next line
-        detach_code = f"{binding} = {binding}.detach()"
-        how = f", or detach it right after it is made: insert `{detach_code}` after {at(made)}"
-    else:
-        detached = _clone_assignment(statement_code(made), "detach") if made is not None else None
-        how = f", or detach it where it is made: `{detached}` ({at(made)})" if made is not None and detached else ""
-    read = crossing.read if made is None and binding else None
-    if read is not None:  # no statement of the class assigns it (a register_buffer cache): detach where it is read
-        how = f", or detach it where the module reads it back: `{binding}.detach()` in `{read.code}` ({at(read)})"
+    reason = (f"`{binding}` carries values into the next batch, not its graph" if binding
+              else f"{held} carries values into the next iteration, not its graph")
+    how, intent = _state_detach(at, crossing, binding, reason)
     fix = ("Reset the state before each new sequence (set it to a fresh tensor, as a `reset()` or "
            "`reset_net(model)` after the optimizer step does)" + how
            + ". retain_graph=True would only hide it: every iteration would backpropagate into all earlier "
              "ones.")
-    reason = (f"`{binding}` carries values into the next batch, not its graph" if binding
-              else f"{held} carries values into the next iteration, not its graph")
-    if made is not None and detach_code is not None:
-        fixes.append(FixIntent("insert_after", made.file, made.line, target=binding, detail={"code": detach_code},
-                               reason=reason))
-    elif made is not None and detached is not None:
-        fixes.append(FixIntent("detach_assignment", made.file, made.line, target=binding, reason=reason))
-    elif read is not None:
-        fixes.append(FixIntent("detach_expression", read.file, read.line, target=binding, reason=reason))
+    fixes += [intent] if intent is not None else []
     return why, fix
+
+
+def _state_detach(at: Callable[[SourceLocation], str], crossing: CrossingTensor, binding: str,
+                  reason: str) -> tuple[str, FixIntent | None]:
+    """(the clause of the fix, its intent) that detaches module state: right after the statement that makes it
+    (a tuple target), on that statement's value, or, when no statement of the class assigns it (a
+    ``register_buffer`` cache), where the module reads it back; ("", None) when none applies."""
+    made = crossing.made
+    if made is None:
+        read = crossing.read if binding else None
+        if read is None:
+            return "", None
+        return (f", or detach it where the module reads it back: `{binding}.detach()` in `{read.code}` ({at(read)})",
+                FixIntent("detach_expression", read.file, read.line, target=binding, reason=reason))
+    names = assigned_names(statement_code(made))
+    if len(names) > 1 and binding in names:  # `out, self.h = ...`
+        # a tuple target cannot take `.detach()` on its right-hand side: detach the state on the next line
+        detach_code = f"{binding} = {binding}.detach()"
+        return (f", or detach it right after it is made: insert `{detach_code}` after {at(made)}",
+                FixIntent("insert_after", made.file, made.line, target=binding, detail={"code": detach_code},
+                          reason=reason))
+    detached = _clone_assignment(statement_code(made), "detach")
+    if detached is None:
+        return "", None
+    return (f", or detach it where it is made: `{detached}` ({at(made)})",
+            FixIntent("detach_assignment", made.file, made.line, target=binding, reason=reason))
 
 
 def _detach_where_made(case: _Twice, crossing: CrossingTensor, made: SourceLocation, fixes: list[FixIntent]) -> str:
