@@ -233,29 +233,18 @@ def test_guard_does_not_import_dynamo_and_stays_quiet_under_torch_compile():
          "print('torch._dynamo' in sys.modules)"],
         capture_output=True, text=True, timeout=300)
     assert quiet.stdout == "False\n", quiet.stderr
-    compiled = subprocess.run([sys.executable, "/dev/stdin"], input=(
-        "import torch, gradguard\n"
-        "torch.manual_seed(0)\n"
-        "m = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))\n"
-        "x = torch.randn(4, 8)\n"
-        "ref = torch.autograd.grad(m(x).sum(), list(m.parameters()))\n"
-        "cm = torch.compile(m, backend='aot_eager')\n"
-        "with gradguard.guard():\n"
-        "    got = torch.autograd.grad(cm(x).sum(), list(m.parameters()))\n"
-        "print(all(torch.equal(a, b) for a, b in zip(ref, got)))\n"), capture_output=True, text=True, timeout=300)
+    compiled = _compiled_under_guard("")
     assert compiled.stdout == "True\n", compiled.stderr
     assert "recompil" not in compiled.stderr
 
 
-@pytest.mark.parametrize("options", ["fingerprint='sample', track_writes=False", "sample_steps=2"])
-def test_a_compiled_module_under_the_sentinels_module_hooks_compiles_and_prints_nothing(options):
-    # The sentinel's global module hooks (forward_hooks.py) are traced by Dynamo: touching their state there made
-    # Dynamo track the module twice and fail, and torch >= 2.5 warns about global hooks on every compiled call
-    # (NOTE [The global-hooks warning of torch.compile]). Gradients bit-identical, stderr as without gradguard.
+def _compiled_under_guard(options: str):
+    """A compiled module's gradients, three times under ``guard(options)``, printed as whether each matched plain
+    eager's bit for bit."""
     import subprocess
     import sys
 
-    compiled = subprocess.run([sys.executable, "/dev/stdin"], input=(
+    return subprocess.run([sys.executable, "/dev/stdin"], input=(
         "import torch, gradguard\n"
         "torch.manual_seed(0)\n"
         "m = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))\n"
@@ -263,9 +252,17 @@ def test_a_compiled_module_under_the_sentinels_module_hooks_compiles_and_prints_
         "ref = torch.autograd.grad(m(x).sum(), list(m.parameters()))\n"
         "cm = torch.compile(m, backend='aot_eager')\n"
         f"with gradguard.guard({options}):\n"
-        "    for _ in range(3):\n"
-        "        got = torch.autograd.grad(cm(x).sum(), list(m.parameters()))\n"
-        "print(all(torch.equal(a, b) for a, b in zip(ref, got)))\n"), capture_output=True, text=True, timeout=300)
+        "    same = [all(torch.equal(a, b) for a, b in zip(ref, torch.autograd.grad(cm(x).sum(), list(m.parameters()))))\n"
+        "            for _ in range(3)]\n"
+        "print(all(same))\n"), capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("options", ["fingerprint='sample', track_writes=False", "sample_steps=2"])
+def test_a_compiled_module_under_the_sentinels_module_hooks_compiles_and_prints_nothing(options):
+    # The sentinel's global module hooks (forward_hooks.py) are traced by Dynamo: touching their state there made
+    # Dynamo track the module twice and fail, and torch >= 2.5 warns about global hooks on every compiled call
+    # (NOTE [The global-hooks warning of torch.compile]). Gradients bit-identical, stderr as without gradguard.
+    compiled = _compiled_under_guard(options)
     assert compiled.stdout == "True\n", compiled.stderr
     assert compiled.stderr == ""
 
