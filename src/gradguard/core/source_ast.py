@@ -132,6 +132,11 @@ def _reference_steps(expression: str) -> tuple[str, tuple[_Step, ...]] | None:
     return node.id, tuple(reversed(steps))
 
 
+def _step_value(what: tuple[str, Any], scope: Mapping[str, Any]) -> Any:
+    """The attribute name or index a step holds: its constant, or the variable's value in ``scope``."""
+    return what[1] if what[0] == "constant" else scope.get(what[1])
+
+
 def evaluate_reference(expression: str, scope: Mapping[str, Any]) -> object:
     """The value of a plain reference (see ``_is_plain_reference``) in ``scope`` (a mapping), or None. Attribute
     steps use getattr, index steps only index lists, tuples, dicts and torch module containers: no user code
@@ -147,10 +152,10 @@ def evaluate_reference(expression: str, scope: Mapping[str, Any]) -> object:
         if kind == "attr":
             value = getattr(value, what, None)
         elif kind == "getattr":
-            attribute = what[1] if what[0] == "constant" else scope.get(what[1])
+            attribute = _step_value(what, scope)
             value = getattr(value, attribute, None) if isinstance(attribute, str) else None
         else:
-            index = what[1] if what[0] == "constant" else scope.get(what[1])
+            index = _step_value(what, scope)
             container = type(value).__name__
             if not (isinstance(value, (list, tuple, dict)) or container in ("ModuleList", "Sequential", "ModuleDict",
                                                                             "ParameterList", "ParameterDict")):
@@ -176,7 +181,7 @@ def dotted_reference(expression: str, scope: Mapping[str, Any]) -> str | None:
         if kind == "attr":
             text += "." + what
         elif kind == "getattr":
-            attribute = what[1] if what[0] == "constant" else scope.get(what[1])
+            attribute = _step_value(what, scope)
             if not (isinstance(attribute, str) and attribute.isidentifier()):
                 return None
             text += "." + attribute

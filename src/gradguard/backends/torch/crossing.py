@@ -238,12 +238,11 @@ def _module_of(path: str, frames) -> tuple[torch.nn.Module, str] | None:
     return None
 
 
-def _read_back(path: str, kind: str, frames) -> SourceLocation | None:
-    """For module state its class never assigns, where the class reads it back (``_class_read``)."""
-    found = _module_of(path, frames) if kind == "module attribute" else None
-    if found is None or _class_assignment(*found) is not None:
-        return None
-    return _class_read(*found)
+def _read_back(path: str, kind: str, frames, made: SourceLocation | None) -> SourceLocation | None:
+    """For module state its class never assigns (``_made`` found no assignment: ``made`` is None), where the class
+    reads it back (``_class_read``)."""
+    found = _module_of(path, frames) if kind == "module attribute" and made is None else None
+    return _class_read(*found) if found is not None else None
 
 
 def _made(path: str, kind: str, frame, frames, node, node_sites) -> tuple[SourceLocation | None, str | None]:
@@ -317,7 +316,7 @@ def _exact_holder(exact: list, frames: list, node_sites: dict, freed_by) -> Cros
         # a name bound to another holder's tensor (`peer = outputs[1 - i]`) did not make it: the last choice
         ranked.append(((_is_alias(made), _RANK[kind], -_seq(tensor.grad_fn)), path, tensor, kind, made, binding))
     _key, path, tensor, kind, made, binding = min(ranked, key=lambda r: r[0])
-    return Crossing(path, tensor, kind, made, freed_by, binding, _read_back(path, kind, frames))
+    return Crossing(path, tensor, kind, made, freed_by, binding, _read_back(path, kind, frames, made))
 
 
 def _replaced_state(holders: list, boundary: set, threshold: int, frames: list, node_sites: dict,
@@ -330,4 +329,4 @@ def _replaced_state(holders: list, boundary: set, threshold: int, frames: list, 
         return None
     path, tensor, kind, frame = min(state, key=lambda h: (-_RANK[h[2]], h[0]))
     made, binding = _made(path, kind, frame, frames, max(boundary, key=_seq), node_sites)
-    return Crossing(path, tensor, kind, made, freed_by, binding, _read_back(path, kind, frames))
+    return Crossing(path, tensor, kind, made, freed_by, binding, _read_back(path, kind, frames, made))

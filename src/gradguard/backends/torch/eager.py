@@ -9,8 +9,8 @@ This probe only gathers what happened (``Facts.eager_check`` and the facts after
 from __future__ import annotations
 
 import ast
-import re
 import collections
+import re
 
 import torch
 
@@ -20,8 +20,8 @@ from ...core.facts import CrossingTensor, Facts
 from ...core.findings import Finding, SaveSite, SourceLocation, TensorInfo, WriteRecord
 from ...core.frames import innermost_user_entry
 from ...core.fixes import assigned_names, carried_state, statement_code
-from ...core.source_ast import (parse_file, statement_at, accumulations, assignment_before, dotted_reference, resets_between,
-                                 written_expression)
+from ...core.source_ast import (parse_file, statement_at, accumulations, assignment_before, dotted_reference,
+                                 resets_between, written_expression)
 from .backward_calls import _is_user, raised_chain, second_call_of_same_loss
 from .graph import _reaches_any, walk_nodes
 from .loss_site import forward_before_loop
