@@ -111,6 +111,36 @@ def test_evaluate_reference_runs_no_user_code():
     assert evaluate_reference("layers[i](x)", scope) is None
 
 
+def test_written_reference_keeps_the_index_steps_and_the_frame_resolves_them(tmp_path):
+    import torch
+
+    from gradguard.core.source_ast import reference_prefixes, written_reference
+
+    path = _file(
+        tmp_path,
+        """
+        U.blocks[(c0, c1)] *= s
+        cache['k'].add_(1)
+        x[i, 0] = 1
+        rows[f(i)] += 1
+        """,
+    )
+    assert [written_reference(path, line) for line in range(2, 6)] == [
+        "U.blocks[c0, c1]", "cache['k']", "x", None]
+    assert written_expression(path, 2) == "U.blocks"  # without a frame, the index is dropped
+
+    class Factors:
+        blocks = {(0, 1): torch.zeros(2), (1, 1): torch.ones(2)}
+
+    scope = {"U": Factors(), "c0": 0, "c1": 1}
+    assert [text for text, _ in reference_prefixes("U.blocks[(c0, c1)]", scope)] == [
+        "U", "U.blocks", "U.blocks[(c0, c1)]"]
+    assert list(reference_prefixes("U.blocks[(c0, c1)]", scope))[-1][1] is Factors.blocks[(0, 1)]
+    # a tuple index on a tensor stops the walk: a tensor is no container, its indices are parts of it
+    assert [text for text, _ in reference_prefixes("t[(c0, c1)]", {"t": torch.zeros(2, 2), "c0": 0, "c1": 1})] == [
+        "t"]
+
+
 def test_out_of_place_never_assigns_to_a_call():
     from gradguard.core.fixes import out_of_place
 

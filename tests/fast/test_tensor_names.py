@@ -74,3 +74,22 @@ def test_a_tensor_only_named_inside_the_frame_that_wrote_it_keeps_that_name():
             net(torch.randn(1, 1, 3, 3)).sum().backward()
     # when backward fails, Block.forward's frame is gone; while the ReLU wrote into it, `x` held it
     assert info.value.finding.tensor.label == "x (float32[1, 2, 3, 3], output of ConvolutionBackward0)"
+
+
+def _halves_of(y):
+    return {("left", 0): y[:, :2], ("right", 1): y[:, 2:]}
+
+
+def _scale_halves(halves, keys, by):
+    for side, k in keys:
+        halves[(side, k)] *= by  # the write goes through the dict: no local holds the written tensor
+
+
+def test_a_tensor_a_container_holds_is_named_by_the_reference_the_write_goes_through():
+    x = torch.randn(4, 4, requires_grad=True)
+    with pytest.raises(gradguard.InplaceModificationError) as info:
+        with gradguard.guard():
+            halves = _halves_of(x.exp())  # exp saves its output; only the dict of its halves is kept
+            _scale_halves(halves, [("left", 0)], 2.0)
+            sum(h.sum() for h in halves.values()).backward()
+    assert info.value.finding.tensor.name == "halves[(side, k)]"

@@ -8,12 +8,12 @@ from __future__ import annotations
 import ast
 import functools
 import linecache
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 from .findings import SourceLocation
 
 __all__ = ["written_expression", "assignment_before", "backward_receiver", "call_name", "callee_of", "dotted_reference",
-           "evaluate_reference", "function_node", "parse_file"]
+           "evaluate_reference", "function_node", "parse_file", "reference_prefixes", "written_reference"]
 
 
 def parse_file(filename: str) -> ast.Module | None:
@@ -90,14 +90,35 @@ def _is_plain_reference(node: ast.AST, dynamic: bool = False) -> bool:
         if parts is not None:
             node = parts[0]
         elif isinstance(node, (ast.Attribute, ast.Subscript)):
-            if isinstance(node, ast.Subscript) and not isinstance(node.slice, (ast.Constant, ast.Name)):
+            if isinstance(node, ast.Subscript) and _index_of(node.slice) is None:
                 return False
             node = node.value
         else:
             return isinstance(node, ast.Name)
 
 
-_Step = tuple[str, Any]  # ("attr", name), ("getattr" | "index", ("constant", value) | ("name", variable))
+_Step = tuple[str, Any]  # ("attr", name), ("getattr" | "index", an index: see _index_of)
+
+
+def _index_of(node: ast.expr) -> tuple[str, Any] | None:
+    """``("constant", value)``, ``("name", variable)`` or ``("tuple", (index, ...))`` for an index made of
+    constants and names (``blocks[(c0, c1)]``), None for any other (it would run user code)."""
+    if isinstance(node, ast.Constant):
+        return "constant", node.value
+    if isinstance(node, ast.Name):
+        return "name", node.id
+    if isinstance(node, ast.Tuple) and node.elts and not isinstance(node.ctx, ast.Store):
+        elements = tuple(_index_of(e) for e in node.elts)
+        return None if any(e is None for e in elements) else ("tuple", elements)
+    return None
+
+
+def _spelt(what: tuple[str, Any]) -> str:
+    """An index as the user wrote it: ``0``, ``'k'``, ``i``, ``(c0, c1)``."""
+    if what[0] == "tuple":
+        inner = ", ".join(_spelt(e) for e in what[1])
+        return f"({inner},)" if len(what[1]) == 1 else f"({inner})"
+    return repr(what[1]) if what[0] == "constant" else what[1]
 
 
 @functools.lru_cache(maxsize=1024)
@@ -119,9 +140,8 @@ def _reference_steps(expression: str) -> tuple[str, tuple[_Step, ...]] | None:
         elif isinstance(node, ast.Attribute):
             steps.append(("attr", node.attr))
             node = node.value
-        elif isinstance(node, ast.Subscript) and isinstance(node.slice, (ast.Constant, ast.Name)):
-            index = node.slice
-            steps.append(("index", ("constant", index.value) if isinstance(index, ast.Constant) else ("name", index.id)))
+        elif isinstance(node, ast.Subscript) and _index_of(node.slice) is not None:
+            steps.append(("index", _index_of(node.slice)))
             node = node.value
         elif isinstance(node, ast.Subscript):
             return None  # any other index would run user code
@@ -134,39 +154,51 @@ def _reference_steps(expression: str) -> tuple[str, tuple[_Step, ...]] | None:
 
 def _step_value(what: tuple[str, Any], scope: Mapping[str, Any]) -> Any:
     """The attribute name or index a step holds: its constant, or the variable's value in ``scope``."""
+    if what[0] == "tuple":
+        return tuple(_step_value(e, scope) for e in what[1])
     return what[1] if what[0] == "constant" else scope.get(what[1])
 
 
+_CONTAINERS = ("ModuleList", "Sequential", "ModuleDict", "ParameterList", "ParameterDict")
+
+
+def reference_prefixes(expression: str, scope: Mapping[str, Any]) -> Iterator[tuple[str, object]]:
+    """(text, value) of each prefix of a plain reference (see ``_is_plain_reference``) in ``scope``, shortest
+    first, as far as the values resolve: ``U``, ``U.blocks``, ``U.blocks[(c0, c1)]``. Attribute steps use getattr,
+    index steps only index lists, tuples, dicts and torch module containers: no user code runs."""
+    parsed = _reference_steps(expression)
+    if parsed is None or parsed[0] not in scope:
+        return
+    text, steps = parsed
+    value = scope[text]
+    yield text, value
+    for kind, what in steps:
+        if kind == "attr":
+            text, value = f"{text}.{what}", getattr(value, what, None)
+        elif kind == "getattr":
+            attribute = _step_value(what, scope)
+            if not isinstance(attribute, str):
+                return
+            text, value = f"{text}.{attribute}", getattr(value, attribute, None)
+        else:
+            if not isinstance(value, (list, tuple, dict)) and type(value).__name__ not in _CONTAINERS:
+                return
+            try:
+                text, value = f"{text}[{_spelt(what)}]", value[_step_value(what, scope)]
+            except (IndexError, KeyError, TypeError):
+                return
+        if value is None:
+            return
+        yield text, value
+
+
 def evaluate_reference(expression: str, scope: Mapping[str, Any]) -> object:
-    """The value of a plain reference (see ``_is_plain_reference``) in ``scope`` (a mapping), or None. Attribute
-    steps use getattr, index steps only index lists, tuples, dicts and torch module containers: no user code
-    runs."""
+    """The value of a plain reference (see ``_is_plain_reference``) in ``scope`` (a mapping), or None."""
     parsed = _reference_steps(expression)
     if parsed is None:
         return None
-    name, steps = parsed
-    if name not in scope:
-        return None
-    value = scope[name]
-    for kind, what in steps:
-        if kind == "attr":
-            value = getattr(value, what, None)
-        elif kind == "getattr":
-            attribute = _step_value(what, scope)
-            value = getattr(value, attribute, None) if isinstance(attribute, str) else None
-        else:
-            index = _step_value(what, scope)
-            container = type(value).__name__
-            if not (isinstance(value, (list, tuple, dict)) or container in ("ModuleList", "Sequential", "ModuleDict",
-                                                                            "ParameterList", "ParameterDict")):
-                return None
-            try:
-                value = value[index]
-            except (IndexError, KeyError, TypeError):
-                return None
-        if value is None:
-            return None
-    return value
+    prefixes = list(reference_prefixes(expression, scope))
+    return prefixes[-1][1] if len(prefixes) == len(parsed[1]) + 1 else None
 
 
 def dotted_reference(expression: str, scope: Mapping[str, Any]) -> str | None:
@@ -186,7 +218,7 @@ def dotted_reference(expression: str, scope: Mapping[str, Any]) -> str | None:
                 return None
             text += "." + attribute
         else:
-            text += f"[{what[1]!r}]" if what[0] == "constant" else f"[{what[1]}]"
+            text += f"[{_spelt(what)}]"
     return text
 
 
@@ -226,26 +258,36 @@ def _call_written(stmt: ast.stmt, dynamic: bool = False) -> ast.expr | None:
     return None
 
 
+def _written_target(filename: str, line: int, dynamic: bool) -> ast.expr | None:
+    stmt = statement_at(filename, line)
+    if stmt is None:
+        return None
+    if isinstance(stmt, ast.AugAssign):
+        return stmt.target
+    if isinstance(stmt, ast.Assign) and stmt.targets and isinstance(stmt.targets[0], ast.Subscript):
+        return stmt.targets[0].value
+    return _call_written(stmt, dynamic)
+
+
 def written_expression(filename: str, line: int, dynamic: bool = False) -> str | None:
     """The expression written in place on that line: ``w`` in ``w += 1``, ``x[0] = 1``, ``x.add_(1)``,
     ``torch.relu_(x)``, ``F.relu(x, inplace=True)``. Only plain references are returned (names, attribute and
     simple index steps: safe to evaluate with ``evaluate_reference``); ``dynamic``: ``getattr(obj, name)`` steps
     too, for a caller that resolves them in the writing frame (``dotted_reference``)."""
-    stmt = statement_at(filename, line)
-    if stmt is None:
-        return None
-    target: ast.expr | None
-    if isinstance(stmt, ast.AugAssign):
-        target = stmt.target
-    elif isinstance(stmt, ast.Assign) and stmt.targets and isinstance(stmt.targets[0], ast.Subscript):
-        target = stmt.targets[0].value
-    else:
-        target = _call_written(stmt, dynamic)
-    if target is None:
-        return None
+    target = _written_target(filename, line, dynamic)
     while isinstance(target, ast.Subscript):
         target = target.value
-    if not _is_plain_reference(target, dynamic):
+    if target is None or not _is_plain_reference(target, dynamic):
+        return None
+    return ast.unparse(target)
+
+
+def written_reference(filename: str, line: int) -> str | None:
+    """As :func:`written_expression`, with the index steps the write goes through kept (``U.blocks[(c0, c1)]``
+    in ``U.blocks[(c0, c1)] *= s``): whether an index picks a tensor out of a container or a part of the tensor
+    is a question for the writing frame (``reference_prefixes``)."""
+    target = _written_target(filename, line, False)
+    if target is None or not _is_plain_reference(target):
         return None
     return ast.unparse(target)
 

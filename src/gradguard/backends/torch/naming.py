@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import gc
 import sys
@@ -24,6 +25,7 @@ import torch
 
 from ...core.frames import user_frames, user_variable_names
 from ...core.internal import log_fallback
+from ...core.source_ast import reference_prefixes, written_reference
 
 __all__ = ["name_tensor", "name_by_variable", "name_in_writing_frame", "storage_key", "heap_modules",
            "one_heap_scan"]
@@ -148,8 +150,30 @@ def name_in_writing_frame(t: torch.Tensor) -> str | None:
     frame = next(user_frames(sys._getframe(1)), None)
     if frame is None:
         return None
-    return next((var for var, value in _user_names(frame.f_locals)
-                 if issubclass(type(value), torch.Tensor) and _holds(value, key, t)), None)
+    local = next((var for var, value in _user_names(frame.f_locals)
+                  if issubclass(type(value), torch.Tensor) and _holds(value, key, t)), None)
+    if local is not None:
+        return local
+    # No local holds it: the reference the writing statement writes through (`U.blocks[(c0, c1)] *= s` writes a
+    # tensor a dict holds, here a slice of the saved one), read in the frame up to the first step that reaches a
+    # tensor in the saved one's memory.
+    reference = written_reference(frame.f_code.co_filename, frame.f_lineno)
+    if reference is None:
+        return None
+    scope = collections.ChainMap(frame.f_locals, frame.f_globals)
+    for text, value in reference_prefixes(reference, scope):
+        if issubclass(type(value), torch.Tensor):
+            return text if _in_storage(value, key[0], t) else None
+    return None
+
+
+def _in_storage(value: torch.Tensor, storage: int, t: torch.Tensor) -> bool:
+    """Whether ``value`` lies in the storage at address ``storage`` (on ``t``'s device)."""
+    try:
+        return value.device == t.device and value.layout == torch.strided and storage_key(value) == storage
+    except Exception as error:  # a tensor subclass without storage
+        log_fallback("backends.torch", "reading a written reference's storage", error)
+        return False
 
 
 def _user_names(scope: dict):
