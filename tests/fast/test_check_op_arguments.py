@@ -147,3 +147,11 @@ def test_quick_budget_runs_the_argument_regimes_first():
     case = BY_NAME["roll_shift"]
     report = gradguard.check_op(case.mutant, *_args(case), reference=case.reference, budget="quick")
     assert not report.passed and any("fails only with `shift=3`" in f.message for f in report.failures), str(report)
+
+
+def test_an_argument_strategy_with_nothing_to_vary_is_listed_as_skipped_with_why():
+    report = gradguard.check_op(lambda x, dim: torch.logsumexp(x, dim), torch.randn(3, 4, dtype=torch.float64), 1)
+    skipped = {c.check: c.detail for c in report.checks if c.status == "skip"}
+    assert skipped["regime.flags"] == "fn takes no bool argument"
+    assert skipped["regime.thresholds"] == "fn takes no float bound/threshold/eps argument"
+    assert "regime.reduction_dim" not in skipped  # `dim` is varied

@@ -389,6 +389,7 @@ def build_regimes(B, args, wrt, kwargs, arguments: list[Argument], vary: dict, s
                 floats=[i for i in wrt if B.numel(args[i]) >= 1])
     _apply(_LAYOUT_STRATEGIES, c, selected, regimes, skipped)
     variants, arg_skipped = argument_regimes(B, args, wrt, names, arguments, vary, set(selected))
+    skipped.update(arg_skipped)  # a selected argument strategy with no variant is listed, as the layout ones are
     c.sentinels = {v.argument.name: v.value for v in variants if v.strategy == "sentinel_indices"}
     _apply(_VALUE_STRATEGIES, c, selected, regimes, skipped)
     for v in variants:  # NOTE [Argument regimes]
