@@ -75,6 +75,24 @@ def test_multi_output_view_from_unbind():
     assert "`a = a.mul(2)` instead of `a.mul_(2)`" in finding.suggestion
 
 
+def test_multi_output_view_written_through_its_tuple_in_a_comprehension():
+    def squeeze_all(hidden):
+        hx = (hidden
+              .reshape(2, 1, 3)
+              .unbind(0))
+        return [hx[idx].squeeze_(0) for idx in range(2)]
+
+    finding = _raised(gradguard.InplaceModificationError,
+                      lambda: squeeze_all(torch.randn(6, requires_grad=True) * 1.0)).finding
+    assert finding.rule == "multi_output_view_inplace"
+    assert finding.tensor.name == "hx[idx]" and finding.tensor.shape == (1, 3)  # the piece, not the tuple `hx`
+    assert "(line 80: `hx = hidden.reshape(2, 1, 3).unbind(0)`)" in finding.explanation  # the whole statement
+    assert ("`return [hx[idx].squeeze(0) for idx in range(2)]` instead of `return [hx[idx].squeeze_(0) for idx "
+            "in range(2)]`") in finding.suggestion
+    assert "clone()" not in finding.suggestion  # `hx[idx] = hx[idx].clone()` would write into a tuple
+    assert [i.action for i in finding.fixes] == ["inplace_to_out_of_place"]
+
+
 def test_multi_output_view_bound_by_a_loop_is_not_told_to_rebind():
     # corpus 006 (Score-CAM's denormalize): `channel = channel.mul(std)` would drop the write the loop makes
     image = torch.randn(1, 3, 2, 2, requires_grad=True).clone()

@@ -56,6 +56,18 @@ def test_inplace_to_out_of_place_forms():
         edit("p[1:3] = 0.0\n", "inplace_to_out_of_place", 1, method="masked_fill")
 
 
+def test_an_inplace_call_whose_receiver_cannot_be_rebound_is_made_out_of_place_where_it_stands():
+    # NOTE [An in-place call whose receiver cannot be rebound]: an indexed receiver, a comprehension's variable
+    assert edit("hx = [(hx[idx].squeeze_(0)) for idx in range(n)]\n", "inplace_to_out_of_place", 1) == (
+        "hx = [(hx[idx].squeeze(0)) for idx in range(n)]\n")
+    assert edit("out = [h.relu_() for h in hs]  # keep\n", "inplace_to_out_of_place", 1) == (
+        "out = [h.relu() for h in hs]  # keep\n")
+    assert edit("a = net(x).relu_()\n", "inplace_to_out_of_place", 1) == "a = net(x).relu()\n"
+    assert edit("y = a - t.mul_(k)\n", "inplace_to_out_of_place", 1) == "t = t.mul(k)\ny = a - t\n"  # rebound
+    with pytest.raises(EditNotApplicable, match="cannot be rebound and the call's value is not used"):
+        edit("x[0].mul_(2)\n", "inplace_to_out_of_place", 1)  # `x[0] = x[0].mul(2)` would write x in place again
+
+
 def test_detach_and_clone_arguments():
     assert edit("out = netD(fake, 3).view(-1)\n", "detach_argument", 1, "fake", call="netD") == (
         "out = netD(fake.detach(), 3).view(-1)\n")

@@ -126,7 +126,7 @@ def test_written_reference_keeps_the_index_steps_and_the_frame_resolves_them(tmp
         """,
     )
     assert [written_reference(path, line) for line in range(2, 6)] == [
-        "U.blocks[c0, c1]", "cache['k']", "x", None]
+        "U.blocks[c0, c1]", "cache['k']", "x", "rows"]  # an index that would run code: the part of `rows` it writes
     assert written_expression(path, 2) == "U.blocks"  # without a frame, the index is dropped
 
     class Factors:

@@ -32,9 +32,21 @@ def _write_at(f: Finding) -> SourceLocation | None:
     return f.modified_at[0].location if f.modified_at else None
 
 
+def _one_line(made: SourceLocation) -> str:
+    """The statement at ``made``; one over several lines (``hx = (`` ...) all of it, on one line."""
+    code = statement_code(made)
+    if code == made.code:
+        return code
+    try:
+        return ast.unparse(ast.parse(code))
+    except SyntaxError:
+        return made.code
+
+
 def _created_at(f: Finding) -> list[tuple[str, str]]:
-    if f.facts.made_at is not None:
-        return [("created at", f"{f.facts.made_at.short}: {f.facts.made_at.code}")]
+    made = f.facts.made_at
+    if made is not None:
+        return [("created at", f"{made.short}: {_one_line(made)}")]
     if f.tensor.role == "parameter":
         return [("created at", "a module parameter (leaf tensor created by nn.Module)")]
     return []
@@ -186,6 +198,7 @@ def multi_view_rule(f: Finding, _: object) -> Verdict:
     at, written, made = _write_at(f), f.facts.written, f.facts.made_at
     code, name = at.code if at else "", written or "the tensor"
     loop_bound = _is_loop_target(at, written)
+    clone = _clone_before_intent(at, written, preferred=False)  # the text offers only the edit there is
     if loop_bound:
         # Rebinding the loop variable (out of place, or to a clone) would silently drop the write the loop makes.
         fix = (f"`{name}` is the variable of a for loop over a tensor: iterating unbinds the tensor into views "
@@ -197,17 +210,17 @@ def multi_view_rule(f: Finding, _: object) -> Verdict:
     else:
         rewritten = out_of_place(code) if code else None
         fix = f"Write it out of place: `{rewritten}` instead of `{code}`." if rewritten else "Write it out of place."
-        fix += (f" Or clone the piece before writing it (`{name} = {name}.clone()`)." if written else
+        fix += (f" Or clone the piece before writing it (`{name} = {name}.clone()`)." if clone else
                 " Or clone the piece before writing it, and write into the clone.")
     return Verdict(
         "multi_output_view_inplace",
         f"`{name}` is one of several views returned together by {function}"
-        f"{f' (line {made.line}: `{made.code}`)' if made is not None else ''}. They share one backward node, "
+        f"{f' (line {made.line}: `{_one_line(made)}`)' if made is not None else ''}. They share one backward node, "
         f"so autograd cannot record an in-place write into just one of them.",
         fix,
         _preferred_first(_index_loop_intent(at, written) if loop_bound else
                          _rewrite_intents(at, written, "a new tensor instead of a write into one of several views")
-                         + _clone_before_intent(at, written, preferred=False)),
+                         + clone),
         [("view of", f"{op} (several views returned by {function})"), *_created_at(f)],
     )
 

@@ -301,21 +301,31 @@ def _strip_inplace_links(call: cst.Call) -> tuple[cst.Call, cst.BaseExpression] 
     return call.visit(Strip()), receiver  # type: ignore[return-value]  # attributes renamed: still the call
 
 
+_SCOPES = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp, cst.Lambda)  # names bound only inside
+
+
 class _FirstInplaceChain(cst.CSTVisitor):
-    """The outermost in-place method chain of a statement whose receiver is a name or an attribute."""
+    """The outermost in-place method chain of a statement, and whether it sits in a comprehension or a lambda
+    (whose names do not exist outside it)."""
 
     def __init__(self) -> None:
         self.found: cst.Call | None = None
+        self.scoped = False
+        self._depth = 0
 
-    def visit_Call(self, node: cst.Call) -> bool:
-        if self.found is None and _is_inplace_method(node):
-            receiver: cst.BaseExpression = node
-            while _is_inplace_method(receiver):
-                receiver = receiver.func.value
-            if isinstance(receiver, (cst.Name, cst.Attribute)):
-                self.found = node
-                return False
-        return self.found is None
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if self.found is not None:
+            return False
+        if isinstance(node, _SCOPES):
+            self._depth += 1
+        if _is_inplace_method(node):
+            self.found, self.scoped = node, self._depth > 0
+            return False
+        return True
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        if isinstance(original_node, _SCOPES):
+            self._depth -= 1
 
 
 def _assign(target: cst.BaseExpression, value: cst.BaseExpression) -> cst.Assign:
@@ -326,15 +336,28 @@ def _assign(target: cst.BaseExpression, value: cst.BaseExpression) -> cst.Assign
 def _method_out_of_place(statement: cst.SimpleStatementLine, small: cst.BaseSmallStatement
                          ) -> cst.SimpleStatementLine | list[cst.BaseStatement]:
     """``x.div_(n)`` -> ``x = x.div(n)``; ``y = x.div_(n)`` (the result used) -> ``x = x.div(n)`` then ``y = x``;
-    an in-place call inside an expression is hoisted the same way (``a - t.mul_(k)``: ``t = t.mul(k)`` first)."""
+    an in-place call inside an expression is hoisted the same way (``a - t.mul_(k)``: ``t = t.mul(k)`` first).
+
+    # NOTE [An in-place call whose receiver cannot be rebound]
+    # A receiver that is no name or attribute (``hx[idx].squeeze_(0)``: rebinding ``hx[idx]`` would write into
+    # ``hx``) or that lives in a comprehension or a lambda (``[h.relu_() for h in hs]``: ``h`` exists only there)
+    # cannot be rebound before the statement. When the statement uses the call's value, the call is made out of
+    # place where it stands: the expression gets the same values and the receiver is left as it was."""
     finder = _FirstInplaceChain()
     small.visit(finder)
-    if finder.found is None:
-        raise EditNotApplicable(f"no in-place method call on a name or attribute in `{_code(statement).strip()}`")
     chain = finder.found
+    if chain is None:
+        raise EditNotApplicable(f"no in-place method call in `{_code(statement).strip()}`")
     new, receiver = _strip_inplace_links(chain)  # type: ignore[misc]  # chain is an in-place chain: not None
+    whole = isinstance(small, cst.Expr) and small.value is chain
+    if finder.scoped or not isinstance(receiver, (cst.Name, cst.Attribute)):
+        if whole:
+            raise EditNotApplicable(f"`{_code(receiver)}` cannot be rebound and the call's value is not used in "
+                                    f"`{_code(statement).strip()}`")
+        return statement.with_changes(body=[small.visit(_ExpressionEdit(lambda node: node is chain,
+                                                                        lambda node: new))])
     rebind = statement.with_changes(body=[_assign(receiver, new)])
-    if isinstance(small, cst.Expr) and small.value is chain:
+    if whole:
         return rebind
     edit = _ExpressionEdit(lambda node: node is chain, lambda node: receiver.deep_clone())
     rest = small.visit(edit)

@@ -287,6 +287,8 @@ def written_reference(filename: str, line: int) -> str | None:
     in ``U.blocks[(c0, c1)] *= s``): whether an index picks a tensor out of a container or a part of the tensor
     is a question for the writing frame (``reference_prefixes``)."""
     target = _written_target(filename, line, False)
+    while isinstance(target, ast.Subscript) and _index_of(target.slice) is None:
+        target = target.value  # a slice or a mask (`x[:, 0]`, `x[x > 0]`): a part of the tensor reached before it
     if target is None or not _is_plain_reference(target):
         return None
     return ast.unparse(target)

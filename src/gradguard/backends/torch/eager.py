@@ -21,7 +21,7 @@ from ...core.findings import Finding, SaveSite, SourceLocation, TensorInfo, Writ
 from ...core.frames import innermost_user_entry
 from ...core.fixes import assigned_names, carried_state, statement_code
 from ...core.source_ast import (parse_file, statement_at, accumulations, assignment_before, dotted_reference,
-                                 resets_between, written_expression)
+                                 reference_prefixes, resets_between, written_expression, written_reference)
 from .backward_calls import _is_user, raised_chain, second_call_of_same_loss
 from .graph import _reaches_any, walk_nodes
 from .loss_site import forward_before_loop
@@ -112,10 +112,12 @@ class _Site:
         self.info = _describe(self.tensor, self.expression)
         self.made = None
         if self.expression and self.info.role not in ("parameter", "buffer"):
-            made = assignment_before(filename, line, self.expression)
+            # `hx[idx]` was made where the container `hx` was: the reference up to its first index
+            bound = self.expression.split("[", 1)[0]
+            made = assignment_before(filename, line, bound)
             # assignment_before also matches `w.grad = ...` for `w` (it collects every name inside a target);
             # only a statement that binds the expression itself says where the tensor was made.
-            if made is not None and self.expression in assigned_names(statement_code(made)):
+            if made is not None and bound in assigned_names(statement_code(made)):
                 self.made = made
 
 
@@ -123,9 +125,15 @@ def _written(filename: str, line: int, frame) -> str | None:
     """The reference written on the line, a ``getattr(module, name)`` receiver spelt as the attribute it reaches
     in the writing frame (``module.weight``)."""
     expression = written_expression(filename, line, dynamic=True)
-    if expression is None or "getattr(" not in expression:
-        return expression
-    return dotted_reference(expression, collections.ChainMap(frame.f_locals, frame.f_globals))
+    scope = collections.ChainMap(frame.f_locals, frame.f_globals)
+    if expression is not None and "getattr(" in expression:
+        return dotted_reference(expression, scope)
+    # `hx[idx].squeeze_(0)` on a tuple `hx` writes `hx[idx]`: the first step of the reference that is a tensor
+    reference = written_reference(filename, line)
+    if reference is not None and reference != expression:
+        return next((text for text, value in reference_prefixes(reference, scope) if isinstance(value, torch.Tensor)),
+                    expression)
+    return expression
 
 
 def _view_named_by_error(error: BaseException, filename: str, line: int, frame) -> str | None:
