@@ -271,6 +271,42 @@ def test_a_peer_output_read_by_the_earlier_loss_is_detached_where_it_is_read(tmp
     _runs_clean(tmp_path)
 
 
+# An adversarial autoencoder: the encoder learns to fool the critic, then the critic learns on the same codes,
+# not detached; the encoder's backward freed the path the critic's loss reaches through them. Detaching the codes
+# where they are made, or where the encoder's loss reads them, would cut the encoder's own gradient: the critic's
+# read is the one to detach (the window of reads reaches the failing backward, not only the one that freed it).
+ADVERSARIAL_CODES = """
+    import torch
+    import torch.nn as nn
+
+    torch.manual_seed(0)
+    encoder = nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 2))
+    critic = nn.Sequential(nn.Linear(2, 8), nn.ReLU(), nn.Linear(8, 1))
+    opt_enc = torch.optim.SGD(encoder.parameters(), lr=0.01)
+    opt_critic = torch.optim.SGD(critic.parameters(), lr=0.01)
+    for step in range(2):
+        codes = encoder(torch.randn(16, 6))
+        prior = torch.randn(16, 2)
+        fool_loss = -critic(codes).mean()
+        opt_enc.zero_grad()
+        fool_loss.backward()
+        opt_enc.step()
+        critic_loss = critic(codes).mean() - critic(prior).mean()
+        opt_critic.zero_grad()
+        critic_loss.backward()
+        opt_critic.step()
+    print("ok", round(critic_loss.item(), 4))
+"""
+
+
+def test_codes_the_later_loss_reads_through_a_freed_graph_are_detached_where_it_reads_them(tmp_path):
+    run, edited = _fix(tmp_path, ADVERSARIAL_CODES)
+    assert run.returncode == 0, run.stderr
+    assert "    critic_loss = critic(codes.detach()).mean() - critic(prior).mean()\n" in edited
+    assert edited.count(".detach()") == 1
+    _runs_clean(tmp_path)
+
+
 # Two optimizers stepping one model between two backwards of one loss, each step written on one line with `;`:
 # the later backward is the second statement of its line, and the fresh forward goes after the first step's line.
 TWO_STEPS_ONE_LINE = """

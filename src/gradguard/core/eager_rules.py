@@ -389,7 +389,9 @@ def crossing_rule(f: Finding, _: object) -> Verdict:
     elif crossing.used is not None and crossing.callee:
         fix = (f"Detach it where the earlier loss uses it: `{crossing.callee}({crossing.name}.detach())` at "
                f"{at(crossing.used)}, so the earlier backward stops at `{crossing.name}` and leaves its graph "
-               f"for the backward at {at(location)}.")
+               f"for the backward at {at(location)}. If the earlier loss must train what made `{crossing.name}` "
+               f"(a generator's loss through its discriminator), detach it where the later loss reads it instead "
+               f"(`gradguard fix` tries both and keeps the one that leaves every optimizer its gradients).")
         fixes.append(FixIntent("detach_argument", crossing.used.file, crossing.used.line, target=crossing.name,
                                detail={"call": crossing.callee},
                                reason=f"the backward at {at(earlier) if earlier else 'the earlier line'} then "

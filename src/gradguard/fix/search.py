@@ -248,7 +248,7 @@ def _shares_a_forward(earlier: dict, later: dict) -> bool:
 
 
 def _detach_candidates(finding: dict) -> list[list[FixIntent]]:
-    """(d): the tensor that crosses into a freed graph detached where it is assigned."""
+    """(d): the tensor that crosses into a freed graph detached where it is assigned, then where a call reads it."""
     from ..core.source_ast import assignment_before
 
     backward = _backward_at(finding)
@@ -256,21 +256,25 @@ def _detach_candidates(finding: dict) -> list[list[FixIntent]]:
     if finding.get("kind") != "backward_twice" or not name or not backward.get("file"):
         return []
     made = assignment_before(backward["file"], backward["line"], name)
-    if made is not None:
-        return [[FixIntent("detach_assignment", made.file, made.line, target=name,
-                           reason=f"`{name}` is then a value for later losses, not a path into a freed graph")]]
-    return _detach_read_candidates(finding, name)
+    assigned = [[FixIntent("detach_assignment", made.file, made.line, target=name,
+                           reason=f"`{name}` is then a value for later losses, not a path into a freed graph")]
+                ] if made is not None else []
+    return assigned + _detach_read_candidates(finding, name)
 
 
 def _detach_read_candidates(finding: dict, name: str) -> list[list[FixIntent]]:
-    """(d) when the crossing tensor has no assignment of its own (an element of a list, an attribute a module set):
-    detach it where a call reads it after it was made and before the backward that freed its graph. Each argument
-    reading the same variable is a candidate (`outputs[j]` in `kl(outputs[i], outputs[j])` is `outputs[1]` at run
-    time, which the source cannot say); verification keeps the one that makes the failure go."""
+    """(d) detach the crossing tensor where a call reads it, after it was made and before the backward that fails:
+    the earlier loss's read (the later loss then keeps its path) or the later loss's (a GAN's discriminator loss on
+    the generator's output: the generator's backward freed that path, and the discriminator needs none). Each
+    argument reading the same variable is a candidate (`outputs[j]` in `kl(outputs[i], outputs[j])` is `outputs[1]`
+    at run time, which the source cannot say); verification keeps the first that makes the failure go and keeps
+    the gradients the program had."""
     window = _read_window(finding, name)
     if window is None:
         return []
     file, made, end, root = window
+    freed = next((f"the backward at line {w['line']}" for w in finding.get("modified_at") or ()
+                  if w.get("category") == "backward" and w.get("line")), "an earlier backward")
     from ..core.source_ast import parse_file
 
     tree = parse_file(file)
@@ -288,23 +292,22 @@ def _detach_read_candidates(finding: dict, name: str) -> list[list[FixIntent]]:
                 repairs.append([FixIntent("detach_argument", file, _statement_line(scope, call), target=target,
                                           detail={"call": ast.unparse(call.func)},
                                           reason=f"`{target}` reaches the loss here as a value, not as a path into "
-                                                 f"the graph the backward at line {end} frees")])
+                                                 f"the graph {freed} frees")])
     return repairs
 
 
 def _read_window(finding: dict, name: str):
-    """(file, line made, line of the backward that freed its graph, root variable) of the crossing tensor, when
-    both lines are known and in one file; else None."""
+    """(file, line made, line of the last backward, root variable) of the crossing tensor: the backward that fails
+    when it is in the same file below the line made, else the one that freed its graph; None when neither is."""
     saved = finding.get("saved_at") or {}
-    freed = [w for w in finding.get("modified_at") or () if w.get("category") == "backward"]
     file, made = saved.get("file"), saved.get("line")
     root = name.split("[", 1)[0].split(".", 1)[0]
-    if not (file and made and freed and root.isidentifier()):
+    if not (file and made and root.isidentifier()):
         return None
-    end = freed[0].get("line")
-    if os.path.realpath(freed[0].get("file") or "") != os.path.realpath(file) or not end or end <= made:
-        return None
-    return file, made, end, root
+    backwards = [_backward_at(finding)] + [w for w in finding.get("modified_at") or () if w.get("category") == "backward"]
+    ends = [b.get("line") for b in backwards
+            if b.get("line") and b["line"] > made and os.path.realpath(b.get("file") or "") == os.path.realpath(file)]
+    return (file, made, ends[0], root) if ends else None
 
 
 def _plain_read_of(arg: ast.expr, root: str) -> bool:
