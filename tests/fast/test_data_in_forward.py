@@ -102,9 +102,11 @@ def test_assigning_data_is_silently_wrong_without_the_guard():
     assert not torch.allclose(m.w.grad, w0.grad)
 
 
-@pytest.mark.parametrize("module, write, use", [(AssignNormalised, "assign data", "use w"),
-                                                (DivideInPlace, "divide data", "use fc")], ids=["assign", "div_"])
-def test_data_write_before_use_is_caught(module, write, use):
+@pytest.mark.parametrize("module, write, use, in_graph", [
+    (AssignNormalised, "assign data", "use w", "w = F.normalize(self.w, dim=0)"),
+    (DivideInPlace, "divide data", "use fc", "w = self.fc.weight.div(self.fc.weight.norm(dim=1, keepdim=True))"),
+], ids=["assign", "div_"])
+def test_data_write_before_use_is_caught(module, write, use, in_graph):
     torch.manual_seed(0)
     with pytest.raises(SilentModificationError) as info:
         with gradguard.guard():
@@ -114,7 +116,33 @@ def test_data_write_before_use_is_caught(module, write, use):
     assert f.modified_at[0].location.line == line_of(write)
     assert f.facts.used_at["line"] == line_of(use)
     assert f.tensor.role == "leaf"
-    assert "F.normalize" in f.suggestion and "outside forward" in f.suggestion
+    # the fix is the write's own computation, made in the graph (the `.data` reads dropped)
+    assert f"Compute it as a new tensor and use that: `{in_graph}`" in f.suggestion
+    assert "outside forward" in f.suggestion
+
+
+class MaskedConvs(nn.Module):
+    """A pruning mask applied through ``.data`` to every conv, in the blocks and in the stem: one finding, each
+    write listed (the outer forward's post-hook runs after the blocks')."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Linear(6, 6)
+        self.mask = torch.ones(6, 6).tril()
+        self.block = DivideInPlace()
+
+    def forward(self, x):
+        self.stem.weight.data = self.stem.weight * self.mask  # mask stem
+        return self.block(self.stem(x))
+
+
+def test_every_data_write_of_one_forward_is_listed_in_one_finding():
+    torch.manual_seed(0)
+    with pytest.raises(SilentModificationError) as info:
+        with gradguard.guard(fingerprint="sample", track_writes=False):  # the default run's sentinel: module hooks
+            _step(MaskedConvs())
+    f = info.value.finding
+    assert [w.location.line for w in f.modified_at] == [line_of("divide data"), line_of("mask stem")]
 
 
 @pytest.mark.parametrize("module", [ActNorm, NormalisedInGraph, ClippedInForward],

@@ -13,6 +13,7 @@ categories, the user's source line and the pass counts.
 
 from __future__ import annotations
 
+import ast
 import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
@@ -22,6 +23,7 @@ from . import inplace_rules as _inplace_rules
 from .findings import SAVED_TENSOR_KINDS, Finding, SourceLocation, TensorInfo, WriteRecord
 from .intents import FixIntent, Verdict
 from .fixes import keyword_calls
+from .framework_methods import out_of_place_method
 from .source_ast import callee_of
 
 __all__ = ["diagnose", "diagnose_or_fallback", "classify_source", "saves_running_stat", "HEADLINES", "Rule", "RULES"]
@@ -623,6 +625,43 @@ def _inner_update_dropped(f: Finding, _: object) -> Verdict:
     )
 
 
+class _DropData(ast.NodeTransformer):
+    def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
+        self.generic_visit(node)
+        return node.value if node.attr == "data" else node
+
+
+_AUG_OPERATORS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Pow: "**"}
+
+
+def _in_graph(code: str) -> str | None:
+    """The value a ``.data`` write gives the parameter, computed where autograd sees it (the ``.data`` reads
+    dropped): ``P.data = F.normalize(P.data, dim=0)`` -> ``F.normalize(P, dim=0)``, ``P.data.div_(n)`` ->
+    ``P.div(n)``, ``P.data *= m`` -> ``P * m``; None for any other statement."""
+    try:
+        tree = ast.parse(code.strip())
+    except SyntaxError:
+        return None
+    stmt = tree.body[0] if len(tree.body) == 1 else None
+    if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Attribute) \
+            and stmt.targets[0].attr == "data":
+        return ast.unparse(_DropData().visit(stmt.value))
+    if isinstance(stmt, ast.AugAssign) and type(stmt.op) in _AUG_OPERATORS and isinstance(stmt.target, ast.Attribute) \
+            and stmt.target.attr == "data":
+        return (f"{ast.unparse(stmt.target.value)} {_AUG_OPERATORS[type(stmt.op)]} "
+                f"{ast.unparse(_DropData().visit(stmt.value))}")
+    call = stmt.value if isinstance(stmt, ast.Expr) else None
+    if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr.endswith("_") \
+            and not call.func.attr.endswith("__") and isinstance(call.func.value, ast.Attribute) \
+            and call.func.value.attr == "data":
+        method = out_of_place_method(call.func.attr)
+        if method is None:  # `normal_`: no out-of-place method to name
+            return None
+        call.func.attr = method
+        return ast.unparse(_DropData().visit(call))
+    return None
+
+
 def _data_in_forward(f: Finding, _: object) -> Verdict:
     target = f.facts.target or f.tensor.name or "the parameter"
     module = f.facts.module or "the module"
@@ -630,16 +669,18 @@ def _data_in_forward(f: Finding, _: object) -> Verdict:
     used = SourceLocation.from_dict(f.facts.used_at)
     where = f"`{write.location.code}` at {write.location.short}" if write is not None and write.location else \
         "A `.data` write"
+    value = _in_graph(write.location.code) if write is not None and write.location else None
     return Verdict(
         "data_in_forward",
         f"{where} changes `{target}` through `.data` inside {module}.forward, and the forward then uses it"
         f"{' at ' + used.short if used else ''}. Autograd never sees that change: the gradient is computed as if "
-        f"`{target}` had been used as stored, so it is not the gradient of your loss (the normalisation's "
-        f"Jacobian is missing), and the optimizer applies it to the changed weight. No error: `.data` writes "
-        f"are not version-checked either.",
-        f"Compute the normalised weight as a new tensor and use that: `w = F.normalize({target}, dim=...)`, then "
-        f"`x @ w` (or register a parametrization, e.g. `torch.nn.utils.parametrizations.weight_norm`). To "
-        f"constrain the stored weight instead (a projection), do it after `optimizer.step()` under "
+        f"`{target}` had been used as stored, so it is not the gradient of your loss (the Jacobian of "
+        f"{'`' + value + '`' if value else 'that computation'} is missing), and the optimizer applies it to the "
+        f"changed weight. No error: `.data` writes are not version-checked either.",
+        f"Compute it as a new tensor and use that: `w = {value or '...'}`, then use `w` where the forward uses "
+        f"`{target}` (`x @ w`; for a layer, `torch.func.functional_call(layer, {{'weight': w}}, (x,))`), or "
+        f"register the computation as a parametrization (`torch.nn.utils.parametrize.register_parametrization`). "
+        f"To constrain the stored weight instead (a projection), do it after `optimizer.step()` under "
         f"`torch.no_grad()`, outside forward.",
     )
 

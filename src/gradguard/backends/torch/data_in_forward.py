@@ -103,29 +103,39 @@ def _uses(output, parameter: torch.Tensor) -> bool:
 
 def changed_in_forward(module: torch.nn.Module, parameters: list, output) -> Finding | None:
     """The finding for a parameter the forward changed (through ``.data``: its version did not move) and then used
-    in the output's graph; None when no parameter changed or the output does not depend on the changed one."""
-    import linecache
-
-    code = type(module).forward.__code__
+    in the output's graph, every such write listed; None when no parameter changed or the output does not depend
+    on the changed one."""
+    found = None
     for parameter, pointer, before in parameters:
         if parameter.data_ptr() == pointer and torch.equal(before, parameter.detach()):
             continue
         if not _uses(output, parameter):
             continue
-        statements = _forward_statements(module)
-        target, line, text = next((s for s in statements if _evaluates_to(s[0], module, parameter)), statements[0])
-        filename = code.co_filename
-        # the parameter, or the submodule holding it (`self.fc(x)` uses `self.fc.weight`), read after the write
-        parts = target.split(".")
-        names = "|".join(re.escape(".".join(parts[:k])) for k in range(len(parts), 0, -1) if parts[:k] != ["self"])
-        mention = re.compile(rf"(?<![\w.])(?:{names})\b(?!\.data)")
-        function = function_node(filename, code.co_firstlineno, code.co_name)
-        last = (function.end_lineno or line) if function is not None else line
-        used_line = next((n for n in range(line + 1, last + 1) if mention.search(linecache.getline(filename, n))),
-                         line)
-        used = SourceLocation(filename, used_line, code.co_name, linecache.getline(filename, used_line).strip())
-        return _finding(parameter, target, SourceLocation(filename, line, code.co_name, text), used, module)
-    return None
+        finding = _changed(module, parameter)
+        if found is None:
+            found = finding
+        elif all(w.location != finding.modified_at[0].location for w in found.modified_at):
+            found.modified_at.append(finding.modified_at[0])  # every parameter the forward changed: one finding
+    return found
+
+
+def _changed(module: torch.nn.Module, parameter: torch.Tensor) -> Finding:
+    """The finding for one parameter the forward changed and used: its write and its first use after it."""
+    import linecache
+
+    code = type(module).forward.__code__
+    statements = _forward_statements(module)
+    target, line, text = next((s for s in statements if _evaluates_to(s[0], module, parameter)), statements[0])
+    filename = code.co_filename
+    # the parameter, or the submodule holding it (`self.fc(x)` uses `self.fc.weight`), read after the write
+    parts = target.split(".")
+    names = "|".join(re.escape(".".join(parts[:k])) for k in range(len(parts), 0, -1) if parts[:k] != ["self"])
+    mention = re.compile(rf"(?<![\w.])(?:{names})\b(?!\.data)")
+    function = function_node(filename, code.co_firstlineno, code.co_name)
+    last = (function.end_lineno or line) if function is not None else line
+    used_line = next((n for n in range(line + 1, last + 1) if mention.search(linecache.getline(filename, n))), line)
+    used = SourceLocation(filename, used_line, code.co_name, linecache.getline(filename, used_line).strip())
+    return _finding(parameter, target, SourceLocation(filename, line, code.co_name, text), used, module)
 
 
 def _evaluates_to(target: str, module, parameter) -> bool:

@@ -41,6 +41,7 @@ class ForwardHooks:
         self._stack: list = []  # per module call in progress: (module, (input versions, parameter copies) | None)
         self._writers: dict = {}  # id(tensor) -> the innermost module seen writing it (a ReLU in a Sequential)
         self._reported: set = set()
+        self._pending: list = []  # NOTE [Every .data write of one forward in one finding]
         self._handles: list = []
         self._filter: tuple | None = None  # NOTE [The global-hooks warning of torch.compile]
 
@@ -65,6 +66,7 @@ class ForwardHooks:
                 getattr(warnings, "_filters_mutated", lambda: None)()  # the module's cache of decisions
             self._filter = None
         self._stack.clear()
+        self._pending.clear()
         self._writers.clear()  # modules are not kept past the guard
 
     def _before(self, module, args) -> None:
@@ -90,6 +92,7 @@ class ForwardHooks:
             return
         _module, entry = stack.pop()
         if entry is None:
+            self._flush_when_outermost()
             return
         inputs, parameters = entry
         try:
@@ -108,8 +111,34 @@ class ForwardHooks:
         except Exception as error:  # only a check: the user's forward result stands
             log_fallback("torch.forward_hooks", "checking a module's forward for a silent write", error)
             return
-        if finding is not None:
-            key = (finding.kind, finding.modified_at[0].location.file, finding.modified_at[0].location.line)
-            if key not in self._reported:
-                self._reported.add(key)
-                self._report(finding)
+        if finding is not None and finding.kind == "data_write_in_forward":
+            self._pending.append(finding)
+        elif finding is not None:
+            self._report_once(finding)
+        self._flush_when_outermost()
+
+    # NOTE [Every .data write of one forward in one finding]
+    # A model whose forwards change parameters through `.data` usually does it in several places (a pruning mask
+    # applied to every conv, in each block and in the stem). Raising at the first block's post-hook would name one
+    # write; the outer forwards' writes, whose post-hooks run later, never. So these findings wait until the
+    # outermost module call ends and are reported as one, every write listed. (An outer forward that raises
+    # first ends the pass: the user's error stands and the pending finding is dropped.)
+    def _flush_when_outermost(self) -> None:
+        if self._stack or not self._pending:
+            return
+        first, *others = self._pending
+        self._pending = []
+        seen = {(w.location.file, w.location.line) for w in first.modified_at if w.location is not None}
+        for other in others:
+            for write in other.modified_at:
+                where = (write.location.file, write.location.line) if write.location is not None else None
+                if where not in seen:
+                    seen.add(where)
+                    first.modified_at.append(write)
+        self._report_once(first)
+
+    def _report_once(self, finding) -> None:
+        key = (finding.kind, finding.modified_at[0].location.file, finding.modified_at[0].location.line)
+        if key not in self._reported:
+            self._reported.add(key)
+            self._report(finding)
