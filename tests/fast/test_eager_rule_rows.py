@@ -218,8 +218,8 @@ def test_a_crossing_tensor_is_detached_where_the_earlier_loss_uses_it(at):
         "(`g_loss.backward()`) reaches that graph again through `target` and finds its saved tensors gone.")
     assert f.suggestion == ("Detach it where the earlier loss uses it: `D(target.detach())` at line 26, so the "
                             "earlier backward stops at `target` and leaves its graph for the backward at line 28. If "
-                            "the earlier loss must train what made `target` (a generator's loss through its "
-                            "discriminator), detach it where the later loss reads it instead (`gradguard fix` tries "
+                            "the earlier loss must train what made `target` through it, detach it where the later "
+                            "loss reads it instead (`gradguard fix` tries "
                             "both and keeps the one that leaves every optimizer its gradients).")
     assert _intents(f) == [("detach_argument", 26, "target", True)]
     assert [label for label, _ in f.facts.display] == ["crosses", "freed by"]

@@ -390,7 +390,7 @@ def crossing_rule(f: Finding, _: object) -> Verdict:
         fix = (f"Detach it where the earlier loss uses it: `{crossing.callee}({crossing.name}.detach())` at "
                f"{at(crossing.used)}, so the earlier backward stops at `{crossing.name}` and leaves its graph "
                f"for the backward at {at(location)}. If the earlier loss must train what made `{crossing.name}` "
-               f"(a generator's loss through its discriminator), detach it where the later loss reads it instead "
+               f"through it, detach it where the later loss reads it instead "
                f"(`gradguard fix` tries both and keeps the one that leaves every optimizer its gradients).")
         fixes.append(FixIntent("detach_argument", crossing.used.file, crossing.used.line, target=crossing.name,
                                detail={"call": crossing.callee},
