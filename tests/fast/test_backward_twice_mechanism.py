@@ -111,3 +111,40 @@ def test_a_tensor_made_in_an_outer_frame_is_named_by_its_variable(tmp_path):
     assert finding.saved_at.location.line == _line(lines, "data = to_input(")
     assert [w.location.line for w in finding.modified_at] == [_line(lines, "loss.backward()")]
     assert "data = to_input(torch.randn(2, 4, 2)).detach()" in finding.suggestion
+
+
+# A table the forward derives from a weight is refined in the middle of the forward by its own backward and step
+# (an in-place codebook optimiser), then looked up again; the encoder's output, older than that backward too, went
+# into it detached and stays alive. NOTE [An old graph is not a freed one]: the crossing is the freed table's part,
+# reached through the value made from it, not the encoder's.
+REFINED_TABLE = '''\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+encoder = nn.Linear(4, 3)
+weight = nn.Parameter(torch.randn(5, 3))
+scale = nn.Parameter(torch.ones(3))
+refine = torch.optim.SGD([weight], lr=0.1)
+
+
+def lookup(z):
+    table = weight * scale
+    index = torch.cdist(z.detach(), table.detach()).argmin(-1)
+    ((F.embedding(index, table) - z.detach()) ** 2).mean().backward()
+    refine.step()
+    return F.embedding(index, table)
+
+
+z = encoder(torch.randn(6, 4))
+out = {"z": z, "quantized": lookup(z)}
+loss = (out["quantized"] - z).pow(2).mean() + out["z"].pow(2).mean()
+loss.backward()
+'''
+
+
+def test_a_value_made_from_a_freed_table_is_named_not_an_older_live_graph(tmp_path):
+    finding, lines = _finding(tmp_path, REFINED_TABLE)
+    assert finding.tensor.name == "out['quantized']"  # not out['z']: the encoder's graph is old but alive
+    assert finding.saved_at.location.line == _line(lines, "return F.embedding(index, table)")
+    assert [w.location.line for w in finding.modified_at] == [_line(lines, "((F.embedding(index, table)")]

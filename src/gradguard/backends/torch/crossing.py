@@ -68,6 +68,30 @@ def _old_boundary(root, threshold: int) -> set:
     return boundary
 
 
+def _ran_before(boundary: set, node_sites: dict) -> set:
+    """The boundary nodes an earlier backward pass ran through, when the session's notes tell them apart; else all.
+
+    # NOTE [An old graph is not a freed one]
+    # A node made before the latest earlier backward may still be alive: that backward never reached it (it went
+    # through a `.detach()`d copy: vqtorch's codebook update backpropagates the codebook, not the encoder). The
+    # session notes each node a pass unpacks, with the pass's number (NOTE [Where a freed graph was made],
+    # session.py); a node below which an earlier pass unpacked is one that pass freed, while the failing pass's
+    # own notes carry the latest number. Without such notes (a pass that unpacked nothing, notes capped) every old
+    # node stays a candidate, as before."""
+    if not boundary or not node_sites:
+        return boundary
+    latest = max(value[1] for value in node_sites.values())
+
+    def ran(node) -> bool:
+        for below in walk_nodes([node], 64):
+            entry = node_sites.get((below.name(), _seq(below)))
+            if entry is not None and entry[1] < latest:
+                return True
+        return False
+
+    return {node for node in boundary if ran(node)} or boundary
+
+
 def _tensors(value, path: str, kind: str, depth: int, seen: set):
     """(path, tensor, kind) for every graph-carrying tensor reachable from ``value``."""
     if isinstance(value, torch.Tensor):
@@ -294,7 +318,7 @@ def find_crossing(loss: torch.Tensor, frames: list, calls: list, node_sites: dic
         return None
     top = _seq(root)
     earlier = [call.seq for call in calls if call.seq is not None and call.seq < top]
-    boundary = _old_boundary(root, max(earlier)) if earlier else set()
+    boundary = _ran_before(_old_boundary(root, max(earlier)), node_sites) if earlier else set()
     if not boundary:
         if any(call.seq is not None and call.seq >= top for call in calls):  # the loss was made before a backward
             return Crossing("", None, "loss", None, _freed_by(calls, top))
@@ -322,11 +346,32 @@ def _exact_holder(exact: list, frames: list, node_sites: dict, freed_by) -> Cros
 def _replaced_state(holders: list, boundary: set, threshold: int, frames: list, node_sites: dict,
                     freed_by) -> Crossing | None:
     """State replaced since: the holder whose current value's graph runs back into the old nodes."""
-    state = [(path, t, kind, frame) for path, t, kind, frame in holders
-             if kind != "variable" and _seq(t.grad_fn) > threshold
-             and any(n in boundary for n in walk_nodes([t.grad_fn], _NODES))]
+    state = [(_steps_to(t.grad_fn, boundary), path, t, kind, frame) for path, t, kind, frame in holders
+             if kind != "variable" and _seq(t.grad_fn) > threshold]
+    state = [entry for entry in state if entry[0] is not None]
     if not state:
         return None
-    path, tensor, kind, frame = min(state, key=lambda h: (-_RANK[h[2]], h[0]))
+    # the kind of holder first (module state), then the one whose graph reaches the old part soonest: the value made
+    # from the freed tensor (`vq_out['z_q']`, an embedding of it), not a loss computed further from it
+    _steps, path, tensor, kind, frame = min(state, key=lambda h: (-_RANK[h[3]], h[0], h[1]))
+    noted = node_sites.get((tensor.grad_fn.name(), _seq(tensor.grad_fn))) if kind == "element" else None
+    if noted is not None:  # an element's value was made where the session saw its node save (not the dict's line)
+        return Crossing(path, tensor, kind, noted[0], freed_by, None, None)
     made, binding = _made(path, kind, frame, frames, max(boundary, key=_seq), node_sites)
     return Crossing(path, tensor, kind, made, freed_by, binding, _read_back(path, kind, frames, made))
+
+
+def _steps_to(root, nodes: set) -> int | None:
+    """How many edges below ``root`` the first of ``nodes`` lies (breadth first), or None within the walk's limit."""
+    level, seen, depth = [root], {root}, 0
+    while level and len(seen) < _NODES:
+        if any(node in nodes for node in level):
+            return depth
+        following = []
+        for node in level:
+            for child, _ in node.next_functions:
+                if child is not None and child not in seen:
+                    seen.add(child)
+                    following.append(child)
+        level, depth = following, depth + 1
+    return None
