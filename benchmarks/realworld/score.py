@@ -46,7 +46,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from corpus import SPLITS, Case, key_problems, load_cases, run_plain_batch  # noqa: E402
+from corpus import SPLITS, Case, key_problems, load_cases  # noqa: E402
 
 __all__ = ["main", "score_case"]
 
@@ -285,7 +285,7 @@ def render_markdown(rows: list[dict], by_split: dict, header: str) -> str:
               ("kind", "kind right"), ("tensor", "tensor named (parameter/variable name)"),
               ("saver", "saver line (or enclosing call)"), ("writes", "every write line named"),
               ("fixline", "a line the hand fix edits is named"), ("fix", "`gradguard fix --apply` leaves a loud case running clean under plain python"),
-              ("fix_silent", "silent cases with a verified fix (gradguard fix refuses to claim one)"),
+              ("fix_silent", "silent cases left with no finding by `gradguard fix --apply` (it makes only edits a re-run verifies)"),
               ("quiet_on_correct", "no finding on correct programs")]
     for field, label in labels:
         out.append(f"| {label} | " + " | ".join(frac(by_split[c][field]) for c in columns) + " |")
@@ -329,6 +329,9 @@ def render_markdown(rows: list[dict], by_split: dict, header: str) -> str:
         if field in ("raised_loud", "raised_silent"):
             failing = [r["id"] for r in rows if r["kind"] != "none" and not r["raised"]
                        and r["loud"] == (field == "raised_loud")]
+        if field in ("fix", "fix_silent"):  # one fix_ok per case, counted apart for loud and silent cases
+            failing = [r["id"] for r in rows if r["kind"] != "none" and r["fix_ok"] is False
+                       and r["loud"] == (field == "fix")]
         out.append(f"- **{label}**: {', '.join(failing) or 'none'}")
     noisy = [r["id"] for r in rows if r["kind"] == "none" and not r["raised"]]
     out.append(f"- **finding on a correct program**: {', '.join(noisy) or 'none'}")
