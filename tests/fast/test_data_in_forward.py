@@ -177,3 +177,28 @@ def test_data_statements_keep_only_writes_that_read_the_old_value():
     code = DivideInPlace.forward.__code__
     (statement,) = data_statements(code.co_filename, code.co_firstlineno, "forward")
     assert statement[:2] == ("self.fc.weight", line_of("divide data"))
+
+
+class FailingOuter(nn.Module):
+    """An outer forward that raises after its block wrote `.data`: its post-hook never runs."""
+
+    def __init__(self):
+        super().__init__()
+        self.block = DivideInPlace()
+
+    def forward(self, x, fail=False):
+        out = self.block(x)
+        if fail:
+            raise ValueError("the user's own error")
+        return out
+
+
+def test_a_forward_that_raised_does_not_hold_back_the_next_finding():
+    torch.manual_seed(0)
+    model = FailingOuter()
+    with pytest.raises(SilentModificationError) as info:
+        with gradguard.guard(fingerprint="sample", track_writes=False):
+            with pytest.raises(ValueError, match="the user's own error"):  # the user's error stands as it is
+                model(torch.randn(5, 6), fail=True)
+            model(torch.randn(5, 6)).square().sum().backward()
+    assert [w.location.line for w in info.value.finding.modified_at] == [line_of("divide data")]

@@ -16,6 +16,7 @@ through ``.data`` before using it (data_in_forward.py).
 
 from __future__ import annotations
 
+import sys
 import warnings
 
 import torch
@@ -24,6 +25,20 @@ from ...core.internal import log_fallback
 from . import data_in_forward as _data_in_forward, module_inputs as _module_inputs
 
 __all__ = ["ForwardHooks"]
+
+_CALL_IMPL = getattr(torch.nn.Module._call_impl, "__code__", None)
+
+
+def _inside_another_module_call() -> bool:
+    """Whether more than one ``Module._call_impl`` frame is on the stack: the one whose post-hook runs, and another."""
+    frame, calls = sys._getframe(1), 0
+    while frame is not None:
+        if frame.f_code is _CALL_IMPL:
+            calls += 1
+            if calls > 1:
+                return True
+        frame = frame.f_back
+    return False
 
 # NOTE [The global-hooks warning of torch.compile]
 # Since torch 2.5 calling a `torch.compile`d module warns whenever any global module hook is installed ("Using
@@ -121,11 +136,14 @@ class ForwardHooks:
     # A model whose forwards change parameters through `.data` usually does it in several places (a pruning mask
     # applied to every conv, in each block and in the stem). Raising at the first block's post-hook would name one
     # write; the outer forwards' writes, whose post-hooks run later, never. So these findings wait until the
-    # outermost module call ends and are reported as one, every write listed. (An outer forward that raises
-    # first ends the pass: the user's error stands and the pending finding is dropped.)
+    # outermost module call ends and are reported as one, every write listed. A forward that raised never reached
+    # its post-hook and left its entry on the stack, so "outermost" is asked of the frames (only while a finding
+    # waits): no other `Module._call_impl` encloses the call ending now. The user's error stands; what waited is
+    # reported when the next outermost call ends.
     def _flush_when_outermost(self) -> None:
-        if self._stack or not self._pending:
+        if not self._pending or (self._stack and _inside_another_module_call()):
             return
+        self._stack.clear()  # entries of forwards that raised: no module call is in progress
         first, *others = self._pending
         self._pending = []
         seen = {(w.location.file, w.location.line) for w in first.modified_at if w.location is not None}
