@@ -21,11 +21,11 @@ from ...core.findings import Finding, SaveSite, SourceLocation, TensorInfo, Writ
 from ...core.frames import innermost_user_entry
 from ...core.fixes import assigned_names, carried_state, statement_code
 from ...core.source_ast import (parse_file, statement_at, accumulations, assignment_before, dotted_reference,
-                                 reference_prefixes, resets_between, written_expression, written_reference)
+                                 resets_between, written_expression, written_reference)
 from .backward_calls import _is_user, raised_chain, second_call_of_same_loss
 from .graph import _reaches_any, walk_nodes
 from .loss_site import forward_before_loop
-from .naming import name_tensor
+from .naming import first_tensor_step, name_tensor
 from .receiver import _backward_receiver, _lookup
 from ...core.internal import log_fallback
 
@@ -125,15 +125,12 @@ def _written(filename: str, line: int, frame) -> str | None:
     """The reference written on the line, a ``getattr(module, name)`` receiver spelt as the attribute it reaches
     in the writing frame (``module.weight``)."""
     expression = written_expression(filename, line, dynamic=True)
-    scope = collections.ChainMap(frame.f_locals, frame.f_globals)
     if expression is not None and "getattr(" in expression:
-        return dotted_reference(expression, scope)
+        return dotted_reference(expression, collections.ChainMap(frame.f_locals, frame.f_globals))
     # `hx[idx].squeeze_(0)` on a tuple `hx` writes `hx[idx]`: the first step of the reference that is a tensor
     reference = written_reference(filename, line)
-    if reference is not None and reference != expression:
-        return next((text for text, value in reference_prefixes(reference, scope) if isinstance(value, torch.Tensor)),
-                    expression)
-    return expression
+    found = first_tensor_step(reference, frame) if reference is not None and reference != expression else None
+    return found[0] if found is not None else expression
 
 
 def _view_named_by_error(error: BaseException, filename: str, line: int, frame) -> str | None:

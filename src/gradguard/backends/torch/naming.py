@@ -27,8 +27,8 @@ from ...core.frames import user_frames, user_variable_names
 from ...core.internal import log_fallback
 from ...core.source_ast import reference_prefixes, written_reference
 
-__all__ = ["name_tensor", "name_by_variable", "name_in_writing_frame", "storage_key", "heap_modules",
-           "one_heap_scan"]
+__all__ = ["name_tensor", "name_by_variable", "name_in_writing_frame", "first_tensor_step", "storage_key",
+           "heap_modules", "one_heap_scan"]
 
 _scope = threading.local()  # .depth: open one_heap_scan scopes; .modules: their scan, once made
 
@@ -155,16 +155,18 @@ def name_in_writing_frame(t: torch.Tensor) -> str | None:
     if local is not None:
         return local
     # No local holds it: the reference the writing statement writes through (`U.blocks[(c0, c1)] *= s` writes a
-    # tensor a dict holds, here a slice of the saved one), read in the frame up to the first step that reaches a
-    # tensor in the saved one's memory.
+    # tensor a dict holds, here a slice of the saved one), when it reaches a tensor in the saved one's memory.
     reference = written_reference(frame.f_code.co_filename, frame.f_lineno)
-    if reference is None:
-        return None
+    found = first_tensor_step(reference, frame) if reference is not None else None
+    return found[0] if found is not None and _in_storage(found[1], key[0], t) else None
+
+
+def first_tensor_step(reference: str, frame) -> tuple[str, torch.Tensor] | None:
+    """(text, value) of the first step of ``reference`` that is a tensor in ``frame``: ``hx[idx]`` of a tuple
+    ``hx``, ``U.blocks[(c0, c1)]`` of a dict; None when no step resolves to one."""
     scope = collections.ChainMap(frame.f_locals, frame.f_globals)
-    for text, value in reference_prefixes(reference, scope):
-        if issubclass(type(value), torch.Tensor):
-            return text if _in_storage(value, key[0], t) else None
-    return None
+    return next(((text, value) for text, value in reference_prefixes(reference, scope)
+                 if issubclass(type(value), torch.Tensor)), None)
 
 
 def _in_storage(value: torch.Tensor, storage: int, t: torch.Tensor) -> bool:
