@@ -22,8 +22,7 @@ from . import eager_rules as E
 from . import inplace_rules as _inplace_rules
 from .findings import SAVED_TENSOR_KINDS, Finding, SourceLocation, TensorInfo, WriteRecord
 from .intents import FixIntent, Verdict
-from .fixes import keyword_calls
-from .framework_methods import out_of_place_method
+from .fixes import keyword_calls, out_of_place
 from .source_ast import callee_of
 
 __all__ = ["diagnose", "diagnose_or_fallback", "classify_source", "saves_running_stat", "HEADLINES", "Rule", "RULES"]
@@ -410,7 +409,7 @@ def _unseen_write(f: Finding, _subject: object) -> Verdict:
 
 
 def _generic_inplace(f: Finding, first: WriteRecord) -> Verdict:
-    from .fixes import out_of_place, statement_code
+    from .fixes import statement_code
 
     code = statement_code(first.location)
     rewritten = out_of_place(code) if code else None
@@ -589,7 +588,7 @@ def _module_writes_caller_input(f: Finding, _: object) -> Verdict:
 def _write_inside(f: Finding) -> tuple[str, str, list[FixIntent]] | None:
     """(where, the rewritten statement, its intent) for a module input written by a statement of the user's own
     forward (the write log keeps it after the call: module_inputs.py), when it has an out-of-place form."""
-    from .fixes import out_of_place, statement_code
+    from .fixes import statement_code
 
     inside = next((w for w in f.modified_at[1:] if w.category == "module_input" and w.location is not None), None)
     if inside is None or inside.location is None:
@@ -631,34 +630,20 @@ class _DropData(ast.NodeTransformer):
         return node.value if node.attr == "data" else node
 
 
-_AUG_OPERATORS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Pow: "**"}
-
-
 def _in_graph(code: str) -> str | None:
     """The value a ``.data`` write gives the parameter, computed where autograd sees it (the ``.data`` reads
-    dropped): ``P.data = F.normalize(P.data, dim=0)`` -> ``F.normalize(P, dim=0)``, ``P.data.div_(n)`` ->
-    ``P.div(n)``, ``P.data *= m`` -> ``P * m``; None for any other statement."""
-    try:
-        tree = ast.parse(code.strip())
-    except SyntaxError:
-        return None
-    stmt = tree.body[0] if len(tree.body) == 1 else None
-    if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Attribute) \
-            and stmt.targets[0].attr == "data":
-        return ast.unparse(_DropData().visit(stmt.value))
-    if isinstance(stmt, ast.AugAssign) and type(stmt.op) in _AUG_OPERATORS and isinstance(stmt.target, ast.Attribute) \
-            and stmt.target.attr == "data":
-        return (f"{ast.unparse(stmt.target.value)} {_AUG_OPERATORS[type(stmt.op)]} "
-                f"{ast.unparse(_DropData().visit(stmt.value))}")
-    call = stmt.value if isinstance(stmt, ast.Expr) else None
-    if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr.endswith("_") \
-            and not call.func.attr.endswith("__") and isinstance(call.func.value, ast.Attribute) \
-            and call.func.value.attr == "data":
-        method = out_of_place_method(call.func.attr)
-        if method is None:  # `normal_`: no out-of-place method to name
-            return None
-        call.func.attr = method
-        return ast.unparse(_DropData().visit(call))
+    dropped): ``P.data = F.normalize(P.data, dim=0)`` -> ``F.normalize(P, dim=0)``; an in-place write is first made
+    an assignment by the one out-of-place rewrite (``P.data.div_(n)`` -> ``P.div(n)``, ``P.data *= m`` -> ``P * m``);
+    None for any other statement (``P.data.normal_()``: no out-of-place method)."""
+    for candidate in (code.strip(), out_of_place(code)):
+        try:
+            tree = ast.parse(candidate) if candidate else None
+        except SyntaxError:
+            continue
+        stmt = tree.body[0] if tree is not None and len(tree.body) == 1 else None
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Attribute) \
+                and stmt.targets[0].attr == "data":
+            return ast.unparse(_DropData().visit(stmt.value))
     return None
 
 
