@@ -149,12 +149,8 @@ def _fmt(name: str, value: Any) -> str:
     return f"`{name}={value!r}`"
 
 
-def _reference_ndim(B, args, wrt) -> int:
-    return max((B.ndim(args[i]) for i in wrt), default=0)
-
-
 def _dims(B, args, wrt, names, arg: Argument) -> list[Variant]:
-    nd = _reference_ndim(B, args, wrt)
+    nd = max((B.ndim(args[i]) for i in wrt), default=0)
     v = arg.value
     if not (isinstance(v, int) and not isinstance(v, bool)) or nd < 1 or not -nd <= v < nd:
         return []
@@ -226,13 +222,6 @@ def _thresholds(B, args, wrt, names, arg: Argument) -> list[Variant]:
                     {first: placed.reshape(x.shape)})]
 
 
-def _explicit(strategy: str):
-    def make(B, args, wrt, names, arg: Argument, values) -> list[Variant]:
-        return [Variant(strategy, arg, value, f"{_fmt(arg.name, value)} (given {arg.value!r})")
-                for value in values if value != arg.value or type(value) is not type(arg.value)]
-    return make
-
-
 def classify(B, arg: Argument, args, int_values: set) -> str | None:
     """The strategy an argument gets, from its name and value (None: left as given)."""
     v = arg.value
@@ -282,7 +271,8 @@ def argument_regimes(B, args: list, wrt: list[int], names: list[str], arguments:
         strategy = classify(B, arg, args, int_values)
         if isinstance(choice, (list, tuple)):  # values asked for: tried whatever the regime selection
             strategy = strategy or "arguments"
-            variants += _explicit(strategy)(B, args, wrt, names, arg, choice)
+            variants += [Variant(strategy, arg, value, f"{_fmt(arg.name, value)} (given {arg.value!r})")
+                         for value in choice if value != arg.value or type(value) is not type(arg.value)]
             used.add(strategy)
             continue
         if strategy is None or strategy not in selected:

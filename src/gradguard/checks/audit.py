@@ -3,11 +3,12 @@
 # NOTE [The audit's parts]
 # ``_Audit`` runs the stages; each check is a class with one ``compare`` that is handed what it reads (the ``Subject``:
 # adapter, fn, reference, options, current inputs; a regime's ``Suite`` and a ``Sink`` for its results):
-#   op_runs (the op's and the reference's runs)   gradient_suite (one regime's checks, in report order)
-#   reference_check (forward/gradient.reference)   gradient_numerical (finite differences, surrogate)
-#   precision_check (precision, nonfinite)         linearity, layout (layout regimes)
-#   regime_stage (which regimes, budget, slice)    regime_run (one regime's outcome)
-#   subject, runs (what the checks share)          repro (reproducers), options (defaults, validation)
+#   op_runs (the op's and the reference's runs)         gradient_suite (one regime's checks, in report order)
+#   reference_check (forward/gradient.reference)        gradient_numerical (finite differences, surrogate)
+#   precision_check (precision, nonfinite, linearity)   layout (layout regimes)
+#   regime_stage (which regimes, budget, slice; one regime's outcome; reproducers)
+#   runs (what the checks share)                        mutation (mutation, aliasing, composition)
+# The options (defaults, validation) are defined here.
 
 # NOTE [What is compared with what]
 # For the inputs of each regime the op runs in its own dtype and (when it accepts float64) in float64;
@@ -49,29 +50,135 @@
 from __future__ import annotations
 
 import time
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
 from . import numerical as num
 from .._errors import InvalidArgument
 from .arguments import check_vary, discover_arguments
-from .composition import audit_composition
 from .gradient_suite import GradientSuite
 from .isolate import can_fork, looks_compiled
-from .mutation import audit_mutation
+from .mutation import audit_composition, audit_mutation
 from .op_raised import OpRaised
 from .op_runs import OpRuns
-from .options import CHECK_GROUPS, DEFAULT_OPTIONS, check_callables, check_options, check_values, choose_wrt
-from .regime_stage import LARGE_INPUT_ELEMENTS, RegimeStage, budget_spent
-from .regimes import Spec
+from .regime_stage import LARGE_INPUT_ELEMENTS, RegimeStage, budget_spent, raised_finding, repro
+from .regimes import REGIME_NAMES, Spec
 from .report import CheckResult, OpReport, verdict_order
-from .repro import raised_finding, repro
-from .runs import Outcome, ReferenceRaised, Run
-from .subject import Subject
+from .runs import Outcome, ReferenceRaised, Run, Subject
 from .tolerances import TOLERANCES
 
 __all__ = ["run_check_op", "check_options", "CHECK_GROUPS", "DEFAULT_OPTIONS", "LARGE_INPUT_ELEMENTS"]
+
+# ``check_op``'s options: their defaults, and the errors for an unknown or malformed one, a non-callable fn and inputs
+# with nothing to differentiate
+CHECK_GROUPS = ("gradient", "regime", "mutation", "aliasing", "composition")
+DEFAULT_OPTIONS: dict[str, Any] = {
+    "kwargs": None,  # keyword arguments passed to fn and reference
+    "wrt": None,  # positions of the inputs to differentiate (default: see NOTE [Which inputs])
+    "checks": CHECK_GROUPS,
+    "regimes": REGIME_NAMES,
+    "seed": 0,
+    "probes": 3,  # random cotangents, and random tangents per input
+    "full_jacobian_max": 32,  # inputs with at most this many elements get the full Jacobian
+    "rtol": TOLERANCES["gradient.numerical.rtol"],  # finite-difference comparison, relative to the magnitude of the terms
+    "reference_factor": TOLERANCES["reference.factor"],  # the op may be this many times less accurate than the reference
+    "shrink": True,  # look for a smaller reproducing input for failures
+    "name": None,  # name shown in the report
+    "vary": None,  # {argument name: False | list of values}: NOTE [Argument regimes]
+    "budget": None,  # seconds, or "quick": NOTE [Budget] in ``audit``
+    "surrogate": None,  # a function whose gradient fn's backward declares to compute: NOTE [Surrogate gradients]
+    "isolate": "auto",  # value regimes in a child process: True, False, "auto" (compiled ops): NOTE [Isolated regimes]
+}
+
+
+def _type_name(x: Any) -> str:
+    t = type(x)
+    return t.__name__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
+
+
+def check_options(options: dict, extra: tuple = ()) -> None:
+    """Unknown option names are an error naming the known ones (``extra``: a framework's own, already taken out)."""
+    unknown = sorted(set(options) - set(DEFAULT_OPTIONS))
+    if unknown:
+        raise InvalidArgument(
+            f"check_op: unknown option {unknown[0]!r}; known options: {', '.join(sorted([*DEFAULT_OPTIONS, *extra]))}. "
+            f"Keyword arguments for fn itself go in kwargs={{...}}."
+        )
+
+
+def check_callables(fn, inputs: tuple, reference, opts: dict) -> None:
+    if not callable(fn):
+        raise InvalidArgument(
+            f"check_op: fn must be callable (a function, autograd.Function.apply, a torch.library op or a module); got {_type_name(fn)}."
+        )
+    if reference is not None and not callable(reference):
+        raise InvalidArgument(f"check_op: reference must be callable or None; got {_type_name(reference)}.")
+    if opts["surrogate"] is not None and not callable(opts["surrogate"]):
+        raise InvalidArgument(f"check_op: surrogate must be callable (a function with fn's signature whose gradient is the "
+                              f"intended one) or None; got {_type_name(opts['surrogate'])}.")
+    if not inputs:
+        raise InvalidArgument("check_op: no inputs given; pass the op's tensor inputs after fn: check_op(fn, x, ...).")
+    # Like gradcheck, non-tensor positional inputs (Python scalars, None, tuples ...) are passed through unchanged.
+    if opts["kwargs"] is not None and not isinstance(opts["kwargs"], dict):
+        raise InvalidArgument(f"check_op: kwargs must be a dict of keyword arguments for fn; got {_type_name(opts['kwargs'])}.")
+
+
+def _outside(chosen, known) -> list:
+    """The names in ``chosen`` that ``known`` does not have (a string is one name, never a sequence of letters)."""
+    return sorted(set(chosen) - set(known)) if not isinstance(chosen, str) else [chosen]
+
+
+def check_values(opts: dict) -> None:
+    bad_groups = _outside(opts["checks"], CHECK_GROUPS)
+    if bad_groups:
+        raise InvalidArgument(f"check_op: checks contains {bad_groups[0]!r}; expected a sequence drawn from {list(CHECK_GROUPS)}.")
+    bad_regimes = _outside(opts["regimes"], REGIME_NAMES)
+    if bad_regimes:
+        raise InvalidArgument(f"check_op: regimes contains {bad_regimes[0]!r}; expected a sequence drawn from {list(REGIME_NAMES)}.")
+    if opts["isolate"] not in (True, False, "auto"):
+        raise InvalidArgument(f"check_op: isolate must be True, False or 'auto'; got {opts['isolate']!r}.")
+    budget = opts["budget"]
+    if budget is not None and budget != "quick" and (isinstance(budget, bool) or not isinstance(budget, (int, float))
+                                                     or not budget > 0):
+        raise InvalidArgument(f"check_op: budget must be a positive number of seconds or 'quick'; got {budget!r}.")
+    if not isinstance(opts["probes"], int) or opts["probes"] < 1:
+        raise InvalidArgument(f"check_op: probes must be a positive int; got {opts['probes']!r}.")
+
+
+# NOTE [Which inputs]
+# Floating-point tensor inputs are differentiated. If some of them have requires_grad=True, only those
+# are (so an input can be excluded by passing it with requires_grad=False next to ones with True);
+# ``wrt=`` overrides both.
+def choose_wrt(B, args: list, names: list[str], wrt) -> list[int]:
+    """The positions of the inputs to differentiate (NOTE [Which inputs]); ``wrt`` is the option as given."""
+    floats = [i for i, a in enumerate(args) if B.is_tensor(a) and B.kind(a) == "float"]
+    if not floats:
+        got = ", ".join(f"{n}: {B.describe(a)}" for n, a in zip(names, args))
+        raise InvalidArgument(
+            f"check_op: inputs has no floating-point tensor (got {got}), so there is no gradient to check. "
+            f"Pass at least one floating-point tensor input (for example x.float())."
+        )
+    if wrt is None:
+        # NOTE [Which inputs]: inputs marked requires_grad (when some are) are the ones differentiated, so a
+        # bias-only audit is check_op(fn, x, w, b.requires_grad_()); 0-dim floats such as a temperature are
+        # differentiated like any other unless excluded that way.
+        marked = [i for i in floats if B.requires_grad(args[i])]
+        return marked or floats
+    if isinstance(wrt, int):
+        wrt = [wrt]
+    try:
+        wrt = [int(i) for i in wrt]
+    except TypeError:
+        raise InvalidArgument(f"check_op: wrt must be an int or a sequence of input positions; got {_type_name(wrt)}.") from None
+    for i in wrt:
+        if not 0 <= i < len(args) or i not in floats:
+            raise InvalidArgument(
+                f"check_op: wrt contains {i}, which is not the position of a floating-point input; "
+                f"floating-point inputs are at {floats}."
+            )
+    return wrt
+
 
 # NOTE [Budget]
 # ``budget=`` bounds the audit's time: the given inputs always get the gradient suite; then the argument regimes
@@ -146,13 +253,15 @@ class _Audit:
             self.out.checks.append(CheckResult(group, "given", "skip", unsupported[group]))
         groups -= set(unsupported)
 
-        deadline = self._deadline(t0)
+        budget = self.op.opts["budget"]
+        deadline = None if budget is None else \
+            t0 + (QUICK_FACTOR * (time.perf_counter() - t0) if budget == "quick" else float(budget))
         if deadline is not None:  # NOTE [Budget]: the regimes first, the audits of the op's memory after them
             self.regimes.run(groups, unsupported, base, t0, deadline)
             if time.perf_counter() > deadline:
                 for group in ("mutation", "aliasing", "composition"):
                     if group in groups:
-                        self.out.checks.append(CheckResult(group, "given", "skip", budget_spent(self.op.opts["budget"])))
+                        self.out.checks.append(CheckResult(group, "given", "skip", budget_spent(budget)))
                 return self._report(t0)
         self._memory_stage(groups, base)
         if deadline is None:
@@ -198,22 +307,17 @@ class _Audit:
 
         # framework-specific checks (Paddle's unchecked PyLayer saved tensors, MindSpore's bprop and graph mode)
         for framework_check in getattr(op.B, "framework_checks", ()):
-            found, checks, notes = framework_check(self, base)
-            out.findings += found
-            out.checks += checks
-            out.notes += notes
+            out.add(*framework_check(self, base))
 
         if "mutation" in groups and op.B.opcheck:
             self._opcheck_stage()
 
         if "composition" in groups:
-            found, checks = audit_composition(op.B, op.fn, op.args, op.kwargs, op.wrt, op.names,
-                                              base.U[0], base.lin_d.out_names, out.notes)
-            out.findings += found
-            out.checks += checks
+            out.add(*audit_composition(op.B, op.fn, op.args, op.kwargs, op.wrt, op.names, base.U[0],
+                                       base.lin_d.out_names, out.notes))
 
     def _opcheck_stage(self) -> None:
-        from .opcheck import audit_opcheck, is_library_op
+        from .torch_ops import audit_opcheck, is_library_op
 
         op, out = self.op, self.out
         if is_library_op(op.fn):
@@ -221,15 +325,7 @@ class _Audit:
             if any(f.check == "opcheck.schema" for f in found):
                 # the write bumped the version, but the schema calls the input read-only: not "declared"
                 out.findings = [f for f in out.findings if f.check != "mutation.input_write"]
-            out.findings += found
-            out.checks += checks
-            out.notes += notes
-
-    def _deadline(self, t0: float) -> float | None:
-        budget = self.op.opts["budget"]
-        if budget is None:
-            return None
-        return t0 + (QUICK_FACTOR * (time.perf_counter() - t0) if budget == "quick" else float(budget))
+            out.add(found, checks, notes)
 
     def _report(self, t0: float) -> OpReport:
         op, B = self.op, self.op.B
@@ -240,7 +336,7 @@ class _Audit:
             reference=B.op_name(op.reference) if op.reference is not None else None,
             findings=verdict_order(self.out.findings),
             checks=self.out.checks,
-            notes=_dedupe(self.out.notes),
+            notes=list(dict.fromkeys(self.out.notes)),  # each note once, in order
             options={k: (list(v) if isinstance(v, (tuple, set)) else v) for k, v in op.opts.items() if k != "kwargs"} | {"kwargs": {k: repr(v) for k, v in op.kwargs.items()}},
         )
         B.reword(report)
@@ -331,15 +427,6 @@ class EffectivePrecision:
             rounding = ulp64 * (num.absdot(u, outputs) + num.absdot(u, lin_jittered.outputs))
             worst = max(worst, (abs(seen - predicted) - rounding) / scale)
         return worst > TOLERANCES["effective_precision.missed"]
-
-
-def _dedupe(items):
-    seen, out = set(), []
-    for x in items:
-        if x not in seen:
-            seen.add(x)
-            out.append(x)
-    return out
 
 
 def run_check_op(B, fn: Callable, inputs: tuple, reference, options: dict) -> OpReport:

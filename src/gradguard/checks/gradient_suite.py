@@ -7,13 +7,11 @@ from typing import Any
 
 from ..core.internal import log_fallback
 from .gradient_numerical import NumericalCheck
-from .linearity import LinearityCheck
 from .op_runs import OpRuns
-from .precision_check import NonfiniteCheck, PrecisionCheck
+from .precision_check import LinearityCheck, NonfiniteCheck, PrecisionCheck
 from .reference_check import ForwardReference, GradientReference
 from .regimes import Spec, shrink_candidates
-from .runs import Run, Sink
-from .subject import Subject
+from .runs import Run, Sink, Subject
 
 __all__ = ["GradientSuite"]
 

@@ -27,20 +27,14 @@ def can_fork() -> bool:
     return hasattr(os, "fork") and sys.platform != "darwin"
 
 
-def _holds_triton(obj: Any) -> bool:
-    module = inspect.getmodule(obj)
-    if module is None:
-        return False
-    return any(type(v).__module__.startswith("triton") for v in vars(module).values())
-
-
 def looks_compiled(fn: Callable) -> bool:
     """A ``torch.library`` op, or a function whose module holds Triton kernels (NOTE [Isolated regimes])."""
     if type(fn).__module__.startswith("torch._ops"):
         return True
     owner = getattr(fn, "__self__", None)
     for obj in (fn, owner if isinstance(owner, type) else None):
-        if obj is not None and _holds_triton(obj):
+        module = inspect.getmodule(obj) if obj is not None else None
+        if module is not None and any(type(v).__module__.startswith("triton") for v in vars(module).values()):
             return True
     return False
 

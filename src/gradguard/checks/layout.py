@@ -9,8 +9,7 @@ from . import numerical as num
 from .op_raised import OpRaised
 from .regimes import Regime
 from .report import CheckResult, Failure
-from .runs import NotApplicable, Run
-from .subject import Check, scale
+from .runs import Check, NotApplicable, Run, scale
 from .tolerances import TOLERANCES
 
 __all__ = ["LayoutCheck"]

@@ -14,20 +14,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from .tolerances import TOLERANCES
 
-__all__ = [
-    "Mismatch",
-    "compare",
-    "step_size",
-    "central_difference",
-    "EPS64",
-    "Cotangents",
-]
+__all__ = ["Mismatch", "compare", "step_size", "EPS64", "Cotangents"]
 
 EPS64 = float(np.finfo(np.float64).eps)
 
@@ -42,7 +35,6 @@ class Mismatch:
     index: tuple[int, ...] | None = None
     got: float | None = None
     expected: float | None = None
-    allowed: float | None = None
 
 
 def compare(got: np.ndarray, expected: np.ndarray, allowed: np.ndarray | float) -> Mismatch:
@@ -75,18 +67,10 @@ def compare(got: np.ndarray, expected: np.ndarray, allowed: np.ndarray | float) 
     max_rel = max_abs / scale if scale > 0 else (0.0 if max_abs == 0 else float("inf"))
     if bool(np.all(diff <= allowed)):  # the usual case: where the worst element is matters only to a failure
         return Mismatch(ok=True, max_abs=max_abs, max_rel=max_rel)
-    ok = False
     worst = int(np.argmax(np.where(np.isfinite(excess), excess, np.inf)))
     idx = tuple(int(i) for i in np.unravel_index(worst, expected.shape)) if expected.ndim else ()
-    return Mismatch(
-        ok=ok,
-        max_abs=max_abs,
-        max_rel=max_rel,
-        index=idx,
-        got=float(got.reshape(-1)[worst]),
-        expected=float(expected.reshape(-1)[worst]),
-        allowed=float(allowed.reshape(-1)[worst]),
-    )
+    return Mismatch(ok=False, max_abs=max_abs, max_rel=max_rel, index=idx, got=float(got.reshape(-1)[worst]),
+                    expected=float(expected.reshape(-1)[worst]))
 
 
 def step_size(x: np.ndarray, rel: float = TOLERANCES["gradient.numerical.step"]) -> float:
@@ -94,21 +78,6 @@ def step_size(x: np.ndarray, rel: float = TOLERANCES["gradient.numerical.step"])
     finite = x[np.isfinite(x)]
     mag = float(np.max(np.abs(finite))) if finite.size else 1.0
     return rel * max(1.0, mag)
-
-
-def central_difference(
-    forward: Callable[[list[np.ndarray]], list[np.ndarray]],
-    xs: Sequence[np.ndarray],
-    which: int,
-    w: np.ndarray,
-) -> list[np.ndarray]:
-    """``(f(x + w) - f(x - w)) / 2`` with only input ``which`` moved: approximately ``J w``."""
-    plus = [x if i != which else x + w for i, x in enumerate(xs)]
-    minus = [x if i != which else x - w for i, x in enumerate(xs)]
-    fp = forward(plus)
-    fm = forward(minus)
-    with np.errstate(invalid="ignore", over="ignore"):
-        return [(a - b) / 2.0 for a, b in zip(fp, fm)]
 
 
 def dot(us: Sequence[np.ndarray], vs: Sequence[np.ndarray]) -> float:

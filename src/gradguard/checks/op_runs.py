@@ -10,8 +10,7 @@ import numpy as np
 from .._errors import InvalidArgument
 from .op_raised import OpRaised
 from .regimes import Spec
-from .runs import NotApplicable, ReferenceRaised, Run, Suite, reorder
-from .subject import Subject
+from .runs import NotApplicable, ReferenceRaised, Run, Subject, Suite, reorder
 from .tolerances import TOLERANCES
 
 if TYPE_CHECKING:
@@ -97,17 +96,15 @@ class OpRuns:
         """
         op = self.op
         out = [first.pullback(U[0])]
-        if fn is op.fn and self.repeatable:
-            # an op whose backward the mutation audit found repeatable on the given inputs pulls every cotangent
-            # back through one graph (fewer forward calls per regime); the reference is not audited for it
-            return out + [first.pullback(u) for u in U[1:]]
-        if fn is op.reference and self.reference_repeatable:
-            # the trusted reference's backward repeated once: it is not checked again in every regime
-            return out + [first.pullback(u) for u in U[1:]]
-        if len(U) > 1 and self._repeats(first, U[0], out[0]):
+        # the op's backward found repeatable by the mutation audit on the given inputs, or the trusted reference's
+        # once (it is not checked again in every regime): every cotangent goes back through one graph
+        one_graph = (fn is op.fn and self.repeatable) or (fn is op.reference and self.reference_repeatable)
+        if not one_graph and len(U) > 1 and self._repeats(first, U[0], out[0]):
             # this graph gave the same gradient, bit for bit, a second time: its backward left what it saved as it
             # was, so the other cotangents go through it too (one backward instead of a forward and a backward each)
             self.reference_repeatable = self.reference_repeatable or fn is op.reference
+            one_graph = True
+        if one_graph:
             return out + [first.pullback(u) for u in U[1:]]
         for u in U[1:]:
             lin = op.B.linearize(fn, args, op.kwargs, op.wrt)
@@ -175,7 +172,6 @@ class OpRuns:
         reference says whether they should be: not applicable."""
         if regime == "given":
             self.given_has_64 = run.lin_64 is not None
-        if regime == "given":
             self.given_finite = all(np.all(np.isfinite(o)) for o in (run.lin_64 or run.lin_d).outputs)
         elif self.op.reference is None and run.lin_64 is not None and self.given_finite and \
                 not all(np.all(np.isfinite(o)) for o in run.lin_64.outputs):

@@ -12,8 +12,7 @@ from . import numerical as num
 from .op_raised import OpRaised
 from .op_runs import OpRuns
 from .report import CheckResult, Failure
-from .runs import Run, Sink, Suite
-from .subject import Check, Subject, scale
+from .runs import Check, Run, Sink, Subject, Suite, scale
 from .tolerances import TOLERANCES
 
 __all__ = ["ForwardReference", "GradientReference"]

@@ -76,12 +76,15 @@ def _is_pow2(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
 
 
-def _resize_last(v: np.ndarray, size: int, distinct: bool = False) -> np.ndarray:
-    """``v`` with its last dimension cut or cyclically extended to ``size``; ``distinct``: each further copy scaled by
+def _resize(v: np.ndarray, size: int, axis: int, distinct: bool = False) -> np.ndarray:
+    """``v`` with dimension ``axis`` cut or cyclically extended to ``size``; ``distinct``: each further copy scaled by
     0.9 (float inputs: a copied column would tie with its original, and ties are kinks for sort, max, top-k)."""
-    idx = np.arange(size) % v.shape[-1]
-    out = v[..., idx]
-    return out * 0.9 ** (np.arange(size) // v.shape[-1]) if distinct else out
+    out = np.take(v, np.arange(size) % v.shape[axis], axis=axis)
+    if not distinct:
+        return out
+    shape = [1] * v.ndim
+    shape[axis] = size
+    return out * (0.9 ** (np.arange(size) // v.shape[axis])).reshape(shape)
 
 
 def _ties(rounded: np.ndarray, original: np.ndarray) -> bool:
@@ -89,25 +92,6 @@ def _ties(rounded: np.ndarray, original: np.ndarray) -> bool:
     r, o = rounded.reshape(-1, rounded.shape[-1]), original.reshape(-1, original.shape[-1])
     distinct = lambda m: (np.diff(np.sort(m, axis=1), axis=1) != 0).sum(axis=1)  # noqa: E731 (per row, minus one)
     return bool(np.any(distinct(r) < distinct(o)))
-
-
-def _grow_rows(v: np.ndarray, size: int, distinct: bool) -> np.ndarray:
-    """``v`` with its leading dimension cut or cyclically extended to ``size`` (copies scaled as in _resize_last)."""
-    idx = np.arange(size) % v.shape[0]
-    out = v[idx]
-    if distinct:
-        out = out * (0.9 ** (np.arange(size) // v.shape[0])).reshape((-1,) + (1,) * (v.ndim - 1))
-    return out
-
-
-def _int_positions(B, args) -> list[int]:
-    return [i for i, a in enumerate(args) if B.is_tensor(a) and B.kind(a) == "int" and B.numel(a) >= 1]
-
-
-def _with(B, args, i, values):
-    out = list(args)
-    out[i] = B.with_values(args[i], values)
-    return out
 
 
 def kink_points(arguments: list[Argument]) -> list[float]:
@@ -129,7 +113,6 @@ class _Inputs:
 
     B: Any
     args: list[Any]
-    kwargs: dict
     arguments: list[Argument]
     names: list[str]
     tensors: list[int]  # tensor inputs
@@ -174,7 +157,7 @@ def _repeated_indices(c: _Inputs):
         if not valid:
             continue
         v[1::2] = valid[0]
-        new = _with(B, new, i, v)
+        new[i] = B.with_values(args[i], v)
     return [Regime("repeated_indices", "every second entry of each integer input set to the same index", new, Spec())]
 
 
@@ -187,7 +170,7 @@ def _kinks(c: _Inputs):
     for i in c.floats:
         v = B.to_numpy(args[i]).reshape(-1).copy()
         v[::3] = np.resize(np.array(points), v[::3].shape)
-        new = _with(B, new, i, v)
+        new[i] = B.with_values(args[i], v)
     pts = ", ".join(f"{p:g}" for p in points)
     return [Regime("kinks", f"every third entry of each differentiated input set to a kink/boundary value ({pts})", new, Spec(numerical=False, precision=False, convention=True))]
 
@@ -195,7 +178,7 @@ def _kinks(c: _Inputs):
 def _scaled(c: _Inputs, scale: float) -> list[Any]:
     new = list(c.args)
     for i in c.floats:
-        new = _with(c.B, new, i, c.B.to_numpy(c.args[i]) * scale)
+        new[i] = c.B.with_values(c.args[i], c.B.to_numpy(c.args[i]) * scale)
     return new
 
 
@@ -245,7 +228,7 @@ def _near_constant_rows(c: _Inputs):
         mean = v.mean(axis=-1, keepdims=True)
         spread = _untied_spread(B, v, mean, B.dtype_name(args[i]))
         spreads.append(spread)
-        new = _with(B, new, i, mean + spread * (v - mean))
+        new[i] = B.with_values(args[i], mean + spread * (v - mean))
     spread = max(spreads)
     return [Regime("near_constant_rows", f"rows (last dim) squeezed to their mean +- {spread:g} x deviation (variance near eps)", new, Spec(precision=False))]
 
@@ -254,7 +237,7 @@ def _batch_regime(c: _Inputs, b: int, batched: list[int], size: int) -> Regime:
     B, args = c.B, c.args
     new = list(args)
     for i in batched:
-        new[i] = B.from_numpy(_grow_rows(B.to_numpy(args[i]), size, B.kind(args[i]) == "float"), args[i])
+        new[i] = B.from_numpy(_resize(B.to_numpy(args[i]), size, 0, B.kind(args[i]) == "float"), args[i])
     if size < b:  # NOTE [Shape relations]: indices into the rows (MoE routing: token ids) stay in range
         for i in c.ints:
             v = B.to_numpy(args[i])
@@ -278,11 +261,11 @@ def _feature_regime(c: _Inputs, d: int, same: list[int], grow_ints: list[int], l
     B, args = c.B, c.args
     new = list(args)
     for i in same:
-        new[i] = B.from_numpy(_resize_last(B.to_numpy(args[i]), size, distinct=True), args[i])
+        new[i] = B.from_numpy(_resize(B.to_numpy(args[i]), size, -1, distinct=True), args[i])
     for i in grow_ints + [i for i in labels if i not in grow_ints]:
         v = B.to_numpy(args[i])
         if i in grow_ints:
-            v = _resize_last(v, size)
+            v = _resize(v, size, -1)
         if B.to_numpy(args[i]).max(initial=-1) < d:  # indices into this dimension (sentinels < 0 kept)
             v = np.where(v >= 0, v % size, v)
         new[i] = B.from_numpy(v, args[i])
@@ -383,9 +366,9 @@ def build_regimes(B, args, wrt, kwargs, arguments: list[Argument], vary: dict, s
     regimes: list[Regime] = []
     skipped: dict[str, str] = {}
     names = list(names or [])
-    c = _Inputs(B, args, kwargs, arguments, names,
+    c = _Inputs(B, args, arguments, names,
                 tensors=[i for i, a in enumerate(args) if B.is_tensor(a)],
-                ints=_int_positions(B, args),
+                ints=[i for i, a in enumerate(args) if B.is_tensor(a) and B.kind(a) == "int" and B.numel(a) >= 1],
                 floats=[i for i in wrt if B.numel(args[i]) >= 1])
     _apply(_LAYOUT_STRATEGIES, c, selected, regimes, skipped)
     variants, arg_skipped = argument_regimes(B, args, wrt, names, arguments, vary, set(selected))

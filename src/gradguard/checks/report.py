@@ -15,6 +15,9 @@ __all__ = ["Failure", "CheckResult", "OpReport", "OP_REPORT_FORMAT_VERSION", "ve
 OP_REPORT_FORMAT_VERSION = 1
 _WIDTH = 100  # at most; the text follows the width it is given (``COLUMNS``, else the terminal, else 80)
 _FRAME = 4  # a rich panel's "│ " and " │"
+# a rich panel's line style, by how the line starts (the first that matches)
+_STYLES = (("FAIL", "bold red"), ("WARN", "bold yellow"), ("passed", "green"), (("why", "note", "skipped"), "dim"),
+           ("fix", "cyan"))
 
 
 def _width(width: int | None) -> int:
@@ -48,20 +51,7 @@ class Failure:
     severity: str = "failure"  # failure | warning
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "check": self.check,
-            "regime": self.regime,
-            "severity": self.severity,
-            "message": self.message,
-            "input": self.input,
-            "max_abs_err": self.max_abs_err,
-            "max_rel_err": self.max_rel_err,
-            "tolerance": self.tolerance,
-            "where": self.where,
-            "why": self.why,
-            "fix": self.fix,
-            "repro": self.repro,
-        }
+        return {name: getattr(self, name) for name in _FAILURE_KEYS}
 
     def lines(self, width: int = _WIDTH) -> list[str]:
         tag = "FAIL" if self.severity == "failure" else "WARN"
@@ -89,6 +79,10 @@ class Failure:
             out.append("     repro:")
             out += ["       " + line for line in self.repro.splitlines()]
         return out
+
+
+_FAILURE_KEYS = ("check", "regime", "severity", "message", "input", "max_abs_err", "max_rel_err", "tolerance", "where",
+                 "why", "fix", "repro")  # a finding's JSON keys, in this order
 
 
 def _field(label: str, text: str, width: int = _WIDTH) -> list[str]:
@@ -177,12 +171,9 @@ class OpReport:
     def failed_checks(self) -> set[str]:
         return {f.check for f in self.failures}
 
-    def _counts(self) -> tuple[int, int, int]:
-        ran = [c for c in self.checks if c.status != "skip"]
-        return len(ran), sum(c.status == "skip" for c in self.checks), len(self.failures)
-
     def summary(self) -> str:
-        ran, skipped, nfail = self._counts()
+        skipped, nfail = sum(c.status == "skip" for c in self.checks), len(self.failures)
+        ran = len(self.checks) - skipped
         status = "PASSED" if self.passed else "FAILED"
         parts = [f"{nfail} failure{'s' * (nfail != 1)}"]
         if self.warnings:
@@ -252,19 +243,7 @@ class OpReport:
         else:
             title = summary
         for line in lines:
-            style = ""
-            stripped = line.strip()
-            if stripped.startswith("FAIL"):
-                style = "bold red"
-            elif stripped.startswith("WARN"):
-                style = "bold yellow"
-            elif stripped.startswith("passed"):
-                style = "green"
-            elif stripped.startswith(("why", "note", "skipped")):
-                style = "dim"
-            elif stripped.startswith("fix"):
-                style = "cyan"
-            body.append(line + "\n", style=style)
+            body.append(line + "\n", style=next((s for start, s in _STYLES if line.strip().startswith(start)), ""))
         body.rstrip()
         yield Panel(body, title=Text(title, style=f"bold {colour}"), title_align="left", expand=False)
 
@@ -272,14 +251,8 @@ class OpReport:
         colour = "#1a7f37" if self.passed else "#cf222e"
         rows = []
         for f in self.findings:
-            errs = ", ".join(
-                x
-                for x in (
-                    f"abs {f.max_abs_err:.3g}" if f.max_abs_err is not None else "",
-                    f"rel {f.max_rel_err:.3g}" if f.max_rel_err is not None else "",
-                )
-                if x
-            )
+            errs = ", ".join(f"{label} {value:.3g}" for label, value in (("abs", f.max_abs_err), ("rel", f.max_rel_err))
+                             if value is not None)
             detail = "<br>".join(html.escape(x) for x in (f.message, f.where or "", f.why, "fix: " + f.fix if f.fix else "") if x)
             repro = f"<pre>{html.escape(f.repro)}</pre>" if f.repro else ""
             rows.append(
@@ -287,13 +260,8 @@ class OpReport:
                 f"<td>{html.escape(f.regime)}</td><td>{html.escape(f.input or '')}</td><td>{errs}</td>"
                 f"<td>{detail}{repro}</td></tr>"
             )
-        table = ""
-        if rows:
-            table = (
-                "<table><tr><th></th><th>check</th><th>regime</th><th>input</th><th>error</th><th>details</th></tr>"
-                + "".join(rows)
-                + "</table>"
-            )
+        head = "<tr><th></th><th>check</th><th>regime</th><th>input</th><th>error</th><th>details</th></tr>"
+        table = f"<table>{head}{''.join(rows)}</table>" if rows else ""
         passed = sorted({c.check for c in self.checks if c.status == "pass"} - self.failed_checks())
         notes = "".join(f"<li>{html.escape(n)}</li>" for n in self.notes)
         from ..report.html import OP_REPORT_CSS

@@ -143,7 +143,7 @@ def gradient_floor(eps: float, cotangent_scale: float, output_scale: float, inpu
                    largest_input_scale: float) -> float:
     """Absolute tolerance floor in gradient units (NOTE [Tolerance floor]) for a gradient compared in a dtype with
     machine epsilon ``eps``: ``max|u|`` of the cotangent, ``max|f|`` of the outputs, ``max|x|`` of the input the
-    gradient is of, and the largest ``max|x|`` of the differentiated inputs (``subject.Subject.floor_scales``)."""
+    gradient is of, and the largest ``max|x|`` of the differentiated inputs (``runs.Subject.floor_scales``)."""
     floor = TOLERANCES["floor"]
     # outputs that cancel to 0 (layer norm over one feature) say nothing of the scale the gradient was built at:
     # the inputs do (a weight's gradient there is rounding noise of x - mean(x), about eps x max|x|)

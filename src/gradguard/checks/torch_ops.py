@@ -1,10 +1,20 @@
 """Everything ``check_op`` needs from PyTorch, behind a handful of small functions.
 
 # NOTE [Backend adapter]
-# The audit itself (``audit``, ``numerical``, ``regimes``, ``mutation``, ``composition``) does its
+# The audit itself (``audit``, ``numerical``, ``regimes``, ``mutation``) does its
 # arithmetic in float64 numpy and talks to the framework only through an object with the methods below
 # (see NOTE [One audit engine] in ``adapter_base``; Paddle's and MindSpore's adapters live in their
 # backend folders). Keep framework calls out of the other modules.
+#
+# NOTE [opcheck]
+# ``torch.library.opcheck`` is folded into ``check_op``'s report for ops made with ``torch.library`` (below).
+# For a ``torch.library.custom_op`` (or any ``torch.ops`` overload) the schema says which inputs the op
+# mutates and that outputs are new tensors; a fake (meta) kernel says the output shapes. ``check_op``'s
+# mutation audit sees bytes, not declarations: a write into an input the schema calls read-only bumps
+# the version (so it looks "declared"), yet torch.compile and functionalization trust the schema and
+# compute wrong results. ``opcheck``'s schema, autograd-registration and fake-tensor tests catch that;
+# each failing test becomes one ``opcheck.<test>`` finding. The dynamic AOT test is left out (it
+# compiles, seconds per op); gradients are check_op's own business.
 """
 
 from __future__ import annotations
@@ -18,8 +28,9 @@ import xxhash
 
 from .adapter_base import AdapterBase, Linearization
 from .op_raised import OpRaised
+from .report import CheckResult, Failure
 
-__all__ = ["TorchBackend", "TORCH", "SMALL_INPUT_NUMEL"]
+__all__ = ["TorchBackend", "TORCH", "SMALL_INPUT_NUMEL", "is_library_op", "audit_opcheck", "OPCHECK_TESTS"]
 
 SMALL_INPUT_NUMEL = 1 << 16
 
@@ -61,12 +72,6 @@ class TorchBackend(AdapterBase):
 
     def dtype_name(self, t: torch.Tensor) -> str:
         return str(t.dtype).replace("torch.", "")
-
-    def shape(self, t: torch.Tensor) -> tuple[int, ...]:
-        return tuple(t.shape)
-
-    def numel(self, t: torch.Tensor) -> int:
-        return int(t.numel())
 
     def requires_grad(self, t: torch.Tensor) -> bool:
         return bool(t.requires_grad)
@@ -253,3 +258,48 @@ class TorchBackend(AdapterBase):
 
 
 TORCH = TorchBackend()
+
+
+OPCHECK_TESTS = ("test_schema", "test_autograd_registration", "test_faketensor")
+
+_WHY = {
+    "test_schema": "the op's behaviour contradicts its schema (an input written that the schema declares "
+    "read-only, or an output that aliases an input): torch.compile, functionalization and autograd trust the "
+    "schema and silently compute wrong results.",
+    "test_autograd_registration": "the autograd formula is not registered through torch.library.register_autograd; "
+    "other registrations can make gradients depend on the dispatch path.",
+    "test_faketensor": "the fake (meta) kernel is missing or disagrees with the real one on shapes/dtypes: "
+    "torch.compile and export trace wrong metadata.",
+}
+_FIX = {
+    "test_schema": "declare every mutated input in mutates_args=(...) (or stop writing it), and return new tensors.",
+    "test_autograd_registration": "register the backward with op.register_autograd(backward, setup_context=...).",
+    "test_faketensor": "register a fake kernel with @op.register_fake that returns tensors of the real outputs' shapes and dtypes.",
+}
+
+
+def is_library_op(fn: Any) -> bool:
+    from torch._library.custom_ops import CustomOpDef
+
+    return isinstance(fn, (CustomOpDef, torch._ops.OpOverload, torch._ops.OpOverloadPacket))
+
+
+def audit_opcheck(B, fn, args: Sequence[Any], kwargs: dict, wrt: Sequence[int]) -> tuple[list[Failure], list[CheckResult], list[str]]:
+    fed, _ = B.prepare(args, wrt)
+    try:
+        results = torch.library.opcheck(fn, tuple(fed), dict(kwargs), test_utils=OPCHECK_TESTS, raise_exception=False)
+    except Exception as exc:  # opcheck itself could not run (e.g. an op torch.library cannot introspect)
+        return [], [CheckResult("opcheck", "given", "skip", f"torch.library.opcheck could not run: {type(exc).__name__}")], [
+            f"torch.library.opcheck could not run on this op ({type(exc).__name__}: {str(exc)[:160]}); schema and fake-tensor checks skipped"]
+    findings, checks = [], []
+    for test in OPCHECK_TESTS:
+        outcome = results.get(test, "SUCCESS")
+        name = f"opcheck.{test.removeprefix('test_')}"
+        if outcome == "SUCCESS":
+            checks.append(CheckResult(name, "given", "pass"))
+            continue
+        first = str(outcome).strip().splitlines()[0] if str(outcome).strip() else type(outcome).__name__
+        findings.append(Failure(check=name, regime="given", message=f"torch.library.opcheck {test} failed: {first[:300]}",
+                                why=_WHY[test], fix=_FIX[test]))
+        checks.append(CheckResult(name, "given", "fail"))
+    return findings, checks, []
