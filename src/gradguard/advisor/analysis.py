@@ -32,42 +32,11 @@ class Candidate(pipeline.Candidate):
     key = property(lambda self: self.op.key)
     op_name = property(lambda self: self.op.name)
     shape = property(lambda self: self.op.out_shapes[0])
-
-    @property
-    def location(self) -> SourceLocation | None:
-        return self.op.location
+    location = property(lambda self: self.op.location)
 
 
 def _where(loc: SourceLocation | None) -> str:
     return loc.short if loc is not None else "?"
-
-
-def _readers(mode: StepMode) -> dict[int, list[OpRecord]]:
-    readers: dict[int, list[OpRecord]] = {}
-    for op in mode.ops:
-        for sid in set(op.in_sids):
-            if sid is not None:
-                readers.setdefault(sid, []).append(op)
-    return readers
-
-
-def _grad_sids(mode: StepMode) -> set[int]:
-    out = set()
-    for leaf in mode.leaves:
-        g = leaf.grad
-        if g is not None:
-            sid = mode.sid_of(g)
-            if sid is not None:
-                out.add(sid)
-    return out
-
-
-def _saves_by_sid(mode: StepMode) -> dict[int, list]:
-    saves_by_sid: dict[int, list] = {}
-    for s in mode.saves:
-        if s.sid is not None:
-            saves_by_sid.setdefault(s.sid, []).append(s)
-    return saves_by_sid
 
 
 def _candidate_sid(op: OpRecord, position: int, out_sid: int) -> int | None:
@@ -75,13 +44,10 @@ def _candidate_sid(op: OpRecord, position: int, out_sid: int) -> int | None:
     if position >= len(op.in_sids):
         return None
     sid = op.in_sids[position]
-    if sid is None or sid == out_sid:
-        return None
-    if op.in_shapes[position] != op.out_shapes[0] or op.in_dtypes[position] != op.out_dtypes[0]:
-        return None  # broadcasting or type promotion: no in-place form exists
-    if op.in_overlap[position]:
-        return None
-    if position == 1 and op.in_sids[0] == sid:
+    # a different shape or dtype (broadcasting, type promotion): no in-place form exists
+    if (sid is None or sid == out_sid or op.in_shapes[position] != op.out_shapes[0]
+            or op.in_dtypes[position] != op.out_dtypes[0] or op.in_overlap[position]
+            or (position == 1 and op.in_sids[0] == sid)):
         return None
     return sid
 
@@ -117,7 +83,15 @@ def analyse(mode: StepMode) -> tuple[list[Candidate], list[UnsafeInplaceOp]]:
 
 def _rule_tests(mode: StepMode) -> list:
     """PyTorch's test of each rule, in report order: test(candidate) -> the detail when the rule fires, else None."""
-    readers, saves_by_sid, grad_sids = _readers(mode), _saves_by_sid(mode), _grad_sids(mode)
+    readers: dict[int, list[OpRecord]] = {}
+    for op in mode.ops:
+        for sid in set(op.in_sids) - {None}:
+            readers.setdefault(sid, []).append(op)
+    saves_by_sid: dict[int, list] = {}
+    for s in mode.saves:
+        if s.sid is not None:
+            saves_by_sid.setdefault(s.sid, []).append(s)
+    grad_sids = {mode.sid_of(leaf.grad) for leaf in mode.leaves if leaf.grad is not None} - {None}
     alive_end = mode.alive_sids_at_end or set()
 
     def leaf(c):
@@ -206,10 +180,7 @@ def simulate_peak(events: list[tuple], merges: list[tuple[int, int]]) -> int:
 
     for keep, gone in merges:
         parent[root(gone)] = root(keep)
-    sizes: dict[int, int] = {}
-    for e in events:
-        if e[0] == "a":
-            sizes[e[1]] = e[2]
+    sizes: dict[int, int] = {e[1]: e[2] for e in events if e[0] == "a"}
     members_alive: dict[int, int] = {}
     live = peak = 0
     for e in events:

@@ -11,6 +11,7 @@ Runs, all on the same state (parameters, optimizer state, ``.grad`` and the RNG 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import os
 import statistics
@@ -19,7 +20,7 @@ import time
 from dataclasses import dataclass
 
 from .._errors import InvalidArgument
-from .pipeline import Measured, advise_runs, plan_of
+from .pipeline import Measured, advise_runs, closure_values, plan_of
 from .report import AdviceReport, Proposal
 
 # NOTE [advise without torch]: a Paddle-only Python has no torch; advise() then dispatches to the Paddle
@@ -77,11 +78,9 @@ class FunctionStep:
 
 
 def _capture(mode: StepMode):
-    grads, values = [], []
     with torch.no_grad():
-        for leaf in mode.leaves:
-            grads.append(None if leaf.grad is None else leaf.grad.detach().clone())
-            values.append(leaf.detach().clone())
+        grads = [None if leaf.grad is None else leaf.grad.detach().clone() for leaf in mode.leaves]
+        values = [leaf.detach().clone() for leaf in mode.leaves]
     return grads, values
 
 
@@ -132,9 +131,7 @@ def _run(step, mode: StepMode) -> RunOutcome:
 
 
 def _identical(a: RunOutcome, b: RunOutcome) -> bool:
-    if a.error is not None or b.error is not None:
-        return False
-    if len(a.grads) != len(b.grads):
+    if a.error is not None or b.error is not None or len(a.grads) != len(b.grads):
         return False
     for x, y in zip(a.grads + a.values, b.grads + b.values):
         if (x is None) != (y is None):
@@ -144,12 +141,7 @@ def _identical(a: RunOutcome, b: RunOutcome) -> bool:
     return True
 
 
-_SPELLING = {
-    "add": ("{a}.add_({b})", "{a} += {b}"),
-    "sub": ("{a}.sub_({b})", "{a} -= {b}"),
-    "mul": ("{a}.mul_({b})", "{a} *= {b}"),
-    "div": ("{a}.div_({b})", "{a} /= {b}"),
-}
+_OPERATORS = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 _INPLACE_MODULES = {"ReLU", "ReLU6", "LeakyReLU", "ELU", "SELU", "CELU", "Hardtanh", "Hardswish", "Hardsigmoid",
                     "SiLU", "Mish", "Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout", "Threshold"}
 
@@ -159,16 +151,14 @@ def _suggestion(cand: Candidate) -> str:
     packet = op.name.split("::", 1)[-1].split(".", 1)[0]
     if op.module in _INPLACE_MODULES:
         return f"construct nn.{op.module}(..., inplace=True)"
-    if packet in _SPELLING:
+    if packet in _OPERATORS:
         a, b = ("x", "y") if cand.operand == 0 else ("y", "x")
-        first, second = _SPELLING[packet]
-        text = f"{first.format(a=a, b=b)} (or {second.format(a=a, b=b)})"
+        text = f"{a}.{packet}_({b}) (or {a} {_OPERATORS[packet]}= {b})"
         if cand.operand == 1:
             text += ": overwrite the second operand, it is the dead one"
         return text
     if packet in ("relu", "elu", "leaky_relu", "hardtanh", "silu", "hardswish", "hardsigmoid", "threshold"):
-        return f"F.{packet}(x, inplace=True) or x.{packet}_()" if packet != "relu" else \
-            "F.relu(x, inplace=True) or x.relu_()"
+        return f"F.{packet}(x, inplace=True) or x.{packet}_()"
     return f"x.{packet}_(...) instead of x.{packet}(...) / torch.{packet}(x, ...)"
 
 
@@ -262,28 +252,25 @@ class _Runs:
             else ""))
 
     def totals(self, report: AdviceReport, kept: list, proposed: list) -> None:
-        _report_totals(report, self.base, self.together if kept else None, kept)
+        base, together = self.base, self.together if kept else None
+        if base.cuda_peak is not None:
+            report.notes.append(f"CUDA allocator (torch.cuda.max_memory_allocated above the step's start): baseline "
+                                f"{base.cuda_peak} B" + (f", all proposals applied {together.cuda_peak} B"
+                                                          if together is not None and together.cuda_peak is not None
+                                                          else ""))
+            report.cuda_peaks = (base.cuda_peak, together.cuda_peak if together is not None else None)
+        if together is not None:
+            claimed_total = base.mode.peak_bytes - simulate_peak(base.mode.events, [(c.sid, c.out_sid) for c in kept])
+            report.rewritten_peak = together.mode.peak_bytes
+            report.measured_total_saving = base.mode.peak_bytes - together.mode.peak_bytes
+            report.gradients_identical = _identical(base, together)
+            report.claimed_total_saving = claimed_total
+            if report.measured_total_saving != claimed_total:
+                report.notes.append(f"combined: measured {report.measured_total_saving} B vs claimed {claimed_total} B")
         if self.allocator_check and kept and not _cuda_in_use():
             _allocator_cross_check(self, report, kept)
         if self.repeats > 0 and kept:
             _time_runs(self, report, kept, self.repeats)
-
-
-def _report_totals(report: AdviceReport, base: RunOutcome, together: RunOutcome | None, kept: list) -> None:
-    if base.cuda_peak is not None:
-        report.notes.append(f"CUDA allocator (torch.cuda.max_memory_allocated above the step's start): baseline "
-                            f"{base.cuda_peak} B" + (f", all proposals applied {together.cuda_peak} B"
-                                                      if together is not None and together.cuda_peak is not None
-                                                      else ""))
-        report.cuda_peaks = (base.cuda_peak, together.cuda_peak if together is not None else None)
-    if together is not None:
-        claimed_total = base.mode.peak_bytes - simulate_peak(base.mode.events, [(c.sid, c.out_sid) for c in kept])
-        report.rewritten_peak = together.mode.peak_bytes
-        report.measured_total_saving = base.mode.peak_bytes - together.mode.peak_bytes
-        report.gradients_identical = _identical(base, together)
-        report.claimed_total_saving = claimed_total
-        if report.measured_total_saving != claimed_total:
-            report.notes.append(f"combined: measured {report.measured_total_saving} B vs claimed {claimed_total} B")
 
 
 def _allocator_cross_check(runs: _Runs, report: AdviceReport, kept: list) -> None:
@@ -351,11 +338,7 @@ def _allocator_peak(step, mode: StepMode) -> int | None:
         _log.warning("gradguard advise: CPU allocator cross-check skipped: torch.profiler failed (%s: %s)",
                      type(error).__name__, error)
         return None
-    live = peak = 0
-    for _, nbytes in events:
-        live += nbytes
-        peak = max(peak, live)
-    return peak
+    return max([0, *itertools.accumulate(nbytes for _, nbytes in events)])  # the peak of the live bytes
 
 
 def advise(fn, *args, kwargs: dict | None = None, per_proposal: bool = True, repeats: int = 3,
@@ -377,48 +360,26 @@ def advise(fn, *args, kwargs: dict | None = None, per_proposal: bool = True, rep
                               f"got {type(kwargs).__name__}")
     if not isinstance(repeats, int) or isinstance(repeats, bool) or repeats < 0:
         raise InvalidArgument(f"advise(...): 'repeats' must be an int >= 0, got {repeats!r}")
-    if not isinstance(per_proposal, bool):
-        raise InvalidArgument(f"advise(...): 'per_proposal' must be a bool, got {per_proposal!r}")
-    if not isinstance(warmup, bool):
-        raise InvalidArgument(f"advise(...): 'warmup' must be a bool, got {warmup!r}")
+    for name, flag in (("per_proposal", per_proposal), ("warmup", warmup)):
+        if not isinstance(flag, bool):
+            raise InvalidArgument(f"advise(...): '{name}' must be a bool, got {flag!r}")
     if allocator_check is not None and not isinstance(allocator_check, bool):
         raise InvalidArgument(f"advise(...): 'allocator_check' must be a bool, got {allocator_check!r}")
     framework = _framework(fn, args, kwargs or {}, backend)
     if hasattr(framework, "advise"):  # a framework with its own advisor (Paddle); torch's is this module's
         return framework.advise(fn, args, kwargs, per_proposal=per_proposal, repeats=repeats, warmup=warmup,
                                 allocator_check=allocator_check)
-    if allocator_check is None:
-        allocator_check = True
     step = FunctionStep(fn, args, kwargs or {})
     step.warmup = warmup
-    return run_advisor(step, per_proposal=per_proposal, repeats=repeats, allocator_check=allocator_check)
+    return run_advisor(step, per_proposal=per_proposal, repeats=repeats, allocator_check=allocator_check is not False)
 
 
 def _framework(fn, args, kwargs, backend):
     """The framework of this step (``backend="auto"``: the framework of its arguments, else the one imported)."""
-    from ..backends import choose
+    from ..backends import KNOWN, choose
 
-    objects = [*args, *kwargs.values(), *_closure_values(fn)]
+    objects = [*args, *kwargs.values(), *closure_values(fn)]
     # a user's model (class MLP(paddle.nn.Layer)) tells the framework through its base classes
-    found = next((f for f in map(_framework_of, objects) if f is not None), None) if backend == "auto" else None
+    roots = ((cls.__module__ or "").split(".")[0] for obj in objects for cls in type(obj).__mro__)
+    found = next((root for root in roots if root in KNOWN), None) if backend == "auto" else None
     return choose(found or backend, objects, fallback=None, needs="advise")
-
-
-def _framework_of(obj) -> str | None:
-    from ..backends import KNOWN
-
-    for cls in type(obj).__mro__:
-        root = (cls.__module__ or "").split(".")[0]
-        if root in KNOWN:
-            return root
-    return None
-
-
-def _closure_values(fn) -> list:
-    values = []
-    for cell in getattr(fn, "__closure__", None) or ():
-        try:
-            values.append(cell.cell_contents)
-        except ValueError:
-            pass
-    return values

@@ -65,10 +65,10 @@ class ScriptStep:
 
 
 def advise_script(options) -> int:
-    from .._errors import InvalidArgument
-    from .api import run_advisor
-
     from .._cli_args import report_path_problem
+    from .._errors import InvalidArgument
+    from ..report.text import fit_lines, output_width, wrap_notice
+    from .api import run_advisor
 
     if not os.path.isfile(options.script):
         print(f"gradguard: can't open file {os.path.abspath(options.script)!r}: [Errno 2] No such file or directory",
@@ -81,8 +81,6 @@ def advise_script(options) -> int:
     problem = report_path_problem([("--json", options.json)] if options.json else [],
                                   [options.script, *(a for a in options.args if os.path.isfile(a))])
     if problem:
-        from ..report.text import wrap_notice
-
         sys.stderr.write("usage: gradguard advise [options] script.py [args...]\n"
                          + wrap_notice(problem, prefix="gradguard advise: error: "))
         return 2
@@ -99,16 +97,12 @@ def advise_script(options) -> int:
                              allocator_check=not options.no_allocator_check)
     finally:
         sys.argv, sys.path[0] = saved_argv, saved_path0
-    from ..report.text import fit_lines, output_width
-
     sys.stdout.write(fit_lines(report.render(), output_width(sys.stdout)) + "\n")
     if options.json:
         try:
             with open(options.json, "w", encoding="utf-8") as handle:
                 handle.write(report.to_json())
         except OSError as error:  # checked writable before the runs: the report is lost, never the result
-            from ..report.text import wrap_notice
-
             sys.stderr.write(wrap_notice(f"could not write the --json report to {options.json!r} "
                                          f"({type(error).__name__}: {error})", prefix="gradguard advise: "))
     return 0

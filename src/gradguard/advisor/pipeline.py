@@ -15,8 +15,8 @@ from typing import Callable
 
 from .report import AdviceReport, RejectedCandidate
 
-__all__ = ["RULE_TABLE", "RULES", "Candidate", "Measured", "advise_runs", "judge", "plan_of", "ranges_overlap",
-           "verify"]
+__all__ = ["RULE_TABLE", "RULES", "Candidate", "Measured", "advise_runs", "closure_values", "judge", "plan_of",
+           "ranges_overlap", "verify"]
 
 # code, frameworks that apply it, meaning. A rejection's detail names the responsible line.
 RULE_TABLE = (
@@ -42,20 +42,25 @@ def ranges_overlap(a: tuple | None, b: tuple | None) -> bool:
     return a is not None and b is not None and a[0] == b[0] and a[1] < b[2] and b[1] < a[2]
 
 
+def closure_values(fn) -> list:
+    """The values in ``fn``'s closure cells (an empty cell has none): a step's model may be only there."""
+    values = []
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            values.append(cell.cell_contents)
+        except ValueError:
+            pass
+    return values
+
+
 class Candidate:
     """An out-of-place call whose operand could be overwritten in place. A framework's candidate defines ``site``
     (the call), ``key`` (the call in a rewrite plan), ``operand`` (0 = self, 1 = other), ``op``-name, ``location``
     and ``shape`` for the report, and starts with ``reasons = []``: (rule code, detail), filled by ``judge``."""
 
     reasons: list
-
-    @property
-    def safe(self) -> bool:
-        return not self.reasons
-
-    @property
-    def plan(self) -> tuple:
-        return self.key, self.operand
+    safe = property(lambda self: not self.reasons)
+    plan = property(lambda self: (self.key, self.operand))
 
     def rejected(self) -> RejectedCandidate:
         return RejectedCandidate(self.op_name, self.location, "self" if self.operand == 0 else "other", self.shape,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ..core.findings import SourceLocation
@@ -21,12 +21,23 @@ def format_bytes(n: int | None) -> str:
     return f"{sign}{n} B"
 
 
-def _loc(loc: SourceLocation | None) -> dict | None:
-    return loc.to_dict() if loc is not None else None
+def _plain(value):
+    """A report value as JSON data: records (locations, proposals ...) as dicts, tuples and lists as lists."""
+    if hasattr(value, "to_dict"):
+        return value.to_dict()
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+class _Record:
+    def to_dict(self) -> dict[str, Any]:
+        """Every field, in declaration order, as JSON data."""
+        return {f.name: _plain(getattr(self, f.name)) for f in fields(self)}  # type: ignore[arg-type]
 
 
 @dataclass
-class Proposal:
+class Proposal(_Record):
     """Make this out-of-place op in-place. Only verified proposals reach ``AdviceReport.proposals``."""
 
     op: str  # aten::relu
@@ -45,16 +56,6 @@ class Proposal:
     note: str = ""
     occurrence: int = 1  # the n-th run of this op at this line in the step (a module used twice: 1, 2)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "op": self.op, "inplace_op": self.inplace_op, "location": _loc(self.location), "module": self.module,
-            "operand": self.operand, "shape": list(self.shape), "dtype": self.dtype,
-            "tensor_bytes": self.tensor_bytes, "suggestion": self.suggestion,
-            "claimed_peak_saving": self.claimed_peak_saving, "measured_peak_saving": self.measured_peak_saving,
-            "gradients_identical": self.gradients_identical, "verified": self.verified, "note": self.note,
-            "occurrence": self.occurrence,
-        }
-
 
 @dataclass
 class RejectedCandidate:
@@ -71,12 +72,12 @@ class RejectedCandidate:
         return [c for c, _ in self.reasons]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"op": self.op, "location": _loc(self.location), "operand": self.operand, "shape": list(self.shape),
+        return {"op": self.op, "location": _plain(self.location), "operand": self.operand, "shape": list(self.shape),
                 "reasons": [{"rule": c, "detail": d} for c, d in self.reasons]}
 
 
 @dataclass
-class UnsafeInplaceOp:
+class UnsafeInplaceOp(_Record):
     kind: str  # raises | silent
     op: str
     location: SourceLocation | None
@@ -84,13 +85,9 @@ class UnsafeInplaceOp:
     saved_at: SourceLocation | None
     detail: str
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "op": self.op, "location": _loc(self.location), "saved_by": self.saved_by,
-                "saved_at": _loc(self.saved_at), "detail": self.detail}
-
 
 @dataclass
-class AdviceReport:
+class AdviceReport(_Record):
     proposals: list[Proposal] = field(default_factory=list)  # verified, with a peak saving
     unverified: list[Proposal] = field(default_factory=list)  # safe by the rules, but verification failed
     safe_without_peak_gain: list[Proposal] = field(default_factory=list)  # verified safe, frees nothing at peak
@@ -107,8 +104,8 @@ class AdviceReport:
     ops_recorded: int = 0
     runs: int = 0
     memory_method: str = ""
-    allocator_peaks: tuple | None = None  # (baseline, rewritten): CPU allocator cross-check (torch.profiler)
     cuda_peaks: tuple | None = None  # (baseline, rewritten) from torch.cuda.max_memory_allocated, CUDA only
+    allocator_peaks: tuple | None = None  # (baseline, rewritten): CPU allocator cross-check (torch.profiler)
     device: str = "cpu"
     notes: list[str] = field(default_factory=list)
 
@@ -116,22 +113,9 @@ class AdviceReport:
         return [r for r in self.rejected if code in r.codes]
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "proposals": [p.to_dict() for p in self.proposals],
-            "unverified": [p.to_dict() for p in self.unverified],
-            "safe_without_peak_gain": [p.to_dict() for p in self.safe_without_peak_gain],
-            "rejected": [r.to_dict() for r in self.rejected],
-            "unsafe_inplace": [u.to_dict() for u in self.unsafe_inplace],
-            "baseline_peak": self.baseline_peak, "rewritten_peak": self.rewritten_peak,
-            "claimed_total_saving": self.claimed_total_saving, "measured_total_saving": self.measured_total_saving,
-            "gradients_identical": self.gradients_identical, "baseline_seconds": self.baseline_seconds,
-            "rewritten_seconds": self.rewritten_seconds,
-            "timing_runs": {"baseline": list(self.timing_runs[0]), "rewritten": list(self.timing_runs[1])},
-            "ops_recorded": self.ops_recorded, "runs": self.runs,
-            "memory_method": self.memory_method, "cuda_peaks": list(self.cuda_peaks) if self.cuda_peaks else None,
-            "allocator_peaks": list(self.allocator_peaks) if self.allocator_peaks else None,
-            "device": self.device, "notes": list(self.notes),
-        }
+        data = super().to_dict()
+        data["timing_runs"] = {"baseline": list(self.timing_runs[0]), "rewritten": list(self.timing_runs[1])}
+        return data
 
     def to_json(self, indent: int | None = 2) -> str:
         """The report in gradguard's JSON envelope (``report: "advise"``, schema ``advise.schema.json``):
@@ -142,16 +126,12 @@ class AdviceReport:
         return dumps(envelope("advise", data.pop("proposals"), **data), indent=indent)
 
     def render(self) -> str:
-        lines = []
-        lines.append("gradguard advise: in-place memory advisor")
         step = f"{self.ops_recorded} aten ops recorded, " if self.ops_recorded else ""
-        lines.append(f"  step: {step}{self.runs} runs; memory = {self.memory_method}")
-        lines.append(f"  baseline peak: {format_bytes(self.baseline_peak)}")
-        lines += self._proposal_lines()
-        lines += self._measurement_lines()
-        lines += self._other_lines()
-        for n in self.notes:
-            lines.append(f"note: {n}")
+        lines = ["gradguard advise: in-place memory advisor",
+                 f"  step: {step}{self.runs} runs; memory = {self.memory_method}",
+                 f"  baseline peak: {format_bytes(self.baseline_peak)}"]
+        lines += self._proposal_lines() + self._measurement_lines() + self._other_lines()
+        lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
 
     def _proposal_lines(self) -> list[str]:
@@ -171,7 +151,6 @@ class AdviceReport:
         return lines
 
     def _measurement_lines(self) -> list[str]:
-        """The proposals together: peak, the allocator cross-check, step time."""
         lines = []
         if self.rewritten_peak is not None and self.proposals:
             lines.append(f"\n  all verified proposals together: peak {format_bytes(self.baseline_peak)} -> "
@@ -191,7 +170,6 @@ class AdviceReport:
         return lines
 
     def _other_lines(self) -> list[str]:
-        """Safe ops without a gain, failed verifications, unsafe in-place ops, rejected candidates."""
         lines = []
         if self.safe_without_peak_gain:
             locs = ", ".join(sorted({p.location.short + (f" (call #{p.occurrence})" if p.occurrence > 1 else "")
@@ -200,12 +178,10 @@ class AdviceReport:
                          f"peak: {locs}")
         if self.unverified:
             lines.append(f"\n  {len(self.unverified)} candidate(s) failed verification (not proposed):")
-            for p in self.unverified:
-                lines.append(f"    {p.location.short if p.location else '?'} {p.op}: {p.note}")
+            lines += [f"    {p.location.short if p.location else '?'} {p.op}: {p.note}" for p in self.unverified]
         if self.unsafe_inplace:
             lines.append(f"\n{len(self.unsafe_inplace)} unsafe in-place op(s):")
-            for u in self.unsafe_inplace:
-                lines.append(f"  [{u.kind}] {u.detail}")
+            lines += [f"  [{u.kind}] {u.detail}" for u in self.unsafe_inplace]
         if self.rejected:
             lines.append(f"\n{len(self.rejected)} out-of-place op(s) must stay out-of-place:")
             for r in self.rejected:

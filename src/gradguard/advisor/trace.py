@@ -17,6 +17,7 @@ storages autograd saves, and the live-storage byte count over time.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import sys
 import weakref
@@ -47,9 +48,7 @@ def _tensors(value, out: list) -> list:
     if isinstance(value, torch.Tensor):
         out.append(value)
     elif isinstance(value, (list, tuple)):
-        for v in value:
-            if isinstance(v, torch.Tensor):
-                out.append(v)
+        out.extend(v for v in value if isinstance(v, torch.Tensor))
     return out
 
 
@@ -79,8 +78,6 @@ class WriteEvent:
 
 @dataclass
 class SaveRecord:
-    """One tensor autograd saved during the step."""
-
     sid: int | None
     node: str | None
     after_op: int  # index of the last op dispatched before the save (the op that saved it)
@@ -104,7 +101,6 @@ class OpRecord:
     grad_enabled: bool
     in_sids: tuple  # per tensor input, storage id (None when untracked)
     out_sids: tuple
-    write_sids: tuple
     in_shapes: tuple
     out_shapes: tuple
     in_dtypes: tuple
@@ -119,15 +115,9 @@ class OpRecord:
     view_alive_end: tuple = ()  # another view/alias of the input's memory is alive at the end
 
 
-_TRACKED_INPLACE_CACHE: dict = {}
-
-
+@functools.cache
 def inplace_overload(func):
     """The in-place overload of an out-of-place aten op (aten.relu.default -> aten.relu_.default), or None."""
-    hit = _TRACKED_INPLACE_CACHE.get(func, False)
-    if hit is not False:
-        return hit
-    result = None
     try:
         packet = func.overloadpacket.__name__
         overload = func._overloadname
@@ -140,12 +130,10 @@ def inplace_overload(func):
                 b = [(x.name, str(x.type)) for x in target._schema.arguments]
                 spec = written_arguments(target)
                 if a == b and len(spec) == 1 and spec[0][0] == 0:
-                    result = target
+                    return target
     except Exception as error:  # an op schema torch's Python API cannot describe: no in-place form
         _log.debug("advisor: no in-place overload for %s (%s: %s)", func, type(error).__name__, error)
-        result = None
-    _TRACKED_INPLACE_CACHE[func] = result
-    return result
+    return None
 
 
 def op_key(name, phase, location, in_shapes, counter: dict) -> tuple:
@@ -266,19 +254,19 @@ class StepMode:
             version = None
         grad_fn = t.grad_fn
         start, end = _byte_range(t)
+        if 0 <= self._index < len(self.ops):
+            node = self.ops[self._index].name
+        else:
+            node = _current_node_name() or (grad_fn.name() if grad_fn is not None else None)
         record = SaveRecord(
             sid=self.sid_of(t),
-            node=None,
+            node=node,
             after_op=self._index,
             location=user_location(2),
             version=version,
             start=start,
             end=end,
         )
-        if 0 <= self._index < len(self.ops):
-            record.node = self.ops[self._index].name
-        else:
-            record.node = _current_node_name() or (grad_fn.name() if grad_fn is not None else None)
         self.saves.append(record)
         packed = (detached, record)
         if record.sid not in self._last_out_sids:
@@ -300,12 +288,8 @@ class StepMode:
             record.unpacked_version_mismatch = True
             record.raising_writes = [w for w in self.writes.get(record.sid, ()) if w.index > saved_at]
         else:
-            silent = [
-                w for w in self.writes.get(record.sid, ())
-                if w.index > saved_at and w.start < record.end and record.start < w.end
-            ]
-            if silent:
-                record.silent_writes = silent
+            record.silent_writes = [w for w in self.writes.get(record.sid, ())
+                                    if w.index > saved_at and w.start < record.end and record.start < w.end]
         return detached
 
     # -- dispatch --------------------------------------------------------------------------------
@@ -341,11 +325,9 @@ class StepMode:
         if grad_enabled and phase == "forward":
             self._note_leaves(inputs)
 
-        location = None
         in_shapes = tuple(tuple(t.shape) for t in inputs)
         want_location = self.record or bool(self.plan)
-        if want_location and phase == "forward":
-            location = user_location(2)
+        location = user_location(2) if want_location and phase == "forward" else None
         key = op_key(func.name(), phase, location, in_shapes, self._counter) if want_location else ()
 
         out = self._rewritten(key, func, args, kwargs) if self.plan else None
@@ -408,11 +390,9 @@ class StepMode:
         new_args = list(args)
         if operand == 1:
             new_args[0], new_args[1] = args[1], args[0]
-        victim = new_args[0]
         target(*new_args, **kwargs)
-        out = torch.ops.aten.alias.default(victim)
         self.applied.add(key)
-        return out
+        return torch.ops.aten.alias.default(new_args[0])
 
     def _record_op(self, func, args, kwargs, index, phase, location, grad_enabled, inputs, in_sids, in_shapes,
                    write_targets, outputs, out_sids, key) -> None:
@@ -420,7 +400,12 @@ class StepMode:
             for t, sid in zip(outputs, out_sids):
                 if sid is not None and sid in in_sids:
                     self._aliases.setdefault(sid, []).append(weakref.ref(t))
-        write_sids = self._record_writes(func, index, location, write_targets)
+        for t in write_targets:
+            sid = self._sid(t, allocate=False)
+            if sid is not None:
+                start, end = _byte_range(t)
+                self.writes.setdefault(sid, []).append(
+                    WriteEvent(index, func.name(), location or user_location(3), start, end))
         candidate = inplace_overload(func) is not None and phase == "forward"
         self.ops.append(OpRecord(
             index=index,
@@ -431,7 +416,6 @@ class StepMode:
             grad_enabled=grad_enabled,
             in_sids=in_sids,
             out_sids=out_sids,
-            write_sids=tuple(write_sids),
             in_shapes=in_shapes,
             out_shapes=tuple(tuple(t.shape) for t in outputs),
             in_dtypes=tuple(t.dtype for t in inputs),
@@ -440,17 +424,6 @@ class StepMode:
             key=key,
             swappable=candidate and _swappable(func, args, kwargs),
         ))
-
-    def _record_writes(self, func, index: int, location, write_targets: list) -> list:
-        write_sids = []
-        for t in write_targets:
-            sid = self._sid(t, allocate=False)
-            write_sids.append(sid)
-            if sid is not None:
-                start, end = _byte_range(t)
-                self.writes.setdefault(sid, []).append(
-                    WriteEvent(index, func.name(), location or user_location(4), start, end))
-        return write_sids
 
     def finish(self) -> None:
         """Called at the end of the step, before the caller drops its references: what is still alive."""
@@ -493,11 +466,8 @@ _SWAPPABLE = ("aten::add.Tensor", "aten::mul.Tensor")
 
 
 def _swappable(func, args, kwargs) -> bool:
-    if func.name() not in _SWAPPABLE or len(args) < 2:
-        return False
-    if not (isinstance(args[0], torch.Tensor) and isinstance(args[1], torch.Tensor)):
-        return False
-    return kwargs.get("alpha", 1) == 1
+    return (func.name() in _SWAPPABLE and len(args) >= 2 and isinstance(args[0], torch.Tensor)
+            and isinstance(args[1], torch.Tensor) and kwargs.get("alpha", 1) == 1)
 
 
 def _node_holds(node, packed) -> bool:

@@ -47,7 +47,7 @@ from ...advisor.pipeline import Measured, advise_runs, plan_of, ranges_overlap
 from ...advisor.report import AdviceReport, Proposal, UnsafeInplaceOp
 from ...core.findings import SourceLocation
 from .advisor_record import MEMORY_METHOD_CPU, MEMORY_METHOD_GPU, _Call, _Operand, _Patches, _Run, candidate_ops
-from .advisor_state import _difference, _Meter, _Outcome, _State, _Step
+from .advisor_state import _difference, _Outcome, _State, _Step
 
 __all__ = ["advise_paddle", "candidate_ops"]
 
@@ -154,7 +154,7 @@ class _Advisor:
 
     def __init__(self, step: _Step, tracker, repeats: int, warmup: bool):
         self.step, self.tracker, self.repeats, self.warmup = step, tracker, repeats, warmup
-        self.memory_method = MEMORY_METHOD_GPU if step.meter.gpu else MEMORY_METHOD_CPU
+        self.memory_method = MEMORY_METHOD_GPU if step.gpu else MEMORY_METHOD_CPU
         self.count = 0
         self.base: _Outcome | None = None
 
@@ -164,7 +164,7 @@ class _Advisor:
         return self.step.execute(run)
 
     def record(self, report: AdviceReport) -> list:
-        report.device = "gpu" if self.step.meter.gpu else "cpu"
+        report.device = "gpu" if self.step.gpu else "cpu"
         self.first = self.execute(_Run("plain"), "warm-up" if self.warmup else "baseline")
         if self.warmup:
             _check_optimizers(self.step.state, self.first.run)
@@ -267,10 +267,6 @@ def _check_optimizers(state: _State, run: _Run) -> None:
                 "runs. Pass it (and the model) as arguments: advise(step, model, opt) with def step(model, opt): ...")
 
 
-def _roots(fn, args, kwargs) -> list:
-    return [fn, *args, *kwargs.values()]
-
-
 def advise_paddle(fn, args: tuple = (), kwargs: dict | None = None, *, per_proposal: bool = True,
                   repeats: int = 3, warmup: bool = True, allocator_check: bool | None = None) -> AdviceReport:
     """The Paddle advisor; called by :func:`gradguard.advise` when the step uses Paddle (see the module doc)."""
@@ -286,12 +282,12 @@ def advise_paddle(fn, args: tuple = (), kwargs: dict | None = None, *, per_propo
     from ...report.progress import progress
 
     kwargs = dict(kwargs or {})
-    state = _State(_roots(fn, args, kwargs))
+    state = _State([fn, *args, *kwargs.values()])
     if not state.params:
         raise InvalidArgument("advise(...): found no Paddle parameters reachable from fn, its arguments or the "
                               "globals it names, so gradients and parameters could not be compared. Pass the model "
                               "(and optimizer) as arguments: advise(step, model, opt).")
-    step = _Step(fn, args, kwargs, state, _Meter(state.on_gpu()))
+    step = _Step(fn, args, kwargs, state)
     patches = _Patches(candidate_ops())
     try:
         with progress("gradguard advise (paddle):") as tracker:

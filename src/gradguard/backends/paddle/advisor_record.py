@@ -5,6 +5,7 @@ mode] in ``advisor``), and the log they fill (``_Run``)."""
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 import sys
 import types
@@ -15,7 +16,7 @@ from typing import Any, Callable
 import paddle
 
 from ...core.findings import SourceLocation
-from ...core.frames import LIBRARY_PATHS, location_of, user_frames
+from ...core.frames import LIBRARY_PATHS, location_of, user_frames, user_location
 from ...core.internal import log_fallback
 from ...core.patching import Patch, apply_patch, restore_patch
 from .naming import memory_range
@@ -82,43 +83,31 @@ def candidate_ops() -> list[Twin]:
     mul = _binary(T.multiply_, lambda x, y: T.scale_(x, y))
     sub = _binary(T.subtract_, lambda x, y: T.scale_(x, 1.0, -y))
     div = _binary(T.divide_, None)
+    # (owners, attributes, in-place twin, operands, rewrite, spelling): every owner's every attribute that exists
+    # (the modules have no dunders: only paddle.Tensor has __add__)
     table = [
-        (F, "relu", "paddle.nn.functional.relu_", (0,), _unary(F.relu_), "F.relu_({a})"),
-        (F, "leaky_relu", "paddle.nn.functional.leaky_relu_", (0,), _unary(F.leaky_relu_),
+        ((F,), ("relu",), "paddle.nn.functional.relu_", (0,), _unary(F.relu_), "F.relu_({a})"),
+        ((F,), ("leaky_relu",), "paddle.nn.functional.leaky_relu_", (0,), _unary(F.leaky_relu_),
          "F.leaky_relu_({a}, ...)"),
-        (F, "elu", "paddle.nn.functional.elu_", (0,), _unary(F.elu_), "F.elu_({a}, ...)"),
-        (F, "sigmoid", "paddle.Tensor.sigmoid_", (0,), _unary(T.sigmoid_), "{a}.sigmoid_()"),
-        (paddle, "sigmoid", "paddle.Tensor.sigmoid_", (0,), _unary(T.sigmoid_), "{a}.sigmoid_()"),
-        (T, "sigmoid", "paddle.Tensor.sigmoid_", (0,), _unary(T.sigmoid_), "{a}.sigmoid_()"),
-        (F, "tanh", "paddle.tanh_", (0,), _unary(paddle.tanh_), "paddle.tanh_({a})"),
-        (paddle, "tanh", "paddle.tanh_", (0,), _unary(paddle.tanh_), "paddle.tanh_({a})"),
-        (T, "tanh", "paddle.Tensor.tanh_", (0,), _unary(T.tanh_), "{a}.tanh_()"),
-        (paddle, "exp", "paddle.Tensor.exp_", (0,), _unary(T.exp_), "{a}.exp_()"),
-        (T, "exp", "paddle.Tensor.exp_", (0,), _unary(T.exp_), "{a}.exp_()"),
-        (paddle, "scale", "paddle.Tensor.scale_", (0,), _unary(T.scale_), "{a}.scale_(...)"),
-        (T, "scale", "paddle.Tensor.scale_", (0,), _unary(T.scale_), "{a}.scale_(...)"),
-        (paddle, "clip", "paddle.Tensor.clip_", (0,), _unary(T.clip_), "{a}.clip_(min, max)"),
-        (T, "clip", "paddle.Tensor.clip_", (0,), _unary(T.clip_), "{a}.clip_(min, max)"),
-        (paddle, "add", "paddle.Tensor.add_", (0, 1), add, "{a}.add_({b})"),
-        (T, "add", "paddle.Tensor.add_", (0, 1), add, "{a}.add_({b})"),
-        (T, "__add__", "paddle.Tensor.add_", (0, 1), add, "{a}.add_({b})"),
-        (T, "__radd__", "paddle.Tensor.add_", (0,), add, "{a}.add_({b})"),
-        (paddle, "multiply", "paddle.Tensor.multiply_", (0, 1), mul, "{a}.multiply_({b})"),
-        (T, "multiply", "paddle.Tensor.multiply_", (0, 1), mul, "{a}.multiply_({b})"),
-        (T, "__mul__", "paddle.Tensor.multiply_", (0, 1), mul, "{a}.multiply_({b})"),
-        (T, "__rmul__", "paddle.Tensor.multiply_", (0,), mul, "{a}.multiply_({b})"),
-        (paddle, "subtract", "paddle.Tensor.subtract_", (0,), sub, "{a}.subtract_({b})"),
-        (T, "subtract", "paddle.Tensor.subtract_", (0,), sub, "{a}.subtract_({b})"),
-        (T, "__sub__", "paddle.Tensor.subtract_", (0,), sub, "{a}.subtract_({b})"),
-        (paddle, "divide", "paddle.Tensor.divide_", (0,), div, "{a}.divide_({b})"),
-        (T, "divide", "paddle.Tensor.divide_", (0,), div, "{a}.divide_({b})"),
-        (T, "__truediv__", "paddle.Tensor.divide_", (0,), div, "{a}.divide_({b})"),
+        ((F,), ("elu",), "paddle.nn.functional.elu_", (0,), _unary(F.elu_), "F.elu_({a}, ...)"),
+        ((F, paddle, T), ("sigmoid",), "paddle.Tensor.sigmoid_", (0,), _unary(T.sigmoid_), "{a}.sigmoid_()"),
+        ((F, paddle), ("tanh",), "paddle.tanh_", (0,), _unary(paddle.tanh_), "paddle.tanh_({a})"),
+        ((T,), ("tanh",), "paddle.Tensor.tanh_", (0,), _unary(T.tanh_), "{a}.tanh_()"),
+        ((paddle, T), ("exp",), "paddle.Tensor.exp_", (0,), _unary(T.exp_), "{a}.exp_()"),
+        ((paddle, T), ("scale",), "paddle.Tensor.scale_", (0,), _unary(T.scale_), "{a}.scale_(...)"),
+        ((paddle, T), ("clip",), "paddle.Tensor.clip_", (0,), _unary(T.clip_), "{a}.clip_(min, max)"),
+        ((paddle, T), ("add", "__add__"), "paddle.Tensor.add_", (0, 1), add, "{a}.add_({b})"),
+        ((T,), ("__radd__",), "paddle.Tensor.add_", (0,), add, "{a}.add_({b})"),
+        ((paddle, T), ("multiply", "__mul__"), "paddle.Tensor.multiply_", (0, 1), mul, "{a}.multiply_({b})"),
+        ((T,), ("__rmul__",), "paddle.Tensor.multiply_", (0,), mul, "{a}.multiply_({b})"),
+        ((paddle, T), ("subtract", "__sub__"), "paddle.Tensor.subtract_", (0,), sub, "{a}.subtract_({b})"),
+        ((paddle, T), ("divide", "__truediv__"), "paddle.Tensor.divide_", (0,), div, "{a}.divide_({b})"),
     ]
     out = []
-    for owner, attr, inplace, operands, rewrite, spelling in table:
-        if callable(getattr(owner, attr, None)):
-            prefix = "paddle.Tensor" if owner is T else owner.__name__
-            out.append(Twin(f"{prefix}.{attr}", inplace, owner, attr, operands, rewrite, spelling))
+    for owners, attrs, inplace, operands, rewrite, spelling in table:
+        for owner, attr in itertools.product(owners, attrs):
+            if callable(getattr(owner, attr, None)):
+                out.append(Twin(f"{_prefix(owner)}.{attr}", inplace, owner, attr, operands, rewrite, spelling))
     return out
 
 
@@ -131,20 +120,15 @@ _NOT_WRITES = {"requires_grad_", "grad_", "stop_gradient_", "retain_grads", "reg
 
 def _read_entry_points(skip: set) -> list[tuple[Any, str]]:
     found = []
-    for owner in (paddle, paddle.nn.functional, paddle.linalg):
+    for owner in (paddle, paddle.nn.functional, paddle.linalg, paddle.Tensor):
         for name in dir(owner):
             value = getattr(owner, name, None)
-            if (not name.startswith("_") and not name.endswith("_") and isinstance(value, types.FunctionType)
-                    and (value.__module__ or "").startswith(_OP_MODULE_PREFIXES) and (owner, name) not in skip):
+            if (owner, name) in skip or not callable(value):
+                continue
+            if (owner is paddle.Tensor and name in _READ_DUNDERS) or (
+                    not name.startswith("_") and not name.endswith("_") and isinstance(value, types.FunctionType)
+                    and (value.__module__ or "").startswith(_OP_MODULE_PREFIXES)):
                 found.append((owner, name))
-    for name in dir(paddle.Tensor):
-        value = getattr(paddle.Tensor, name, None)
-        if (paddle.Tensor, name) in skip or not callable(value):
-            continue
-        if name in _READ_DUNDERS or (not name.startswith("_") and not name.endswith("_")
-                                     and isinstance(value, types.FunctionType)
-                                     and (value.__module__ or "").startswith(_OP_MODULE_PREFIXES)):
-            found.append((paddle.Tensor, name))
     return found
 
 
@@ -229,8 +213,8 @@ class _Run:
         self.clock += 1
         return self.clock
 
-    def note_reads(self, args, kwargs) -> None:
-        clock = self.tick()
+    def note_reads(self, args, kwargs, clock: int | None = None) -> None:
+        clock = self.tick() if clock is None else clock
         for t in _tensors(args, kwargs):
             rng = memory_range(t)
             if rng is not None:
@@ -248,10 +232,6 @@ def _tensors(args, kwargs):
             yield from (v for v in value if isinstance(v, paddle.Tensor))
 
 
-def _user_frame(frame):
-    return next(user_frames(frame), None)
-
-
 def _site(frame) -> tuple[SourceLocation, str | None] | None:
     """Where a call may be rewritten: the user's own line, or a ``paddle.nn`` layer's ``forward`` (the line is
     then the user's call of the layer). None for calls inside other Paddle code."""
@@ -260,7 +240,7 @@ def _site(frame) -> tuple[SourceLocation, str | None] | None:
         return location_of(frame), None
     if frame.f_code.co_name == "forward" and os.path.abspath(filename).startswith(_LAYER_DIR):
         layer = frame.f_locals.get("self")
-        user = _user_frame(frame.f_back)
+        user = next(user_frames(frame.f_back), None)
         if user is not None and layer is not None:
             return location_of(user), type(layer).__name__
     return None
@@ -338,10 +318,9 @@ def _write_wrapper(op: str, original: Callable) -> Callable:
         run.note_reads(args, kwargs)
         start = run.clock
         before = target.inplace_version
-        site = _user_frame(sys._getframe(1))
         out = _read_call(run, original, args, kwargs, op)
         run.writes.append(_Write(start, run.tick(), op, memory_range(target), target.inplace_version != before,
-                                 location_of(site) if site is not None else None))
+                                 user_location(2)))
         return out
 
     return functools.wraps(original)(wrapper) if isinstance(original, types.FunctionType) else wrapper
@@ -380,10 +359,7 @@ def _poison(t) -> None:
 
 
 def _record_call(run: _Run, twin: Twin, key, location, module, args, kwargs, out, start) -> None:
-    for t in _tensors(args, kwargs):
-        rng = memory_range(t)
-        if rng is not None:
-            run.reads.append((start, rng))
+    run.note_reads(args, kwargs, start)
     operands = []
     if isinstance(out, paddle.Tensor):
         for position in twin.operands:
@@ -451,10 +427,8 @@ def _pack(t):
         if run is not None and isinstance(t, paddle.Tensor):
             rng = memory_range(t)
             if rng is not None:
-                frame = sys._getframe(1)
-                user = _user_frame(frame)
-                run.saved.append(_Saved(run.tick(), rng, run.stack[-1] if run.stack else None,
-                                        location_of(user) if user is not None else None, _pylayer_saving(frame)))
+                run.saved.append(_Saved(run.tick(), rng, run.stack[-1] if run.stack else None, user_location(2),
+                                        _pylayer_saving(sys._getframe(1))))
     except Exception as error:  # a missed save only makes the rules less strict; verification remains
         log_fallback("paddle.advisor", "recording a tensor saved for backward", error)
     return t

@@ -4,6 +4,7 @@ and one run of the step (``_Step.run``)."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import gc
@@ -16,6 +17,7 @@ import numpy as np
 import paddle
 from paddle.base import core
 
+from ...advisor.pipeline import closure_values
 from . import advisor_record as _record
 from .advisor_record import _Run, _pack, _unpack
 from .session import _parameters as _optimizer_parameters
@@ -26,10 +28,11 @@ __all__: list[str] = []
 _SKIP_MODULES = ("builtins", "numpy", "paddle", "typing", "functools", "collections")
 
 
-def _discover(roots) -> tuple[list, list, list, list]:
-    """Layers, optimizers, LR schedulers and loose tensors reachable from ``fn``, its arguments, closure cells
-    and the globals its code names (bounded walk, depth 5)."""
-    found: tuple[dict, dict, dict, dict] = ({}, {}, {}, {})  # layers, optimizers, schedulers, tensors
+def _discover(roots) -> list[list]:
+    """Loose tensors, layers, optimizers and LR schedulers reachable from ``fn``, its arguments, closure cells
+    and the globals its code names (bounded walk, depth 5; it stops at each of these)."""
+    kinds = (paddle.Tensor, paddle.nn.Layer, paddle.optimizer.Optimizer, paddle.optimizer.lr.LRScheduler)
+    found: list[dict] = [{} for _ in kinds]
     seen: set = set()
     todo = [(r, 0) for r in roots]
     while todo:
@@ -37,29 +40,15 @@ def _discover(roots) -> tuple[list, list, list, list]:
         if id(obj) in seen or depth > 5:
             continue
         seen.add(id(obj))
-        if not _collect(obj, found):
+        kind = next((i for i, k in enumerate(kinds) if isinstance(obj, k)), None)
+        if kind is None:
             todo += [(v, depth + 1) for v in _children(obj)]
-    layers, optimizers, schedulers, tensors = found
-    return list(layers.values()), list(optimizers.values()), list(schedulers.values()), list(tensors.values())
-
-
-def _collect(obj, found) -> bool:
-    """Record ``obj`` when it is a tensor, layer, optimizer or LR scheduler (the walk stops there)."""
-    layers, optimizers, schedulers, tensors = found
-    if isinstance(obj, paddle.Tensor):
-        tensors[id(obj)] = obj
-    elif isinstance(obj, paddle.nn.Layer):
-        layers[id(obj)] = obj
-    elif isinstance(obj, paddle.optimizer.Optimizer):
-        optimizers[id(obj)] = obj
-        lr = getattr(obj, "_learning_rate", None)
-        if isinstance(lr, paddle.optimizer.lr.LRScheduler):
-            schedulers[id(lr)] = lr
-    elif isinstance(obj, paddle.optimizer.lr.LRScheduler):
-        schedulers[id(obj)] = obj
-    else:
-        return False
-    return True
+            continue
+        found[kind][id(obj)] = obj
+        lr = getattr(obj, "_learning_rate", None) if kind == 2 else None  # an optimizer's LR scheduler
+        if isinstance(lr, kinds[3]):
+            found[3][id(lr)] = lr
+    return [list(f.values()) for f in found]
 
 
 def _children(obj) -> list:
@@ -73,7 +62,7 @@ def _children(obj) -> list:
     if isinstance(obj, functools.partial):
         return [obj.func, obj.args, obj.keywords]
     if isinstance(obj, types.FunctionType):
-        return [*(c.cell_contents for c in (obj.__closure__ or ()) if _has_contents(c)),
+        return [*closure_values(obj),
                 obj.__defaults__ or (),
                 *(obj.__globals__[n] for n in _global_names(obj.__code__) if n in obj.__globals__)]
     if isinstance(obj, (types.ModuleType, type)) or type(obj).__module__.split(".")[0] in _SKIP_MODULES:
@@ -81,14 +70,6 @@ def _children(obj) -> list:
     if hasattr(obj, "__dict__"):
         return list(vars(obj).values())
     return []
-
-
-def _has_contents(cell) -> bool:
-    try:
-        cell.cell_contents
-    except ValueError:
-        return False
-    return True
 
 
 def _global_names(code) -> set:
@@ -133,7 +114,7 @@ class _State:
     """The step's state, restored before every run; parameters and buffers are what runs are compared on."""
 
     def __init__(self, roots):
-        layers, self.optimizers, self.schedulers, loose = _discover(roots)
+        loose, layers, self.optimizers, self.schedulers = _discover(roots)
         params: dict = {}
         buffers: dict = {}
         for layer in layers:
@@ -189,9 +170,6 @@ class _State:
             out.append((name, _numpy(b)))
         return out
 
-    def on_gpu(self) -> bool:
-        return any(p.place.is_gpu_place() for _, p in self.params)
-
 
 def _difference(a: list, b: list) -> str | None:
     """None when ``a`` and ``b`` are bit-identical; else the first tensor that differs."""
@@ -215,11 +193,12 @@ class _Outcome:
     results: list = field(default_factory=list)
 
 
-class _Meter:
-    def __init__(self, gpu: bool):
-        self.gpu = gpu
+class _Step:
+    def __init__(self, fn, args, kwargs, state: _State):
+        self.fn, self.args, self.kwargs, self.state = fn, args, kwargs, state
+        self.gpu = any(p.place.is_gpu_place() for _, p in state.params)
 
-    def start(self) -> None:
+    def _meter_start(self) -> None:
         if self.gpu:
             paddle.device.synchronize()
             paddle.device.cuda.reset_max_memory_allocated()
@@ -228,41 +207,31 @@ class _Meter:
             core.host_memory_stat_reset_peak_value("Allocated", 0)
             self.base = core.host_memory_stat_current_value("Allocated", 0)
 
-    def stop(self) -> int:
+    def _meter_stop(self) -> int:
         if self.gpu:
             paddle.device.synchronize()
             return int(paddle.device.cuda.max_memory_allocated()) - self.base
         return int(core.host_memory_stat_peak_value("Allocated", 0)) - self.base
 
-
-class _Step:
-    def __init__(self, fn, args, kwargs, state: _State, meter: _Meter):
-        self.fn, self.args, self.kwargs, self.state, self.meter = fn, args, kwargs, state, meter
-
     def execute(self, run: _Run) -> _Outcome:
         self.state.restore()
         gc.collect()
-        hooks = paddle.autograd.saved_tensors_hooks(_pack, _unpack) if run.record else None
+        hooks = paddle.autograd.saved_tensors_hooks(_pack, _unpack) if run.record else contextlib.nullcontext()
         error, returned = None, []
-        self.meter.start()
+        self._meter_start()
         start = time.perf_counter()
         _record._RUN = run
         try:
-            if hooks is not None:
-                hooks.__enter__()
-            try:
+            with hooks:
                 result = self.fn(*self.args, **self.kwargs)
                 returned = [(f"the step's return value #{i}", _numpy(t)) for i, t in enumerate(_tensors_in(result))]
                 del result
-            finally:
-                if hooks is not None:
-                    hooks.__exit__(None, None, None)
         except Exception as exc:  # noqa: BLE001 - reported (or re-raised by the caller for the baseline)
             error = exc
         finally:
             _record._RUN = None
         seconds = time.perf_counter() - start
-        peak = self.meter.stop()
+        peak = self._meter_stop()
         if not paddle.is_grad_enabled():
             paddle.set_grad_enabled(True)
         if run.record:
