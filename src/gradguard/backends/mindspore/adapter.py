@@ -12,7 +12,6 @@ from .naming import memory_range
 
 __all__ = ["MindSporeAdapter", "ADAPTER", "memory_range", "current_mode"]
 
-
 class MindSporeAdapter(AdapterBase):
     name = "mindspore"
     module_name = "mindspore"
@@ -33,8 +32,7 @@ class MindSporeAdapter(AdapterBase):
     def saved_tensors_hooks(self, pack, unpack):
         return ms.saved_tensors_hooks(pack, unpack)
 
-    def memory_range(self, t):
-        return memory_range(t)
+    memory_range = staticmethod(memory_range)
 
     def dtype_name(self, t) -> str:
         return str(t.dtype).lower()

@@ -38,17 +38,11 @@ from ..._errors import InvalidArgument
 from ...checks.adapter_base import AdapterBase, Linearization
 from ...checks.op_raised import OpRaised
 from ...core.internal import log_fallback
+from .check_bprop import FRAMEWORK_CHECKS
 
 __all__ = ["check_op", "MindSporeCheckAdapter", "MODES"]
 
 MODES = ("pynative", "graph")
-
-
-def _tensor_from(arr: np.ndarray, dtype_name: str) -> ms.Tensor:
-    """A MindSpore tensor of a private numpy array, cast to ``dtype_name`` (``ms.Tensor(numpy)`` may share memory:
-    the caller's array is already a copy)."""
-    dtype = getattr(ms, dtype_name if dtype_name != "bool" else "bool_")
-    return ms.Tensor(arr, ms.float64 if arr.dtype == np.float64 else None).astype(dtype)
 
 
 class MindSporeCheckAdapter(AdapterBase):
@@ -56,6 +50,7 @@ class MindSporeCheckAdapter(AdapterBase):
 
     name = "mindspore"
     no_grad_hint = "ops.stop_gradient"
+    framework_checks = FRAMEWORK_CHECKS
     unsupported = {
         "channels_last": "not run on MindSpore: MindSpore tensors carry no channels_last memory format",
         "aliasing": "not checked on MindSpore: a MindSpore tensor does not say whether autograd tracks it as a "
@@ -69,12 +64,6 @@ class MindSporeCheckAdapter(AdapterBase):
     @property
     def label(self) -> str:
         return f"mindspore {ms.__version__} ({ms.get_context('device_target')})"
-
-    @property
-    def framework_checks(self) -> tuple:
-        from .check_bprop import FRAMEWORK_CHECKS
-
-        return FRAMEWORK_CHECKS
 
     # ---- describing tensors -------------------------------------------------------------------------
     def is_tensor(self, x: Any) -> bool:
@@ -97,7 +86,12 @@ class MindSporeCheckAdapter(AdapterBase):
             return np.array(t.asnumpy(), copy=True)
         return np.array(t.astype(ms.int64).asnumpy(), dtype=np.int64, copy=True)
 
-    tensor_from = staticmethod(_tensor_from)
+    @staticmethod
+    def tensor_from(arr: np.ndarray, dtype_name: str) -> ms.Tensor:
+        """A MindSpore tensor of a private numpy array, cast to ``dtype_name`` (``ms.Tensor(numpy)`` may share
+        memory: the caller's array is already a copy)."""
+        dtype = getattr(ms, dtype_name if dtype_name != "bool" else "bool_")
+        return ms.Tensor(arr, ms.float64 if arr.dtype == np.float64 else None).astype(dtype)
 
     def to_float64(self, t):
         return t.astype(ms.float64)
@@ -131,7 +125,6 @@ class MindSporeCheckAdapter(AdapterBase):
 
     def linearize(self, fn: Callable, args: Sequence[Any], kwargs: dict, wrt: Sequence[int],
                   prepared: tuple | None = None) -> Linearization:
-        """``ms.vjp`` of ``fn`` in its ``wrt`` inputs (fresh copies; the other inputs closed over)."""
         fed, leaves = prepared if prepared is not None else self.prepare(args, wrt)
         seen: dict[str, Any] = {}
 
@@ -139,8 +132,7 @@ class MindSporeCheckAdapter(AdapterBase):
             call = list(fed)
             for i, x in zip(wrt, xs):
                 call[i] = x
-            result = fn(*call, **kwargs)
-            pairs = self.outputs(result)
+            pairs = self.outputs(fn(*call, **kwargs))
             diff = self._differentiable(pairs)
             if "all" not in seen:  # a second pullback re-runs the forward (NOTE above): keep the first
                 seen["all"], seen["diff"] = pairs, diff
@@ -156,16 +148,10 @@ class MindSporeCheckAdapter(AdapterBase):
         return self.linearization(fed, leaves, seen["all"], lambda o: True, state=(pullback, [n for n, _ in diff]))
 
     def vjp_tensors(self, lin: Linearization, cots: list) -> list:
-        """The pullback for cotangents of ``lin.out_tensors`` (zeros for outputs the engine dropped)."""
         pullback, names = lin.state
-        by_name = {n: c for n, c in zip(lin.out_names, cots)}
-        full = []
-        for n in names:
-            if n in by_name:
-                full.append(by_name[n])
-            else:
-                o = lin.all_outputs[[m for m, _ in lin.all_outputs].index(n)][1]
-                full.append(ops.zeros_like(o))
+        by_name, outputs = dict(zip(lin.out_names, cots)), dict(lin.all_outputs)
+        # zeros for the outputs the engine dropped
+        full = [by_name[n] if n in by_name else ops.zeros_like(outputs[n]) for n in names]
         try:
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message="vjp_fn has been called multiple times")
@@ -176,7 +162,6 @@ class MindSporeCheckAdapter(AdapterBase):
         return [ops.zeros_like(leaf) if g is None else g for leaf, g in zip(lin.leaves, grads)]
 
     def forward64(self, fn: Callable, args: Sequence[Any], kwargs: dict, out_names: Sequence[str]) -> list[np.ndarray]:
-        """Outputs named ``out_names`` of ``fn(*args)`` outside autograd, as float64 numpy."""
         fed = [self.clone(a) if self.is_tensor(a) else a for a in args]
         try:
             outs = dict(self.outputs(fn(*fed, **kwargs)))
@@ -280,8 +265,22 @@ class MindSporeCheckAdapter(AdapterBase):
                         "(a second call of the ms.vjp pullback)"),)
 
     def reword(self, report) -> None:
+        # NOTE [MindSpore wording]
+        # ``mutation`` and ``composition`` explain their findings in PyTorch terms (version counters bumped by
+        # torch ops, ``retain_graph``, ``increment_version``, ``.clone()``). The facts hold on MindSpore
+        # (``Tensor._version``; ``ops.assign`` and ``__setitem__`` write without bumping it) but the advice does
+        # not, so the texts are restated after the engine ran: fixed texts by the adapter's ``phrasebook``, the ones
+        # built from the finding here (and MindSpore's C++ call stack is cut from quoted errors). Only the wording
+        # changes, never a verdict.
         super().reword(report)
-        in_mindspore_terms(report)
+        report.notes = [_without_cpp_stack(n) for n in report.notes]
+        for f in report.findings:
+            f.message = _without_cpp_stack(f.message)
+            if f.check.startswith("composition."):
+                f.fix = f.fix.replace(".clone()", ".copy()")
+                producer = f.check.split(".", 1)[1]
+                f.repro = (f"a = {f.input}.copy()\ny, producer_vjp = ms.vjp(ops.{producer}, a)\n"
+                           f"# the gradient of a through op(y) differs from the one through op(y.copy())")
 
 
 # ---- the public entry point ---------------------------------------------------------------------------
@@ -289,19 +288,11 @@ def _as_tensor(x: Any) -> Any:
     """Inputs as the old MindSpore check_op took them: numpy arrays and Python floats become float64 tensors."""
     if isinstance(x, np.ndarray):
         if x.dtype.kind == "f":
-            return _tensor_from(np.array(x, dtype=np.float64), "float64")
+            return MindSporeCheckAdapter.tensor_from(np.array(x, dtype=np.float64), "float64")
         return ms.Tensor(np.array(x, copy=True))
     if isinstance(x, float):
         return ms.Tensor(np.array(x, dtype=np.float64))
     return x
-
-
-def _setup() -> None:
-    ms.set_context(mode=ms.PYNATIVE_MODE)
-    try:
-        ms.runtime.launch_blocking()  # kernel errors at the right line, and ~10x less sync latency on CPU
-    except Exception as error:
-        log_fallback("backends.mindspore", "ms.runtime.launch_blocking()", error)
 
 
 _CPP_STACK = re.compile(r"\s*-{10,}\s*- C\+\+ Call Stack.*", re.DOTALL)
@@ -310,28 +301,6 @@ _CPP_STACK = re.compile(r"\s*-{10,}\s*- C\+\+ Call Stack.*", re.DOTALL)
 def _without_cpp_stack(text: str) -> str:
     """MindSpore appends its C++ call stack ("- C++ Call Stack: (For framework developers)") to every error."""
     return _CPP_STACK.sub("", text).strip() if isinstance(text, str) else text
-
-
-def in_mindspore_terms(report):
-    """The engine's mutation and composition findings, worded for MindSpore.
-
-    # NOTE [MindSpore wording]
-    # ``mutation`` and ``composition`` explain their findings in PyTorch terms (version counters bumped by
-    # torch ops, ``retain_graph``, ``increment_version``, ``.clone()``). The facts hold on MindSpore
-    # (``Tensor._version``; ``ops.assign`` and ``__setitem__`` write without bumping it) but the advice does
-    # not, so the texts are restated after the engine ran: fixed texts by the adapter's ``phrasebook``, the ones
-    # built from the finding here (and MindSpore's C++ call stack is cut from quoted errors). Only the wording
-    # changes, never a verdict.
-    """
-    report.notes = [_without_cpp_stack(n) for n in report.notes]
-    for f in report.findings:
-        f.message = _without_cpp_stack(f.message)
-        if f.check.startswith("composition."):
-            f.fix = f.fix.replace(".clone()", ".copy()")
-            producer = f.check.split(".", 1)[1]
-            f.repro = (f"a = {f.input}.copy()\ny, producer_vjp = ms.vjp(ops.{producer}, a)\n"
-                       f"# the gradient of a through op(y) differs from the one through op(y.copy())")
-    return report
 
 
 def check_op(op: Any, *inputs: Any, reference: Any = None, **options: Any):
@@ -355,7 +324,11 @@ def check_op(op: Any, *inputs: Any, reference: Any = None, **options: Any):
             f"Use modes=('pynative',) or modes=('pynative', 'graph').")
     check_options(options, extra=("modes",))
     previous = ms.get_context("mode")
-    _setup()
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    try:
+        ms.runtime.launch_blocking()  # kernel errors at the right line, and ~10x less sync latency on CPU
+    except Exception as error:
+        log_fallback("backends.mindspore", "ms.runtime.launch_blocking()", error)
     try:
         report = run_check_op(MindSporeCheckAdapter(modes), op, tuple(_as_tensor(x) for x in inputs), reference, options)
     finally:

@@ -39,11 +39,6 @@ def _first_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"[:300]
 
 
-def _fresh_args(audit) -> list:
-    B = audit.B
-    return [B.clone(a) if B.is_tensor(a) else a for a in audit.args]
-
-
 def _cotangents(audit, base) -> tuple[list, list[int] | None]:
     """Cotangent tensors of the differentiable outputs for ``base.U[0]``, and their top-level positions
     (None when the outputs are nested deeper than one tuple)."""
@@ -107,19 +102,32 @@ def _call_bprop(audit, base, op, xs):
     return op.bprop(*xs, out, dout)
 
 
-def _return_type_failure(audit, cell, result, n) -> Failure:
-    return Failure(
-        check="bprop.return_type", regime=_GIVEN,
-        message=f"{cell}.bprop returned {type(result).__name__}, not a tuple of {n} gradient(s)",
-        why="MindSpore accepts a bare tensor without an error in PyNative mode, but a bprop's result is matched "
-            "to the inputs by position: with several inputs, or in graph mode, a non-tuple is misread or rejected.",
-        fix="return a tuple with one gradient per input of construct, in order: return "
-            f"({', '.join('d' + (m if m.isidentifier() else f'x{k}') for k, m in enumerate(audit.names))}{',' if n == 1 else ''})")
-
-
-def _count_failures(cell, result, n) -> list[Failure]:
+def check_bprop_contract(audit, base):
+    """Call the Cell's ``bprop`` directly with the forward's output and a random cotangent; inspect what it returns."""
+    op, B = audit.fn, audit.B
+    if not has_bprop(op):
+        return [], [], []
+    xs = B.prepare(audit.args, ())[0]  # fresh copies of the inputs
+    try:
+        result = _call_bprop(audit, base, op, xs)
+    except Exception as error:
+        why = f"calling {type(op).__name__}.bprop(*inputs, out, dout) directly raised {_first_line(error)}"
+        return [], [CheckResult(c, _GIVEN, "skip", why) for c in _BPROP_CHECKS], [f"{why}; its return value was not inspected"]
+    n = len(xs)
+    cell = type(op).__name__
+    found: list[Failure] = []
+    if not isinstance(result, tuple):
+        found.append(Failure(
+            check="bprop.return_type", regime=_GIVEN,
+            message=f"{cell}.bprop returned {type(result).__name__}, not a tuple of {n} gradient(s)",
+            why="MindSpore accepts a bare tensor without an error in PyNative mode, but a bprop's result is matched "
+                "to the inputs by position: with several inputs, or in graph mode, a non-tuple is misread or rejected.",
+            fix="return a tuple with one gradient per input of construct, in order: return "
+                f"({', '.join('d' + (m if m.isidentifier() else f'x{k}') for k, m in enumerate(audit.names))}"
+                f"{',' if n == 1 else ''})"))
+        result = (result,)
     if len(result) > n:
-        return [Failure(
+        found.append(Failure(
             check="bprop.extra_gradients", regime=_GIVEN,
             message=f"{cell}.bprop returned {len(result)} gradients for {n} input(s); MindSpore silently ignores the "
                     f"extra {len(result) - n}",
@@ -127,20 +135,14 @@ def _count_failures(cell, result, n) -> list[Failure]:
                 "wrong order, or meant for inputs construct no longer takes: the input gradients may be wrong with "
                 "no error.",
             fix="return exactly one gradient per input of construct (not per Parameter, not for out or dout), in "
-                "the order of construct's arguments.")]
-    if len(result) < n:
-        return [Failure(
+                "the order of construct's arguments."))
+    elif len(result) < n:
+        found.append(Failure(
             check="bprop.missing_gradients", regime=_GIVEN,
             message=f"{cell}.bprop returned {len(result)} gradient(s) for {n} inputs",
             why="MindSpore needs one gradient per input of construct; with fewer, the backward raises or the "
                 "gradients land on the wrong inputs.",
-            fix="return a gradient for every input (ms.ops.zeros_like(x) for an input that gets none).")]
-    return []
-
-
-def _dtype_failures(audit, result, xs) -> list[Failure]:
-    B = audit.B
-    found = []
+            fix="return a gradient for every input (ms.ops.zeros_like(x) for an input that gets none)."))
     for i, (g, x) in enumerate(zip(result, xs)):
         if not (B.is_tensor(g) and B.is_tensor(x) and B.kind(x) == "float") or g.dtype == x.dtype:
             continue
@@ -152,32 +154,8 @@ def _dtype_failures(audit, result, xs) -> list[Failure]:
                 f"under a {x.dtype} dtype, which tolerances chosen for {x.dtype} do not expect.",
             fix=f"compute the gradient in the input's dtype (no .astype in bprop), or, if {g.dtype} is intended, "
                 f"cast it back explicitly and document the precision."))
-    return found
-
-
-def check_bprop_contract(audit, base):
-    """Call the Cell's ``bprop`` directly with the forward's output and a random cotangent; inspect what it returns."""
-    op = audit.fn
-    if not has_bprop(op):
-        return [], [], []
-    xs = _fresh_args(audit)
-    try:
-        result = _call_bprop(audit, base, op, xs)
-    except Exception as error:
-        why = f"calling {type(op).__name__}.bprop(*inputs, out, dout) directly raised {_first_line(error)}"
-        return [], [CheckResult(c, _GIVEN, "skip", why) for c in _BPROP_CHECKS], [f"{why}; its return value was not inspected"]
-    n = len(xs)
-    cell = type(op).__name__
-    found: list[Failure] = []
-    if not isinstance(result, tuple):
-        found.append(_return_type_failure(audit, cell, result, n))
-        result = (result,)
-    found += _count_failures(cell, result, n)
-    dtype_found = _dtype_failures(audit, result, xs)
-    found += dtype_found
-    checks = [CheckResult(c, _GIVEN, "fail" if any(f.check == c for f in found) else "pass") for c in _BPROP_CHECKS[:3]]
-    checks.append(CheckResult("bprop.dtype", _GIVEN, "fail" if dtype_found else "pass"))
-    return found, checks, []
+    return found, [CheckResult(c, _GIVEN, "fail" if any(f.check == c for f in found) else "pass")
+                   for c in _BPROP_CHECKS], []
 
 
 # ---- weights -------------------------------------------------------------------------------------------
@@ -204,7 +182,7 @@ def check_weights(audit, base):
         return [], [CheckResult(c, _GIVEN, "skip", why) for c in checks], []
     params = op.trainable_params()
     weighted = _Weighted(op, cots, positions)
-    xs = _fresh_args(audit)
+    xs = B.prepare(audit.args, ())[0]
     try:
         _, wgrads = ms.grad(weighted, grad_position=_grad_position(audit.wrt), weights=params)(*xs)
     except Exception as error:
@@ -280,7 +258,7 @@ def check_graph_mode(audit, base):
         why = "outputs nested deeper than one tuple" if positions is None else "kwargs are not passed in graph mode"
         return [], [CheckResult("mode.graph", _GIVEN, "skip", why)], [f"mode.graph not run: {why}"]
     weighted = _Weighted(audit.fn, cots, positions)
-    xs = _fresh_args(audit)
+    xs = B.prepare(audit.args, ())[0]
     ms.set_context(mode=ms.GRAPH_MODE)
     try:
         grads = [B.to_numpy(g) for g in _as_list(ms.grad(weighted, grad_position=_grad_position(audit.wrt))(*xs))]

@@ -155,8 +155,7 @@ class MindSporeGuardSession(ProbeBase):
 
     # -- hooks -> events -----------------------------------------------------------------------
     def _pack(self, t):
-        site = user_location(2)
-        return self.engine.emit(TensorSaved(t, site, None))
+        return self.engine.emit(TensorSaved(t, user_location(2), None))
 
     def _watch_jit(self) -> None:
         """Every compiled call (``ms.jit`` functions, decorated before or inside the guard) goes through
@@ -215,13 +214,11 @@ class MindSporeGuardSession(ProbeBase):
 
     # -- writes -> TensorWritten ---------------------------------------------------------------
     def _wrap(self, original, op, short):
-        session = self
-
         def write(*args, **kwargs):
             target = args[0] if args else None
-            if not isinstance(target, ms.Tensor) or not len(session.engine.ledger):
+            if not isinstance(target, ms.Tensor) or not len(self.engine.ledger):
                 return original(*args, **kwargs)
-            return session._logged(original, args, kwargs, target, op, short)
+            return self._logged(original, args, kwargs, target, op, short)
 
         write.__wrapped__ = original
         return write

@@ -32,11 +32,8 @@ class PaddleAdapter(AdapterBase):
     def saved_tensors_hooks(self, pack, unpack):
         return paddle.autograd.saved_tensors_hooks(pack, unpack)
 
-    def memory_range(self, t):
-        return memory_range(t)
-
-    def name_tensor(self, t):
-        return name_tensor(t)
+    memory_range = staticmethod(memory_range)
+    name_tensor = staticmethod(name_tensor)
 
     def dtype_name(self, t) -> str:
         return str(t.dtype).replace("paddle.", "")
@@ -57,10 +54,7 @@ class PaddleAdapter(AdapterBase):
                  if isinstance(o, paddle.Tensor) and not o.stop_gradient]
         if not terms:
             return [None] * len(inputs)
-        total = terms[0]
-        for term in terms[1:]:
-            total = total + term
-        grads = paddle.grad([total], list(inputs), allow_unused=True)
+        grads = paddle.grad([sum(terms[1:], terms[0])], list(inputs), allow_unused=True)
         return [None if g is None else g.numpy() for g in grads]
 
     def new_guard_session(self, *, fingerprint: str, track_writes: bool, bisect: bool = False):

@@ -22,11 +22,57 @@ from ...checks.report import CheckResult, Failure
 
 __all__ = ["check_op", "PaddleCheckAdapter", "PADDLE"]
 
+
+# ---- the Paddle-only check ----------------------------------------------------------------------------
+def _saved_tensor_modified(audit, base) -> tuple[list[Failure], list[CheckResult], list[str]]:
+    """Forward under our own saved-tensor hooks, then backward: every saved tensor must be unpacked with the
+    version and bytes it was packed with (Paddle does not check PyLayer saves; see NOTE [Paddle in the audit
+    engine])."""
+    from .session import _active
+
+    check = "mutation.saved_tensor_modified"
+    if _active:  # Paddle allows one pair of saved-tensor hooks, and a guard holds it
+        return [], [CheckResult(check, "given", "skip", "a gradguard.guard() holds Paddle's saved-tensor hooks")], []
+    B = audit.B
+    saved: list[list] = []
+
+    def pack(t):
+        saved.append([t, B.version(t), B.fingerprint(t), None])
+        return len(saved) - 1
+
+    def unpack(index):
+        entry = saved[index]
+        entry[3] = (B.version(entry[0]), B.fingerprint(entry[0]))
+        return entry[0]
+
+    try:
+        with paddle.autograd.saved_tensors_hooks(pack, unpack):
+            lin = B.linearize(audit.fn, audit.args, audit.kwargs, audit.wrt)
+        lin.pullback([np.asarray(u) for u in base.U[0]])
+    except OpRaised as exc:  # already reported by the gradient suite, which ran the same calls
+        return [], [CheckResult(check, "given", "skip", f"the op's {exc.phase} raised")], []
+    found = []
+    for i, (t, version, fp, seen) in enumerate(saved):
+        if seen is None or seen == (version, fp):
+            continue
+        how = "its version moved" if seen[0] != version else "its values changed without a version bump"
+        found.append(Failure(
+            check=check, regime="given",
+            message=f"saved tensor #{i} ({B.describe(t)}) changed between the forward that saved it and the backward "
+                    f"that read it ({how}: version {version} -> {seen[0]})",
+            why="Paddle does not check the tensors a PyLayer saves with ctx.save_for_backward: the backward computes "
+                "its gradient from the new values, silently.",
+            fix="save a tensor the forward no longer changes (save a clone, or change a copy with set_value / the "
+                "in-place op instead of the saved tensor)."))
+    return found, [CheckResult(check, "given", "fail" if found else "pass")], []
+
+
 class PaddleCheckAdapter(AdapterBase):
     """The Paddle (dygraph) side of ``check_op``."""
 
     name = "paddle"
     no_grad_hint = "paddle.no_grad()"
+    framework_checks = (_saved_tensor_modified,)
     phrasebook = {
         "mutation.silent_input_write": {
             "why": "Paddle's autograd cannot see this write (set_value, copy_, optimizer kernels and custom kernels "
@@ -49,10 +95,6 @@ class PaddleCheckAdapter(AdapterBase):
     @property
     def label(self) -> str:
         return f"paddle {paddle.__version__}"
-
-    @property
-    def framework_checks(self) -> tuple:
-        return (_saved_tensor_modified,)
 
     # ---- describing tensors -------------------------------------------------------------------------
     def is_tensor(self, x: Any) -> bool:
@@ -87,14 +129,12 @@ class PaddleCheckAdapter(AdapterBase):
     # ---- running the op -----------------------------------------------------------------------------
     def prepare(self, args: Sequence[Any], wrt: Sequence[int]) -> tuple[list[Any], list[Any]]:
         fed = [self.clone(a) if self.is_tensor(a) else a for a in args]
-        for i, a in enumerate(fed):
+        for a in fed:
             if self.is_tensor(a):
                 a.stop_gradient = True
-        leaves = []
         for i in wrt:
             fed[i].stop_gradient = False
-            leaves.append(fed[i])
-        return fed, leaves
+        return fed, [fed[i] for i in wrt]
 
     def linearize(self, fn: Callable, args: Sequence[Any], kwargs: dict, wrt: Sequence[int],
                   prepared: tuple | None = None) -> Linearization:
@@ -168,50 +208,6 @@ class PaddleCheckAdapter(AdapterBase):
 
 
 PADDLE = PaddleCheckAdapter()
-
-
-# ---- the Paddle-only check ----------------------------------------------------------------------------
-def _saved_tensor_modified(audit, base) -> tuple[list[Failure], list[CheckResult], list[str]]:
-    """Forward under our own saved-tensor hooks, then backward: every saved tensor must be unpacked with the
-    version and bytes it was packed with (Paddle does not check PyLayer saves; see NOTE [Paddle in the audit
-    engine])."""
-    from .session import _active
-
-    check = "mutation.saved_tensor_modified"
-    if _active:  # Paddle allows one pair of saved-tensor hooks, and a guard holds it
-        return [], [CheckResult(check, "given", "skip", "a gradguard.guard() holds Paddle's saved-tensor hooks")], []
-    B = audit.B
-    saved: list[list] = []
-
-    def pack(t):
-        saved.append([t, B.version(t), B.fingerprint(t), None])
-        return len(saved) - 1
-
-    def unpack(index):
-        entry = saved[index]
-        entry[3] = (B.version(entry[0]), B.fingerprint(entry[0]))
-        return entry[0]
-
-    try:
-        with paddle.autograd.saved_tensors_hooks(pack, unpack):
-            lin = B.linearize(audit.fn, audit.args, audit.kwargs, audit.wrt)
-        lin.pullback([np.asarray(u) for u in base.U[0]])
-    except OpRaised as exc:  # already reported by the gradient suite, which ran the same calls
-        return [], [CheckResult(check, "given", "skip", f"the op's {exc.phase} raised")], []
-    found = []
-    for i, (t, version, fp, seen) in enumerate(saved):
-        if seen is None or seen == (version, fp):
-            continue
-        how = "its version moved" if seen[0] != version else "its values changed without a version bump"
-        found.append(Failure(
-            check=check, regime="given",
-            message=f"saved tensor #{i} ({B.describe(t)}) changed between the forward that saved it and the backward "
-                    f"that read it ({how}: version {version} -> {seen[0]})",
-            why="Paddle does not check the tensors a PyLayer saves with ctx.save_for_backward: the backward computes "
-                "its gradient from the new values, silently.",
-            fix="save a tensor the forward no longer changes (save a clone, or change a copy with set_value / the "
-                "in-place op instead of the saved tensor)."))
-    return found, [CheckResult(check, "given", "fail" if found else "pass")], []
 
 
 # ---- the public entry point ---------------------------------------------------------------------------

@@ -12,6 +12,8 @@ from __future__ import annotations
 import linecache
 import re
 
+import paddle
+
 from ..._errors import GradientHazardError, InplaceModificationError
 from ...core.diagnosis import diagnose
 from ...core.facts import Facts
@@ -19,6 +21,8 @@ from ...core.findings import Finding, SaveSite, SourceLocation, TensorInfo, Writ
 from ...core.frames import innermost_user_entry
 from ...core.source_ast import assignment_before, written_expression
 from ...core.internal import log_fallback
+from .naming import name_tensor
+from .session import paddle_fix
 
 __all__ = ["enrich_paddle_error", "explain", "PaddleLeafInplaceError"]
 
@@ -50,10 +54,6 @@ def _site(error):
 
 
 def _describe(tensor, expression, paddle_name) -> TensorInfo:
-    import paddle
-
-    from .naming import name_tensor
-
     if not isinstance(tensor, paddle.Tensor):
         return TensorInfo(shape=(), dtype="?", name=expression or paddle_name or None, role="tensor")
     name, role = name_tensor(tensor)
@@ -119,13 +119,9 @@ def _leaf(error, match) -> Finding:
 
 
 def _version(error, match, session) -> Finding:
-    from .session import paddle_fix
-
     location, _expression, _tensor = _site(error)
     name, now, expected = match.group(1), int(match.group(2)), int(match.group(3))
-    display = []
-    if location is not None:
-        display.append(("backward at", f"{location.short}: {location.code}"))
+    display = [("backward at", f"{location.short}: {location.code}")] if location is not None else []
     finding = Finding(
         kind="inplace_modification",
         tensor=TensorInfo(shape=(), dtype="?", name=name or None, role="tensor"),

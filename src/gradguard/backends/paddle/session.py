@@ -220,15 +220,16 @@ class PaddleGuardSession(ProbeBase):
         for name in names + ["__setitem__", "set_value"]:
             original = getattr(paddle.Tensor, name, None)
             if callable(original):
-                self._patch(paddle.Tensor, name, self._writer(original, f"paddle.Tensor.{name}", name, _self_target))
+                self._patch(paddle.Tensor, name,
+                            self._writer(original, f"paddle.Tensor.{name}", name, _target(0, "self")))
         for module, prefix in ((paddle, "paddle"), (paddle.nn.functional, "paddle.nn.functional")):
             for name in dir(module):
                 if name.endswith("_") and not name.startswith("_") and name not in _NOT_WRITES:
                     original = getattr(module, name)
                     if callable(original) and not isinstance(original, type):
-                        self._patch(module, name, self._writer(original, f"{prefix}.{name}", name, _first_target))
+                        self._patch(module, name, self._writer(original, f"{prefix}.{name}", name, _target(0, "x")))
         self._patch(paddle, "assign", self._writer(paddle.assign, "paddle.assign(..., output)", "assign",
-                                                   _output_target))
+                                                   _target(1, "output")))
         for cls in [paddle.optimizer.Optimizer, *_subclasses(paddle.optimizer.Optimizer)]:
             if "step" in cls.__dict__:
                 self._patch(cls, "step", self._stepper(cls.__dict__["step"]))
@@ -323,13 +324,6 @@ def paddle_fix(finding: Finding) -> Finding:
     return finding
 
 
-def _self_target(args, kwargs):
-    return args[0] if args else kwargs.get("self")
-
-
-def _first_target(args, kwargs):
-    return args[0] if args else kwargs.get("x")
-
-
-def _output_target(args, kwargs):
-    return args[1] if len(args) > 1 else kwargs.get("output")
+def _target(index: int, keyword: str):
+    """The tensor a write entry point writes: its ``index``-th argument, or the ``keyword`` one."""
+    return lambda args, kwargs: args[index] if len(args) > index else kwargs.get(keyword)
