@@ -3,7 +3,9 @@ step ends, and, when the step fails, leave it with the exception so the diagnosi
 
 from __future__ import annotations
 
-__all__ = ["StepGuard", "CALLBACK_MODES", "SAMPLE_STEPS"]
+from .. import GradguardError, InvalidArgument, guard
+
+__all__ = ["StepGuard", "StepCallback", "CALLBACK_MODES", "SAMPLE_STEPS"]
 
 # NOTE [Callbacks check one step in N]
 # ``sample_steps=N`` makes the sentinel check one training step in N (``guard(sample_steps=N)``: the saved-tensor
@@ -34,16 +36,11 @@ _SENTINEL_NOTE = ("the callback ran this step in the cheap sentinel mode (no wri
 
 
 class StepGuard:
-    """One ``gradguard.guard`` per training step; ``findings`` accumulates over the whole run.
-
-    ``mode``: ``"auto"`` (sentinel until the first finding, then forensic), ``"sentinel"`` or ``"forensic"``;
-    ``fingerprint`` and ``track_writes``, when given, override what the mode chooses.
-    """
+    """One ``gradguard.guard`` per training step (modes: NOTE [Callbacks start cheap]); ``findings`` accumulates
+    over the whole run; ``fingerprint`` and ``track_writes``, when given, override what the mode chooses."""
 
     def __init__(self, *, mode: str = "auto", fingerprint: str | None = None, track_writes: bool | None = None,
                  backend: str = "auto", owner: str = "GradguardCallback", sample_steps: int | None = None):
-        from gradguard import InvalidArgument, guard
-
         if mode not in ("auto", *CALLBACK_MODES):
             raise InvalidArgument(f"{owner}(mode=...) must be one of 'auto', 'sentinel', 'forensic'; got {mode!r}")
         self.mode = mode
@@ -71,20 +68,18 @@ class StepGuard:
         return self._active is not None
 
     def begin(self) -> None:
-        from gradguard import guard
-
         if self._active is not None:  # a step that never ended (an exception nobody reported to us)
             self.end()
         block = guard(**self._arguments())
         block.__enter__()
         self._active = block
 
-    def end(self) -> None:
+    def end(self, *exc_info) -> None:
         block, self._active = self._active, None
         if block is None:
             return
         try:
-            block.__exit__(None, None, None)
+            block.__exit__(*(exc_info or (None, None, None)))
         finally:
             self._collect(block)
 
@@ -92,21 +87,13 @@ class StepGuard:
         """Leave the guard because ``exception`` ended the step. Returns gradguard's enriched error when the
         guard explains a framework error (an in-place op on a leaf, backward twice ...), else None; either
         way the finding is in ``findings`` and added to ``exception``'s notes."""
-        from gradguard import GradguardError
-
-        block, self._active = self._active, None
-        if block is None:
-            return None
-        enriched = None
         try:
-            block.__exit__(type(exception), exception, exception.__traceback__)
+            self.end(type(exception), exception, exception.__traceback__)
         except GradguardError as error:
-            enriched = error
-        finally:
-            self._collect(block)
-        if enriched is not None and hasattr(exception, "add_note"):
-            exception.add_note("gradguard:\n" + str(enriched))
-        return enriched
+            if hasattr(exception, "add_note"):
+                exception.add_note("gradguard:\n" + str(error))
+            return error
+        return None
 
     def _collect(self, block) -> None:
         new = [finding for finding in block.findings if not any(finding is known for known in self.findings)]
@@ -116,3 +103,21 @@ class StepGuard:
                     finding.notes.append(_SENTINEL_NOTE)
             self.current_mode = "forensic"
         self.findings.extend(new)
+
+
+class StepCallback:
+    """What both frameworks' ``GradguardCallback`` take and keep: the arguments and a :class:`StepGuard`."""
+
+    def __init__(self, *, mode: str = "auto", fingerprint: str | None = None, track_writes: bool | None = None,
+                 backend: str = "auto", sample_steps: int | None = None):
+        super().__init__()
+        self._steps = StepGuard(mode=mode, fingerprint=fingerprint, track_writes=track_writes, backend=backend,
+                                sample_steps=sample_steps)
+
+    @property
+    def findings(self) -> list:
+        """Every finding of the run so far."""
+        return self._steps.findings
+
+    def on_train_end(self, *args, **kwargs):  # the same hook in both frameworks, with their own arguments
+        self._steps.end()

@@ -47,9 +47,7 @@ def rank_info() -> RankInfo | None:
     """This process's place in a torchrun job, or None when it is not launched as one."""
     rank = _int("RANK")
     world = _int("WORLD_SIZE")
-    if rank is None or world is None:
-        return None
-    return RankInfo(rank=rank, world_size=world)
+    return None if rank is None or world is None else RankInfo(rank=rank, world_size=world)
 
 
 def rank_path(path: str, info: RankInfo | None) -> str:
@@ -121,12 +119,8 @@ class RankReport:
         except BaseException as error:  # the rank exits anyway; say why its report is missing or partial
             _log.error("gradguard: rank %d stopped by SIGTERM could not write its report (%s: %s)",
                        self._info.rank, type(error).__name__, error, exc_info=True)
-        finally:
-            try:
-                sys.stdout.flush()
-                sys.stderr.flush()
-            finally:
-                os._exit(128 + signum)
+        finally:  # installed only under torchrun, so ``leave`` exits
+            leave(128 + signum, self._info)
 
 
 def _block_sigterm(block: bool) -> bool:

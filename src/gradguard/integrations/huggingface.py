@@ -16,7 +16,7 @@ import sys
 
 from transformers import Trainer, TrainerCallback
 
-from .callback_core import StepGuard
+from .callback_core import StepCallback
 
 __all__ = ["GradguardCallback"]
 
@@ -31,7 +31,7 @@ def _calling_trainer() -> Trainer | None:
     return None
 
 
-class GradguardCallback(TrainerCallback):
+class GradguardCallback(StepCallback, TrainerCallback):
     """Run each training step under ``gradguard.guard``.
 
     ``mode="auto"`` (default): the cheap sentinel until the first finding, then forensic mode (the write log) for
@@ -40,16 +40,6 @@ class GradguardCallback(TrainerCallback):
     ``sample_steps=N``: the sentinel checks one step in N (``gradguard.guard(sample_steps=N)``; NOTE [Callbacks
     check one step in N]); forensic mode, once switched to, checks every step.
     """
-
-    def __init__(self, *, mode: str = "auto", fingerprint: str | None = None, track_writes: bool | None = None,
-                 backend: str = "auto", sample_steps: int | None = None):
-        self._steps = StepGuard(mode=mode, fingerprint=fingerprint, track_writes=track_writes, backend=backend,
-                                sample_steps=sample_steps)
-
-    @property
-    def findings(self) -> list:
-        """Every finding of the run so far."""
-        return self._steps.findings
 
     def on_train_begin(self, args, state, control, **kwargs):
         trainer = _calling_trainer()
@@ -63,10 +53,9 @@ class GradguardCallback(TrainerCallback):
             try:
                 return original(*a, **k)
             except BaseException as error:
-                if steps.active:
-                    enriched = steps.fail(error)
-                    if enriched is not None:
-                        raise enriched.with_traceback(error.__traceback__) from error
+                enriched = steps.fail(error)  # None where no step is open
+                if enriched is not None:
+                    raise enriched.with_traceback(error.__traceback__) from error
                 raise
 
         training_step._gradguard_wrapped = True
@@ -76,7 +65,4 @@ class GradguardCallback(TrainerCallback):
         self._steps.begin()
 
     def on_step_end(self, args, state, control, **kwargs):
-        self._steps.end()
-
-    def on_train_end(self, args, state, control, **kwargs):
         self._steps.end()

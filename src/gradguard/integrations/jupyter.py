@@ -18,8 +18,13 @@ Register once per kernel, with either::
 from __future__ import annotations
 
 import logging
+import types
 import warnings
 from typing import Any
+
+from .._errors import GradientHazardError, InvalidArgument
+from ..core.findings import Finding, display_path
+from ..report.text import render_finding
 
 __all__ = ["register", "unregister", "with_cell_names"]
 
@@ -32,14 +37,10 @@ def _shell(ipython):
     try:
         from IPython import get_ipython
     except ImportError as error:
-        from .._errors import InvalidArgument
-
         raise InvalidArgument("gradguard.integrations.jupyter.register() needs IPython: install it with "
                               "`pip install gradguard[jupyter]`") from error
     shell = get_ipython()
     if shell is None:
-        from .._errors import InvalidArgument
-
         raise InvalidArgument("gradguard.integrations.jupyter.register(ipython=None): no IPython shell is running "
                               "here; call it from a notebook or IPython, or pass the shell")
     return shell
@@ -70,8 +71,6 @@ def _replace_text(value: Any, mapping: dict[str, str]) -> Any:
 
 def with_cell_names(finding, shell):
     """A copy of ``finding`` whose cell files read ``Cell In[n]`` (everywhere: locations, text, graph)."""
-    from ..core.findings import Finding, display_path
-
     data = finding.to_dict()
     files = {site.get("file") for site in [data["saved_at"], *data["modified_at"]] if site.get("file")}
     mapping = {}
@@ -80,15 +79,11 @@ def with_cell_names(finding, shell):
         if label:
             mapping[file] = label
             mapping.setdefault(display_path(file), label)
-    if not mapping:
-        return finding
-    return Finding.from_dict(_replace_text(data, mapping))
+    return Finding.from_dict(_replace_text(data, mapping)) if mapping else finding
 
 
 def _user_frames(tb):
     """The traceback's user frames only (cells and the user's modules), as ``gradguard run`` shows them."""
-    import types
-
     from .._traceback import _is_plumbing
     from ..core.frames import LIBRARY_PATHS
 
@@ -114,7 +109,6 @@ def _show_gradguard_error(shell, etype, value, tb, tb_offset=None):
         from IPython.display import display
 
         from ..report.html import notebook_html
-        from ..report.text import render_finding
 
         shown = with_cell_names(finding, shell)
         display({"text/html": notebook_html(shown), "text/plain": render_finding(shown)}, raw=True)
@@ -141,8 +135,6 @@ def register(ipython=None) -> None:
     ``ipython``: the shell (default: the running one). Idempotent. IPython has one custom exception handler
     per shell: if another library installed one, it is left in place and a warning says so.
     """
-    from .._errors import GradientHazardError
-
     shell = _shell(ipython)
     current = getattr(shell, "custom_exceptions", ())
     if current and current != (GradientHazardError,):
@@ -154,8 +146,6 @@ def register(ipython=None) -> None:
 
 def unregister(ipython=None) -> None:
     """Remove gradguard's handler (IPython's own traceback again)."""
-    from .._errors import GradientHazardError
-
     shell = _shell(ipython)
     if getattr(shell, "custom_exceptions", ()) == (GradientHazardError,):
         shell.set_custom_exc((), None)

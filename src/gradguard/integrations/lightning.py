@@ -15,12 +15,12 @@ try:
 except ImportError:  # the standalone package
     from pytorch_lightning.callbacks import Callback
 
-from .callback_core import StepGuard
+from .callback_core import StepCallback
 
 __all__ = ["GradguardCallback"]
 
 
-class GradguardCallback(Callback):
+class GradguardCallback(StepCallback, Callback):
     """Run each training batch under ``gradguard.guard``.
 
     ``mode="auto"`` (default): the cheap sentinel until the first finding, then forensic mode (the write log) for
@@ -30,17 +30,6 @@ class GradguardCallback(Callback):
     check one step in N]); forensic mode, once switched to, checks every step.
     """
 
-    def __init__(self, *, mode: str = "auto", fingerprint: str | None = None, track_writes: bool | None = None,
-                 backend: str = "auto", sample_steps: int | None = None):
-        super().__init__()
-        self._steps = StepGuard(mode=mode, fingerprint=fingerprint, track_writes=track_writes, backend=backend,
-                                sample_steps=sample_steps)
-
-    @property
-    def findings(self) -> list:
-        """Every finding of the run so far."""
-        return self._steps.findings
-
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         self._steps.begin()
 
@@ -49,6 +38,3 @@ class GradguardCallback(Callback):
 
     def on_exception(self, trainer, pl_module, exception):
         self._steps.fail(exception)
-
-    def on_train_end(self, trainer, pl_module):
-        self._steps.end()

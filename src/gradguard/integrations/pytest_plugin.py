@@ -12,8 +12,8 @@
   with no finding ("gradguard fix" section and terminal summary), else why none verified.
 
 This module must load without importing any deep-learning framework (pytest loads it in every run of every
-project that has gradguard installed): it imports only pytest and the standard library at module level, and
-gradguard's guard (whose backend imports torch) only when a test asks for it.
+project that has gradguard installed): at module level it imports only pytest, the standard library and what
+``import gradguard`` loads anyway; gradguard's backend (which imports torch) loads only when a test asks for it.
 """
 
 from __future__ import annotations
@@ -22,6 +22,13 @@ import os
 import sys
 
 import pytest
+
+from gradguard import GradguardError, GradientHazardError, guard
+from gradguard.core.internal import log_fallback
+from gradguard.report.json import findings_to_json
+from gradguard.report.text import printable, render_finding  # printable: quoted source must not drive the terminal
+
+from .callback_core import CALLBACK_MODES
 
 __all__ = ["GradguardFixture"]
 
@@ -76,8 +83,6 @@ def pytest_configure(config):
 def pytest_sessionfinish(session, exitstatus):
     report = os.environ.get(_FIX_REPORT_ENV)
     if report:
-        from gradguard.report.json import findings_to_json
-
         with open(report, "w", encoding="utf-8") as handle:
             handle.write(findings_to_json([f for _, f in session.config.stash.get(_all_key, [])],
                                           script=" ".join(session.config.invocation_params.args)))
@@ -149,33 +154,24 @@ def pytest_report_header(config):
 # guard and, when that run reproduces the same finding (same kind, same saver), reports the forensic finding
 # with the writer's line; otherwise the sentinel's finding stands. Tests that asked for the guard explicitly get
 # guard()'s own defaults (forensic) and are never re-run.
-_SENTINEL = {"fingerprint": "sample", "track_writes": False}
-_FORENSIC = {"fingerprint": "full", "track_writes": True}
 _RERUN_NOTE = ("the write was found by running this test again in forensic mode (--gradguard runs the cheap "
                "sentinel first, so the test body ran twice; --gradguard-mode=forensic avoids the re-run)")
 
 
-def _where(location) -> tuple | None:
-    return None if location is None else (location.file, location.line)
-
-
-def _same_finding(first, second) -> bool:
-    return (first.kind == second.kind and first.saved_at.op == second.saved_at.op
-            and _where(first.saved_at.location) == _where(second.saved_at.location))
+def _saver_key(finding) -> tuple:
+    where = finding.saved_at.location
+    return finding.kind, finding.saved_at.op, None if where is None else (where.file, where.line)
 
 
 def _forensic_rerun(item, kwargs: dict, first_error):
     """The forensic guard's error for the same hazard, by running the test body again; None when the re-run does
     not reproduce it (the sentinel's finding then stands)."""
-    from gradguard import GradientHazardError, guard
-    from gradguard.core.internal import log_fallback
-
-    block = guard(**{**kwargs, **_FORENSIC})
+    block = guard(**{**kwargs, **CALLBACK_MODES["forensic"]})
     try:
         with block:
             item.runtest()
     except GradientHazardError as error:
-        if _same_finding(first_error.finding, error.finding) and error.finding.modified_at:
+        if _saver_key(first_error.finding) == _saver_key(error.finding) and error.finding.modified_at:
             for finding in error.findings:
                 finding.notes.append(_RERUN_NOTE)
             noted = type(error)(error.finding)  # the message is rendered once, when the error is built
@@ -201,8 +197,6 @@ _GUARD_INCOMPATIBLE_MESSAGES = ("don't yet support saved tensor hooks",)
 
 def _guard_caused(error: BaseException) -> str | None:
     """Why this failure comes from the guard rather than the test (one line), or None when it is the test's."""
-    from gradguard import GradguardError
-
     seen: set[int] = set()
     current: BaseException | None = error
     while current is not None and id(current) not in seen:
@@ -228,13 +222,14 @@ def pytest_runtest_call(item):
     enabled, kwargs = _guard_arguments(item)
     if not enabled:
         return (yield)
-    from gradguard import GradientHazardError
-
     blanket = item.get_closest_marker("gradguard") is None and "gradguard" not in item.fixturenames
     mode = item.config.getoption("--gradguard-mode") if blanket else "forensic"
     if blanket:
-        kwargs = {**(_FORENSIC if mode == "forensic" else _SENTINEL), **kwargs}
-    block = _test_guard(item, kwargs)
+        kwargs = {**CALLBACK_MODES["forensic" if mode == "forensic" else "sentinel"], **kwargs}
+    block = guard(**kwargs)
+    handle = getattr(item, "funcargs", {}).get("gradguard")
+    if isinstance(handle, GradguardFixture):  # the test's fixture sees its guard
+        handle.guard = block
     reason = None
     findings_of = block
     try:
@@ -256,23 +251,10 @@ def pytest_runtest_call(item):
     return _step_aside(item, reason)
 
 
-def _test_guard(item, kwargs: dict):
-    """The test's guard block, handed to its ``gradguard`` fixture if it uses one."""
-    from gradguard import guard
-
-    block = guard(**kwargs)
-    handle = getattr(item, "funcargs", {}).get("gradguard")
-    if isinstance(handle, GradguardFixture):
-        handle.guard = block
-    return block
-
-
 def _report_findings(item, findings: list) -> None:
     """The test's "gradguard" report section (and "gradguard fix" with --gradguard-fix)."""
     if not findings:
         return
-    from gradguard.report.text import render_finding
-
     text = "\n\n".join(render_finding(f) for f in findings)
     item.add_report_section("call", "gradguard", text + "\n")
     item.config.stash[_all_key].extend((item.nodeid, f) for f in findings)
@@ -299,7 +281,6 @@ def _verified_fix(item) -> str:
     """The "gradguard fix" section: the verified diff, or why there is none (never raises: the test's own
     failure is what the user came for)."""
     from gradguard._rerun import DEFAULT_RERUN_TIMEOUT
-    from gradguard.core.internal import log_fallback
 
     try:
         from gradguard.fix.for_pytest import verified_fix_text
@@ -310,24 +291,17 @@ def _verified_fix(item) -> str:
         return f"gradguard fix could not run for this test ({type(error).__name__}: {error})\n"
 
 
-def _summarise_stepped_aside(terminalreporter, config) -> None:
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
     aside = config.stash.get(_aside_key, [])
-    if not aside:
-        return
-    terminalreporter.section("gradguard", sep="-")
+    if aside:
+        terminalreporter.section("gradguard", sep="-")
     for nodeid, reason in aside:
         terminalreporter.write_line(f"gradguard: stepped aside for {nodeid} (the guard cannot watch it: {reason}); "
                                     "it ran without the guard")
-
-
-def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    _summarise_stepped_aside(terminalreporter, config)
     found = config.stash.get(_all_key, [])
     if not found:
         return
     terminalreporter.section("gradguard", sep="=", red=True, bold=True)
-    from gradguard.report.text import printable  # quoted source must not drive the terminal
-
     for nodeid, finding in found:
         terminalreporter.write_line(printable(f"{nodeid}: {finding.headline or finding.kind}"))
         terminalreporter.write_line(printable(f"    tensor: {finding.tensor.label}"))

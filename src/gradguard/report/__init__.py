@@ -1,5 +1,6 @@
 """Renderers: one finding, many views (plain text, rich terminal, JSON, HTML)."""
 
+from ..core.views import register_views
 from .json import FORMAT_VERSION, dumps, envelope, findings_to_json, read_findings
 from .text import render_finding
 
@@ -12,10 +13,4 @@ def _notebook_html(finding) -> str:
     return notebook_html(finding)
 
 
-def _register() -> None:
-    from ..core.views import register_views
-
-    register_views(text=render_finding, html=_notebook_html)
-
-
-_register()
+register_views(text=render_finding, html=_notebook_html)

@@ -18,7 +18,8 @@ from typing import Any, Iterable
 
 from .._version import __version__
 from ..core.findings import SAVED_TENSOR_KINDS, Finding, WriteRecord
-from .text import _no_write
+from .json import dumps
+from .text import _no_write, _saver
 
 __all__ = ["render_html", "finding_html", "notebook_html", "graph_svg", "OP_REPORT_CSS"]
 
@@ -30,13 +31,13 @@ _MARGIN = 20
 _MAX_CHARS = 58
 
 _STYLE = {
-    # type/role -> (fill, stroke, stroke-width, dash)
+    # type/role -> (fill, stroke, stroke-width, dash attribute)
     "saver": ("#fff3dc", "#d97800", 3, ""),
     "op": ("#f2f5f9", "#7f8fa3", 1.2, ""),
     "leaf": ("#ecf7ec", "#4f944f", 1.2, ""),
     "leaf_stale": ("#ecf7ec", "#c62828", 2.5, ""),
     "stale": ("#fde7e7", "#c62828", 3, ""),
-    "write": ("#fff0f0", "#c62828", 2, "6 4"),
+    "write": ("#fff0f0", "#c62828", 2, ' stroke-dasharray="6 4"'),
 }
 
 _PAGE_CSS = """
@@ -191,12 +192,9 @@ def graph_svg(graph: dict[str, Any] | None) -> str:
         f'viewBox="0 0 {width:.0f} {height:.0f}" font-family="ui-monospace,Menlo,Consolas,monospace" '
         f'role="img" aria-label="autograd graph around the saver node">',
         "<defs>",
-        '<marker id="gg-arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" '
-        'orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="#7f8fa3"/></marker>',
-        '<marker id="gg-arrow-red" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" '
-        'orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="#c62828"/></marker>',
-        '<marker id="gg-arrow-orange" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" '
-        'orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="#d97800"/></marker>',
+        *(f'<marker id="gg-arrow{suffix}" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" '
+          f'orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="{colour}"/></marker>'
+          for suffix, colour in (("", "#7f8fa3"), ("-red", "#c62828"), ("-orange", "#d97800"))),
         "</defs>",
     ]
     for edge in graph.get("edges", []):
@@ -233,10 +231,8 @@ def _edge_svg(edge: dict[str, Any], pos) -> list[str]:
            f'y2="{y2:.1f}" stroke="{colour}"{extra} marker-end="url(#{marker})"/>']
     label = edge.get("label")
     if label and kind in ("saved", "write"):
-        lx, ly = (x1 + x2) / 2, (y1 + y2) / 2 - 5
+        lx, ly = (x1 + x2) / 2 + (8 if kind == "write" else 0), (y1 + y2) / 2 - 5
         anchor = "middle" if kind == "saved" else "start"
-        if kind == "write":
-            lx += 8
         out.append(f'<text x="{lx:.1f}" y="{ly:.1f}" font-size="12" fill="{colour}" text-anchor="{anchor}" '
                    f'font-weight="bold" paint-order="stroke" stroke="#fff" stroke-width="4">{_h(label)}</text>')
     return out
@@ -248,8 +244,7 @@ def _node_svg(node: dict[str, Any], pos) -> list[str]:
         return []
     x, y, w = p
     key = _style_key(node)
-    fill, stroke, stroke_w, dash = _STYLE[key]
-    dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
+    fill, stroke, stroke_w, dash_attr = _STYLE[key]
     out = [f'<g class="gg-node gg-{key}" data-id="{_h(node["id"])}">',
            f'<title>{_h(node.get("label"))} {_h(node.get("detail"))}</title>',
            f'<rect x="{x:.1f}" y="{y:.1f}" width="{w:.1f}" height="{_NODE_H}" rx="7" fill="{fill}" '
@@ -271,8 +266,7 @@ def _legend_svg(legend_y: float, truncated: Any) -> list[str]:
     out = []
     x = _MARGIN
     for key, text in legend:
-        fill, stroke, stroke_w, dash = _STYLE[key]
-        dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
+        fill, stroke, stroke_w, dash_attr = _STYLE[key]
         out.append(f'<rect x="{x}" y="{legend_y}" width="16" height="12" rx="3" fill="{fill}" stroke="{stroke}" '
                    f'stroke-width="{min(stroke_w, 2)}"{dash_attr}/>')
         out.append(f'<text x="{x + 22}" y="{legend_y + 11}" font-size="11" fill="#57606a">{_h(text)}</text>')
@@ -284,8 +278,8 @@ def _legend_svg(legend_y: float, truncated: Any) -> list[str]:
 
 
 # -- finding -------------------------------------------------------------------------------------
-def _src(code: str) -> str:
-    return f'<pre class="src">{_h(code)}</pre>' if code else ""
+def _src(location) -> str:
+    return f'<pre class="src">{_h(location.code)}</pre>' if location and location.code else ""
 
 
 def _write_item(w: WriteRecord) -> str:
@@ -297,12 +291,11 @@ def _write_item(w: WriteRecord) -> str:
         versions = f" (version {w.version_before} &rarr; {_h(after)})"
     silent = "" if w.bumps_version else ' <span class="silent">no version bump: invisible to the framework</span>'
     inside = f"<br><small>inside <code>{_h(w.library_frame)}</code></small>" if w.library_frame else ""
-    code = _src(w.location.code) if w.location else ""
+    code = _src(w.location)
     return f"<li><code>{_h(w.op)}</code>{via} at <code>{_h(where)}</code>{versions}{silent}{code}{inside}</li>"
 
 
 def _diff(text: str) -> str:
-    """A unified diff, its added and removed lines coloured."""
     lines = []
     for line in _clip(str(text), 20_000).splitlines():
         cls = ("add" if line.startswith("+") and not line.startswith("+++") else
@@ -313,20 +306,11 @@ def _diff(text: str) -> str:
 
 
 def _saver_rows(f: Finding, row) -> None:
-    """The "saved by" row and its "called from" rows."""
     if not (f.saved_at.node or f.saved_at.location):
         return
-    if f.saved_at.op:
-        saver = f"<code>{_h(f.saved_at.op)}</code>"
-        if f.saved_at.location:
-            saver += f", saved in the forward call at <code>{_h(f.saved_at.location.short)}</code>"
-    else:  # no autograd node to name: only where
-        saver = f"the forward call at <code>{_h(f.saved_at.location.short)}</code>"
-    if f.saved_at.location:
-        saver += _src(f.saved_at.location.code)
-    row("saved by", saver)
+    row("saved by", _saver(f, lambda name: f"<code>{_h(name)}</code>") + _src(f.saved_at.location))
     for call in f.saved_at.chain:
-        row("called from", f"<code>{_h(call.short)}</code>" + _src(call.code))
+        row("called from", f"<code>{_h(call.short)}</code>" + _src(call))
 
 
 def _write_rows(f: Finding, row) -> None:
@@ -372,10 +356,7 @@ def finding_html(finding: Finding, *, graph: bool = True, raw: bool = False) -> 
     if svg:
         parts.append('<div class="graph"><h3>Autograd graph around the saver</h3>' + svg + "</div>")
     if raw:
-        from .json import dumps
-
-        data = dumps(f.to_dict())
-        parts.append(f'<details class="raw"><summary>JSON</summary><pre>{_h(data)}</pre></details>')
+        parts.append(f'<details class="raw"><summary>JSON</summary><pre>{_h(dumps(f.to_dict()))}</pre></details>')
     parts.append("</section>")
     return "\n".join(parts)
 
@@ -399,10 +380,7 @@ def render_html(findings: Iterable[Finding], *, script: str | None = None, rank:
     count = f"{len(findings)} finding" + ("" if len(findings) == 1 else "s")
     body = [f'<h1><span class="brand">gradguard</span> report: {count}</h1>',
             f'<div class="meta">{" &middot; ".join(meta)}</div>', '<div class="gg-report">']
-    if findings:
-        body += [finding_html(f, raw=True) for f in findings]
-    else:
-        body.append('<p class="none">No gradient hazards found.</p>')
+    body += [finding_html(f, raw=True) for f in findings] or ['<p class="none">No gradient hazards found.</p>']
     body.append("</div>")
     title = f"gradguard: {count}" + (f" ({script})" if script else "")
     return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"

@@ -45,11 +45,7 @@ class ProgressTracker:
         """Show ``description`` as the current step; ``advance`` completed units; ``total`` (re)sets the size."""
         if self._display is None:
             return
-        fields = {}
-        if description is not None:
-            fields["description"] = description
-        if total is not None:
-            fields["total"] = total
+        fields = {key: value for key, value in (("description", description), ("total", total)) if value is not None}
         # A new step is drawn at once (steps are few and may be shorter than the refresh period).
         self._display.update(self._task, advance=advance, refresh=description is not None, **fields)
 

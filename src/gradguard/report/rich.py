@@ -13,6 +13,10 @@ from __future__ import annotations
 
 from typing import IO
 
+from rich.console import Console
+from rich.panel import Panel
+from rich.text import Text
+
 from ..core.findings import Finding
 from .text import _WIDTH, output_width, render_finding
 
@@ -24,8 +28,6 @@ _FRAME = 4  # "│ " and " │"
 
 def terminal_console(file: IO[str]):
     """A rich console on ``file`` that follows the terminal's width, ``NO_COLOR`` and ``TERM=dumb``."""
-    from rich.console import Console
-
     return Console(file=file, highlight=False, soft_wrap=False)
 
 
@@ -37,16 +39,11 @@ def uses_plain_text(console) -> bool:
 def text_width(console) -> int:
     """Columns for the finding's text on ``console``: inside the panel on a terminal, the whole line elsewhere
     (``COLUMNS``, else 80 off a terminal); the exception message's width at most."""
-    if uses_plain_text(console):
-        return min(_WIDTH, output_width(console.file))
-    return min(_WIDTH, console.width - _FRAME)
+    return min(_WIDTH, output_width(console.file) if uses_plain_text(console) else console.width - _FRAME)
 
 
 def print_findings(findings: list[Finding], file: IO[str], error_name: str = "") -> None:
     """Print each finding to ``file``: a panel on a terminal, plain text elsewhere (see the NOTE above)."""
-    from rich.panel import Panel
-    from rich.text import Text
-
     console = terminal_console(file)
     width = text_width(console)
     title = f"gradguard: {error_name}" if error_name else "gradguard"
@@ -61,13 +58,11 @@ def print_findings(findings: list[Finding], file: IO[str], error_name: str = "")
         body.append(lines[0] + "\n", style="bold")
         current_style = ""
         for line in lines[1:]:
-            for prefix, style in _STYLES.items():
-                if line.startswith(prefix):
-                    current_style = style
-                    break
-            else:
-                if line.startswith("  ") and not line.startswith("   "):
-                    current_style = ""
+            style = next((style for prefix, style in _STYLES.items() if line.startswith(prefix)), None)
+            if style is not None:
+                current_style = style
+            elif line.startswith("  ") and not line.startswith("   "):
+                current_style = ""
             body.append(line + "\n", style=current_style)
         body.rstrip()
         console.print(Panel(body, title=Text(title, style="bold red"), title_align="left", expand=False))

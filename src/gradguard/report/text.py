@@ -77,53 +77,48 @@ def _field(label: str, text: str, width: int) -> list[str]:
     return [head + body[0]] + [" " * len(head) + line for line in body[1:]]
 
 
-def _code(code: str, indent: int) -> list[str]:
-    return [" " * indent + "| " + code] if code else []
+def _code(location, indent: int) -> list[str]:
+    return [" " * indent + "| " + location.code] if location and location.code else []
 
 
 def _write_lines(index: int, w: WriteRecord, width: int) -> list[str]:
     where = w.location.short if w.location else "an unknown line"
     via = f" via {w.via}" if w.via else ""
-    if w.version_before is not None:
-        after = w.version_after if w.version_after is not None else "?"
-        versions = f"  (version {w.version_before} -> {after})"
-    else:
-        versions = ""
-    silent = "  [no version bump: invisible to the framework]" if not w.bumps_version else ""
     # Wrapped with a hanging indent under the op, so the rich panel (same width) never re-wraps it. The
     # version change is one unit ("(version 0 -> 1)" is never split): its spaces are protected while wrapping.
-    protected = "  " + versions.strip().replace(" ", _KEEP) if versions else ""
-    text = f"{index}. {w.op}{via} at {where}{protected}{silent}"
+    versions = ""
+    if w.version_before is not None:
+        after = w.version_after if w.version_after is not None else "?"
+        versions = "  " + f"(version {w.version_before} -> {after})".replace(" ", _KEEP)
+    silent = "  [no version bump: invisible to the framework]" if not w.bumps_version else ""
+    text = f"{index}. {w.op}{via} at {where}{versions}{silent}"
     lines = [line.replace(_KEEP, " ") for line in textwrap.wrap(
         text, width=width, initial_indent="    ", subsequent_indent="       ", break_on_hyphens=False,
         break_long_words=False)]
-    if w.location:
-        lines += _code(w.location.code, 7)
+    lines += _code(w.location, 7)
     if w.library_frame:
         lines.append(f"       inside {w.library_frame}")
     return lines
 
 
+def _saver(f: Finding, code=str) -> str:
+    """The "saved by" text, each name or place set by ``code`` (plain here, ``<code>`` in HTML)."""
+    where = f.saved_at.location
+    if not f.saved_at.op:  # no autograd node to name (a graph built by a statement): only where
+        return f"the forward call at {code(where.short)}"
+    return code(f.saved_at.op) + (f", saved in the forward call at {code(where.short)}" if where else "")
+
+
 def _saver_lines(f: Finding, width: int) -> list[str]:
-    """The "saved by" field with its source line and the calls that led to it."""
     if not (f.saved_at.node or f.saved_at.location):
         return []
-    if f.saved_at.op:
-        saver = f.saved_at.op + (f", saved in the forward call at {f.saved_at.location.short}"
-                                 if f.saved_at.location else "")
-    else:  # no autograd node to name (a graph built by a statement): only where
-        saver = f"the forward call at {f.saved_at.location.short}"
-    lines = _field("saved by", saver, width)
-    if f.saved_at.location:
-        lines += _code(f.saved_at.location.code, 17)
+    lines = _field("saved by", _saver(f), width) + _code(f.saved_at.location, 17)
     for call in f.saved_at.chain:  # the user's call of the model whose forward saved it
-        lines += _field("called from", call.short, width)
-        lines += _code(call.code, 17)
+        lines += _field("called from", call.short, width) + _code(call, 17)
     return lines
 
 
 def _modified_lines(f: Finding, width: int) -> list[str]:
-    """The writes: "modified by" for a saved tensor, "at" otherwise."""
     lines: list[str] = []
     if f.kind in SAVED_TENSOR_KINDS:
         if not f.modified_at:
@@ -134,11 +129,8 @@ def _modified_lines(f: Finding, width: int) -> list[str]:
         return lines
     # an earlier backward that freed the graph is already the "freed by" row
     for i, w in enumerate((w for w in f.modified_at if w.category != "backward"), 1):
-        label = "at" if i == 1 else ""
         where = w.location.short if w.location else "an unknown line"
-        lines += _field(label, f"{w.op} at {where}", width)
-        if w.location:
-            lines += _code(w.location.code, 17)
+        lines += _field("at" if i == 1 else "", f"{w.op} at {where}", width) + _code(w.location, 17)
     return lines
 
 
