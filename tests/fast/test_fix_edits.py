@@ -64,8 +64,22 @@ def test_an_inplace_call_whose_receiver_cannot_be_rebound_is_made_out_of_place_w
         "out = [h.relu() for h in hs]  # keep\n")
     assert edit("a = net(x).relu_()\n", "inplace_to_out_of_place", 1) == "a = net(x).relu()\n"
     assert edit("y = a - t.mul_(k)\n", "inplace_to_out_of_place", 1) == "t = t.mul(k)\ny = a - t\n"  # rebound
+    # a subscript is rebound (a list's element), and stands where it is on request (a tuple's): fix tries both
+    assert edit("g = hs[0].exp_()\n", "inplace_to_out_of_place", 1) == "hs[0] = hs[0].exp()\ng = hs[0]\n"
+    assert edit("g = hs[0].exp_()\n", "inplace_to_out_of_place", 1, stands=True) == "g = hs[0].exp()\n"
+    # a value nobody uses: only the rebinding keeps the write (on a tensor's row, the verifying run refuses it)
+    assert edit("x[0].mul_(2)\n", "inplace_to_out_of_place", 1, stands=True) == "x[0] = x[0].mul(2)\n"
     with pytest.raises(EditNotApplicable, match="cannot be rebound and the call's value is not used"):
-        edit("x[0].mul_(2)\n", "inplace_to_out_of_place", 1)  # `x[0] = x[0].mul(2)` would write x in place again
+        edit("[h.relu_() for h in hs]\n", "inplace_to_out_of_place", 1)
+
+
+def test_inplace_false_on_a_call_whose_value_nobody_used_assigns_it_to_what_it_wrote():
+    assert edit("F.relu(h, inplace=True)  # act\n", "set_keyword", 1, call="F.relu", keyword="inplace",
+                value=False) == "h = F.relu(h, inplace=False)  # act\n"
+    assert edit("y = F.relu(h, inplace=True)\n", "set_keyword", 1, call="F.relu", keyword="inplace",
+                value=False) == "y = F.relu(h, inplace=False)\n"
+    assert edit("layers.append(nn.ReLU(inplace=True))\n", "set_keyword", 1, call="ReLU", keyword="inplace",
+                value=False) == "layers.append(nn.ReLU(inplace=False))\n"
 
 
 def test_detach_and_clone_arguments():

@@ -98,6 +98,30 @@ def test_candidates_come_from_the_write_and_the_save_whatever_the_rule(tmp_path)
     assert all(r[0].action != "clone_assignment" for r in general_repairs(finding, {}, lambda path: True))
 
 
+def test_a_written_element_of_a_container_is_rebound_then_left_standing_then_cloned_element_first(tmp_path):
+    """NOTE [An in-place call whose receiver cannot be rebound]: ``hs[0]`` may be a list's element (rebound), a
+    tuple's (the call stands where it is) or a tensor's row (a clone of ``hs`` before the write): the candidates
+    come in that order and the verifying run picks; the copy at the save is of the element, not the list."""
+    from gradguard.fix.search import general_repairs
+
+    script = tmp_path / "s.py"
+    script.write_text("import torch\na = torch.ones(2, requires_grad=True)\nhs = [a * 1.5]\ns = hs[0].pow(2)\n"
+                      "g = hs[0].exp_()\n")
+    file = str(script)
+    finding = {"kind": "inplace_modification", "rule": "no_such_rule", "tensor": {"name": "hs[0]"},
+               "saved_at": {"file": file, "line": 4, "argument": "self"},
+               "modified_at": [{"file": file, "line": 5, "category": "other"}]}
+    repairs = general_repairs(finding, {}, lambda path: True)
+    assert [(r[0].action, r[0].detail.get("stands") or r[0].detail.get("code"), r[0].target) for r in repairs] == [
+        ("inplace_to_out_of_place", None, "hs[0]"),  # hs[0] = hs[0].exp(); g = hs[0]
+        ("inplace_to_out_of_place", True, "g"),  # g = hs[0].exp()
+        ("insert_before", "hs[0] = hs[0].clone()", "hs[0]"),
+        ("insert_before", "hs = hs.clone()", "hs"),
+        ("clone_expression", None, "hs[0]"),
+        ("clone_expression", None, "hs"),  # a tensor's row: `s = hs.clone()[0].pow(2)`
+    ]
+
+
 def test_the_module_instance_that_wrote_is_resolved_from_its_path(tmp_path):
     from gradguard.fix.search import general_repairs
 

@@ -333,24 +333,31 @@ def _assign(target: cst.BaseExpression, value: cst.BaseExpression) -> cst.Assign
     return cst.Assign(targets=[cst.AssignTarget(target.deep_clone())], value=value)  # type: ignore[arg-type]
 
 
-def _method_out_of_place(statement: cst.SimpleStatementLine, small: cst.BaseSmallStatement
+def _method_out_of_place(statement: cst.SimpleStatementLine, small: cst.BaseSmallStatement, stands: bool
                          ) -> cst.SimpleStatementLine | list[cst.BaseStatement]:
     """``x.div_(n)`` -> ``x = x.div(n)``; ``y = x.div_(n)`` (the result used) -> ``x = x.div(n)`` then ``y = x``;
     an in-place call inside an expression is hoisted the same way (``a - t.mul_(k)``: ``t = t.mul(k)`` first).
 
     # NOTE [An in-place call whose receiver cannot be rebound]
     # A receiver that is no name or attribute (``hx[idx].squeeze_(0)``: rebinding ``hx[idx]`` would write into
-    # ``hx``) or that lives in a comprehension or a lambda (``[h.relu_() for h in hs]``: ``h`` exists only there)
-    # cannot be rebound before the statement. When the statement uses the call's value, the call is made out of
-    # place where it stands: the expression gets the same values and the receiver is left as it was."""
+    # ``hx``, or fail on a tuple) or that lives in a comprehension or a lambda (``[h.relu_() for h in hs]``: ``h``
+    # exists only there) cannot always be rebound before the statement. A scoped one never can: when the statement
+    # uses the call's value, the call is made out of place where it stands (the expression gets the same values,
+    # the receiver is left as it was). Whether a subscript can be rebound is a fact of the running program (a list
+    # element can, a tuple's cannot, a tensor's row is written in place again): it is rebound, as the program's
+    # later reads of it expect, and ``stands`` asks for the other form, which ``gradguard fix`` tries next when the
+    # run that verifies the first says it does not hold. A call whose value is not used is always rebound: made
+    # out of place where it stands, it would do nothing."""
     finder = _FirstInplaceChain()
     small.visit(finder)
     chain = finder.found
     if chain is None:
         raise EditNotApplicable(f"no in-place method call in `{_code(statement).strip()}`")
     new, receiver = _strip_inplace_links(chain)  # type: ignore[misc]  # chain is an in-place chain: not None
-    whole = isinstance(small, cst.Expr) and small.value is chain
-    if finder.scoped or not isinstance(receiver, (cst.Name, cst.Attribute)):
+    # the call's value goes nowhere: the statement is the call, or a comprehension of it (`[h.relu_() for h in hs]`)
+    whole = isinstance(small, cst.Expr) and chain in (small.value, getattr(small.value, "elt", None))
+    rebindable = (cst.Name, cst.Attribute) if stands and not whole else (cst.Name, cst.Attribute, cst.Subscript)
+    if finder.scoped or not isinstance(receiver, rebindable):
         if whole:
             raise EditNotApplicable(f"`{_code(receiver)}` cannot be rebound and the call's value is not used in "
                                     f"`{_code(statement).strip()}`")
@@ -419,7 +426,7 @@ def _out_of_place(statement: cst.SimpleStatementLine, detail: dict[str, Any]
     if isinstance(small, cst.Assign) and isinstance(small.value, cst.Call) and _passes_inplace(small.value):
         return _edit_keyword(statement, {"keyword": "inplace", "value": None})
     if isinstance(small, (cst.Expr, cst.Assign, cst.AnnAssign, cst.Return)):
-        return _method_out_of_place(statement, small)
+        return _method_out_of_place(statement, small, bool(detail.get("stands")))
     raise EditNotApplicable(f"no in-place call to rewrite in `{_code(statement).strip()}`")
 
 
@@ -456,8 +463,21 @@ def _edit_keyword(statement: cst.SimpleStatementLine, detail: dict[str, Any]) ->
             return [*args[:-1], last, added.with_changes(comma=args[-1].comma)]
         return None
 
-    return _within(statement, _CallEdit(_callee_matcher(detail.get("call")), rewrite, detail.get("occurrence")),
-                   f"a call{' of ' + detail['call'] if detail.get('call') else ''} with keyword {keyword}=")
+    edited = _within(statement, _CallEdit(_callee_matcher(detail.get("call")), rewrite, detail.get("occurrence")),
+                     f"a call{' of ' + detail['call'] if detail.get('call') else ''} with keyword {keyword}=")
+    return _keep_written_value(edited) if keyword == "inplace" and not value else edited
+
+
+def _keep_written_value(statement: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
+    """``F.relu(h, inplace=False)`` standing alone -> ``h = F.relu(h, inplace=False)``: a call whose value nobody
+    used acted only by writing its first argument; made out of place, its value takes the argument's place."""
+    small = statement.body[0] if len(statement.body) == 1 else None
+    if not (isinstance(small, cst.Expr) and isinstance(small.value, cst.Call) and small.value.args):
+        return statement
+    first = small.value.args[0]
+    if first.keyword is not None or first.star or not _is_plain_reference(first.value):
+        return statement
+    return statement.with_changes(body=[_assign(first.value, small.value)])
 
 
 def _edit_argument(statement: cst.SimpleStatementLine, intent: FixIntent, method: str) -> cst.SimpleStatementLine:

@@ -47,14 +47,14 @@ def statement_code(location: SourceLocation | None) -> str:
     return " ".join(lines)
 
 
-def out_of_place(code: str) -> str | None:
+def out_of_place(code: str, stands: bool = False) -> str | None:
     """``h *= 0.5`` -> ``h = h * 0.5``; ``a.mul_(2)`` -> ``a = a.mul(2)``; ``torch.relu_(x)`` -> ``x = torch.relu(x)``;
     ``y = x.div_(n)`` -> ``x = x.div(n); y = x``. The text is the edit ``gradguard fix`` makes (the same libcst
     rewrite); None when there is none (``x.normal_()``: no out-of-place method, see NOTE [Out-of-place methods
-    come from the framework])."""
+    come from the framework]). ``stands``: see NOTE [An in-place call whose receiver cannot be rebound]."""
     if single_statement(code) is None:
         return None
-    return _rewritten(code, {})
+    return _rewritten(code, {"stands": True} if stands else {})
 
 
 def _rewritten(code: str, detail: dict[str, str]) -> str | None:

@@ -60,9 +60,10 @@ def _statement(file: str, line: int) -> tuple[ast.stmt, str] | None:
     return stmt, "".join(lines)
 
 
-def _receiver(stmt: ast.stmt) -> str | None:
-    """What the statement writes in place, when it is a name or an attribute chain: ``x`` in ``x.normal_()``,
-    ``x[i] = v``, ``x += 1``, ``torch.relu_(x)``."""
+def _receivers(stmt: ast.stmt) -> list[str]:
+    """What the statement writes in place, the written tensor first and then what holds it: ``x`` in
+    ``x.normal_()``, ``x[i] = v``, ``x += 1``, ``torch.relu_(x)``; ``hs[0]``, then ``hs``, in ``hs[0].mul_(2)``
+    (the element of a list, or a row of a tensor: which one is known only when the edit runs)."""
     target = None
     if isinstance(stmt, ast.AugAssign):
         target = stmt.target
@@ -81,16 +82,11 @@ def _receiver(stmt: ast.stmt) -> str | None:
                         base = node.args[0]
                     target = base
                     break
+    found = []
     while isinstance(target, ast.Subscript):
+        found.append(ast.unparse(target))
         target = target.value
-    if isinstance(target, (ast.Name, ast.Attribute)):
-        return ast.unparse(target)
-    return None
-
-
-def _names(found: tuple[ast.stmt, str] | None) -> set[str]:
-    """The variable names a statement reads (empty when it cannot be read)."""
-    return {n.id for n in ast.walk(found[0]) if isinstance(n, ast.Name)} if found else set()
+    return [*found, ast.unparse(target)] if isinstance(target, (ast.Name, ast.Attribute)) else []
 
 
 def _line_names(tree: ast.AST, line: int) -> set[str]:
@@ -119,8 +115,12 @@ def _write_candidates(write: dict) -> list[list[FixIntent]]:
         detail = {"method": "masked_fill"} if masked else {}
         repairs.append([FixIntent(action, *where, target=rewritten.split(" = ", 1)[0], detail=detail,
                                   reason=f"`{rewritten}` makes a new tensor and leaves the saved one intact")])
-    receiver = _receiver(stmt)
-    if receiver is not None and not isinstance(stmt, ast.AugAssign):
+    standing = None if masked else out_of_place(flat, stands=True)
+    if standing and standing != rewritten:  # `g = hs[0].exp_()` where hs[0] cannot be rebound (a tuple's)
+        repairs.append([FixIntent("inplace_to_out_of_place", *where, target=standing.split(" = ", 1)[0],
+                                  detail={"stands": True},
+                                  reason=f"`{standing}` makes a new tensor and leaves the saved one intact")])
+    for receiver in _receivers(stmt) if not isinstance(stmt, ast.AugAssign) else ():
         repairs.append([FixIntent("insert_before", *where, target=receiver,
                                   detail={"code": f"{receiver} = {receiver}.clone()"},
                                   reason=f"the write then changes a copy of `{receiver}`; backward keeps the "
@@ -183,13 +183,13 @@ def _called_module_candidates(write: dict, files: list[str]) -> list[list[FixInt
     return repairs
 
 
-def _save_candidates(finding: dict, receiver: str | None) -> list[list[FixIntent]]:
+def _save_candidates(finding: dict, receivers: list[str]) -> list[list[FixIntent]]:
     """(c): a copy at the save point, of the tensor the writes changed."""
     saved = finding.get("saved_at") or {}
     file, line = saved.get("file"), saved.get("line")
     found = _statement(file, line) if file and line else None
     tensor = (finding.get("tensor") or {}).get("name")
-    names = [n for n in dict.fromkeys((receiver, tensor)) if n]
+    names = [n for n in dict.fromkeys((*receivers, tensor)) if n]
     if found is None or not names:
         return []
     stmt, _code = found
@@ -199,7 +199,7 @@ def _save_candidates(finding: dict, receiver: str | None) -> list[list[FixIntent
         if saved.get("argument") == "result" and assigned:
             repairs.append([FixIntent("clone_assignment", file, line, target=name,
                                       reason=f"`{name}` becomes a copy; the output backward saved stays intact")])
-        elif any(isinstance(n, (ast.Name, ast.Attribute)) and ast.unparse(n) == name
+        elif any(isinstance(n, (ast.Name, ast.Attribute, ast.Subscript)) and ast.unparse(n) == name
                  for n in ast.walk(getattr(stmt, "value", None) or stmt)):
             repairs.append([FixIntent("clone_expression", file, line, target=name,
                                       reason=f"backward saves a copy of `{name}`, which the write cannot change")])
@@ -441,17 +441,17 @@ def general_repairs(finding: dict, sources: dict[str, str], editable: Callable[[
         w["file"] for w in writes + [finding.get("saved_at") or {}] + [
             _backward_at(finding)] if w.get("file") and editable(w["file"])))
     repairs: list[list[FixIntent]] = []
-    receiver = None
+    receivers: list[str] = []
     for write in writes:
         if not editable(write["file"]):
             continue
         repairs += _write_repairs(finding, write, files)
         found = _statement(write["file"], write["line"])
-        receiver = receiver or (_receiver(found[0]) if found else None)
+        receivers = receivers or (_receivers(found[0]) if found else [])
     if finding.get("kind") != "backward_twice" and not any(w.get("category") == "optimizer" for w in writes):
         # a copy of the weights at the save would hide the ordering bug (backward with the pre-step weights, as
         # PyTorch < 1.5 did silently), not repair it
-        repairs += _save_candidates(finding, receiver)
+        repairs += _save_candidates(finding, receivers)
     repairs += _retain_candidates(finding) + _detach_candidates(finding)
     return _distinct_editable(repairs, editable)[:_MAX_CANDIDATES]
 
