@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import linecache
+from dataclasses import replace
 
 from .findings import SourceLocation
 from .intents import FixIntent
@@ -65,6 +66,16 @@ def _rewritten(code: str, detail: dict[str, str]) -> str | None:
     except EditNotApplicable:
         return None
     return statements_text(edited)
+
+
+def _rewritten_as(code: str, intent: FixIntent) -> str | None:
+    """``code`` (one statement) with ``intent`` applied at its line, as one line of text; None when it does not fit."""
+    from .edits import EditNotApplicable, apply_intent
+
+    try:
+        return statements_text(apply_intent(code.strip() + "\n", replace(intent, file=None, line=1)))
+    except EditNotApplicable:
+        return None
 
 
 def statements_text(source: str) -> str:
@@ -128,15 +139,23 @@ def _innermost(tree: ast.AST, line: int, kinds: tuple[type, ...]) -> ast.AST | N
 class CarriedState:
     """A variable whose value flows from one loop iteration into the next (``h_cur`` in the RNN seed)."""
 
-    def __init__(self, name: str, assignment: SourceLocation, source: str | None):
+    def __init__(self, name: str, assignment: SourceLocation, source: str | None, reads_itself: bool = False):
         self.name = name
         self.assignment = assignment  # the statement that stores next iteration's value
         self.source = source  # ``h_next`` in ``h_cur = h_next``; None when bound by a call's results
+        # ``h = cell(x, h)``, ``avg = 0.9 * avg + m``: the read on the right is the previous iteration's value, the
+        # crossing itself; detached there, this iteration's value keeps its gradient for the loss that reads it
+        # next (a detach after the assignment would cut that)
+        self.reads_itself = reads_itself
 
     def detach_fix(self, is_tuple: bool = False) -> str:
         """The line that detaches it where it crosses the iteration boundary."""
         if self.source is not None and not is_tuple:
             return f"`{self.name} = {self.source}.detach()` (line {self.assignment.line})"
+        if self.reads_itself and not is_tuple:
+            edited = _rewritten_as(self.assignment.code, self.detach_intent())
+            if edited:
+                return f"`{edited}` (line {self.assignment.line})"
         return f"`{self._detached_statement(is_tuple)}` right after line {self.assignment.line}"
 
     def _detached_statement(self, is_tuple: bool) -> str:
@@ -149,6 +168,8 @@ class CarriedState:
         file, line = self.assignment.file, self.assignment.line
         if self.source is not None and not is_tuple:
             return FixIntent("detach_assignment", file, line, target=self.name, reason=reason)
+        if self.reads_itself and not is_tuple:
+            return FixIntent("detach_expression", file, line, target=self.name, reason=reason)
         return FixIntent("insert_after", file, line, target=self.name,
                          detail={"code": self._detached_statement(is_tuple)}, reason=reason)
 
@@ -220,7 +241,11 @@ def carried_state(location: SourceLocation | None) -> list[CarriedState]:
             if isinstance(stmt.value, (ast.Name, ast.Attribute)):
                 source = ast.unparse(stmt.value)
         code = linecache.getline(location.file, stmt.lineno).strip()
-        carried.append(CarriedState(name, SourceLocation(location.file, stmt.lineno, location.function, code), source))
+        reads_itself = (isinstance(stmt, ast.Assign) and stmt.end_lineno == stmt.lineno
+                        and any(isinstance(t, ast.Name) and t.id == name for t in stmt.targets)
+                        and any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(stmt.value)))
+        carried.append(CarriedState(name, SourceLocation(location.file, stmt.lineno, location.function, code), source,
+                                    reads_itself))
     return carried
 
 

@@ -259,7 +259,31 @@ def _detach_candidates(finding: dict) -> list[list[FixIntent]]:
     assigned = [[FixIntent("detach_assignment", made.file, made.line, target=name,
                            reason=f"`{name}` is then a value for later losses, not a path into a freed graph")]
                 ] if made is not None else []
-    return assigned + _detach_read_candidates(finding, name)
+    return assigned + _carried_read_candidates(finding, made) + _detach_read_candidates(finding, name)
+
+
+def _carried_read_candidates(finding: dict, made) -> list[list[FixIntent]]:
+    """(d) a state carried by its own assignment (``h = cell(x, h)``, ``self.h = cell(x, self.h)``, ``avg = 0.9 *
+    avg + m``), at the line that binds the crossing tensor or the one that saved it: the read on the right is the
+    previous step's value, the one path into the freed graph; detached there, this step's own value keeps its
+    gradient (detaching the assignment would cut it from the loss that reads it next)."""
+    saved = finding.get("saved_at") or {}
+    places = [(made.file, made.line)] if made is not None else []
+    places += [(saved["file"], saved["line"])] if saved.get("file") and saved.get("line") else []
+    repairs = []
+    for file, line in dict.fromkeys(places):
+        found = _statement(file, line)
+        stmt = found[0] if found else None
+        if not isinstance(stmt, ast.Assign):
+            continue
+        for target in dict.fromkeys(ast.unparse(t) for t in stmt.targets):
+            if any(isinstance(n, (ast.Name, ast.Attribute, ast.Subscript)) and ast.unparse(n) == target
+                   for n in ast.walk(stmt.value)):
+                repairs.append([FixIntent(
+                    "detach_expression", file, line, target=target,
+                    reason=f"the `{target}` read here is the previous step's: detached, it is a value, not a path "
+                           f"into the graph the previous backward freed")])
+    return repairs
 
 
 def _detach_read_candidates(finding: dict, name: str) -> list[list[FixIntent]]:
@@ -284,7 +308,8 @@ def _detach_read_candidates(finding: dict, name: str) -> list[list[FixIntent]]:
               and n.lineno <= made <= (n.end_lineno or n.lineno)]
     scope = min(scopes, key=lambda n: (n.end_lineno or n.lineno) - n.lineno) if scopes else tree
     repairs = []
-    for call in sorted((n for n in ast.walk(scope) if isinstance(n, ast.Call) and made < n.lineno < end),
+    # from the line that made it: `hs.append(cell(x, hs[-1]))` reads the previous step's value where it makes this one
+    for call in sorted((n for n in ast.walk(scope) if isinstance(n, ast.Call) and made <= n.lineno < end),
                        key=lambda n: (n.lineno, n.col_offset)):
         for arg in call.args:
             if _plain_read_of(arg, root):
