@@ -101,6 +101,26 @@ def test_carried_state_bound_by_a_call_and_tuple_fix(source):
     assert state.detach_fix(is_tuple=True) == f"`state = tuple(s.detach() for s in state)` right after line {line}"
 
 
+def test_a_state_carried_by_its_own_assignment_is_detached_where_it_reads_the_previous_value(source):
+    """``h = cell(x, h)``: detached after the assignment, this step's h would reach the loss below as a constant."""
+    from gradguard.core.edits import apply_intent
+
+    path, at = source("""
+        for x in xs:
+            h = cell(x, h)
+            avg = 0.9 * avg + 0.1 * h.mean(0)
+            loss = head(h - avg).pow(2).mean()
+            loss.backward()
+    """)
+    states = {s.name: s for s in carried_state(at("loss.backward"))}
+    line = at("h = cell").line
+    assert states["h"].detach_fix() == f"`h = cell(x, h.detach())` (line {line})"
+    assert states["avg"].detach_fix() == f"`avg = 0.9 * avg.detach() + 0.1 * h.mean(0)` (line {line + 1})"
+    intent = states["h"].detach_intent()
+    assert intent.action == "detach_expression" and intent.line == line
+    assert "    h = cell(x, h.detach())\n" in apply_intent(open(path).read(), intent)
+
+
 def test_no_carried_state_when_every_value_is_fresh(source):
     _path, at = source("""
         for step in range(3):

@@ -192,3 +192,58 @@ def test_an_earlier_backward_of_another_loss_on_the_same_forward_retains_its_gra
     finding["modified_at"][0]["code"] = "loss_a.backward()"
     finding["context"]["backward_at"]["code"] = "loss_b.backward()"  # the control: another loss gets the candidate
     assert general_repairs(finding, {}, lambda path: True)[0][0].action == "set_keyword"
+
+
+def test_a_fresh_forward_recomputes_what_the_loss_made_after_the_step_reads(tmp_path):
+    """(e): the later loss is made after the step (`actor_loss = -value.mean()`) from a value a call made before it
+    (`value, critic_loss = losses(z)`, the save's caller line): that call is the forward run again after the step."""
+    from gradguard.fix.search import general_repairs
+
+    script = tmp_path / "s.py"
+    script.write_text(textwrap.dedent("""
+        import torch
+        net = torch.nn.Linear(2, 1)
+        opt = torch.optim.SGD(net.parameters(), lr=0.1)
+        def losses(z):
+            value = net(z)
+            return value, value.pow(2).mean()
+        for _ in range(2):
+            value, critic_loss = losses(torch.ones(3, 2))
+            critic_loss.backward(retain_graph=True)
+            opt.step()
+            actor_loss = -value.mean()
+            actor_loss.backward()
+        """).lstrip())
+    file = str(script)
+    finding = {"kind": "inplace_modification", "rule": "no_such_rule", "tensor": {"name": "net.weight"},
+               "saved_at": {"file": file, "line": 5, "chain": [{"file": file, "line": 8}]},
+               "modified_at": [{"file": file, "line": 10, "category": "optimizer", "code": "opt.step()"}],
+               "context": {"backward_at": {"file": file, "line": 12, "code": "actor_loss.backward()"}}}
+    fresh = [r for r in general_repairs(finding, {}, lambda path: True) if r[0].action == "insert_after"]
+    assert [(r[0].line, r[0].detail["code"]) for r in fresh] == [(10, "value, critic_loss = losses(torch.ones(3, 2))")]
+
+
+def test_a_state_a_module_carries_by_its_own_assignment_is_detached_where_it_is_read(tmp_path):
+    """(d): the crossing tensor is `runner.h` to the caller and `self.h` where it is made; the assignment that
+    saved it reads the previous step's value on its right, and that read is the candidate, not the assignment."""
+    from gradguard.fix.search import general_repairs
+
+    script = tmp_path / "s.py"
+    script.write_text(textwrap.dedent("""
+        import torch
+        class Runner(torch.nn.Module):
+            def forward(self, x):
+                self.h = cell(x, self.h)
+                return self.h
+        for x in xs:
+            loss = runner(x).sum()
+            loss.backward()
+        """).lstrip())
+    file = str(script)
+    finding = {"kind": "backward_twice", "rule": "no_such_rule", "tensor": {"name": "runner.h"},
+               "saved_at": {"file": file, "line": 4},
+               "modified_at": [{"file": file, "line": 8, "category": "backward"}],
+               "context": {"backward_at": {"file": file, "line": 8, "code": "loss.backward()"}}}
+    reads = [(r[0].line, r[0].target) for r in general_repairs(finding, {}, lambda path: True)
+             if r[0].action == "detach_expression"]
+    assert reads == [(4, "self.h")]

@@ -398,6 +398,9 @@ def _fresh_forward_from(saved: dict, finding: dict, write: dict) -> list[list[Fi
         # recomputed: its value, printed or logged, stays the one before the step)
         needed = _line_names(tree, backward["line"]) if os.path.realpath(backward.get("file") or file) == \
             os.path.realpath(file) else set()
+        # and what the loss is made of after the step (`actor_loss = -value.mean()`: `value` is needed)
+        _needed_statements([s for s in body if step < s.lineno < backward["line"]
+                            and isinstance(s, (ast.Assign, ast.AnnAssign))], needed)
         kept = _needed_statements(_forward_statements(body, start, step), needed)
         text = "".join(linecache.getlines(file))
         forward = [ast.get_source_segment(text, stmt) for stmt in reversed(kept)]
