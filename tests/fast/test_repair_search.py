@@ -247,3 +247,20 @@ def test_a_state_a_module_carries_by_its_own_assignment_is_detached_where_it_is_
     reads = [(r[0].line, r[0].target) for r in general_repairs(finding, {}, lambda path: True)
              if r[0].action == "detach_expression"]
     assert reads == [(4, "self.h")]
+
+
+def test_a_rebinding_of_a_loop_variable_nothing_reads_after_is_not_a_repair(tmp_path):
+    """`for p in parts: p = p.mul(0.5)` drops the write (the script would run clean with other numbers); a later
+    read of the variable in the loop keeps the rebinding a repair."""
+    from gradguard.core.intents import FixIntent
+    from gradguard.fix.search import rebinds_a_lost_loop_variable
+
+    script = tmp_path / "s.py"
+    script.write_text("for p in parts:\n    p.mul_(0.5)\nfor q in parts:\n    q.mul_(0.5)\n    out.append(q)\n"
+                      "h = x * 2\nh.mul_(0.5)\n")
+    file = str(script)
+    lost = [rebinds_a_lost_loop_variable(FixIntent(action, file, line, target=name))
+            for action, line, name in (("inplace_to_out_of_place", 2, "p"), ("insert_before", 2, "p"),
+                                       ("inplace_to_out_of_place", 4, "q"), ("inplace_to_out_of_place", 7, "h"),
+                                       ("detach_expression", 2, "p"))]
+    assert lost == [True, True, False, False, False]

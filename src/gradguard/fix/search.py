@@ -29,7 +29,7 @@ from typing import Callable
 from ..core.facts import Facts
 from ..core.intents import FixIntent
 
-__all__ = ["general_repairs", "same_intent"]
+__all__ = ["general_repairs", "same_intent", "rebinds_a_lost_loop_variable"]
 
 # At most this many general candidates per finding: each costs a run of the script.
 _MAX_CANDIDATES = 8
@@ -87,6 +87,32 @@ def _receivers(stmt: ast.stmt) -> list[str]:
         found.append(ast.unparse(target))
         target = target.value
     return [*found, ast.unparse(target)] if isinstance(target, (ast.Name, ast.Attribute)) else []
+
+
+_REBINDING = ("inplace_to_out_of_place", "augmented_to_binary", "insert_before")
+
+
+def rebinds_a_lost_loop_variable(intent: FixIntent) -> bool:
+    """Whether ``intent`` makes a write out of place (or into a clone) by rebinding the variable of the loop around
+    it that nothing reads after the write: ``for p in parts: p = p.mul(0.5)`` changes neither ``parts`` nor
+    anything else, so the write is dropped and the script runs clean with other numbers. Such a candidate is not
+    tried (NOTE [Repairs from the mechanism, not the rule id])."""
+    found = _statement(intent.file, intent.line) if intent.action in _REBINDING and intent.file and intent.line \
+        else None
+    if found is None:
+        return False
+    receivers = _receivers(found[0])
+    name = receivers[-1] if receivers and len(receivers) == 1 and receivers[0].isidentifier() else None
+    from ..core.source_ast import parse_file
+
+    tree = parse_file(intent.file) if name else None
+    loops = [n for n in ast.walk(tree) if isinstance(n, (ast.For, ast.AsyncFor)) and n.lineno < intent.line
+             <= (n.end_lineno or n.lineno)] if tree is not None else []
+    loop = max(loops, key=lambda n: n.lineno, default=None)
+    if loop is None or name not in {n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name)}:
+        return False
+    end = found[0].end_lineno or intent.line
+    return not any(isinstance(n, ast.Name) and n.id == name and n.lineno > end for n in ast.walk(loop))
 
 
 def _line_names(tree: ast.AST, line: int) -> set[str]:
