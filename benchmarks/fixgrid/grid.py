@@ -1,0 +1,456 @@
+"""A grid of neighbours for `gradguard fix`: one in-place write on a tensor autograd saved, spelt many ways, made
+by different savers, in different places of a program. Each program is repaired with `gradguard fix --apply` and
+judged against its reference (the same program with the tensor cloned just before the write): the repaired
+script must exit 0 and give the reference's gradients. A repair that runs but changes the gradients (a detach, a
+dropped write) counts as wrong.
+
+Not a corpus of real reports: a measure of how far the repair search generalises beyond the shapes it was built
+from. Nobody tunes a rule to one cell; a failing cell is a failing mechanism.
+
+    python benchmarks/fixgrid/grid.py --jobs 2 [--only substring] [--src src] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import textwrap
+from dataclasses import dataclass
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+# (name, the write with X for the written tensor). The reference clones X first: `X = X.clone()` then the write.
+WRITES = [
+    ("mul_", "X.mul_(2)"),
+    ("imul", "X *= 2"),
+    ("iadd_tensor", "X += b"),
+    ("setitem", "X[:, 0] = 0"),
+    ("setitem_mask", "X[mask] = 0.0"),
+    ("clamp_", "X.clamp_(min=0.1)"),
+    ("torch.relu_", "torch.relu_(X)"),
+    ("F.relu_inplace", "F.relu(X, inplace=True)"),
+    ("sigmoid_", "X.sigmoid_()"),
+    ("tanh_", "X.tanh_()"),
+    ("masked_fill_", "X.masked_fill_(mask, 0.0)"),
+    ("add_", "X.add_(b)"),
+    ("copy_", "X.copy_(b)"),
+    ("div_assigned", "X = X.div_(b.abs().sum())"),
+    ("exp_value", "g = X.exp_()"),
+    ("index_fill_", "X.index_fill_(1, idx, 0.0)"),
+    ("addcmul_", "X.addcmul_(b, b, value=0.5)"),
+    ("lerp_", "X.lerp_(b, 0.5)"),
+    ("pow_", "X.pow_(2)"),
+    ("zero_", "X.zero_()"),
+    ("fill_", "X.fill_(1.0)"),
+    ("scatter_", "X.scatter_(1, col, 0.0)"),
+    ("chain", "X.clamp_(0, 1).mul_(2)"),
+    ("in_expression", "y = X.sub_(1) * 2"),
+]
+
+# (name, the line that makes X, the line that saves it). X = the tensor; a, w leaves that require grad.
+SAVERS = [
+    ("pow_saves_input", "X = a * 1.5", "s = X.pow(2)"),
+    ("matmul_saves_input", "X = a * 1.5", "s = X @ w"),
+    ("sigmoid_saves_output", "X = torch.sigmoid(a)", "s = X * 1.0"),
+]
+
+PRELUDE = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+torch.manual_seed(0)
+a = torch.randn(4, 5, requires_grad=True)
+w = torch.randn(5, 5, requires_grad=True)
+b = torch.randn(4, 5)
+mask = torch.rand(4, 5) > 0.5
+idx = torch.tensor([0, 2])
+col = torch.zeros(4, 1, dtype=torch.long)
+"""
+
+REPORT = """
+loss.backward()
+print("ok", repr(a.grad.sum().item()), repr(a.grad.abs().sum().item()), repr(w.grad.sum().item()))
+"""
+
+
+def _uses(write: str) -> str:
+    """What the loss adds for the names the write makes (y, g), so the repair has to keep them."""
+    extra = ""
+    if write.startswith("g = "):
+        extra += " + g.sum()"
+    if write.startswith("y = "):
+        extra += " + y.sum()"
+    return extra
+
+
+# where the written tensor lives, by place: its spelling there
+PLACES = {"top": "h", "function": "h", "module": "h", "list": "hs[0]", "dict": 'hd["h"]', "attribute": "self.h",
+          "loop": "h"}
+
+
+def _place(context: str, make: str, save: str, write: str) -> str:
+    """The program body: make X, save it, write it, and a loss that reads s, X (and y/g) in one of seven places."""
+    x = PLACES[context]
+    make, save, write = make.replace("X", x), save.replace("X", x), write.replace("X", x)
+    if context in ("top", "list", "dict"):
+        first = {"list": ["hs = [None]"], "dict": ["hd = {}"]}.get(context, [])
+        return "\n".join([*first, make, save, write, f"loss = s.sum() + {x}.sum() + (w * 0).sum(){_uses(write)}"])
+    if context == "function":
+        body = [make, save, write, f"return s.sum() + {x}.sum() + (w * 0).sum(){_uses(write)}"]
+        return "def block(a, w):\n" + textwrap.indent("\n".join(body), "    ") + "\n\n\nloss = block(a, w)"
+    if context in ("module", "attribute"):
+        body = [re.sub(r"\ba\b", "inp", make), re.sub(r"\bw\b", "self.w", save),
+                write, f"return s.sum() + {x}.sum() + (self.w * 0).sum(){_uses(write)}"]
+        return ("class Block(nn.Module):\n    def __init__(self, w):\n        super().__init__()\n        self.w = w\n\n"
+                "    def forward(self, inp):\n" + textwrap.indent("\n".join(body), "        ")
+                + "\n\n\nloss = Block(w)(a)")
+    body = [re.sub(r"\ba\b", "(a + i)", make), save, write,
+            f"loss = loss + s.sum() + {x}.sum() + (w * 0).sum(){_uses(write)}"]
+    return "loss = 0\nfor i in range(2):\n" + textwrap.indent("\n".join(body), "    ")
+
+
+@dataclass(frozen=True)
+class Cell:
+    name: str
+    buggy: str
+    reference: str
+    other_reference: str = ""  # a second repair the cell accepts (a step moved, or a fresh forward)
+
+
+def _reference_write(write: str) -> str:
+    return "X = X.clone()\n" + write
+
+
+def _indented_reference(body: str, write: str, ref: str) -> str:
+    """The reference: the buggy body with its write line replaced by clone-then-write at the same indent."""
+    out = []
+    for line in body.splitlines():
+        if line.strip() == write:
+            pad = line[: len(line) - len(line.lstrip())]
+            out.extend(pad + r for r in ref.splitlines())
+        else:
+            out.append(line)
+    return "\n".join(out)
+
+
+def cells() -> list[Cell]:
+    made = []
+    plan = [(w, s, "top") for w in WRITES for s in SAVERS]
+    plan += [(w, SAVERS[0], c) for w in WRITES for c in ("function", "module", "list", "dict", "attribute", "loop")]
+    for (wname, write), (sname, make, save), context in plan:
+        x = PLACES[context]
+        body = _place(context, make, save, write)
+        ref = _indented_reference(body, write.replace("X", x), _reference_write(write).replace("X", x))
+        made.append(Cell(f"{context}/{sname}/{wname}", PRELUDE + "\n" + body + "\n" + REPORT,
+                         PRELUDE + "\n" + ref + "\n" + REPORT))
+    return made
+
+
+# Modules built with inplace=True writing a tensor the module before them saved: (name, model lines). The
+# reference builds the same modules with inplace=False.
+MODULE_PRELUDE = PRELUDE + "x = torch.randn(4, 5)\n"
+MODULES = [
+    ("sequential", "net = nn.Sequential(nn.Linear(5, 5), nn.Sigmoid(), nn.ReLU(inplace=True))"),
+    ("sequential_two_candidates",
+     "net = nn.Sequential(nn.Linear(5, 5), nn.ReLU(inplace=True), nn.Linear(5, 5), nn.Sigmoid(),\n"
+     "                    nn.ReLU(inplace=True))"),
+    ("dropout_after_sigmoid", "net = nn.Sequential(nn.Linear(5, 5), nn.Sigmoid(), nn.Dropout(0.5, inplace=True))"),
+    ("leaky_relu", "net = nn.Sequential(nn.Linear(5, 5), nn.Tanh(), nn.LeakyReLU(0.1, inplace=True))"),
+    ("hardtanh", "net = nn.Sequential(nn.Linear(5, 5), nn.Sigmoid(), nn.Hardtanh(0.0, 0.5, inplace=True))"),
+    ("silu", "net = nn.Sequential(nn.Linear(5, 5), nn.Tanh(), nn.SiLU(inplace=True))"),
+    ("factory",
+     "def activation():\n    return nn.ReLU(inplace=True)\n\n\n"
+     "net = nn.Sequential(nn.Linear(5, 5), nn.Sigmoid(), activation())"),
+    ("modulelist_comprehension",
+     "class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+     "        self.lin = nn.Linear(5, 5)\n        self.acts = nn.ModuleList([nn.ReLU(inplace=True) for _ in range(2)])\n\n"
+     "    def forward(self, x):\n        h = torch.sigmoid(self.lin(x))\n        for act in self.acts:\n"
+     "            h = act(h)\n        return h\n\n\nnet = Net()"),
+    ("attribute_set_later",
+     "class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+     "        self.lin = nn.Linear(5, 5)\n        self.act = nn.ReLU()\n        self.act.inplace = True\n\n"
+     "    def forward(self, x):\n        return self.act(torch.sigmoid(self.lin(x)))\n\n\nnet = Net()"),
+    ("functional_flag",
+     "class Net(nn.Module):\n    def __init__(self, inplace=True):\n        super().__init__()\n"
+     "        self.lin = nn.Linear(5, 5)\n        self.inplace = inplace\n\n"
+     "    def forward(self, x):\n        return F.relu(torch.sigmoid(self.lin(x)), inplace=self.inplace)\n\n\n"
+     "net = Net()"),
+]
+MODULE_REPORT = """
+out = net(x * a)
+loss = (out * out).sum() + (w * 0).sum()
+loss.backward()
+print("ok", repr(a.grad.sum().item()), repr(a.grad.abs().sum().item()), repr(w.grad.sum().item()))
+"""
+
+
+def module_cells() -> list[Cell]:
+    made = []
+    for name, model in MODULES:
+        reference = model.replace("inplace=True", "inplace=False").replace("self.act.inplace = True", "pass")
+        made.append(Cell(f"modules/{name}", MODULE_PRELUDE + "\n" + model + "\n" + MODULE_REPORT,
+                         MODULE_PRELUDE + "\n" + reference + "\n" + MODULE_REPORT))
+    return made
+
+
+# State carried from one step's graph into the next step's, not detached: the second backward runs into the
+# first step's freed graph. (name, body with {CARRY} where the carried tensor is read into the new step, and the
+# reference's spelling of that read). The reference detaches the carried state where the next step reads it
+# (truncated backpropagation); retaining the graph would run but change the gradients.
+CARRIED_PRELUDE = """\
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+cell = nn.RNNCell(3, 4)
+head = nn.Linear(4, 1)
+opt = torch.optim.SGD(list(cell.parameters()) + list(head.parameters()), lr=0.1)
+xs = torch.randn(3, 2, 3)
+"""
+CARRIED_REPORT = """
+print("ok", repr(sum(p.sum().item() for p in cell.parameters())), repr(head.weight.sum().item()))
+"""
+CARRIED = [
+    ("local", "h = torch.zeros(2, 4)\nfor x in xs:\n    h = cell(x, {h})\n    loss = head(h).pow(2).mean()\n"
+              "    opt.zero_grad()\n    loss.backward()\n    opt.step()", "h"),
+    ("attribute",
+     "class Runner(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+     "        self.h = torch.zeros(2, 4)\n\n    def forward(self, x):\n        self.h = cell(x, {self.h})\n"
+     "        return head(self.h)\n\n\nrunner = Runner()\nfor x in xs:\n    loss = runner(x).pow(2).mean()\n"
+     "    opt.zero_grad()\n    loss.backward()\n    opt.step()", "self.h"),
+    ("dict", "state = {'h': torch.zeros(2, 4)}\nfor x in xs:\n    state['h'] = cell(x, {state['h']})\n"
+             "    loss = head(state['h']).pow(2).mean()\n    opt.zero_grad()\n    loss.backward()\n    opt.step()",
+     "state['h']"),
+    ("list", "hs = [torch.zeros(2, 4)]\nfor x in xs:\n    hs.append(cell(x, {hs[-1]}))\n"
+             "    loss = head(hs[-1]).pow(2).mean()\n    opt.zero_grad()\n    loss.backward()\n    opt.step()",
+     "hs[-1]"),
+    ("returned", "def step(x, h):\n    h = cell(x, h)\n    return head(h).pow(2).mean(), h\n\n\n"
+                 "h = torch.zeros(2, 4)\nfor x in xs:\n    loss, h = step(x, {h})\n    opt.zero_grad()\n"
+                 "    loss.backward()\n    opt.step()", "h"),
+    ("running_mean", "avg = torch.zeros(4)\nfor x in xs:\n    h = cell(x)\n    avg = 0.9 * {avg} + 0.1 * h.mean(0)\n"
+                     "    loss = head(h - avg).pow(2).mean()\n    opt.zero_grad()\n    loss.backward()\n"
+                     "    opt.step()", "avg"),
+]
+
+
+def carried_cells() -> list[Cell]:
+    made = []
+    for name, body, carried in CARRIED:
+        token = "{" + carried + "}"
+        made.append(Cell(f"carried/{name}", CARRIED_PRELUDE + "\n" + body.replace(token, carried) + "\n" + CARRIED_REPORT,
+                         CARRIED_PRELUDE + "\n" + body.replace(token, carried + ".detach()") + "\n" + CARRIED_REPORT))
+    return made
+
+
+# An optimizer step between a forward and a backward that still needs the stepped weights' saved values. The
+# repair is not unique: the step moved after the last backward that needs the old weights, or a fresh forward
+# after the step. Each cell lists the references it accepts (the gradients of any one of them).
+STEPPED_PRELUDE = """\
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+gen = nn.Sequential(nn.Linear(2, 4), nn.Tanh(), nn.Linear(4, 2))
+disc = nn.Sequential(nn.Linear(2, 4), nn.Tanh(), nn.Linear(4, 1))
+opt_g = torch.optim.SGD(gen.parameters(), lr=0.1)
+opt_d = torch.optim.SGD(disc.parameters(), lr=0.1)
+z = torch.randn(8, 2)
+real = torch.randn(8, 2)
+"""
+STEPPED_REPORT = """
+print("ok", repr(sum(p.sum().item() for p in gen.parameters())), repr(sum(p.sum().item() for p in disc.parameters())))
+"""
+STEPPED = [
+    ("gan_reused_score",
+     "for _ in range(2):\n    fake = gen(z)\n    score = disc(fake)\n"
+     "    loss_d = (disc(real) - score).mean()\n    opt_d.zero_grad()\n    loss_d.backward(retain_graph=True)\n"
+     "    opt_d.step()\n    loss_g = score.mean()\n    opt_g.zero_grad()\n    loss_g.backward()\n    opt_g.step()",
+     ["for _ in range(2):\n    fake = gen(z)\n    score = disc(fake)\n"
+      "    loss_d = (disc(real) - score).mean()\n    opt_d.zero_grad()\n    loss_d.backward(retain_graph=True)\n"
+      "    opt_d.step()\n    score = disc(fake)\n    loss_g = score.mean()\n    opt_g.zero_grad()\n"
+      "    loss_g.backward()\n    opt_g.step()",
+      "for _ in range(2):\n    fake = gen(z)\n    score = disc(fake)\n"
+      "    loss_d = (disc(real) - score).mean()\n    opt_d.zero_grad()\n    loss_d.backward(retain_graph=True)\n"
+      "    loss_g = score.mean()\n    opt_g.zero_grad()\n    loss_g.backward()\n    opt_d.step()\n    opt_g.step()"]),
+    ("two_losses_one_forward",
+     "for _ in range(2):\n    out = disc(gen(z))\n    first = out.pow(2).mean()\n    second = out.abs().mean()\n"
+     "    opt_d.zero_grad()\n    first.backward(retain_graph=True)\n    opt_d.step()\n    opt_g.zero_grad()\n"
+     "    second.backward()\n    opt_g.step()",
+     ["for _ in range(2):\n    out = disc(gen(z))\n    first = out.pow(2).mean()\n    second = out.abs().mean()\n"
+      "    opt_d.zero_grad()\n    first.backward(retain_graph=True)\n    opt_g.zero_grad()\n"
+      "    second.backward()\n    opt_d.step()\n    opt_g.step()",
+      "for _ in range(2):\n    out = disc(gen(z))\n    first = out.pow(2).mean()\n    second = out.abs().mean()\n"
+      "    opt_d.zero_grad()\n    first.backward(retain_graph=True)\n    opt_d.step()\n    opt_g.zero_grad()\n"
+      "    out = disc(gen(z))\n    second = out.abs().mean()\n    second.backward()\n    opt_g.step()"]),
+    ("critic_value_before_step",
+     "def losses(states):\n    value = disc(gen(states))\n    return value, value.pow(2).mean()\n\n\n"
+     "for _ in range(2):\n    value, critic_loss = losses(z)\n    opt_d.zero_grad()\n"
+     "    critic_loss.backward(retain_graph=True)\n    opt_d.step()\n    actor_loss = -value.mean()\n"
+     "    opt_g.zero_grad()\n    actor_loss.backward()\n    opt_g.step()",
+     ["def losses(states):\n    value = disc(gen(states))\n    return value, value.pow(2).mean()\n\n\n"
+      "for _ in range(2):\n    value, critic_loss = losses(z)\n    opt_d.zero_grad()\n"
+      "    critic_loss.backward(retain_graph=True)\n    actor_loss = -value.mean()\n"
+      "    opt_g.zero_grad()\n    actor_loss.backward()\n    opt_d.step()\n    opt_g.step()",
+      "def losses(states):\n    value = disc(gen(states))\n    return value, value.pow(2).mean()\n\n\n"
+      "for _ in range(2):\n    value, critic_loss = losses(z)\n    opt_d.zero_grad()\n"
+      "    critic_loss.backward(retain_graph=True)\n    opt_d.step()\n    value, critic_loss = losses(z)\n"
+      "    actor_loss = -value.mean()\n    opt_g.zero_grad()\n    actor_loss.backward()\n    opt_g.step()"]),
+]
+
+
+def stepped_cells() -> list[Cell]:
+    return [Cell(f"stepped/{name}", STEPPED_PRELUDE + "\n" + body + "\n" + STEPPED_REPORT,
+                 *[STEPPED_PRELUDE + "\n" + r + "\n" + STEPPED_REPORT for r in refs]) for name, body, refs in STEPPED]
+
+
+# Writes autograd refuses whatever is saved: into a leaf that requires grad (an initialisation, a hand-written
+# update) and into a view of several outputs or of a leaf. (name, buggy body, reference body)
+LEAF_PRELUDE = """\
+import torch
+
+torch.manual_seed(0)
+w = torch.randn(4, 3, requires_grad=True)
+x = torch.randn(5, 4)
+"""
+LEAF_REPORT = """
+print("ok", repr(w.grad.sum().item()), repr(w.sum().item()))
+"""
+LEAVES = [
+    ("init_scaled", "w.mul_(0.1)\nloss = (x @ w).pow(2).sum()\nloss.backward()",
+     "with torch.no_grad():\n    w.mul_(0.1)\nloss = (x @ w).pow(2).sum()\nloss.backward()"),
+    ("init_row_set", "w[0] = 0.0\nloss = (x @ w).pow(2).sum()\nloss.backward()",
+     "with torch.no_grad():\n    w[0] = 0.0\nloss = (x @ w).pow(2).sum()\nloss.backward()"),
+    ("manual_update",
+     "for _ in range(2):\n    loss = (x @ w).pow(2).sum()\n    w.grad = None\n    loss.backward()\n"
+     "    w -= 0.01 * w.grad\nloss = (x @ w).pow(2).sum()\nloss.backward()",
+     "for _ in range(2):\n    loss = (x @ w).pow(2).sum()\n    w.grad = None\n    loss.backward()\n"
+     "    with torch.no_grad():\n        w -= 0.01 * w.grad\nloss = (x @ w).pow(2).sum()\nloss.backward()"),
+    ("view_of_leaf", "v = w[:2]\nv.mul_(2)\nloss = (x @ w).pow(2).sum() + v.sum()\nloss.backward()",
+     "v = w[:2]\nwith torch.no_grad():\n    v.mul_(2)\nloss = (x @ w).pow(2).sum() + v.sum()\nloss.backward()"),
+    ("chunk_output", "h = x @ w\na, b = h.chunk(2, dim=1)\na.relu_()\nloss = a.sum() + b.pow(2).sum()\nloss.backward()",
+     "h = x @ w\na, b = h.chunk(2, dim=1)\na = a.relu()\nloss = a.sum() + b.pow(2).sum()\nloss.backward()"),
+    ("unbind_output", "h = x @ w\nfirst, *rest = h.unbind(1)\nfirst.mul_(2)\nloss = first.sum() + rest[0].pow(2).sum()\n"
+                      "loss.backward()",
+     "h = x @ w\nfirst, *rest = h.unbind(1)\nfirst = first.mul(2)\nloss = first.sum() + rest[0].pow(2).sum()\n"
+     "loss.backward()"),
+    ("split_in_loop", "h = x @ w\nparts = h.split(2, dim=0)\nfor p in parts:\n    p.mul_(0.5)\n"
+                      "loss = sum(p.pow(2).sum() for p in parts)\nloss.backward()",
+     "h = x @ w\nparts = [p.clone() for p in h.split(2, dim=0)]\nfor p in parts:\n    p.mul_(0.5)\n"
+     "loss = sum(p.pow(2).sum() for p in parts)\nloss.backward()"),
+]
+
+
+def leaf_cells() -> list[Cell]:
+    return [Cell(f"leaf_view/{name}", LEAF_PRELUDE + "\n" + body + "\n" + LEAF_REPORT,
+                 LEAF_PRELUDE + "\n" + ref + "\n" + LEAF_REPORT) for name, body, ref in LEAVES]
+
+
+def _env(src: str) -> dict:
+    return dict(os.environ, PYTHONPATH=src, OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
+
+
+def _plain(path: str, cwd: str, src: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, path], cwd=cwd, capture_output=True, text=True, timeout=300, env=_env(src))
+
+
+def _close(got: str, want: str) -> bool:
+    g, r = got.split(), want.split()
+    if len(g) != len(r) or not g or g[0] != "ok":
+        return False
+    return all(abs(float(x) - float(y)) <= 1e-5 * max(1.0, abs(float(y))) for x, y in zip(g[1:], r[1:]))
+
+
+def score(cell: Cell, src: str, timeout: float) -> dict:
+    with tempfile.TemporaryDirectory(prefix="gg_grid_") as tmp:
+        ref_path, path = os.path.join(tmp, "reference.py"), os.path.join(tmp, "repro.py")
+        with open(ref_path, "w", encoding="utf-8") as fh:
+            fh.write(cell.reference)
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(cell.buggy)
+        references = [_plain(ref_path, tmp, src)]
+        if cell.other_reference:
+            with open(ref_path, "w", encoding="utf-8") as fh:
+                fh.write(cell.other_reference)
+            references.append(_plain(ref_path, tmp, src))
+        wants = [r.stdout.strip() for r in references]
+        before = _plain(path, tmp, src)
+        failed = [r for r in references if r.returncode != 0]
+        row = {"cell": cell.name, "reference_ok": not failed, "buggy_fails": before.returncode != 0}
+        if not (row["reference_ok"] and row["buggy_fails"]):
+            why = failed[0].stderr if failed else "the buggy program runs clean: " + before.stdout
+            row.update(ok=None, note="cell invalid: " + why.strip()[-300:])
+            return row
+        try:
+            fix = subprocess.run([sys.executable, "-m", "gradguard", "fix", "--apply", "repro.py"], cwd=tmp,
+                                 capture_output=True, text=True, timeout=timeout, env=_env(src))
+        except subprocess.TimeoutExpired:
+            row.update(ok=False, note="fix timed out")
+            return row
+        with open(path, encoding="utf-8") as fh:
+            edited = fh.read()
+        after = _plain(path, tmp, src)
+        if after.returncode != 0:
+            row.update(ok=False, note=f"fix exit {fix.returncode}: " + (fix.stdout + fix.stderr).strip()[-400:])
+        elif not any(_close(after.stdout.strip(), w) for w in wants):
+            row.update(ok=False, note=f"runs, gradients differ: {after.stdout.strip()} vs {' or '.join(wants)}")
+        else:
+            row.update(ok=True, note="")
+        row["diff"] = [ln for ln in edited.splitlines() if ln not in cell.buggy.splitlines()]
+        return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--only", default="")
+    parser.add_argument("--src", default=os.path.join(ROOT, "src"))
+    parser.add_argument("--timeout", type=float, default=300)
+    parser.add_argument("--out", default="")
+    args = parser.parse_args(argv)
+    chosen = [c for c in cells() + module_cells() + carried_cells() + stepped_cells() + leaf_cells()
+              if args.only in c.name]
+    with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+        rows = list(pool.map(lambda c: score(c, args.src, args.timeout), chosen))
+    valid = [r for r in rows if r["ok"] is not None]
+    right = sum(r["ok"] for r in valid)
+    for r in rows:
+        if not r["ok"]:
+            print(f"{'INVALID' if r['ok'] is None else 'WRONG  '} {r['cell']}: {r['note'][:300]}")
+    print(f"repaired right: {right}/{len(valid)} ({len(rows) - len(valid)} invalid)")
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "grid.json"), "w", encoding="utf-8") as fh:
+            json.dump(rows, fh, indent=1)
+        with open(os.path.join(args.out, "grid.md"), "w", encoding="utf-8") as fh:
+            fh.write(render_markdown(rows))
+    return 0
+
+
+def render_markdown(rows: list[dict]) -> str:
+    """Repaired right per place, per saver and per write spelling (a cell counts in one row of each table)."""
+    valid = [r for r in rows if r["ok"] is not None]
+    out = [f"repaired right: {sum(r['ok'] for r in valid)}/{len(valid)}", ""]
+    for axis, title in ((0, "place"), (1, "saver"), (2, "write")):
+        groups: dict[str, list[bool]] = {}
+        for r in valid:
+            parts = r["cell"].split("/")
+            key = parts[axis] if len(parts) > 2 else (parts[0] if axis == 0 else "-" if axis == 1 else parts[1])
+            groups.setdefault(key, []).append(r["ok"])
+        out += [f"| {title} | right |", "|---|---|"]
+        out += [f"| {k} | {sum(v)}/{len(v)} |" for k, v in groups.items()]
+        out.append("")
+    wrong = [r for r in valid if not r["ok"]]
+    out += ["wrong: " + (", ".join(r["cell"] for r in wrong) if wrong else "none"), ""]
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
