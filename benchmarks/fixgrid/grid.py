@@ -93,7 +93,7 @@ def _uses(write: str) -> str:
 
 # where the written tensor lives, by place: its spelling there
 PLACES = {"top": "h", "function": "h", "module": "h", "list": "hs[0]", "dict": 'hd["h"]', "attribute": "self.h",
-          "loop": "h"}
+          "loop": "h", "helper": "h"}
 
 
 def _place(context: str, make: str, save: str, write: str) -> str:
@@ -112,6 +112,12 @@ def _place(context: str, make: str, save: str, write: str) -> str:
         return ("class Block(nn.Module):\n    def __init__(self, w):\n        super().__init__()\n        self.w = w\n\n"
                 "    def forward(self, inp):\n" + textwrap.indent("\n".join(body), "        ")
                 + "\n\n\nloss = Block(w)(a)")
+    if context == "helper":  # the write is a helper's, on its parameter, and the helper returns nothing
+        helper = write.replace(x, "t")
+        if helper.startswith(("g = ", "y = ", "t = ")):
+            return _place("top", make, save, write)  # a value the caller needs: not this place's question
+        return ("def update(t):\n    " + helper + "\n\n\n" + "\n".join(
+            [make, save, "update(h)", "loss = s.sum() + h.sum() + (w * 0).sum()"]))
     body = [re.sub(r"\ba\b", "(a + i)", make), save, write,
             f"loss = loss + s.sum() + {x}.sum() + (w * 0).sum(){_uses(write)}"]
     return "loss = 0\nfor i in range(2):\n" + textwrap.indent("\n".join(body), "    ")
@@ -123,10 +129,6 @@ class Cell:
     buggy: str
     reference: str
     other_reference: str = ""  # a second repair the cell accepts (a step moved, or a fresh forward)
-
-
-def _reference_write(write: str) -> str:
-    return "X = X.clone()\n" + write
 
 
 def _indented_reference(body: str, write: str, ref: str) -> str:
@@ -144,11 +146,13 @@ def _indented_reference(body: str, write: str, ref: str) -> str:
 def cells() -> list[Cell]:
     made = []
     plan = [(w, s, "top") for w in WRITES for s in SAVERS]
-    plan += [(w, SAVERS[0], c) for w in WRITES for c in ("function", "module", "list", "dict", "attribute", "loop")]
+    plan += [(w, SAVERS[0], c) for w in WRITES for c in ("function", "module", "list", "dict", "attribute", "loop",
+                                                                  "helper")]
     for (wname, write), (sname, make, save), context in plan:
         x = PLACES[context]
         body = _place(context, make, save, write)
-        ref = _indented_reference(body, write.replace("X", x), _reference_write(write).replace("X", x))
+        written = "update(h)" if "update(h)" in body else write.replace("X", x)  # the helper's call, or the write
+        ref = _indented_reference(body, written, f"{x} = {x}.clone()\n{written}")
         made.append(Cell(f"{context}/{sname}/{wname}", PRELUDE + "\n" + body + "\n" + REPORT,
                          PRELUDE + "\n" + ref + "\n" + REPORT))
     return made

@@ -249,18 +249,20 @@ def test_a_state_a_module_carries_by_its_own_assignment_is_detached_where_it_is_
     assert reads == [(4, "self.h")]
 
 
-def test_a_rebinding_of_a_loop_variable_nothing_reads_after_is_not_a_repair(tmp_path):
-    """`for p in parts: p = p.mul(0.5)` drops the write (the script would run clean with other numbers); a later
-    read of the variable in the loop keeps the rebinding a repair."""
+def test_a_rebinding_of_a_loop_variable_or_parameter_nothing_reads_after_is_not_a_repair(tmp_path):
+    """`for p in parts: p = p.mul(0.5)` and `def update(t): t = t.mul(2)` drop the write (the script would run clean
+    with other numbers); a later read of the variable in the loop (or the function) keeps the rebinding a repair."""
     from gradguard.core.intents import FixIntent
-    from gradguard.fix.search import rebinds_a_lost_loop_variable
+    from gradguard.fix.search import rebinds_a_lost_name
 
     script = tmp_path / "s.py"
     script.write_text("for p in parts:\n    p.mul_(0.5)\nfor q in parts:\n    q.mul_(0.5)\n    out.append(q)\n"
-                      "h = x * 2\nh.mul_(0.5)\n")
+                      "h = x * 2\nh.mul_(0.5)\ndef update(t):\n    t.mul_(2)\ndef scaled(t):\n    t.mul_(2)\n"
+                      "    return t\n")
     file = str(script)
-    lost = [rebinds_a_lost_loop_variable(FixIntent(action, file, line, target=name))
+    lost = [rebinds_a_lost_name(FixIntent(action, file, line, target=name))
             for action, line, name in (("inplace_to_out_of_place", 2, "p"), ("insert_before", 2, "p"),
                                        ("inplace_to_out_of_place", 4, "q"), ("inplace_to_out_of_place", 7, "h"),
-                                       ("detach_expression", 2, "p"))]
-    assert lost == [True, True, False, False, False]
+                                       ("detach_expression", 2, "p"), ("inplace_to_out_of_place", 9, "t"),
+                                       ("inplace_to_out_of_place", 11, "t"))]
+    assert lost == [True, True, False, False, False, True, False]

@@ -29,7 +29,7 @@ from typing import Callable
 from ..core.facts import Facts
 from ..core.intents import FixIntent
 
-__all__ = ["general_repairs", "same_intent", "rebinds_a_lost_loop_variable"]
+__all__ = ["general_repairs", "same_intent", "rebinds_a_lost_name"]
 
 # At most this many general candidates per finding: each costs a run of the script.
 _MAX_CANDIDATES = 8
@@ -92,27 +92,33 @@ def _receivers(stmt: ast.stmt) -> list[str]:
 _REBINDING = ("inplace_to_out_of_place", "augmented_to_binary", "insert_before")
 
 
-def rebinds_a_lost_loop_variable(intent: FixIntent) -> bool:
-    """Whether ``intent`` makes a write out of place (or into a clone) by rebinding the variable of the loop around
-    it that nothing reads after the write: ``for p in parts: p = p.mul(0.5)`` changes neither ``parts`` nor
-    anything else, so the write is dropped and the script runs clean with other numbers. Such a candidate is not
-    tried (NOTE [Repairs from the mechanism, not the rule id])."""
+def rebinds_a_lost_name(intent: FixIntent) -> bool:
+    """Whether ``intent`` makes a write out of place (or into a clone) by rebinding a name nothing reads after the
+    write, where the written tensor is someone else's: the variable of the loop around it (``for p in parts: p =
+    p.mul(0.5)`` changes neither ``parts`` nor anything else) or a parameter of the function it is in (``def
+    update(t): t = t.mul(2)`` leaves the caller's tensor as it was). The write is dropped and the script runs
+    clean with other numbers, so such a candidate is not tried (NOTE [Repairs from the mechanism, not the rule
+    id])."""
     found = _statement(intent.file, intent.line) if intent.action in _REBINDING and intent.file and intent.line \
         else None
-    if found is None:
-        return False
-    receivers = _receivers(found[0])
-    name = receivers[-1] if receivers and len(receivers) == 1 and receivers[0].isidentifier() else None
+    receivers = _receivers(found[0]) if found else []
+    name = receivers[0] if len(receivers) == 1 and receivers[0].isidentifier() else None
     from ..core.source_ast import parse_file
 
-    tree = parse_file(intent.file) if name else None
-    loops = [n for n in ast.walk(tree) if isinstance(n, (ast.For, ast.AsyncFor)) and n.lineno < intent.line
-             <= (n.end_lineno or n.lineno)] if tree is not None else []
-    loop = max(loops, key=lambda n: n.lineno, default=None)
-    if loop is None or name not in {n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name)}:
+    tree = parse_file(intent.file) if name and intent.file else None
+    if tree is None or found is None:
+        return False
+    scopes = [n for n in ast.walk(tree) if isinstance(n, (ast.For, ast.AsyncFor, ast.FunctionDef, ast.AsyncFunctionDef))
+              and n.lineno < intent.line <= (n.end_lineno or n.lineno)]
+    scope = max(scopes, key=lambda n: n.lineno, default=None)
+    if isinstance(scope, (ast.For, ast.AsyncFor)):
+        bound = {n.id for n in ast.walk(scope.target) if isinstance(n, ast.Name)}
+    elif scope is not None:
+        bound = {a.arg for a in (*scope.args.posonlyargs, *scope.args.args, *scope.args.kwonlyargs)}
+    if scope is None or name not in bound:
         return False
     end = found[0].end_lineno or intent.line
-    return not any(isinstance(n, ast.Name) and n.id == name and n.lineno > end for n in ast.walk(loop))
+    return not any(isinstance(n, ast.Name) and n.id == name and n.lineno > end for n in ast.walk(scope))
 
 
 def _line_names(tree: ast.AST, line: int) -> set[str]:

@@ -35,7 +35,7 @@ from ..core.frames import LIBRARY_PATHS
 from ..core.intents import FixIntent
 from ..core.edits import EditNotApplicable, apply_intents
 from .pytest_run import FIX_PYTEST_REPORT_ENV, is_pytest, pytest_argv
-from .search import general_repairs, rebinds_a_lost_loop_variable, same_intent
+from .search import general_repairs, rebinds_a_lost_name, same_intent
 
 __all__ = ["RunResult", "AcceptedEdit", "Unfixed", "FixOutcome", "run_guarded", "repair", "lost_gradients"]
 
@@ -304,7 +304,7 @@ def _round_repairs(finding: dict, sources: dict) -> list:
     repairs = candidate_repairs(finding)
     repairs += [(extra, []) for extra in general_repairs(finding, sources, lambda p: _editable(p) is None)
                 if not any(_same_repair(extra, known) for known, _ in repairs)]
-    return [(intents, rest) for intents, rest in repairs if not any(map(rebinds_a_lost_loop_variable, intents))]
+    return [(intents, rest) for intents, rest in repairs if not any(map(rebinds_a_lost_name, intents))]
 
 
 def _round_stop(current: RunResult, seen: set, timeout: float) -> tuple[bool, Unfixed | None]:
