@@ -167,7 +167,9 @@ def test_backward_twice_through_carried_state_names_the_state():
     finding = error.finding
     assert finding.kind == "backward_twice" and finding.rule == "carried_state_backward_twice"
     assert finding.tensor.name == "h" and finding.tensor.shape == (1, 3)
-    assert "`h = h.detach()` right after line" in finding.suggestion
+    # detached where the assignment reads the previous step's h: `h = h.detach()` after it would cut this step's
+    # gradient from `loss = h.sum()`
+    assert "`h = cell(x, h.detach())` (line" in finding.suggestion
     assert "Trying to backward through the graph a second time" in finding.facts.torch_message
     assert "freed by" in str(error)
 

@@ -40,9 +40,6 @@ class TorchAdapter(AdapterBase):
 
         return name_tensor(t)
 
-    def dtype_name(self, t) -> str:
-        return str(t.dtype).replace("torch.", "")
-
     def to_numpy(self, t):
         return t.detach().cpu().numpy()
 

@@ -314,11 +314,6 @@ def _register_hook(original):
 
 # -- Triton --------------------------------------------------------------------------------------------
 
-def _kernel_name(kernel) -> str:
-    fn = getattr(kernel, "fn", None)
-    return getattr(fn, "__name__", None) or getattr(kernel, "__name__", None) or type(kernel).__name__
-
-
 def _triton_run(original):
     def run(self, *args, **kwargs):
         session = _active()
@@ -340,7 +335,9 @@ def _triton_run(original):
                 if via is None:
                     node = torch._C._current_autograd_node()
                     via = node.name() if node is not None else None
-                _report(session, changed, op=f"triton:{_kernel_name(self)}", via=via, skip=2)
+                fn = getattr(self, "fn", None)
+                kernel = getattr(fn, "__name__", None) or getattr(self, "__name__", None) or type(self).__name__
+                _report(session, changed, op=f"triton:{kernel}", via=via, skip=2)
 
     run.__wrapped__ = original
     return run

@@ -13,6 +13,7 @@ backpropagated twice" from a graph that crosses into another one.
 
 from __future__ import annotations
 
+import collections
 import functools
 import linecache
 import os
@@ -25,7 +26,7 @@ import torch
 
 from ...core.findings import SourceLocation
 from ...core.frames import LIBRARY_PATHS
-from .receiver import _backward_receiver, _lookup
+from ...core.source_ast import backward_receiver as _backward_receiver, evaluate_reference
 
 __all__ = ["BackwardCall", "backward_call", "raised_chain", "second_call_of_same_loss"]
 
@@ -42,12 +43,8 @@ class BackwardCall:
     seq: int | None = None
 
 
-def _installed_prefixes() -> tuple[str, ...]:
-    paths = sysconfig.get_paths()
-    return tuple(os.path.realpath(paths[key]) + os.sep for key in ("stdlib", "purelib", "platlib") if key in paths)
-
-
-_INSTALLED = _installed_prefixes()
+_INSTALLED = tuple(os.path.realpath(path) + os.sep for key, path in sysconfig.get_paths().items()
+                   if key in ("stdlib", "purelib", "platlib"))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -57,6 +54,11 @@ def _is_user(filename: str) -> bool:
     if LIBRARY_PATHS.is_library(filename) or filename.startswith("<"):
         return filename.startswith("<") and not filename.startswith("<frozen ")  # exec'd or notebook cells count
     return not os.path.realpath(filename).startswith(_INSTALLED)
+
+
+def _lookup(expression: str, frame) -> object:
+    """The value of ``expression`` (the receiver of a ``.backward()`` call) in ``frame``."""
+    return evaluate_reference(expression, collections.ChainMap(frame.f_locals, frame.f_globals))  # no copy
 
 
 def _location(frame, line: int) -> SourceLocation:
@@ -87,15 +89,11 @@ def raised_chain(traceback) -> tuple[SourceLocation, ...]:
     return (*inner, *user_chain(entries[0][0].f_back))[:_CHAIN]
 
 
-def _innermost_user_frame(frame):
-    while frame is not None and not _is_user(frame.f_code.co_filename):
-        frame = frame.f_back
-    return frame
-
-
 def backward_call(skip: int = 2) -> BackwardCall | None:
     """The running backward pass's receiver and user call chain (CPU: the engine runs on the caller's thread)."""
-    frame = _innermost_user_frame(sys._getframe(skip))
+    frame = sys._getframe(skip)
+    while frame is not None and not _is_user(frame.f_code.co_filename):
+        frame = frame.f_back
     if frame is None:
         return None
     receiver = _backward_receiver(linecache.getline(frame.f_code.co_filename, frame.f_lineno))

@@ -4,7 +4,7 @@
 # From torch 2.5 ``SavedTensor.data`` returns what the pack hook returned, so a graph node's saved arguments
 # can be matched to gradguard's records without unpacking (``graph.iter_saved``). torch 2.4's SavedTensor
 # has only ``register_hooks``: the record is found by reading ``node._saved_<name>`` once, which calls the
-# unpack hook; while ``probe_saved`` runs, the session's unpack hands back the tensor unchecked and notes
+# unpack hook; while ``probe_attribute`` runs, the session's unpack hands back the tensor unchecked and notes
 # which record it was given.
 #
 # NOTE [torch 2.4: the user's saved-tensor hooks cannot be listed]
@@ -30,7 +30,7 @@ import threading
 
 import torch
 
-__all__ = ["GATE_CALLS", "TOP_HOOKS", "SAVED_TENSOR_DATA", "DYNAMO_TRACES_HOOKS", "saved_tensors_hooks_active", "probe_attribute", "probe_saved",
+__all__ = ["GATE_CALLS", "TOP_HOOKS", "SAVED_TENSOR_DATA", "DYNAMO_TRACES_HOOKS", "saved_tensors_hooks_active", "probe_attribute",
            "probing_unpack"]
 
 TOP_HOOKS = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)  # torch >= 2.5
@@ -63,17 +63,12 @@ _probe = threading.local()
 
 
 def probing_unpack(record) -> bool:
-    """Called first by the session's unpack hooks: True while ``probe_saved`` reads a node (record noted)."""
+    """Called first by the session's unpack hooks: True while ``probe_attribute`` reads a node (record noted)."""
     seen = getattr(_probe, "seen", None)
     if seen is None:
         return False
     seen.append(record)
     return True
-
-
-def probe_saved(node, name: str) -> list:
-    """The pack hook's return values for ``node._saved_<name>`` (torch 2.4; see NOTE above)."""
-    return probe_attribute(node, "_saved_" + name)
 
 
 def probe_attribute(obj, attribute: str) -> list:

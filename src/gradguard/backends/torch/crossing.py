@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from ...core.findings import SourceLocation
-from ...core.source_ast import assignment_before
+from ...core.source_ast import assignment_before, function_node
 from .graph import walk_nodes
 
 __all__ = ["Crossing", "find_crossing"]
@@ -46,14 +46,12 @@ class Crossing:
     freed_by: SourceLocation | None
     binding: str | None = None  # the assignment target as written where it is made: `data`, `self.v`
     read: SourceLocation | None = None  # module state with no assignment in its class: where forward reads it back
+    used: SourceLocation | None = None  # the call that fed it into the earlier backward (eager.py)
+    callee: str | None = None  # that call's callee as written
 
 
 def _seq(node) -> int:
     return node._sequence_nr()
-
-
-def _is_accumulate(node) -> bool:
-    return not node.next_functions and node.name().endswith("AccumulateGrad")
 
 
 def _old_boundary(root, threshold: int) -> set:
@@ -63,7 +61,8 @@ def _old_boundary(root, threshold: int) -> set:
         if _seq(node) <= threshold:
             continue
         for child, _ in node.next_functions:
-            if child is not None and not _is_accumulate(child) and _seq(child) <= threshold:
+            if (child is not None and (child.next_functions or not child.name().endswith("AccumulateGrad"))
+                    and _seq(child) <= threshold):  # not a leaf's AccumulateGrad
                 boundary.add(child)
     return boundary
 
@@ -110,29 +109,23 @@ def _tensors(value, path: str, kind: str, depth: int, seen: set):
 
 def _children(value, path: str, kind: str):
     """(value, path, kind) for what the container ``value`` holds, lazily; None when it is no container."""
-    if isinstance(value, (list, tuple)):
-        return _items(value, path, kind)
-    if isinstance(value, dict):
-        return _entries(value, path, kind)
+    if isinstance(value, (list, tuple, dict)):
+        return _elements(value, path, "element" if kind == "variable" else kind)
     if isinstance(value, torch.nn.Module):
         return _module_members(value, path)
     if hasattr(value, "__dict__") and not isinstance(value, type) and not inspect.ismodule(value) and not callable(
             value):
-        return _attributes(value, path)
+        return ((member, f"{path}.{attribute}", "attribute")
+                for attribute, member in list(vars(value).items())[:_ITEMS] if not attribute.startswith("__"))
     return None
 
 
-def _items(value, path: str, kind: str):
-    kind = "element" if kind == "variable" else kind
-    for index, item in enumerate(value[:_ITEMS]):
-        yield item, f"{path}[{index}]", kind
-
-
-def _entries(value, path: str, kind: str):
-    kind = "element" if kind == "variable" else kind
-    for key in list(value)[:_ITEMS]:
-        if isinstance(key, (str, int)):
-            yield value[key], f"{path}[{key!r}]", kind
+def _elements(value, path: str, kind: str):
+    if isinstance(value, dict):
+        keys = [key for key in list(value)[:_ITEMS] if isinstance(key, (str, int))]
+        yield from ((value[key], f"{path}[{key!r}]", kind) for key in keys)
+    else:
+        yield from ((item, f"{path}[{index}]", kind) for index, item in enumerate(value[:_ITEMS]))
 
 
 def _module_members(value, path: str):
@@ -146,12 +139,6 @@ def _module_members(value, path: str):
             if not attribute.startswith("_") and isinstance(member, (torch.Tensor, list, tuple)):
                 where = f"{path}.{prefix}.{attribute}" if prefix else f"{path}.{attribute}"
                 yield member, where, "module attribute"
-
-
-def _attributes(value, path: str):
-    for attribute, member in list(vars(value).items())[:_ITEMS]:
-        if not attribute.startswith("__"):
-            yield member, f"{path}.{attribute}", "attribute"
 
 
 def _holders(frames):
@@ -175,8 +162,8 @@ def _class_statement(module: torch.nn.Module, lines) -> SourceLocation | None:
             break
         for function in vars(cls).values():
             code = getattr(function, "__code__", None)
-            node = _function_node(code) if code is not None else None
-            for line in lines(node) if node is not None else ():
+            node = function_node(code.co_filename, code.co_firstlineno, code.co_name) if code is not None else None
+            for line in lines(node) if isinstance(node, ast.FunctionDef) else ():  # its `def`, not an `async def`
                 rank = (code.co_name == "forward", line)
                 if best is None or rank > best[0]:
                     best = (rank, code.co_filename, line, code.co_name)
@@ -184,11 +171,6 @@ def _class_statement(module: torch.nn.Module, lines) -> SourceLocation | None:
         return None
     _rank, filename, line, function = best
     return SourceLocation(filename, line, function, linecache.getline(filename, line).strip())
-
-
-def _class_assignment(module: torch.nn.Module, attribute: str) -> SourceLocation | None:
-    """The statement in a method of ``module``'s class that assigns ``self.<attribute>``."""
-    return _class_statement(module, lambda node: _assignments(node, f"self.{attribute}"))
 
 
 def _class_read(module: torch.nn.Module, attribute: str) -> SourceLocation | None:
@@ -210,15 +192,6 @@ def _value_uses(value: ast.expr):
             yield node
 
 
-def _function_node(code) -> ast.FunctionDef | None:
-    """The ``def`` of the code object ``code`` in its file's source."""
-    tree = _tree_of(code.co_filename)
-    if tree is None:
-        return None
-    return next((n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == code.co_name
-                 and code.co_firstlineno in (n.lineno, *(d.lineno for d in n.decorator_list))), None)
-
-
 def _assignments(node: ast.AST, wanted: str):
     """Lines of the statements within ``node`` that assign ``wanted`` (`self.v`), alone or in a tuple."""
     for statement in ast.walk(node):
@@ -229,13 +202,6 @@ def _assignments(node: ast.AST, wanted: str):
                  for t in (target.elts if isinstance(target, (ast.Tuple, ast.List)) else [target])}
         if wanted in names:
             yield statement.lineno
-
-
-def _tree_of(filename: str):
-    try:
-        return ast.parse("".join(linecache.getlines(filename)))
-    except (SyntaxError, ValueError):
-        return None
 
 
 def _module_of(path: str, frames) -> tuple[torch.nn.Module, str] | None:
@@ -272,8 +238,9 @@ def _read_back(path: str, kind: str, frames, made: SourceLocation | None) -> Sou
 def _made(path: str, kind: str, frame, frames, node, node_sites) -> tuple[SourceLocation | None, str | None]:
     if kind == "module attribute":
         found = _module_of(path, frames)
-        if found is not None:
-            return _class_assignment(*found), f"self.{found[1]}"
+        if found is not None:  # the statement in a method of its class that assigns `self.<attribute>`
+            binding = f"self.{found[1]}"
+            return _class_statement(found[0], lambda node: _assignments(node, binding)), binding
     if kind == "variable":
         code = frame.f_code
         made = assignment_before(code.co_filename, frame.f_lineno, path)

@@ -9,6 +9,7 @@ weight were used, then applied to the normalised one.
 
 from __future__ import annotations
 
+import linecache
 import re
 import sys
 
@@ -16,10 +17,13 @@ import torch
 
 from ...core.data_statements import data_statements
 from ...core.facts import Facts
-from ...core.findings import Finding, SourceLocation, TensorInfo, WriteRecord
+from ...core.findings import Finding, SourceLocation, WriteRecord
 from ...core.frames import user_frames
 from ...core.internal import log_fallback
 from ...core.source_ast import evaluate_reference, function_node
+from .backward_calls import _is_user
+from .graph import walk_nodes
+from .naming import tensor_info
 
 __all__ = ["parameter_of", "data_write_before_save", "parameters_before", "changed_in_forward"]
 
@@ -67,8 +71,6 @@ def _forward_statements(module: torch.nn.Module) -> tuple:
         return ()
     found = _STATEMENTS.get(code)
     if found is None:
-        from .backward_calls import _is_user
-
         found = data_statements(code.co_filename, code.co_firstlineno, code.co_name) if _is_user(
             code.co_filename) else ()
         _STATEMENTS[code] = found
@@ -94,8 +96,6 @@ def parameters_before(module: torch.nn.Module) -> list | None:
 
 
 def _uses(output, parameter: torch.Tensor) -> bool:
-    from .graph import walk_nodes
-
     outputs = output if isinstance(output, (tuple, list)) else (output,)
     roots = [t.grad_fn for t in outputs if isinstance(t, torch.Tensor) and t.grad_fn is not None]
     return any(getattr(node, "variable", None) is parameter for node in walk_nodes(roots, _GRAPH_NODES))
@@ -121,8 +121,6 @@ def changed_in_forward(module: torch.nn.Module, parameters: list, output) -> Fin
 
 def _changed(module: torch.nn.Module, parameter: torch.Tensor) -> Finding:
     """The finding for one parameter the forward changed and used: its write and its first use after it."""
-    import linecache
-
     code = type(module).forward.__code__
     statements = _forward_statements(module)
     target, line, text = next((s for s in statements if _evaluates_to(s[0], module, parameter)), statements[0])
@@ -150,11 +148,9 @@ def _finding(parameter, target: str, where: SourceLocation, used: SourceLocation
              used_how: str = "used at") -> Finding:
     write = WriteRecord(op=".data write", location=where, via=f"{target}.data", bumps_version=False,
                         category="data_write")
-    info = TensorInfo(shape=tuple(parameter.shape), dtype=str(parameter.dtype).replace("torch.", ""),
-                      device=str(parameter.device), name=target, role="leaf", producer=None)
     return Finding(
         kind="data_write_in_forward",
-        tensor=info,
+        tensor=tensor_info(parameter, target, "leaf", None),
         modified_at=[write],
         facts=Facts(target=target, used_at=used.to_dict(), module=type(module).__name__,
                     display=[("write", f"`{where.code}` at {where.short}, through .data"),

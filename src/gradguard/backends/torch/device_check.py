@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import torch
 
+from ...core.engine import SavedRecord
 from ...core.facts import Facts
 from ...core.diagnosis import saves_running_stat
 from .fingerprint import bits
@@ -33,18 +34,6 @@ _queue_callback = torch.autograd.Variable._execution_engine.queue_callback
 _current_task = torch._C._current_graph_task_id
 _current_node = torch._C._current_autograd_node
 _MAX_PASSES = 8  # passes with queued pairs kept at once (nested backward passes; a pass that failed never flushes)
-
-
-class _Ghost:
-    """What the finding needs of a saved tensor that backward released before its end."""
-
-    __slots__ = ("shape", "dtype", "device")
-
-    def __init__(self, shape: torch.Size, dtype: torch.dtype, device: torch.device):
-        self.shape, self.dtype, self.device = shape, dtype, device
-
-    def tensor(self) -> torch.Tensor:
-        return torch.empty((), dtype=self.dtype, device=self.device).expand(self.shape)  # one element of memory
 
 
 class _Pass:
@@ -126,11 +115,11 @@ def _flush(session, task: int) -> None:
     entry = changed[0]
     old, record, name, argument = entry[0], entry[2], entry[3], entry[4]
     if record is None:  # released by backward: a stand-in record over a tensor of its shape and dtype
-        from ...core.engine import SavedRecord
-
         kind, version, where, seldom, shape, dtype, device = entry[5:]
         stand_in = SavedRecord.__new__(kind)
-        stand_in.tensor, stand_in.version, stand_in.fp = _Ghost(shape, dtype, device).tensor(), version, old
+        # a tensor of the released one's shape, dtype and device over one element of memory
+        stand_in.tensor = torch.empty((), dtype=dtype, device=device).expand(shape)
+        stand_in.version, stand_in.fp = version, old
         stand_in.where, stand_in._seldom = where, seldom
         record = stand_in
     note = None

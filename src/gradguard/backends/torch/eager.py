@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import collections
+import linecache
 import re
 
 import torch
@@ -20,13 +21,13 @@ from ...core.facts import CrossingTensor, Facts
 from ...core.findings import Finding, SaveSite, SourceLocation, TensorInfo, WriteRecord
 from ...core.frames import innermost_user_entry
 from ...core.fixes import assigned_names, carried_state, statement_code
-from ...core.source_ast import (parse_file, statement_at, accumulations, assignment_before, dotted_reference,
-                                 resets_between, written_expression, written_reference)
-from .backward_calls import _is_user, raised_chain, second_call_of_same_loss
+from ...core.source_ast import (parse_file, statement_at, accumulations, assignment_before, callee_of,
+                                 dotted_reference, resets_between, written_expression, written_reference)
+from .backward_calls import _backward_receiver, _is_user, _lookup, raised_chain, second_call_of_same_loss
+from .crossing import Crossing, find_crossing
 from .graph import _reaches_any, walk_nodes
 from .loss_site import forward_before_loop
-from .naming import first_tensor_step, name_tensor
-from .receiver import _backward_receiver, _lookup
+from .naming import first_tensor_step, name_tensor, tensor_info
 from ...core.internal import log_fallback
 
 __all__ = ["enrich_eager_error"]
@@ -53,14 +54,7 @@ def _describe(tensor, expression: str | None) -> TensorInfo:
         # has left them (it falls back to the class name, "Embedding.weight"); the expression the user wrote
         # ("embedding.weight") is what they will recognise.
         name = expression
-    return _info(tensor, name, role)
-
-
-def _info(tensor: torch.Tensor, name: str | None, role: str) -> TensorInfo:
-    grad_fn = tensor.grad_fn
-    return TensorInfo(shape=tuple(tensor.shape), dtype=str(tensor.dtype).replace("torch.", ""),
-                      device=str(tensor.device), name=name, role=role,
-                      producer=grad_fn.name() if grad_fn is not None else None)
+    return tensor_info(tensor, name, role)
 
 
 def enrich_eager_error(error: BaseException, session=None) -> GradientHazardError | None:
@@ -94,8 +88,6 @@ class _Site:
     """Where the eager error surfaced in user code: the line, the written expression, its value."""
 
     def __init__(self, error: BaseException):
-        import linecache
-
         self.error = error
         self.location = self.expression = self.tensor = self.frame = None
         self.code = ""
@@ -209,24 +201,7 @@ def _freed_saver(site, session, current: int, latest) -> tuple[str, SourceLocati
     return best[1:] if best is not None else None
 
 
-def _freed_nodes(root, limit: int = 5000) -> set:
-    """Nodes of ``root``'s graph whose saved tensors are gone (freed by an earlier backward, or by the
-    failing backward on its way to the freed part)."""
-    return {node for node in walk_nodes([root], limit) if _freed(node)}
-
-
-class _Crossing:
-    """The tensor that crosses from the graph an earlier backward freed into the one backpropagated now."""
-
-    def __init__(self, name: str, value, made: SourceLocation | None, used: SourceLocation | None,
-                 callee: str | None, holder: str | None = None, binding: str | None = None,
-                 read: SourceLocation | None = None):
-        self.name, self.value, self.made, self.used, self.callee = name, value, made, used, callee
-        # found by the graph (crossing.py); None when found by name
-        self.holder, self.binding, self.read = holder, binding, read
-
-
-def _crossing_tensor(site: _Site, earlier: SourceLocation | None) -> _Crossing | None:
+def _crossing_tensor(site: _Site, earlier: SourceLocation | None) -> Crossing | None:
     """Find the user variable whose graph an earlier backward freed and that the failing loss depends on,
     where it was made, and (between that and the earlier backward) the call that fed it into that backward."""
     if site.frame is None or site.location is None:
@@ -235,7 +210,8 @@ def _crossing_tensor(site: _Site, earlier: SourceLocation | None) -> _Crossing |
     loss = _lookup(receiver, site.frame) if receiver else None
     if not isinstance(loss, torch.Tensor) or loss.grad_fn is None:
         return None
-    freed = _freed_nodes(loss.grad_fn)
+    # the nodes whose saved tensors are gone (freed by an earlier backward, or by the failing one on its way there)
+    freed = {node for node in walk_nodes([loss.grad_fn], 5000) if _freed(node)}
     if not freed:
         return None
     filename, line = site.location.file, site.location.line
@@ -246,7 +222,7 @@ def _crossing_tensor(site: _Site, earlier: SourceLocation | None) -> _Crossing |
     used, callee = None, None
     if made is not None and earlier is not None and earlier.file == filename:
         used, callee = _first_call_with(filename, made.line + 1, min(earlier.line, line), name)
-    return _Crossing(name, value, made, used, callee)
+    return Crossing(name, value, None, made, None, used=used, callee=callee)  # no holder: found by name
 
 
 def _crossing_candidates(site: _Site, receiver: str | None, freed: set, earlier: SourceLocation | None):
@@ -276,10 +252,6 @@ def _crossing_candidates(site: _Site, receiver: str | None, freed: set, earlier:
 
 def _crossing_by_graph(site: _Site, session):
     """NOTE [Finding the crossing by the graph] (crossing.py), from the failing backward's user frames outwards."""
-    from .crossing import find_crossing
-
-    import linecache
-
     frames, frame = [], site.frame
     while frame is not None and len(frames) < 32:
         if _is_user(frame.f_code.co_filename):
@@ -318,8 +290,6 @@ def _graph_tensors(scope: dict):
 def _assigned_every_iteration(filename: str, line: int) -> frozenset[int]:
     """Lines of the statements that run in every iteration of the innermost ``for``/``while`` around ``line``:
     its body's own statements and those of ``with`` blocks in it, not branches (``if``/``try``) or nested loops."""
-    import ast
-
     tree = parse_file(filename)
     if tree is None:
         return frozenset()
@@ -343,18 +313,11 @@ def _assigned_every_iteration(filename: str, line: int) -> frozenset[int]:
 
 def _first_call_with(filename: str, start: int, stop: int, name: str):
     """The first statement in lines [start, stop) that passes ``name`` to a call, and the callee's text."""
-    import ast
-    import linecache
-
     for number in range(start, stop):
         code = linecache.getline(filename, number).strip()
-        try:
-            tree = ast.parse(code)
-        except SyntaxError:
-            continue
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Call) and any(isinstance(a, ast.Name) and a.id == name for a in node.args):
-                return SourceLocation(filename, number, "", code), ast.unparse(node.func)
+        callee = callee_of(code, argument=name)
+        if callee is not None:
+            return SourceLocation(filename, number, "", code), callee
     return None, None
 
 
@@ -452,12 +415,10 @@ class _TwiceCase:
             log_fallback("torch.eager", "looking for a forward made before the loop", problem)
         return None
 
-    def _crossing(self) -> _Crossing | None:
+    def _crossing(self) -> Crossing | None:
         mechanism, earlier, location = self.mechanism, self.earlier, self.location
         if mechanism is not None and mechanism.tensor is not None and self.hoisted is None:
-            crossing = _Crossing(mechanism.name, mechanism.tensor, mechanism.made, None, None, mechanism.holder,
-                                 mechanism.binding, mechanism.read)
-            made = mechanism.made
+            crossing, made = mechanism, mechanism.made
             if (mechanism.holder == "variable" and made is not None and earlier is not None and location is not None
                     and made.file == earlier.file == location.file):
                 crossing.used, crossing.callee = _first_call_with(made.file, made.line + 1,
@@ -502,7 +463,7 @@ def _twice_tensor(case: _TwiceCase) -> TensorInfo:
         value = site.frame.f_locals.get(state.name, site.frame.f_globals.get(state.name))
         is_tuple = isinstance(value, (tuple, list))
         first = value[0] if is_tuple else value
-        return _info(first, f"{state.name}[0]" if is_tuple else state.name, "carried state")
+        return tensor_info(first, f"{state.name}[0]" if is_tuple else state.name, "carried state")
     if case.same_loss is not None:
         return _describe(case.loss, case.receiver)  # both read where same_loss was found
     if case.hoisted is not None:
@@ -510,7 +471,7 @@ def _twice_tensor(case: _TwiceCase) -> TensorInfo:
         case.saved_at = SaveSite(location=SourceLocation(location.file, case.hoisted["first"], location.function))
         return _describe(_lookup(name, site.frame), name)
     if case.crossing is not None:
-        return _info(case.crossing.value, case.crossing.name, "activation")
+        return tensor_info(case.crossing.tensor, case.crossing.name, "activation")
     receiver = _backward_receiver(site.code)
     value = _lookup(receiver, site.frame) if receiver and site.frame is not None else None
     if case.accumulated is not None:

@@ -37,13 +37,15 @@ import weakref
 import torch
 
 from ...core.facts import Facts
-from ...core.findings import Finding, SourceLocation, TensorInfo, WriteRecord
+from ...core.findings import Finding, SourceLocation, WriteRecord
 from ...core.frames import user_location
 from ...core.internal import log_fallback
 from .fingerprint import fingerprint as _fingerprint
 from .fingerprint import same as _same
+from .naming import name_by_variable, tensor_info
 
-__all__ = ["inputs_before_forward", "after_forward", "before_backward", "after_backward", "checked_hook"]
+__all__ = ["inputs_before_forward", "after_forward", "before_backward", "after_backward", "checked_hook",
+           "tensor_version"]
 
 # ctx -> [(attribute name, weak reference to the tensor ctx held, record)]: the ctx is the key, so the
 # entries go when the graph is freed; records of attributes the backward replaced go after it ran.
@@ -101,17 +103,11 @@ def inputs_before_forward(args, kwargs) -> list | None:
     """(label, tensor, version) of the inputs that require grad; None when no gradient can flow."""
     if not torch.is_grad_enabled():
         return None
-    out = []
-    for i, value in enumerate(args):
-        if isinstance(value, torch.Tensor) and value.requires_grad:
-            out.append((i, value, _version(value)))
-    for key, value in kwargs.items():
-        if isinstance(value, torch.Tensor) and value.requires_grad:
-            out.append((key, value, _version(value)))
-    return out
+    return [(label, value, tensor_version(value)) for values in (enumerate(args), kwargs.items())
+            for label, value in values if isinstance(value, torch.Tensor) and value.requires_grad]
 
 
-def _version(t: torch.Tensor) -> int | None:
+def tensor_version(t: torch.Tensor) -> int | None:
     try:
         return t._version
     except RuntimeError:  # inference tensors have no version counter
@@ -135,7 +131,7 @@ def after_forward(session, cls, inputs: list, result) -> None:
     for label, t, version in inputs:
         # A dirty input (``ctx.mark_dirty``) is returned with its history rebased onto this ctx. An input saved
         # for backward before the call makes the write loud at backward: that finding is the better one.
-        if (version is not None and _version(t) != version and t.grad_fn is not ctx
+        if (version is not None and tensor_version(t) != version and t.grad_fn is not ctx
                 and not session.saved_before(t, version)):
             session.raise_finding(_input_write_finding(cls, label, t, version))
     _watch_ctx_attributes(session, cls, ctx)
@@ -246,7 +242,10 @@ def checked_hook(hook, active):
         out = hook(grad)
         if _changed(session, grad, version, fp):
             name = getattr(hook, "__name__", type(hook).__name__)
-            argument = _first_parameter(hook)
+            try:
+                argument = next(iter(inspect.signature(hook).parameters), None)
+            except (TypeError, ValueError):
+                argument = None
             session.raise_finding(_grad_write_finding(grad, version, f"tensor hook {name}",
                                                       _source_write(hook, argument), argument or "grad", hook=True))
         return out
@@ -271,13 +270,6 @@ def _parameter_name(cls, method: str, index) -> str | None:
     return names[index] if 0 <= index < len(names) else None
 
 
-def _first_parameter(fn) -> str | None:
-    try:
-        return next(iter(inspect.signature(fn).parameters), None)
-    except (TypeError, ValueError):
-        return None
-
-
 def _source_write(fn, name: str | None) -> SourceLocation | None:
     """The first line of ``fn`` that writes ``name`` in place (``name.mul_(``, ``name *=``, ``name[i] =``)."""
     if fn is None or not name:
@@ -295,15 +287,7 @@ def _source_write(fn, name: str | None) -> SourceLocation | None:
     return None
 
 
-def _tensor_info(t: torch.Tensor, name: str | None, role: str) -> TensorInfo:
-    producer = t.grad_fn.name() if t.grad_fn is not None else None
-    return TensorInfo(shape=tuple(t.shape), dtype=str(t.dtype).replace("torch.", ""), device=str(t.device),
-                      name=name, role=role, producer=producer)
-
-
 def _input_write_finding(cls, label, t: torch.Tensor, version: int) -> Finding:
-    from .naming import name_by_variable
-
     argument = _parameter_name(cls, "forward", label) or f"argument {label}"
     call = user_location(3)
     writer = _source_write(cls.forward, argument)
@@ -312,7 +296,7 @@ def _input_write_finding(cls, label, t: torch.Tensor, version: int) -> Finding:
     where = f" at {call.short}" if call is not None else ""
     return Finding(
         kind="undeclared_input_write",
-        tensor=_tensor_info(t, name_by_variable(t), "leaf" if t.is_leaf else "activation"),
+        tensor=tensor_info(t, name_by_variable(t), "leaf" if t.is_leaf else "activation"),
         modified_at=[write],
         facts=Facts(function=cls.__name__, argument=argument, call=call.to_dict() if call else None,
                     display=[("call", f"{cls.__name__}.apply{where}"),
@@ -332,7 +316,7 @@ def _grad_write_finding(g: torch.Tensor, version: int, writer_name: str, writer:
         display.append(("backward", f"called at {backward.short}"))
     return Finding(
         kind="shared_grad_write",
-        tensor=_tensor_info(g, argument, "gradient"),
+        tensor=tensor_info(g, argument, "gradient"),
         modified_at=[write],
         facts=Facts(writer=writer_name, argument=argument, hook=hook,
                     backward_at=backward.to_dict() if backward else None, display=display),

@@ -24,8 +24,10 @@ from typing import Any, Iterator
 
 import torch
 
+from ...core.frames import user_variable_names
 from ...core.internal import log_fallback
-from .compat import SAVED_TENSOR_DATA, probe_saved
+from .compat import SAVED_TENSOR_DATA, probe_attribute
+from .naming import heap_modules
 
 __all__ = ["capture_graph", "GRAPH_FORMAT_VERSION", "walk_nodes", "NODE_NAMES", "node_name"]
 
@@ -65,16 +67,8 @@ def _reaches_any(root, nodes: set, limit: int = 5000) -> bool:
     return any(node in nodes for node in walk_nodes([root], limit))
 
 
-def _tensor_text(t: torch.Tensor) -> str:
-    return f"{str(t.dtype).replace('torch.', '')}[{', '.join(str(s) for s in t.shape)}]"
-
-
 def _parameter_names() -> dict[int, str]:
     """storage pointer -> "model.layer.weight" for every module parameter/buffer on the heap (one scan)."""
-    from ...core.frames import user_variable_names
-
-    from .naming import heap_modules
-
     modules = heap_modules()
     children = {id(c) for m in modules for c in m.children()}
     roots = [m for m in modules if id(m) not in children]
@@ -110,7 +104,7 @@ def iter_saved(node) -> Iterator[tuple[str, Any]]:
         saved_values = list(value if many else (value,))
         if saved_values and not SAVED_TENSOR_DATA:  # torch 2.4 (NOTE in compat.py)
             try:
-                probed = probe_saved(node, name)
+                probed = probe_attribute(node, "_saved_" + name)
             except Exception as error:  # already freed, or not unpackable: no names for this argument
                 log_fallback("backends.torch", "probing a saved argument (torch 2.4)", error)
                 probed = []
@@ -131,19 +125,17 @@ def _unpacking_argument(node, target) -> str | None:
     return next((argument for argument, data in iter_saved(node) if data is target), None)
 
 
-def _saved_arguments(node, record) -> tuple[list[dict[str, Any]], bool]:
-    """The node's saved tensor arguments (never unpacked) and whether ``record`` is among them."""
+def _saved_arguments(node, record) -> list[dict[str, Any]]:
+    """The node's saved tensor arguments (never unpacked), ``record``'s marked stale."""
     out: list[dict[str, Any]] = []
-    found = False
     for argument, data in iter_saved(node):
         tensor = getattr(data, "tensor", data)
         entry: dict[str, Any] = {"argument": argument, "stale": data is record and record is not None}
         if isinstance(tensor, torch.Tensor):
             entry["shape"] = list(tensor.shape)
             entry["dtype"] = str(tensor.dtype).replace("torch.", "")
-        found = found or entry["stale"]
         out.append(entry)
-    return out, found
+    return out
 
 
 def _via(write) -> str | None:
@@ -179,7 +171,7 @@ class _Capture:
         if isinstance(variable, torch.Tensor):
             self._describe_leaf(entry, variable)
         else:
-            saved, _ = _saved_arguments(fn, self.record)
+            saved = _saved_arguments(fn, self.record)
             entry["saved"] = saved
             if saved:
                 entry["detail"] = "saved: " + ", ".join(s["argument"] for s in saved)
@@ -200,7 +192,8 @@ class _Capture:
             label = None
         entry["type"] = "leaf"
         entry["label"] = label or "leaf tensor"
-        entry["detail"] = f"{'parameter' if label else 'leaf'} {_tensor_text(variable)}"
+        shape = ", ".join(str(s) for s in variable.shape)
+        entry["detail"] = f"{'parameter' if label else 'leaf'} {str(variable.dtype).replace('torch.', '')}[{shape}]"
         record = self.record
         try:  # the saved tensor is (a view of) this parameter
             stale_storage = record.tensor.untyped_storage().data_ptr() if record is not None else None

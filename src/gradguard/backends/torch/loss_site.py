@@ -22,20 +22,14 @@ import sys
 
 import torch
 
-from ...core.frames import LIBRARY_PATHS
-from ...core.source_ast import assignment_before, parse_file
+from ...core.findings import SourceLocation
+from ...core.fixes import statement_code
+from ...core.frames import user_frames
+from ...core.source_ast import assignment_before, parse_file, statement_at
 from .graph import _reaches_any
-from .receiver import _backward_receiver, _lookup
+from .backward_calls import _backward_receiver, _lookup
 
 __all__ = ["loss_made_before_steps"]
-
-
-def _user_frames():
-    frame = sys._getframe(1)
-    while frame is not None:
-        if not LIBRARY_PATHS.is_library(frame.f_code.co_filename):
-            yield frame
-        frame = frame.f_back
 
 
 def _block_siblings(filename: str, line: int) -> tuple[list[ast.stmt], int] | None:
@@ -60,7 +54,7 @@ def loss_made_before_steps() -> dict | None:
     """``{"file", "line", "code", "name", "after_line"}``: the statement that made the running backward's loss
     and the line of the statement after which it should be made instead (the one before the statement that
     leads to the backward, in the same block), when other statements ran in between; None otherwise."""
-    frames = list(_user_frames())
+    frames = list(user_frames(sys._getframe()))
     if not frames:
         return None
     innermost = frames[0]
@@ -98,12 +92,8 @@ def _called_method(statement: ast.stmt) -> str | None:
     return None
 
 
-def _stored_names(statements: list[ast.stmt]) -> set[str]:
-    return {n.id for s in statements for n in ast.walk(s) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
-
-
-def _read_names(statements: list[ast.stmt]) -> set[str]:
-    return {n.id for s in statements for n in ast.walk(s) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+def _names(statements: list[ast.stmt], context: type) -> set[str]:
+    return {n.id for s in statements for n in ast.walk(s) if isinstance(n, ast.Name) and isinstance(n.ctx, context)}
 
 
 def _backward_block(block: list[ast.stmt], made_index: int, index: int) -> list[int] | None:
@@ -124,7 +114,7 @@ def _backward_block(block: list[ast.stmt], made_index: int, index: int) -> list[
     if start - 1 <= made_index:
         return None  # nothing runs between the loss and its block
     moved = block[start:end + 1]
-    if _read_names(moved) & _stored_names(block[made_index + 1:start]):
+    if _names(moved, ast.Load) & _names(block[made_index + 1:start], ast.Store):
         return None
     return [s.lineno for s in moved]
 
@@ -186,7 +176,7 @@ def recompute_in_loop() -> dict | None:
     node = torch._C._current_autograd_node()
     if node is None:
         return None
-    for frame in _user_frames():
+    for frame in user_frames(sys._getframe()):
         found = _recompute_in_frame(frame, node)
         if found is not None:
             return found
@@ -194,9 +184,6 @@ def recompute_in_loop() -> dict | None:
 
 
 def _recompute_in_frame(frame, node) -> dict | None:
-    from ...core.findings import SourceLocation
-    from ...core.fixes import statement_code
-
     filename, line = frame.f_code.co_filename, frame.f_lineno
     loop = _innermost_loop(filename, line)
     if loop is None:
@@ -253,8 +240,6 @@ def forward_before_loop(frame, line: int) -> dict | None:
 def _forward_chain(receiver: str, frame, filename: str, before: int) -> dict[int, ast.stmt] | None:
     """The assignments, by line, in ``frame``'s function before line ``before`` that made ``receiver`` and the
     graph-carrying tensors it is computed from; None when one of them is not a plain assignment there."""
-    from ...core.source_ast import statement_at
-
     start = frame.f_code.co_firstlineno
     chain: dict[int, ast.stmt] = {}
     pending, seen = [receiver], set()

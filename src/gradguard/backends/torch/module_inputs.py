@@ -23,6 +23,8 @@ Two halves, both in the write log's dispatch mode (forensic mode):
 
 from __future__ import annotations
 
+import ast
+import linecache
 import sys
 import weakref
 from dataclasses import dataclass
@@ -30,10 +32,12 @@ from dataclasses import dataclass
 import torch
 
 from ...core.facts import Facts
-from ...core.findings import Finding, SourceLocation, TensorInfo, WriteRecord
+from ...core.findings import Finding, SourceLocation, WriteRecord
 from ...core.frames import is_gradguard_file, is_plumbing, location_of
 from ...core.later_reads import Span, later_reads, position_of, span_contains
+from ...core.source_ast import function_node
 from .backward_calls import _is_user
+from .naming import tensor_info
 
 __all__ = ["PendingRead", "MAX_PENDING", "written_input", "read_of", "finding", "caller_reads_again"]
 
@@ -41,17 +45,8 @@ _MAX_FRAMES = 64
 MAX_PENDING = 64
 
 
-def _call_codes() -> frozenset:
-    codes = set()
-    for name in ("_call_impl", "_wrapped_call_impl"):
-        function = getattr(torch.nn.Module, name, None)
-        code = getattr(function, "__code__", None)
-        if code is not None:
-            codes.add(code)
-    return frozenset(codes)
-
-
-_CALL_CODES = _call_codes()
+_CALL_CODES = frozenset(getattr(getattr(torch.nn.Module, name, None), "__code__", None)
+                        for name in ("_call_impl", "_wrapped_call_impl")) - {None}
 
 
 @dataclass
@@ -93,8 +88,6 @@ def _rank(outer, inner) -> tuple[int, int] | None:
 
 def _called_text(frame, span: Span) -> str | None:
     """The callee as written at the caller's call (``self.conv`` in ``out = self.conv(input)``)."""
-    import linecache
-
     if span[0] != span[1]:
         return None
     line = linecache.getline(frame.f_code.co_filename, span[0])
@@ -192,13 +185,11 @@ def read_of(pending: PendingRead, skip: int = 2) -> SourceLocation | None:
 
 def finding(pending: PendingRead, t: torch.Tensor, read: SourceLocation) -> Finding:
     name, module, call = pending.names[0], pending.write.via, pending.write.location
-    info = TensorInfo(shape=tuple(t.shape), dtype=str(t.dtype).replace("torch.", ""), device=str(t.device),
-                      name=name, role="activation" if pending.producer else "leaf", producer=pending.producer)
     display = [("write", f"{module} wrote into `{name}` in place, called at {call.short}"),
                ("read", f"`{name}` read again at {read.short}")]
     return Finding(
         kind="module_input_write",
-        tensor=info,
+        tensor=tensor_info(t, name, "activation" if pending.producer else "leaf", pending.producer),
         modified_at=[pending.write] + ([pending.inside] if pending.inside is not None else []),
         facts=Facts(name=name, module=module, call=call.to_dict(), read=read.to_dict(),
                     module_rank=list(pending.rank) if pending.rank else None, display=display),
@@ -239,8 +230,6 @@ def caller_reads_again(module: torch.nn.Module, target: torch.Tensor, inner=None
     producer = target.grad_fn.name() if target.grad_fn is not None else None
     pending = PendingRead(weakref.ref(target), id(frame), frame.f_code, names, reads, write, producer,
                           _rank(module, inner))
-    import linecache
-
     line = reads[0][1][0]
     read = SourceLocation(call.file, line, call.function, linecache.getline(call.file, line).strip())
     return finding(pending, target, read)
@@ -257,10 +246,6 @@ def _definite_reads(code, span: Span, names: tuple) -> tuple:
     # The write log reports at the read itself (an op consuming the tensor); the sentinel has no op stream, so
     # its forward hook decides from the source when the forward returns: only reads every path reaches count.
     """
-    import ast
-
-    from ...core.source_ast import function_node
-
     function = function_node(code.co_filename, code.co_firstlineno, code.co_name)
     if function is None:
         return ()
@@ -289,8 +274,6 @@ def _definite_reads(code, span: Span, names: tuple) -> tuple:
 def _reads_in(statements: list, pending: list, found: list) -> list:
     """Add to ``found`` the first load of each name in ``pending`` among the statements that surely run; the
     names still pending (neither read nor rebound)."""
-    import ast
-
     for statement in statements:
         if not pending:
             break
@@ -308,8 +291,6 @@ def _reads_in(statements: list, pending: list, found: list) -> list:
 def _surely_run(statement) -> list:
     """The simple statements of ``statement`` that run whenever it does: a ``with`` block's body, none of a
     branch, loop, ``try`` or definition."""
-    import ast
-
     if isinstance(statement, (ast.With, ast.AsyncWith)):
         return list(statement.body)
     if isinstance(statement, (ast.If, ast.For, ast.While, ast.Try, ast.AsyncFor, ast.FunctionDef,

@@ -23,12 +23,13 @@ import threading
 
 import torch
 
+from ...core.findings import TensorInfo
 from ...core.frames import user_frames, user_variable_names
 from ...core.internal import log_fallback
 from ...core.source_ast import reference_prefixes, written_reference
 
 __all__ = ["name_tensor", "name_by_variable", "name_in_writing_frame", "first_tensor_step", "storage_key",
-           "heap_modules", "one_heap_scan"]
+           "heap_modules", "one_heap_scan", "tensor_info"]
 
 _scope = threading.local()  # .depth: open one_heap_scan scopes; .modules: their scan, once made
 
@@ -57,6 +58,15 @@ def one_heap_scan():
         _scope.depth -= 1
         if not _scope.depth:
             _scope.modules = None
+
+
+def tensor_info(t: torch.Tensor, name: str | None, role: str, producer: str | None = "") -> TensorInfo:
+    """A finding's description of ``t``; ``producer`` "" (the default): the name of its grad_fn."""
+    if producer == "":
+        grad_fn = t.grad_fn
+        producer = grad_fn.name() if grad_fn is not None else None
+    return TensorInfo(shape=tuple(t.shape), dtype=str(t.dtype).replace("torch.", ""), device=str(t.device),
+                      name=name, role=role, producer=producer)
 
 
 def storage_key(t: torch.Tensor) -> int:

@@ -14,16 +14,15 @@ import functools
 
 import torch
 
+from .fingerprint import _span_elements
+
 __all__ = ["share_elements"]
 
 _EXACT_LIMIT = 1 << 22  # elements; beyond this we answer "maybe" (True) rather than spend the time
 
 
 def _is_dense(t: torch.Tensor) -> bool:
-    if t.is_contiguous():
-        return True
-    span = 1 + sum((size - 1) * abs(stride) for size, stride in zip(t.shape, t.stride()))
-    return span == t.numel()
+    return t.is_contiguous() or _span_elements(t) == t.numel()  # an empty tensor is contiguous
 
 
 def _offsets(offset: int, shape, strides) -> torch.Tensor:

@@ -28,10 +28,11 @@ from dataclasses import dataclass
 import torch
 
 from ...core.facts import Facts
-from ...core.findings import Finding, SourceLocation, TensorInfo, WriteRecord
+from ...core.findings import Finding, SourceLocation, WriteRecord
 from ...core.frames import user_location
 from ...core.deferred import DeferredUnderLock
 from ...core.internal import log_fallback
+from .naming import name_by_variable, name_tensor, tensor_info
 
 __all__ = ["Entry", "entries", "wrap_grad", "note_write", "watch_backward", "finding"]
 
@@ -169,11 +170,7 @@ def watch_backward(raise_finding, backward: SourceLocation | None) -> None:
 
 
 def finding(entry: Entry, t: torch.Tensor, backward: SourceLocation | None) -> Finding:
-    from .naming import name_by_variable, name_tensor
-
     name = name_tensor(t)[0] or name_by_variable(t)
-    info = TensorInfo(shape=tuple(t.shape), dtype=str(t.dtype).replace("torch.", ""), device=str(t.device),
-                      name=name, role="leaf", producer=None)
     write = WriteRecord(op="in-place update", location=entry.written_at, via=None, version_before=entry.version,
                         version_after=entry.version_now, category="parameter_update")
     display = []
@@ -186,7 +183,7 @@ def finding(entry: Entry, t: torch.Tensor, backward: SourceLocation | None) -> F
         display.append(("backward", f"at {backward.short}, never through that gradient"))
     return Finding(
         kind="dropped_inner_update",
-        tensor=info,
+        tensor=tensor_info(t, name, "leaf", None),
         modified_at=[write] if entry.written_at is not None else [],  # the sentinel sees no write
         facts=Facts(gradient_at=entry.grad_at.to_dict() if entry.grad_at else None,
                     backward_at=backward.to_dict() if backward else None, display=display),

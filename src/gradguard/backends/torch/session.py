@@ -47,7 +47,8 @@ from ...core.engine import LedgerRecord, SavedRecord
 from ...core.events import BackwardStarted, TensorSaved, TensorUnpacked, TensorWritten
 from ...core.facts import Facts
 from ...core.findings import Finding, TensorInfo, WriteRecord
-from ...core.frames import LIBRARY_PATHS, caller_context, user_location, user_location_and_caller
+from ...core.frames import LIBRARY_PATHS, caller_context, user_location, user_location_and_caller, user_variable_names
+from ...core.module_sites import path_in_user_self
 from ...core.internal import log_fallback
 from ...core.data_statements import may_write_data
 from ..adapter import ProbeBase
@@ -56,7 +57,8 @@ from . import device_check as _device_check
 from .bisector import Bisector
 from .fingerprint import fingerprint as _fingerprint
 from .fingerprint import same as _same_fingerprint
-from .graph import NODE_NAMES as _NODE_NAMES, _unpacking_argument, node_name
+from .graph import NODE_NAMES as _NODE_NAMES, _unpacking_argument, capture_graph, iter_saved, node_name
+from .loss_site import loss_made_before_steps, recompute_in_loop
 from .naming import name_by_variable, name_in_writing_frame, name_tensor, one_heap_scan
 from .overlap import share_elements
 from .call_gate import CallGate, install, python_op_name, uninstall
@@ -125,9 +127,7 @@ def _byte_range(t: torch.Tensor) -> tuple[int, int, int]:
     return t.data_ptr() - start, start, start + span * itemsize
 
 
-def _is_owner(obj: object) -> bool:
-    return isinstance(obj, (torch.optim.Optimizer, torch.nn.Module))
-
+_OWNERS = (torch.optim.Optimizer, torch.nn.Module)  # what a write's frames may name as its owner
 
 _STRIDED = torch.strided
 _DYNAMO_TRACES_HOOKS = _compat.DYNAMO_TRACES_HOOKS
@@ -408,8 +408,6 @@ class TorchGuardSession(ProbeBase):
         node = t.grad_fn  # the sentinel keeps no ledger: the producer's own saved result (exp, sigmoid, tanh)
         if node is None:
             return False
-        from .graph import iter_saved
-
         pointer = t.untyped_storage().data_ptr()
         for _argument, data in iter_saved(node):
             saved = getattr(data, "tensor", None)
@@ -543,10 +541,7 @@ class TorchGuardSession(ProbeBase):
             if t.layout != torch.strided or t.is_nested:  # NOTE [Tensors the fingerprint cannot read]
                 self._unwatched(t, "your saved_tensors_hooks keep them as they choose")
                 return user_pack(t)
-            try:
-                version = t._version
-            except RuntimeError:
-                version = None
+            version = _function_hygiene.tensor_version(t)
             plain = _plain(t)
             fp = _fingerprint(t.detach(), self.fingerprint_mode) if plain and self.fingerprint_mode != "off" else None
             record = _UserHookRecord(None, tuple(t.shape), t.stride(), t.dtype, fp, _samples(t) if plain else None,
@@ -727,7 +722,7 @@ class TorchGuardSession(ProbeBase):
 
     def _describe_write(self, op: str, target) -> WriteRecord:
         owners: list[object] = []
-        context = caller_context(skip=4, owner_filter=lambda o: _is_owner(o) and (owners.append(o) or True))
+        context = caller_context(skip=4, owner_filter=lambda o: isinstance(o, _OWNERS) and (owners.append(o) or True))
         name = op.split(".")[1] if op.startswith("aten.") else op.rsplit(".", 1)[-1]
         optimizer = next((o for o in reversed(owners) if isinstance(o, torch.optim.Optimizer)), None)
         module = next((o for o in owners if isinstance(o, torch.nn.Module)), None)
@@ -744,12 +739,7 @@ class TorchGuardSession(ProbeBase):
                            category=category)
 
     # -- the engine's questions ----------------------------------------------------------------
-    @staticmethod
-    def version(t: torch.Tensor) -> int | None:
-        try:
-            return t._version
-        except RuntimeError:  # inference tensors have no version counter
-            return None
+    version = staticmethod(_function_hygiene.tensor_version)  # None for inference tensors (no version counter)
 
     @staticmethod
     def span(t: torch.Tensor) -> tuple[int, int, int] | None:
@@ -826,8 +816,6 @@ class TorchGuardSession(ProbeBase):
         if not current:  # another stale tensor: no graph node is unpacking it now
             return
         try:  # the picture of the graph around the saver (HTML report); never breaks the error path
-            from .graph import capture_graph
-
             facts.graph = capture_graph(torch._C._current_autograd_node(), record, finding)
         except Exception as error:
             log_fallback("torch.graph", "capturing the graph picture", error)
@@ -847,8 +835,6 @@ class TorchGuardSession(ProbeBase):
 
 def _annotate_loss_site(facts: Facts) -> None:
     try:  # NOTE [A loss made before the steps]
-        from .loss_site import loss_made_before_steps, recompute_in_loop
-
         facts.loss_made_early = loss_made_before_steps()
         facts.recompute_in_loop = recompute_in_loop()  # NOTE [A value made once, ...]
     except Exception as error:
@@ -858,9 +844,6 @@ def _annotate_loss_site(facts: Facts) -> None:
 def _inplace_module_via(module: torch.nn.Module, owners: list) -> str:
     """An in-place activation module as the user can find it ("gate.2 (ReLU(inplace=True))"): the outermost module
     the user called, by its variable name, plus the submodule path. Only reached for writes into saved memory."""
-    from ...core.frames import user_variable_names
-    from ...core.module_sites import path_in_user_self
-
     via = f"{type(module).__name__}(inplace=True)"
     root = next(o for o in reversed(owners) if isinstance(o, torch.nn.Module))
     prefix = user_variable_names({id(root)}).get(id(root)) or path_in_user_self(root)

@@ -56,10 +56,6 @@ def guard_pack(fn):
     return fn
 
 
-def _pure_guard_hooks(hooks) -> bool:
-    return getattr(hooks[0], "_gradguard_guard_pack", False)  # a bound method reads its function's attributes
-
-
 def _stepping_aside(original):
     """``disable_saved_tensors_hooks`` (torch.func's refusal of saved-tensor hooks) that first pops a guard's own
     hooks, with a one-line note, instead of raising inside the user's transform."""
@@ -78,14 +74,15 @@ def _stepping_aside_of_guards():
     popped = []
     if TOP_HOOKS is not None:
         hooks = TOP_HOOKS(False)
-        while hooks is not None and _pure_guard_hooks(hooks):
+        # a guard's own pack (a bound method reads its function's attributes)
+        while hooks is not None and getattr(hooks[0], "_gradguard_guard_pack", False):
             torch._C._autograd._pop_saved_tensors_default_hooks()
             popped.append(hooks)
             hooks = TOP_HOOKS(False)
     else:  # torch 2.4 cannot show the stack: the guard's hooks are on top unless the user entered some inside it,
         # or a transform around this one (vmap(grad(f))) has popped them already
         session = _sessions[-1] if _sessions else None
-        if (session is not None and session._hooks is not None and not _user_entered_hooks(session)
+        if (session is not None and session._hooks is not None and not session.__dict__.get("_user_hook_depth", 0)
                 and not session.__dict__.get("_stepped_aside")):
             torch._C._autograd._pop_saved_tensors_default_hooks()
             popped.append((session._hooks.pack_hook, session._hooks.unpack_hook))
@@ -101,10 +98,6 @@ def _stepping_aside_of_guards():
         for pack, unpack in reversed(popped):
             torch._C._autograd._push_saved_tensors_default_hooks(pack, unpack)
             pack.__self__._stepped_aside = False
-
-
-def _user_entered_hooks(session) -> bool:
-    return bool(session.__dict__.get("_user_hook_depth", 0))
 
 
 _PATCHES = SharedPatches(lambda: [(torch.autograd.graph, "disable_saved_tensors_hooks", _stepping_aside)])

@@ -28,7 +28,7 @@ import torch
 from ...core.internal import log_fallback
 from torch.utils._python_dispatch import TorchDispatchMode
 
-__all__ = ["ObserverMode", "OpStream", "WriteLog", "dynamo_safe", "run_op", "written_arguments"]
+__all__ = ["OpStream", "WriteLog", "dynamo_safe", "run_op", "written_arguments"]
 
 
 def _by_identity(compute):
@@ -78,26 +78,6 @@ def _targets(func, spec, args, kwargs) -> list[torch.Tensor]:
         elif isinstance(value, (list, tuple)):
             out.extend(v for v in value if isinstance(v, torch.Tensor))
     return out
-
-
-class ObserverMode(TorchDispatchMode):
-    """Base of gradguard's dispatch modes: they observe and pass every op through."""
-
-    @classmethod
-    def _should_skip_dynamo(cls) -> bool:
-        # torch wraps every subclass's __torch_dispatch__ in torch._disable_dynamo, which imports Dynamo on the
-        # first op (1-3 s per process) and adds ~2.5 us to every op. Processes that never import Dynamo do not
-        # need it; those that do get the wrapper back through dynamo_safe().
-        return False
-
-    @classmethod
-    def ignore_compile_internals(cls) -> bool:
-        # NOTE [Compiled regions under the write log]
-        # A dispatch mode that does not ignore compile internals makes Dynamo skip every frame ("non-infra torch
-        # dispatch mode present"): torch.compile(fullgraph=True) raised inside a forensic guard, and compiled
-        # functions fell back to eager. With True, Dynamo compiles as without gradguard and this mode sees the
-        # ops the compiled code runs (fused kernels hide their insides: writes there are not named).
-        return True
 
 
 _DYNAMO_SAFE: dict[type, type] = {}
@@ -173,7 +153,7 @@ def run_op(func, args, kwargs):
     return out
 
 
-class OpStream(ObserverMode):
+class OpStream(TorchDispatchMode):
     """The one dispatch mode: every op goes through the subscribers' ``op(func, args, kwargs, call)``, the first
     subscriber outermost (NOTE [One op stream, subscribers in a chain])."""
 
@@ -184,6 +164,22 @@ class OpStream(ObserverMode):
         for subscriber in reversed(self.subscribers[1:]):
             call = functools.partial(subscriber.op, call=call)
         self._first, self._rest = self.subscribers[0].op, call  # one subscriber: no partial per op
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # torch wraps every subclass's __torch_dispatch__ in torch._disable_dynamo, which imports Dynamo on the
+        # first op (1-3 s per process) and adds ~2.5 us to every op. Processes that never import Dynamo do not
+        # need it; those that do get the wrapper back through dynamo_safe().
+        return False
+
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        # NOTE [Compiled regions under the write log]
+        # A dispatch mode that does not ignore compile internals makes Dynamo skip every frame ("non-infra torch
+        # dispatch mode present"): torch.compile(fullgraph=True) raised inside a forensic guard, and compiled
+        # functions fell back to eager. With True, Dynamo compiles as without gradguard and this mode sees the
+        # ops the compiled code runs (fused kernels hide their insides: writes there are not named).
+        return True
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         return self._first(func, args, kwargs or {}, self._rest)
