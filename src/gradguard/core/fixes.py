@@ -241,12 +241,16 @@ def carried_state(location: SourceLocation | None) -> list[CarriedState]:
             if isinstance(stmt.value, (ast.Name, ast.Attribute)):
                 source = ast.unparse(stmt.value)
         code = linecache.getline(location.file, stmt.lineno).strip()
-        reads_itself = (isinstance(stmt, ast.Assign) and stmt.end_lineno == stmt.lineno
-                        and any(isinstance(t, ast.Name) and t.id == name for t in stmt.targets)
-                        and any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(stmt.value)))
         carried.append(CarriedState(name, SourceLocation(location.file, stmt.lineno, location.function, code), source,
-                                    reads_itself))
+                                    _reads_itself(stmt, name)))
     return carried
+
+
+def _reads_itself(stmt: ast.stmt, name: str) -> bool:
+    """``h = cell(x, h)`` on one line: the assignment of ``name`` reads its previous value."""
+    return (isinstance(stmt, ast.Assign) and stmt.end_lineno == stmt.lineno
+            and any(isinstance(t, ast.Name) and t.id == name for t in stmt.targets)
+            and any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(stmt.value)))
 
 
 def crossing_recompute(call: SourceLocation | None, step: SourceLocation | None,

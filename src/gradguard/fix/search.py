@@ -102,23 +102,26 @@ def rebinds_a_lost_name(intent: FixIntent) -> bool:
     found = _statement(intent.file, intent.line) if intent.action in _REBINDING and intent.file and intent.line \
         else None
     receivers = _receivers(found[0]) if found else []
-    name = receivers[0] if len(receivers) == 1 and receivers[0].isidentifier() else None
+    if found is None or len(receivers) != 1 or not receivers[0].isidentifier():
+        return False
     from ..core.source_ast import parse_file
 
-    tree = parse_file(intent.file) if name and intent.file else None
-    if tree is None or found is None:
-        return False
+    name, tree = receivers[0], parse_file(intent.file)
     scopes = [n for n in ast.walk(tree) if isinstance(n, (ast.For, ast.AsyncFor, ast.FunctionDef, ast.AsyncFunctionDef))
-              and n.lineno < intent.line <= (n.end_lineno or n.lineno)]
+              and n.lineno < intent.line <= (n.end_lineno or n.lineno)] if tree is not None else []
     scope = max(scopes, key=lambda n: n.lineno, default=None)
-    if isinstance(scope, (ast.For, ast.AsyncFor)):
-        bound = {n.id for n in ast.walk(scope.target) if isinstance(n, ast.Name)}
-    elif scope is not None:
-        bound = {a.arg for a in (*scope.args.posonlyargs, *scope.args.args, *scope.args.kwonlyargs)}
-    if scope is None or name not in bound:
+    if scope is None or name not in _bound_by(scope):
         return False
     end = found[0].end_lineno or intent.line
     return not any(isinstance(n, ast.Name) and n.id == name and n.lineno > end for n in ast.walk(scope))
+
+
+def _bound_by(scope: ast.AST) -> set[str]:
+    """The names a loop binds to its items, or a function to its arguments."""
+    if isinstance(scope, (ast.For, ast.AsyncFor)):
+        return {n.id for n in ast.walk(scope.target) if isinstance(n, ast.Name)}
+    arguments = scope.args  # type: ignore[attr-defined]  # a function
+    return {a.arg for a in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs)}
 
 
 def _line_names(tree: ast.AST, line: int) -> set[str]:
