@@ -357,6 +357,48 @@ def leaf_cells() -> list[Cell]:
                  LEAF_PRELUDE + "\n" + ref + "\n" + LEAF_REPORT) for name, body, ref in LEAVES]
 
 
+# A buffer filled step by step from its own earlier entries (a recurrence into a preallocated tensor): each step's
+# read of an earlier entry is saved, and the next step's write bumps the whole buffer's version. (name, buggy body,
+# reference body: the read cloned)
+BUFFER_PRELUDE = """\
+import torch
+
+torch.manual_seed(0)
+w = torch.randn(3, 3, requires_grad=True)
+x0 = torch.randn(3)
+"""
+BUFFER_REPORT = """
+loss = out.pow(2).sum()
+loss.backward()
+print("ok", repr(w.grad.sum().item()), repr(w.grad.abs().sum().item()))
+"""
+BUFFERS = [
+    ("row_assign", "out = torch.zeros(4, 3)\nout[0] = x0\nfor t in range(1, 4):\n    out[t] = torch.tanh(out[t - 1] @ w)",
+     "out = torch.zeros(4, 3)\nout[0] = x0\nfor t in range(1, 4):\n    out[t] = torch.tanh(out[t - 1].clone() @ w)"),
+    ("column_assign",
+     "out = torch.zeros(3, 4)\nout[:, 0] = x0\nfor t in range(1, 4):\n    out[:, t] = torch.tanh(w @ out[:, t - 1])",
+     "out = torch.zeros(3, 4)\nout[:, 0] = x0\nfor t in range(1, 4):\n    out[:, t] = torch.tanh(w @ out[:, t - 1].clone())"),
+    ("row_copy", "out = torch.zeros(4, 3)\nout[0] = x0\nfor t in range(1, 4):\n    out[t].copy_(torch.tanh(out[t - 1] @ w))",
+     "out = torch.zeros(4, 3)\nout[0] = x0\nfor t in range(1, 4):\n    out[t].copy_(torch.tanh(out[t - 1].clone() @ w))"),
+    ("previous_named",
+     "out = torch.zeros(4, 3)\nout[0] = x0\nfor t in range(1, 4):\n    prev = out[t - 1]\n    out[t] = torch.tanh(prev @ w)",
+     "out = torch.zeros(4, 3)\nout[0] = x0\nfor t in range(1, 4):\n    prev = out[t - 1].clone()\n"
+     "    out[t] = torch.tanh(prev @ w)"),
+    ("helper_step",
+     "def step(h):\n    return torch.tanh(h @ w)\n\n\nout = torch.zeros(4, 3)\nout[0] = x0\nfor t in range(1, 4):\n"
+     "    out[t] = step(out[t - 1])",
+     "def step(h):\n    return torch.tanh(h @ w)\n\n\nout = torch.zeros(4, 3)\nout[0] = x0\nfor t in range(1, 4):\n"
+     "    out[t] = step(out[t - 1].clone())"),
+    ("accumulated", "out = torch.zeros(4, 3)\nout[0] = x0\nfor t in range(1, 4):\n    out[t] += torch.sigmoid(out[t - 1] @ w)",
+     "out = torch.zeros(4, 3)\nout[0] = x0\nfor t in range(1, 4):\n    out[t] += torch.sigmoid(out[t - 1].clone() @ w)"),
+]
+
+
+def buffer_cells() -> list[Cell]:
+    return [Cell(f"buffer/{name}", BUFFER_PRELUDE + "\n" + body + "\n" + BUFFER_REPORT,
+                 BUFFER_PRELUDE + "\n" + ref + "\n" + BUFFER_REPORT) for name, body, ref in BUFFERS]
+
+
 def _env(src: str) -> dict:
     return dict(os.environ, PYTHONPATH=src, OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
 
@@ -419,7 +461,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=300)
     parser.add_argument("--out", default="")
     args = parser.parse_args(argv)
-    chosen = [c for c in cells() + module_cells() + carried_cells() + stepped_cells() + leaf_cells()
+    chosen = [c for c in cells() + module_cells() + carried_cells() + stepped_cells() + leaf_cells() + buffer_cells()
               if args.only in c.name]
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
         rows = list(pool.map(lambda c: score(c, args.src, args.timeout), chosen))

@@ -92,6 +92,8 @@ def test_detach_and_clone_arguments():
 
 def test_clone_expression_matches_code_ignoring_spaces():
     assert edit("o[t] = f(o[t-1]) * 2\n", "clone_expression", 1, "o[t - 1]") == "o[t] = f(o[t-1].clone()) * 2\n"
+    # the right side of an augmented assignment
+    assert edit("o[t] += f(o[t - 1])\n", "clone_expression", 1, "o[t - 1]") == "o[t] += f(o[t - 1].clone())\n"
 
 
 def test_insert_before_a_loop_and_after_a_statement():

@@ -92,6 +92,7 @@ def test_candidates_come_from_the_write_and_the_save_whatever_the_rule(tmp_path)
         ("inplace_to_out_of_place", 5, None),
         ("insert_before", 5, "y = y.clone()"),
         ("clone_assignment", 3, None),
+        ("clone_expression", 3, None),  # an operand of the saver: `torch.sigmoid(w.clone())`
     ]
     assert "z = y" in repairs[1][0].reason
     finding["modified_at"][0]["category"] = "optimizer"  # a copy of stepped weights would hide the bug
@@ -266,3 +267,21 @@ def test_a_rebinding_of_a_loop_variable_or_parameter_nothing_reads_after_is_not_
                                        ("detach_expression", 2, "p"), ("inplace_to_out_of_place", 9, "t"),
                                        ("inplace_to_out_of_place", 11, "t"))]
     assert lost == [True, True, False, False, False, True, False]
+
+
+def test_the_copy_at_the_save_tries_each_operand_the_saver_read_but_never_what_the_statement_writes(tmp_path):
+    """A recurrence into a preallocated buffer: `out[t - 1]` is what the saver read (cloning a read changes no
+    value and no gradient, so each operand is a safe candidate); `out[t]`, `out` and `t` are what the statement
+    writes in place, where a clone would drop the write."""
+    from gradguard.fix.search import general_repairs
+
+    script = tmp_path / "s.py"
+    script.write_text("import torch\nw = torch.ones(3, 3, requires_grad=True)\nout = torch.zeros(4, 3)\n"
+                      "for t in range(1, 4):\n    out[t].copy_(torch.tanh(out[t - 1] @ w))\n")
+    file = str(script)
+    finding = {"kind": "inplace_modification", "rule": "no_such_rule", "tensor": {"name": "out"},
+               "saved_at": {"file": file, "line": 5, "argument": "self"},
+               "modified_at": [{"file": file, "line": 5, "category": "other"}]}
+    clones = [r[0].target for r in general_repairs(finding, {}, lambda path: True)
+              if r[0].action == "clone_expression"]
+    assert clones == ["out[t - 1]", "w"]

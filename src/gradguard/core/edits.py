@@ -495,7 +495,7 @@ def _edit_argument(statement: cst.SimpleStatementLine, intent: FixIntent, method
 def _clone_expression(statement: cst.SimpleStatementLine, target: str | None,
                       method: str = "clone") -> cst.SimpleStatementLine:
     small = _single(statement)
-    scope = small.value if isinstance(small, (cst.Assign, cst.AnnAssign, cst.Expr, cst.Return)) else None
+    scope = small.value if isinstance(small, (cst.Assign, cst.AnnAssign, cst.AugAssign, cst.Expr, cst.Return)) else None
     if scope is None:
         raise EditNotApplicable(f"expected an assignment or an expression, got `{_code(statement).strip()}`")
     edit = _ExpressionEdit(lambda node: _same(_code(node), target), lambda node: _method(node, method))

@@ -229,17 +229,62 @@ def _save_candidates(finding: dict, receivers: list[str]) -> list[list[FixIntent
         return []
     stmt, _code = found
     repairs = []
-    for name in names:
-        assigned = isinstance(stmt, ast.Assign) and any(ast.unparse(t) == name for t in stmt.targets)
-        if saved.get("argument") == "result" and assigned:
-            repairs.append([FixIntent("clone_assignment", file, line, target=name,
-                                      reason=f"`{name}` becomes a copy; the output backward saved stays intact")])
-        elif any(isinstance(n, (ast.Name, ast.Attribute, ast.Subscript)) and ast.unparse(n) == name
-                 for n in ast.walk(getattr(stmt, "value", None) or stmt)):
-            repairs.append([FixIntent("clone_expression", file, line, target=name,
-                                      reason=f"backward saves a copy of `{name}`, which the write cannot change")])
+    names += [read for read in _operands(stmt) if read not in names]
+    written = _written_in(stmt)
+    for name in [n for n in names if n not in written]:  # a clone of what the statement writes would drop the write
+        repairs += _save_copy(stmt, saved, name)
     return repairs
 
+
+def _save_copy(stmt: ast.stmt, saved: dict, name: str) -> list[list[FixIntent]]:
+    """The saved output assigned to ``name`` made a copy, or ``name`` read by the saver cloned there."""
+    where = (saved.get("file"), saved.get("line"))
+    if saved.get("argument") == "result" and isinstance(stmt, ast.Assign) and any(
+            ast.unparse(t) == name for t in stmt.targets):
+        return [[FixIntent("clone_assignment", *where, target=name,
+                           reason=f"`{name}` becomes a copy; the output backward saved stays intact")]]
+    if any(isinstance(n, (ast.Name, ast.Attribute, ast.Subscript)) and ast.unparse(n) == name
+           for n in ast.walk(getattr(stmt, "value", None) or stmt)):
+        return [[FixIntent("clone_expression", *where, target=name,
+                           reason=f"backward saves a copy of `{name}`, which the write cannot change")]]
+    return []
+
+
+_NAMESPACES = {"torch", "F", "nn", "np", "math", "self"}
+_MAX_OPERANDS = 4
+
+
+def _operands(stmt: ast.stmt) -> list[str]:
+    """The plain reads of ``stmt``'s value, outermost first (``out[t - 1]``, not ``out`` or ``t``), leaving out
+    callees and the receivers of in-place calls. Cloning a read never changes a value or a gradient, so each is a
+    safe candidate for the copy at the save point; the verifying run says which one the saver kept."""
+    value = getattr(stmt, "value", None)
+    if value is None:
+        return []
+    callees = {id(n.func) for n in ast.walk(value) if isinstance(n, ast.Call)}
+    inner: set[int] = set(callees)
+    for node in ast.walk(value):
+        if isinstance(node, ast.Subscript):
+            inner |= {id(node.value)} | {id(n) for n in ast.walk(node.slice)}
+        elif isinstance(node, ast.Attribute) and id(node) not in callees:  # `h` in `h.pow(2)` is read; in `h.w`, not
+            inner.add(id(node.value))
+    reads = [ast.unparse(n) for n in ast.walk(value) if isinstance(n, (ast.Name, ast.Attribute, ast.Subscript))
+             and id(n) not in inner and not any(isinstance(c, ast.Call) for c in ast.walk(n))]
+    return [r for r in dict.fromkeys(reads) if r not in _NAMESPACES][:_MAX_OPERANDS]
+
+
+def _written_in(stmt: ast.stmt) -> set[str]:
+    """Every expression inside what ``stmt`` writes in place (the receiver of an in-place call, the target of an
+    item assignment): ``out[t]``, ``out`` and ``t`` in ``out[t].copy_(v)``. A clone there drops the write."""
+    roots = []
+    for call in (n for n in ast.walk(stmt) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)):
+        inplace = call.func.attr.endswith("_") and not call.func.attr.endswith("__")
+        if inplace or any(k.arg == "inplace" for k in call.keywords):
+            namespace = isinstance(call.func.value, ast.Name) and call.func.value.id in _NAMESPACES
+            roots += call.args[:1] if namespace else [call.func.value]  # `torch.relu_(x)`, `F.relu(x, inplace=True)`
+    roots += [t for t in getattr(stmt, "targets", ()) if isinstance(t, ast.Subscript)]
+    roots += [stmt.target] if isinstance(stmt, ast.AugAssign) else []
+    return {ast.unparse(n) for root in roots for n in ast.walk(root)}
 
 
 def _backward_at(finding: dict) -> dict:
