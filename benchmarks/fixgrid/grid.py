@@ -113,7 +113,7 @@ def _place(context: str, make: str, save: str, write: str) -> str:
                 "    def forward(self, inp):\n" + textwrap.indent("\n".join(body), "        ")
                 + "\n\n\nloss = Block(w)(a)")
     if context == "helper":  # the write is a helper's, on its parameter, and the helper returns nothing
-        helper = write.replace(x, "t")
+        helper = re.sub(rf"\b{re.escape(x)}\b", "t", write)
         if helper.startswith(("g = ", "y = ", "t = ")):
             return _place("top", make, save, write)  # a value the caller needs: not this place's question
         return ("def update(t):\n    " + helper + "\n\n\n" + "\n".join(

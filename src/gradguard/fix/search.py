@@ -73,7 +73,7 @@ def _receivers(stmt: ast.stmt) -> list[str]:
         for node in ast.walk(stmt):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
                 name = node.func.attr
-                if name.endswith("_") and not name.endswith("__"):
+                if (name.endswith("_") and not name.endswith("__")) or any(k.arg == "inplace" for k in node.keywords):
                     base = node.func.value
                     while (isinstance(base, ast.Call) and isinstance(base.func, ast.Attribute)
                            and base.func.attr.endswith("_")):
@@ -89,7 +89,7 @@ def _receivers(stmt: ast.stmt) -> list[str]:
     return [*found, ast.unparse(target)] if isinstance(target, (ast.Name, ast.Attribute)) else []
 
 
-_REBINDING = ("inplace_to_out_of_place", "augmented_to_binary", "insert_before")
+_REBINDING = ("inplace_to_out_of_place", "augmented_to_binary", "insert_before", "set_keyword")
 
 
 def rebinds_a_lost_name(intent: FixIntent) -> bool:
