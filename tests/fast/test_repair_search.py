@@ -259,14 +259,17 @@ def test_a_rebinding_of_a_loop_variable_or_parameter_nothing_reads_after_is_not_
     script = tmp_path / "s.py"
     script.write_text("for p in parts:\n    p.mul_(0.5)\nfor q in parts:\n    q.mul_(0.5)\n    out.append(q)\n"
                       "h = x * 2\nh.mul_(0.5)\ndef update(t):\n    t.mul_(2)\ndef scaled(t):\n    t.mul_(2)\n"
-                      "    return t\ndef act(t):\n    F.relu(t, inplace=True)\n")
+                      "    return t\ndef act(t):\n    F.relu(t, inplace=True)\ndef out(t):\n"
+                      "    return F.relu(t, inplace=True)\n")
     file = str(script)
     lost = [rebinds_a_lost_name(FixIntent(action, file, line, target=name))
             for action, line, name in (("inplace_to_out_of_place", 2, "p"), ("insert_before", 2, "p"),
                                        ("inplace_to_out_of_place", 4, "q"), ("inplace_to_out_of_place", 7, "h"),
                                        ("detach_expression", 2, "p"), ("inplace_to_out_of_place", 9, "t"),
-                                       ("inplace_to_out_of_place", 11, "t"), ("set_keyword", 14, None))]
-    assert lost == [True, True, False, False, False, True, False, True]  # `t = F.relu(t, inplace=False)` too
+                                       ("inplace_to_out_of_place", 11, "t"), ("set_keyword", 14, None),
+                                       ("set_keyword", 16, None))]
+    # `t = F.relu(t, inplace=False)` is lost too; `return F.relu(t, inplace=False)` rebinds nothing
+    assert lost == [True, True, False, False, False, True, False, True, False]
 
 
 def test_the_copy_at_the_save_tries_each_operand_the_saver_read_but_never_what_the_statement_writes(tmp_path):

@@ -99,21 +99,32 @@ def rebinds_a_lost_name(intent: FixIntent) -> bool:
     update(t): t = t.mul(2)`` leaves the caller's tensor as it was). The write is dropped and the script runs
     clean with other numbers, so such a candidate is not tried (NOTE [Repairs from the mechanism, not the rule
     id])."""
+    found = _rebound(intent)
+    if found is None:
+        return False
+    from ..core.source_ast import parse_file
+
+    (stmt, name), tree = found, parse_file(intent.file or "")
+    line = intent.line or 0
+    scopes = [n for n in ast.walk(tree) if isinstance(n, (ast.For, ast.AsyncFor, ast.FunctionDef, ast.AsyncFunctionDef))
+              and n.lineno < line <= (n.end_lineno or n.lineno)] if tree is not None else []
+    scope = max(scopes, key=lambda n: n.lineno, default=None)
+    if scope is None or name not in _bound_by(scope):
+        return False
+    end = stmt.end_lineno or line
+    return not any(isinstance(n, ast.Name) and n.id == name and n.lineno > end for n in ast.walk(scope))
+
+
+def _rebound(intent: FixIntent) -> tuple[ast.stmt, str] | None:
+    """(the statement, the plain name ``intent``'s edit rebinds there), or None when it rebinds none."""
     found = _statement(intent.file, intent.line) if intent.action in _REBINDING and intent.file and intent.line \
         else None
     receivers = _receivers(found[0]) if found else []
     if found is None or len(receivers) != 1 or not receivers[0].isidentifier():
-        return False
-    from ..core.source_ast import parse_file
-
-    name, tree = receivers[0], parse_file(intent.file)
-    scopes = [n for n in ast.walk(tree) if isinstance(n, (ast.For, ast.AsyncFor, ast.FunctionDef, ast.AsyncFunctionDef))
-              and n.lineno < intent.line <= (n.end_lineno or n.lineno)] if tree is not None else []
-    scope = max(scopes, key=lambda n: n.lineno, default=None)
-    if scope is None or name not in _bound_by(scope):
-        return False
-    end = found[0].end_lineno or intent.line
-    return not any(isinstance(n, ast.Name) and n.id == name and n.lineno > end for n in ast.walk(scope))
+        return None
+    if intent.action == "set_keyword" and not isinstance(found[0], ast.Expr):
+        return None  # `return F.relu(t, inplace=False)`, `y = F.relu(t, inplace=False)`: nothing is rebound
+    return found[0], receivers[0]
 
 
 def _bound_by(scope: ast.AST) -> set[str]:
