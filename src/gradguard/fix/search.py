@@ -70,23 +70,34 @@ def _receivers(stmt: ast.stmt) -> list[str]:
     elif isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Subscript):
         target = stmt.targets[0].value
     else:
-        for node in ast.walk(stmt):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-                name = node.func.attr
-                if (name.endswith("_") and not name.endswith("__")) or any(k.arg == "inplace" for k in node.keywords):
-                    base = node.func.value
-                    while (isinstance(base, ast.Call) and isinstance(base.func, ast.Attribute)
-                           and base.func.attr.endswith("_")):
-                        base = base.func.value
-                    if isinstance(base, ast.Name) and base.id in ("torch", "F") and node.args:
-                        base = node.args[0]
-                    target = base
-                    break
+        target = next((t for n in ast.walk(stmt) if isinstance(n, ast.Call) for t in [_inplace_target(n)]
+                       if t is not None), None)
+        while isinstance(target, ast.Call) and _inplace_target(target) is not None:  # `x.mul_(s).add_(m)`
+            target = _inplace_target(target)
     found = []
     while isinstance(target, ast.Subscript):
         found.append(ast.unparse(target))
         target = target.value
     return [*found, ast.unparse(target)] if isinstance(target, (ast.Name, ast.Attribute)) else []
+
+
+_FUNCTIONS = ("torch", "F", "nn")  # modules whose in-place functions write their first argument
+
+
+def _inplace_target(call: ast.Call) -> ast.expr | None:
+    """What an in-place call writes: the receiver of ``x.mul_(2)``, the first argument of ``torch.relu_(x)`` or
+    ``F.relu(x, inplace=True)``; None for a call that writes nothing in place."""
+    if not isinstance(call.func, ast.Attribute):
+        return None
+    name = call.func.attr
+    if not ((name.endswith("_") and not name.endswith("__")) or any(k.arg == "inplace" for k in call.keywords)):
+        return None
+    base = root = call.func.value
+    while isinstance(root, ast.Attribute):  # `torch.nn.functional.relu(x, inplace=True)`
+        root = root.value
+    if isinstance(root, ast.Name) and root.id in _FUNCTIONS:
+        return call.args[0] if call.args else None
+    return base
 
 
 _REBINDING = ("inplace_to_out_of_place", "augmented_to_binary", "insert_before", "set_keyword")
@@ -267,8 +278,9 @@ _MAX_OPERANDS = 4
 
 def _operands(stmt: ast.stmt) -> list[str]:
     """The plain reads of ``stmt``'s value, outermost first (``out[t - 1]``, not ``out`` or ``t``), leaving out
-    callees and the receivers of in-place calls. Cloning a read never changes a value or a gradient, so each is a
-    safe candidate for the copy at the save point; the verifying run says which one the saver kept."""
+    callees (what the statement writes is left out by its caller, :func:`_written_in`). Cloning a read never
+    changes a value or a gradient, so each is a safe candidate for the copy at the save point; the verifying run
+    says which one the saver kept."""
     value = getattr(stmt, "value", None)
     if value is None:
         return []
@@ -287,12 +299,7 @@ def _operands(stmt: ast.stmt) -> list[str]:
 def _written_in(stmt: ast.stmt) -> set[str]:
     """Every expression inside what ``stmt`` writes in place (the receiver of an in-place call, the target of an
     item assignment): ``out[t]``, ``out`` and ``t`` in ``out[t].copy_(v)``. A clone there drops the write."""
-    roots = []
-    for call in (n for n in ast.walk(stmt) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)):
-        inplace = call.func.attr.endswith("_") and not call.func.attr.endswith("__")
-        if inplace or any(k.arg == "inplace" for k in call.keywords):
-            namespace = isinstance(call.func.value, ast.Name) and call.func.value.id in _NAMESPACES
-            roots += call.args[:1] if namespace else [call.func.value]  # `torch.relu_(x)`, `F.relu(x, inplace=True)`
+    roots = [t for n in ast.walk(stmt) if isinstance(n, ast.Call) for t in [_inplace_target(n)] if t is not None]
     roots += [t for t in getattr(stmt, "targets", ()) if isinstance(t, ast.Subscript)]
     roots += [stmt.target] if isinstance(stmt, ast.AugAssign) else []
     return {ast.unparse(n) for root in roots for n in ast.walk(root)}
