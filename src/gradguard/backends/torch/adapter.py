@@ -5,6 +5,10 @@ from __future__ import annotations
 import torch
 
 from ..adapter import AdapterBase
+from .coverage import install_coverage_probe
+from .fingerprint import fingerprint
+from .function_hygiene import tensor_version
+from .naming import name_tensor
 
 __all__ = ["TorchAdapter", "ADAPTER"]
 
@@ -12,42 +16,26 @@ __all__ = ["TorchAdapter", "ADAPTER"]
 class TorchAdapter(AdapterBase):
     name = "torch"
     module_name = "torch"
+    version = staticmethod(tensor_version)  # None for inference tensors
+    fingerprint = staticmethod(fingerprint)  # "full" by default
+    saved_tensors_hooks = staticmethod(torch.autograd.graph.saved_tensors_hooks)
+    name_tensor = staticmethod(name_tensor)
+    no_grad = staticmethod(torch.no_grad)
+    install_coverage_probe = staticmethod(install_coverage_probe)  # capability "coverage" (`gradguard fix`)
 
     def is_tensor(self, obj) -> bool:
         return isinstance(obj, torch.Tensor)
-
-    def version(self, t) -> int | None:
-        try:
-            return t._version
-        except RuntimeError:  # inference tensors
-            return None
-
-    def fingerprint(self, t):
-        from .fingerprint import fingerprint
-
-        return fingerprint(t, "full")
-
-    def saved_tensors_hooks(self, pack, unpack):
-        return torch.autograd.graph.saved_tensors_hooks(pack, unpack)
 
     def memory_range(self, t):
         from .session import _byte_range
 
         return _byte_range(t)
 
-    def name_tensor(self, t):
-        from .naming import name_tensor
-
-        return name_tensor(t)
-
     def to_numpy(self, t):
         return t.detach().cpu().numpy()
 
     def from_numpy(self, a, *, requires_grad: bool = True):
         return torch.from_numpy(a.copy()).requires_grad_(requires_grad)
-
-    def no_grad(self):
-        return torch.no_grad()
 
     def vjp(self, fn, inputs, cotangents):
         outputs = fn(*inputs)
@@ -66,11 +54,6 @@ class TorchAdapter(AdapterBase):
         from ...checks.torch_ops import TORCH
 
         return run_check_op(TORCH, fn, inputs, reference, options)
-
-    def install_coverage_probe(self) -> None:  # capability "coverage": `gradguard fix`'s used-gradient record
-        from .coverage import install_coverage_probe
-
-        install_coverage_probe()
 
     def enrich_error(self, error, session=None):
         from .eager import enrich_eager_error

@@ -1,21 +1,18 @@
 """Writer attribution: name what wrote into saved memory when no version counter moved.
 
-The dispatch-mode write log (``writes.py``) sees every *torch op* that writes, including ``.data`` and
-``from_numpy``/DLPack aliases (same memory). It cannot see writes made below the dispatcher: Triton kernels,
-C++/CUDA extensions writing through ``data_ptr()``, NumPy. This module adds two boundaries where such
-writes can be caught without any cooperation from the writer:
+The write log (``writes.py``) sees every *torch op* that writes, ``.data`` and ``from_numpy``/DLPack aliases
+included, but not writes below the dispatcher: Triton kernels, C++/CUDA extensions writing through ``data_ptr()``,
+NumPy. This module catches those at two boundaries, without any cooperation from the writer:
 
-* ``torch.autograd.Function``: ``Function.apply`` (forward) and ``BackwardCFunction.apply`` (the custom
-  Function's backward) are wrapped while a guard is active. Around each call we hash the saved tensors
-  that share storage with the call's tensors (forward: its tensor arguments; backward: its own saved
-  tensors) and compare afterwards.
-* Triton launches: ``JITFunction.run`` / ``InterpretedFunction.run`` (what ``kernel[grid](...)`` calls,
-  compiled or under ``TRITON_INTERPRET=1``) are wrapped the same way, keyed on the launch's tensor
-  arguments.
+* ``Function.apply`` (forward) and ``BackwardCFunction.apply`` (a custom Function's backward), wrapped while a
+  guard is active: the saved tensors sharing storage with the call's tensors (forward: its tensor arguments;
+  backward: its own saved tensors) are hashed before the call and compared after it.
+* Triton launches (``JITFunction.run`` / ``InterpretedFunction.run``: what ``kernel[grid](...)`` calls, compiled or
+  under ``TRITON_INTERPRET=1``), the same way, keyed on the launch's tensor arguments.
 
-The same Function wrappers, and ``Tensor.register_hook``, also run the hygiene checks of
-``function_hygiene.py`` (ctx attributes, undeclared input writes, writes into shared gradients). Those run
-in every mode, the sentinel included; the hashing of saved memory above only with the write log on.
+The Function wrappers and ``Tensor.register_hook`` also run the hygiene checks of ``function_hygiene.py`` (ctx
+attributes, undeclared input writes, writes into shared gradients) in every mode, the sentinel included; the
+hashing of saved memory above runs only with the write log on.
 
 # NOTE [Only saved memory is hashed]
 # A boundary hashes nothing unless one of the call's tensors shares storage with a tensor currently saved
@@ -49,8 +46,7 @@ from ...core.internal import log_fallback
 from ...core.patching import SharedPatches
 from ...core.frames import LIBRARY_PATHS, caller_context
 from . import compat as _compat, function_hygiene as _function_hygiene, second_order as _second_order
-from .fingerprint import fingerprint as _fingerprint
-from .fingerprint import same as _same
+from .fingerprint import fingerprint as _fingerprint, same as _same
 
 __all__ = ["install", "uninstall", "in_kernel", "maybe_wrap_triton", "snapshot"]
 
@@ -60,10 +56,21 @@ _local = threading.local()
 
 
 def _stack() -> list:
-    stack = getattr(_local, "calls", None)
-    if stack is None:
-        stack = _local.calls = []
-    return stack
+    return _local.__dict__.setdefault("calls", [])
+
+
+def _attributed(session, snap, op: str, skip: int, run, *args):
+    """``run(*args)`` as the boundary ``op`` (the ``via`` of a Triton launch inside); report what it wrote unseen."""
+    stack = _stack()
+    stack.append(op)
+    try:
+        return run(*args)
+    finally:
+        stack.pop()
+        if snap:
+            changed = snap.changed()
+            if changed:
+                _report(session, changed, op=op, via=None, skip=skip + 1)
 
 
 def in_kernel() -> bool:
@@ -83,8 +90,6 @@ def _active():
     return None
 
 
-# -- snapshots -----------------------------------------------------------------------------------------
-
 def _tensors(values) -> list[torch.Tensor]:
     out = []
     for v in values:
@@ -92,10 +97,8 @@ def _tensors(values) -> list[torch.Tensor]:
             out.append(v)
         elif isinstance(v, (list, tuple)):
             out.extend(x for x in v if isinstance(x, torch.Tensor))
-        else:
-            base = getattr(v, "base", None)  # triton.TensorWrapper
-            if isinstance(base, torch.Tensor):
-                out.append(base)
+        elif isinstance(base := getattr(v, "base", None), torch.Tensor):  # triton.TensorWrapper
+            out.append(base)
     return out
 
 
@@ -123,23 +126,18 @@ class Snapshot:
 
     def changed(self) -> list:
         """Records whose bytes changed while their version did not, and that no inner boundary explained."""
-        out = []
         mode = self.session.boundary_mode
-        for record, version, fp, writes_before in self.entries:
-            t = record.tensor
-            if t._version != version:
-                continue  # a visible write: the version check and the write log handle it
-            if len(record.writes or ()) > writes_before:
-                continue  # already attributed (by an inner boundary or the write log)
-            if not _same(_fingerprint(t, mode), fp):
-                out.append(record)
-        return out
+        # A visible write (its version moved) is the version check's and the write log's; a record with more writes
+        # than before was already attributed (by an inner boundary or the write log).
+        return [record for record, version, fp, writes_before in self.entries
+                if record.tensor._version == version and len(record.writes or ()) <= writes_before
+                and not _same(_fingerprint(record.tensor, mode), fp)]
 
 
 def snapshot(session, tensors) -> Snapshot:
     ledger = session.ledger
     mode = session.boundary_mode
-    entries = []
+    entries: list = []
     if mode is None:
         return Snapshot(session, entries)
     seen_storage: set[int] = set()
@@ -201,15 +199,10 @@ def _register_library(obj) -> None:
     if not path:
         return
     parts = os.path.abspath(path).split(os.sep)
-    for marker in ("site-packages", "dist-packages"):
-        if marker in parts:
-            i = parts.index(marker)
-            if i + 1 < len(parts):
-                LIBRARY_PATHS.add(os.sep.join(parts[: i + 2]))
-            return
+    i = next((parts.index(marker) for marker in ("site-packages", "dist-packages") if marker in parts), None)
+    if i is not None and i + 1 < len(parts):
+        LIBRARY_PATHS.add(os.sep.join(parts[: i + 2]))
 
-
-# -- autograd.Function ---------------------------------------------------------------------------------
 
 def _function_apply(original):
     # NOTE [Function.apply is a classmethod before torch 2.14 and a C classmethod_descriptor since]
@@ -228,17 +221,7 @@ def _function_apply(original):
         else:
             _register_library(cls)
             snap = snapshot(session, _tensors(args) + _tensors(kwargs.values()))
-            name = cls.__name__
-            stack = _stack()
-            stack.append(f"{name}.forward")
-            try:
-                result = call(cls, args, kwargs)
-            finally:
-                stack.pop()
-                if snap:
-                    changed = snap.changed()
-                    if changed:
-                        _report(session, changed, op=f"{name}.forward", via=None, skip=2)
+            result = _attributed(session, snap, f"{cls.__name__}.forward", 2, call, cls, args, kwargs)
         if inputs is not None:
             _hygiene("checking a Function's forward", _function_hygiene.after_forward, session, cls, inputs, result)
         return result
@@ -253,10 +236,8 @@ def _backward_apply(original):
         if session is None:
             return original(self, *args)
         shared = _hygiene("checking a Function's backward", _function_hygiene.before_backward, session, self, args)
-        if session.boundary_mode is None:
-            result = original(self, *args)
-        else:
-            result = _attributed_backward(original, session, self, args)
+        result = (original(self, *args) if session.boundary_mode is None
+                  else _attributed_backward(original, session, self, args))
         _hygiene("checking a Function's backward", _function_hygiene.after_backward, session, self, shared)
         return result
 
@@ -290,16 +271,7 @@ def _attributed_backward(original, session, self, args):
         saved = []
     snap = snapshot(session, saved + _tensors(args))
     name = getattr(self._forward_cls, "__name__", type(self).__name__)
-    stack = _stack()
-    stack.append(f"{name}.backward")
-    try:
-        return original(self, *args)
-    finally:
-        stack.pop()
-        if snap:
-            changed = snap.changed()
-            if changed:
-                _report(session, changed, op=f"{name}.backward", via=None, skip=3)
+    return _attributed(session, snap, f"{name}.backward", 3, original, self, *args)
 
 
 def _register_hook(original):
@@ -311,8 +283,6 @@ def _register_hook(original):
     register_hook.__wrapped__ = original
     return register_hook
 
-
-# -- Triton --------------------------------------------------------------------------------------------
 
 def _triton_run(original):
     def run(self, *args, **kwargs):
@@ -380,8 +350,6 @@ def maybe_wrap_triton() -> bool:
         return True
 
 
-# -- lifecycle -----------------------------------------------------------------------------------------
-
 def install(session) -> None:
     with _lock:
         if not _sessions:
@@ -393,9 +361,7 @@ def install(session) -> None:
 
 def uninstall(session) -> None:
     with _lock:
-        for i in range(len(_sessions) - 1, -1, -1):
-            if _sessions[i]() is session or _sessions[i]() is None:
-                del _sessions[i]
+        _sessions[:] = [ref for ref in _sessions if ref() is not session and ref() is not None]
         if not _sessions and _PATCHES.held:
             _PATCHES.release()
             with _second_order._lock:

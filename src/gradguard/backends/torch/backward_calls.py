@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import itertools
 import linecache
 import os
 import sys
@@ -38,9 +39,7 @@ class BackwardCall:
     receiver: "weakref.ref[torch.Tensor] | None"
     version: int  # the receiver's version then: `loss += more` keeps the object but makes another graph
     chain: tuple[SourceLocation, ...]  # user frames, innermost first
-    # The sequence number of the backward's root (NOTE [Finding the crossing by the graph], crossing.py): every
-    # node numbered at or below it existed when this backward ran. None when no node is known.
-    seq: int | None = None
+    seq: int | None = None  # the root's sequence number: NOTE [Finding the crossing by the graph] (crossing.py)
 
 
 _INSTALLED = tuple(os.path.realpath(path) + os.sep for key, path in sysconfig.get_paths().items()
@@ -49,8 +48,8 @@ _INSTALLED = tuple(os.path.realpath(path) + os.sep for key, path in sysconfig.ge
 
 @functools.lru_cache(maxsize=4096)
 def _is_user(filename: str) -> bool:
-    """Frames of the user's own files: not a registered library, not the standard library or an installed package
-    (pytest's and pluggy's frames around a test move on before the error is diagnosed)."""
+    """Not a registered library, the standard library or an installed package (pytest's frames move on before the
+    error is diagnosed)."""
     if LIBRARY_PATHS.is_library(filename) or filename.startswith("<"):
         return filename.startswith("<") and not filename.startswith("<frozen ")  # exec'd or notebook cells count
     return not os.path.realpath(filename).startswith(_INSTALLED)
@@ -61,19 +60,29 @@ def _lookup(expression: str, frame) -> object:
     return evaluate_reference(expression, collections.ChainMap(frame.f_locals, frame.f_globals))  # no copy
 
 
+def loss_of(frame, code: str | None = None) -> tuple[str | None, object]:
+    """(the receiver of the ``.backward()`` call in ``code``, by default ``frame``'s line; its value in ``frame``)."""
+    receiver = _backward_receiver(linecache.getline(frame.f_code.co_filename, frame.f_lineno) if code is None
+                                  else code)
+    return receiver, (_lookup(receiver, frame) if receiver else None)
+
+
 def _location(frame, line: int) -> SourceLocation:
     filename = frame.f_code.co_filename
     return SourceLocation(filename, line, frame.f_code.co_name, linecache.getline(filename, line).strip())
 
 
+def user_frames_of(frame):
+    """The user frames (:func:`_is_user`) from ``frame`` outwards."""
+    while frame is not None:
+        if _is_user(frame.f_code.co_filename):
+            yield frame
+        frame = frame.f_back
+
+
 def user_chain(frame) -> tuple[SourceLocation, ...]:
     """The user (non-library) frames from ``frame`` outwards, as locations with their source line."""
-    chain = []
-    while frame is not None and len(chain) < _CHAIN:
-        if _is_user(frame.f_code.co_filename):
-            chain.append(_location(frame, frame.f_lineno))
-        frame = frame.f_back
-    return tuple(chain)
+    return tuple(_location(f, f.f_lineno) for f in itertools.islice(user_frames_of(frame), _CHAIN))
 
 
 def raised_chain(traceback) -> tuple[SourceLocation, ...]:
@@ -96,8 +105,7 @@ def backward_call(skip: int = 2) -> BackwardCall | None:
         frame = frame.f_back
     if frame is None:
         return None
-    receiver = _backward_receiver(linecache.getline(frame.f_code.co_filename, frame.f_lineno))
-    value = _lookup(receiver, frame) if receiver else None
+    _receiver, value = loss_of(frame)
     if not isinstance(value, torch.Tensor):
         node = torch._C._current_autograd_node()  # the node unpacking: near the root (`accelerator.backward(loss)`)
         return BackwardCall(None, 0, user_chain(frame), node._sequence_nr() if node is not None else None)
@@ -108,22 +116,16 @@ def backward_call(skip: int = 2) -> BackwardCall | None:
 
 def second_call_of_same_loss(calls: list[BackwardCall], loss, chain: tuple[SourceLocation, ...]):
     """``(the earlier backward's own call, the earlier path's statement, the failing path's statement to delete)``:
-    the first user frames, from the outside in, where an earlier backward that started at the same tensor ``loss``
-    took another path; None when no earlier backward started at ``loss``, or it came through the same lines (a
-    loop: not this case)."""
+    the first user frames, from the outside in, where an earlier backward from the same ``loss`` took another path;
+    None when there is none, or it came through the same lines (a loop)."""
     def same(call: BackwardCall) -> bool:
         return call.receiver is not None and call.receiver() is loss and call.version == loss._version
 
     for call in reversed(calls[:-1] if calls and same(calls[-1]) and calls[-1].chain == chain else calls):
         if not same(call):
             continue
-        # innermost first; the first frame (from the outside in) where the chains differ
-        outer_failing, outer_earlier = chain[::-1], call.chain[::-1]
-        for depth, here in enumerate(outer_failing):
-            there = outer_earlier[depth] if depth < len(outer_earlier) else None
-            if there is None or (here.file, here.line) != (there.file, there.line):
-                if there is None:
-                    return None
+        for here, there in zip(chain[::-1], call.chain[::-1]):  # the first frame, from the outside in, that differs
+            if (here.file, here.line) != (there.file, there.line):
                 # the earlier backward's own call: its innermost frame past the lines both calls share inside
                 # (the helper's `loss.backward()`)
                 shared = 0

@@ -1,18 +1,16 @@
 """Bisect mode: pin a silent write that no boundary explained to one op, or to an interval of user lines.
 
-Re-run the code with this mode on (``TorchGuardSession(bisect=True)``, or :func:`bisect` in bisect.py).
-Subscribed to the session's op stream (outside the write log), around every dispatched op it re-checks the fingerprint of every tensor currently saved for backward:
+Re-run the code with ``TorchGuardSession(bisect=True)`` or :func:`bisect` (bisect.py). Subscribed to the op stream
+(outside the write log), around every op it re-checks the fingerprint of every tensor saved for backward:
 
-* bytes changed *during* an op, and the write log did not see that op write there: the op wrote without
-  declaring it (an extension op whose schema lacks ``Tensor(a!)``, a fused kernel): the write is pinned to
-  that op and its user line;
-* bytes changed *between* two ops: no torch op did it (NumPy view, ctypes, DLPack consumer, a C++/CUDA
-  extension called directly). A line tracer on the user's own code re-checks at every line it runs, so the
-  write is pinned to the line that made it, also inside the user's functions (``self.buf_obs[:] = ...`` in
-  ``env.step``, not the next statement after ``env.step(...)``). Where another tracer (a debugger, coverage)
-  owns ``sys.settrace``, gradguard leaves it alone and names the interval between two ops instead.
+* bytes changed *during* an op the write log did not see write there: the op wrote without declaring it (an
+  extension op whose schema lacks ``Tensor(a!)``, a fused kernel): pinned to that op and its user line;
+* bytes changed *between* two ops: no torch op did it (NumPy view, ctypes, DLPack, a C++/CUDA extension). A line
+  tracer on the user's code re-checks at every line, pinning the write to its line, also inside the user's
+  functions (``self.buf_obs[:] = ...`` in ``env.step``). Where another tracer (a debugger, coverage) owns
+  ``sys.settrace``, gradguard leaves it alone and names the interval between two ops instead.
 
-This costs one full hash of every live saved tensor per op: a diagnosis re-run, not a training mode.
+One full hash of every live saved tensor per op: a diagnosis re-run, not a training mode.
 """
 
 from __future__ import annotations
@@ -38,7 +36,8 @@ def _user_file(filename: str) -> bool:
 
 class Bisector:
     """Checks saved tensors' fingerprints before and after every op (see the module docstring): an op-stream
-    subscriber, plus a line tracer on the user's code between ``start()`` and ``stop()``."""
+    subscriber, plus a line tracer on the user's code between ``start()`` and ``stop()``, and the engine's bisect
+    hook at unpack (``check``, ``rebase``: the interval since the last op)."""
 
     def __init__(self, session):
         self._session = weakref.ref(session)
@@ -73,7 +72,7 @@ class Bisector:
             return self._trace_line
         if event in ("line", "return"):
             if self._line is not None:
-                self.check(None, self._line, pinned=True)
+                self._checked(None, self._line, pinned=True)
             if event == "line":
                 self._line = location_of(frame)
             else:  # back in the caller, still on the line that called
@@ -81,7 +80,13 @@ class Bisector:
                 self._line = location_of(caller) if caller is not None and _user_file(caller.f_code.co_filename) else None
         return self._trace_line
 
-    def check(self, op=None, location=None, pinned: bool = False) -> None:
+    def check(self, location) -> None:
+        self._checked(None, location or user_location(3))
+
+    def rebase(self, records) -> None:
+        return None  # the check compares write counts itself
+
+    def _checked(self, op, location, pinned: bool = False) -> None:
         """Compare every live saved tensor with its baseline; attribute the changes; move the baselines."""
         self._in_op += 1
         try:
@@ -116,12 +121,12 @@ class Bisector:
 
     def op(self, func, args, kwargs, call):
         location = user_location(2)
-        self.check(None, location)
+        self._checked(None, location)
         self._in_op += 1
         try:
             out = call(func, args, kwargs)
         finally:
             self._in_op -= 1
-        self.check(func.name().replace("::", "."), location)
+        self._checked(func.name().replace("::", "."), location)
         self._last = location
         return out

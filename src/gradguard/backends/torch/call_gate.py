@@ -298,10 +298,7 @@ _PATCHES = SharedPatches(_patches)
 def install(gate) -> None:
     """Make ``gate`` the one the patched entry points use on this thread (the innermost guard's); patch them once
     per process (reference counted, undone by the last ``uninstall``)."""
-    gates = getattr(_local, "gates", None)
-    if gates is None:
-        gates = _local.gates = []
-    gates.append(gate)
+    _local.__dict__.setdefault("gates", []).append(gate)
     _PATCHES.acquire()
 
 

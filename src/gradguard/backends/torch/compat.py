@@ -30,8 +30,8 @@ import threading
 
 import torch
 
-__all__ = ["GATE_CALLS", "TOP_HOOKS", "SAVED_TENSOR_DATA", "DYNAMO_TRACES_HOOKS", "saved_tensors_hooks_active", "probe_attribute",
-           "probing_unpack"]
+__all__ = ["GATE_CALLS", "TOP_HOOKS", "SAVED_TENSOR_DATA", "DYNAMO_TRACES_HOOKS", "saved_tensors_hooks_active",
+           "probe_attribute", "probing_unpack"]
 
 TOP_HOOKS = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)  # torch >= 2.5
 SAVED_TENSOR_DATA = hasattr(torch._C._autograd.SavedTensor, "data")  # torch >= 2.5

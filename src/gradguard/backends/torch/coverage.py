@@ -57,22 +57,18 @@ class _Recorder:
         """Per backward: ``used``, the keys it reached among the parameters that the steps before the next
         backward update; ``reached``, every optimizer parameter it reached (an edit may move a step)."""
         every: dict[int, str] = {}
+        passes: list[tuple[set, set]] = []  # per backward: (the leaves it reached, those the steps after it update)
         for kind, data in self.events:
-            if kind == "step":  # a parameter two optimizers hold keeps the key of the first that stepped it: the
-                for leaf, key in data.items():  # same in a run whose second optimizer never got to step
-                    every.setdefault(leaf, key)
-        sets: list[dict[str, list[str]]] = []
-        for position, (kind, data) in enumerate(self.events):
-            if kind != "backward":
+            if kind == "backward":
+                passes.append((data, set()))
                 continue
-            stepped: dict[int, str] = {}
-            for later_kind, later in self.events[position + 1:]:
-                if later_kind == "backward":
-                    break
-                stepped.update(later)
-            sets.append({"used": sorted(every[leaf] for leaf in stepped if leaf in data),
-                         "reached": sorted(key for leaf, key in every.items() if leaf in data)})
-        return sets
+            for leaf, key in data.items():  # a parameter two optimizers hold keeps the key of the first that
+                every.setdefault(leaf, key)  # stepped it: the same in a run whose second optimizer never stepped
+            if passes:
+                passes[-1][1].update(data)
+        return [{"used": sorted(every[leaf] for leaf in stepped if leaf in reached),
+                 "reached": sorted(key for leaf, key in every.items() if leaf in reached)}
+                for reached, stepped in passes]
 
     def write(self) -> None:
         with open(self.path, "w", encoding="utf-8") as handle:

@@ -1,6 +1,6 @@
 """Which tensor crosses from a graph an earlier backward freed into the graph backpropagated now, read from the
-graphs themselves, whatever holds it: a variable in any of the user's frames, an element of a list or dict, an
-attribute of a module (a spiking neuron's membrane, an LSTM's state) or of another object (a trainer's data).
+graphs themselves, whatever holds it: a variable in any user frame, an element of a list or dict, an attribute
+of a module (a spiking neuron's membrane, an LSTM's state) or of another object (a trainer's data).
 
 # NOTE [Finding the crossing by the graph]
 # Autograd numbers its nodes in creation order (per thread; the forward and, on CPU, the backward run on the
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import itertools
 import linecache
 from dataclasses import dataclass
 
@@ -69,7 +70,6 @@ def _old_boundary(root, threshold: int) -> set:
 
 def _ran_before(boundary: set, node_sites: dict) -> set:
     """The boundary nodes an earlier backward pass ran through, when the session's notes tell them apart; else all.
-
     # NOTE [An old graph is not a freed one]
     # A node made before the latest earlier backward may still be alive: that backward never reached it (it went
     # through a `.detach()`d copy: vqtorch's codebook update backpropagates the codebook, not the encoder). The
@@ -97,9 +97,7 @@ def _tensors(value, path: str, kind: str, depth: int, seen: set):
         if value.grad_fn is not None:
             yield path, value, kind
         return
-    if depth >= _DEPTH or id(value) in seen:
-        return
-    children = _children(value, path, kind)
+    children = None if depth >= _DEPTH or id(value) in seen else _children(value, path, kind)
     if children is None:
         return
     seen.add(id(value))
@@ -108,7 +106,7 @@ def _tensors(value, path: str, kind: str, depth: int, seen: set):
 
 
 def _children(value, path: str, kind: str):
-    """(value, path, kind) for what the container ``value`` holds, lazily; None when it is no container."""
+    """(value, path, kind) for what ``value`` holds, lazily; None when it is no container."""
     if isinstance(value, (list, tuple, dict)):
         return _elements(value, path, "element" if kind == "variable" else kind)
     if isinstance(value, torch.nn.Module):
@@ -129,11 +127,8 @@ def _elements(value, path: str, kind: str):
 
 
 def _module_members(value, path: str):
-    for count, (prefix, module) in enumerate(value.named_modules()):
-        if count >= _MODULES:
-            break
-        # buffers too: a cache kept with register_buffer (`self.register_buffer("cached", freqs)`) carries the
-        # graph it was made in as a plain attribute does (parameters are leaves: they carry none)
+    for prefix, module in itertools.islice(value.named_modules(), _MODULES):
+        # buffers too: a register_buffer cache carries the graph it was made in (parameters are leaves: none)
         members = {**vars(module), **module._buffers}
         for attribute, member in members.items():
             if not attribute.startswith("_") and isinstance(member, (torch.Tensor, list, tuple)):
@@ -142,7 +137,7 @@ def _module_members(value, path: str):
 
 
 def _holders(frames):
-    """(path, tensor, kind, frame) for the graph-carrying tensors the user's frames hold, innermost frame first."""
+    """(path, tensor, kind, frame) for the graph-carrying tensors the user's frames hold, innermost first."""
     seen: set = set()
     for frame in frames:
         for name, value in list(frame.f_locals.items()):
@@ -154,8 +149,7 @@ def _holders(frames):
 
 def _class_statement(module: torch.nn.Module, lines) -> SourceLocation | None:
     """The statement of a method of ``module``'s class that ``lines(def node)`` picks: the last in ``forward``
-    first, else the last. Read through the methods' code objects, which know their file even for a class made by
-    ``exec`` (where ``inspect.getsource`` of the class cannot find it)."""
+    first, else the last. Read through the methods' code objects, which know their file even under ``exec``."""
     best = None
     for cls in type(module).__mro__:
         if cls.__module__.startswith("torch."):
@@ -174,9 +168,8 @@ def _class_statement(module: torch.nn.Module, lines) -> SourceLocation | None:
 
 
 def _class_read(module: torch.nn.Module, attribute: str) -> SourceLocation | None:
-    """The statement in a method of ``module``'s class that hands ``self.<attribute>`` on as a value (``return
-    self.cache[:n]``, ``out = self.state * x``; not ``self.cache.shape``): where state that no statement of the
-    class assigns (a ``register_buffer`` or ``setattr`` cache) flows back into the computation."""
+    """The statement of ``module``'s class that hands ``self.<attribute>`` on as a value (``return self.cache[:n]``,
+    not ``self.cache.shape``): where state no statement of the class assigns flows back into the computation."""
     wanted = f"self.{attribute}"
     return _class_statement(module, lambda node: (
         statement.lineno for statement in ast.walk(node)
@@ -185,7 +178,7 @@ def _class_read(module: torch.nn.Module, attribute: str) -> SourceLocation | Non
 
 
 def _value_uses(value: ast.expr):
-    """The attribute references in ``value`` used as tensors: not the object of a further attribute (``.shape``)."""
+    """The attribute references in ``value`` that are not the object of a further attribute (``.shape``)."""
     parents = {id(child): parent for parent in ast.walk(value) for child in ast.iter_child_nodes(parent)}
     for node in ast.walk(value):
         if isinstance(node, ast.Attribute) and not isinstance(parents.get(id(node)), ast.Attribute):
@@ -229,8 +222,7 @@ def _module_of(path: str, frames) -> tuple[torch.nn.Module, str] | None:
 
 
 def _read_back(path: str, kind: str, frames, made: SourceLocation | None) -> SourceLocation | None:
-    """For module state its class never assigns (``_made`` found no assignment: ``made`` is None), where the class
-    reads it back (``_class_read``)."""
+    """For module state its class never assigns (``made`` is None), where the class reads it back."""
     found = _module_of(path, frames) if kind == "module attribute" and made is None else None
     return _class_read(*found) if found is not None else None
 
@@ -279,7 +271,7 @@ def _freed_by(calls, seq: int) -> SourceLocation | None:
 
 def find_crossing(loss: torch.Tensor, frames: list, calls: list, node_sites: dict) -> Crossing | None:
     """The tensor by which ``loss``'s graph reaches a graph an earlier recorded backward ran, or the loss itself
-    when its own graph is that old one; None when the backward calls recorded say nothing about it."""
+    when its own graph is that old one; None when the recorded backward calls say nothing about it."""
     root = loss.grad_fn
     if root is None:
         return None

@@ -85,11 +85,7 @@ def parameters_before(module: torch.nn.Module) -> list | None:
         return None
     parameters = {id(p): p for p in module._parameters.values() if p is not None and p.requires_grad}
     for target, _line, _text in statements:  # `self.fc.weight.data.div_(...)`: a submodule's parameter
-        try:
-            value = evaluate_reference(target, {"self": module})
-        except Exception as error:  # a local alias (`w = self.weight`): one of the module's own, taken above
-            log_fallback("torch.data_in_forward", f"resolving {target}", error)
-            continue
+        value = _resolve(target, module)  # None for a local alias: one of the module's own, taken above
         if isinstance(value, torch.nn.Parameter) and value.requires_grad:
             parameters[id(value)] = value
     return [(p, p.data_ptr(), p.detach().clone()) for p in parameters.values()]
@@ -123,7 +119,7 @@ def _changed(module: torch.nn.Module, parameter: torch.Tensor) -> Finding:
     """The finding for one parameter the forward changed and used: its write and its first use after it."""
     code = type(module).forward.__code__
     statements = _forward_statements(module)
-    target, line, text = next((s for s in statements if _evaluates_to(s[0], module, parameter)), statements[0])
+    target, line, text = next((s for s in statements if _resolve(s[0], module) is parameter), statements[0])
     filename = code.co_filename
     # the parameter, or the submodule holding it (`self.fc(x)` uses `self.fc.weight`), read after the write
     parts = target.split(".")
@@ -136,12 +132,14 @@ def _changed(module: torch.nn.Module, parameter: torch.Tensor) -> Finding:
     return _finding(parameter, target, SourceLocation(filename, line, code.co_name, text), used, module)
 
 
-def _evaluates_to(target: str, module, parameter) -> bool:
+def _resolve(target: str, module):
+    """``target`` (``self.fc.weight``) evaluated on ``module``; None for a local alias (`w = self.weight`), which is
+    not known outside the forward."""
     try:
-        return evaluate_reference(target, {"self": module}) is parameter
-    except Exception as error:  # a local alias (`w = self.weight`): not known outside the forward
+        return evaluate_reference(target, {"self": module})
+    except Exception as error:
         log_fallback("torch.data_in_forward", f"resolving {target}", error)
-        return False
+        return None
 
 
 def _finding(parameter, target: str, where: SourceLocation, used: SourceLocation, module,

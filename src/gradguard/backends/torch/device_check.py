@@ -25,7 +25,7 @@ import torch
 from ...core.engine import SavedRecord
 from ...core.facts import Facts
 from ...core.diagnosis import saves_running_stat
-from .fingerprint import bits
+from .fingerprint import bits, same
 from .graph import _unpacking_argument, node_name
 
 __all__ = ["defer"]
@@ -71,10 +71,9 @@ def defer(session, record, now) -> bool:
         argument = _unpacking_argument(node, record)
         if saves_running_stat(name, argument) and getattr(node, "_saved_training", True) is not False:
             return True  # a training-mode BatchNorm's running stats: a change is allowed, nothing to compare
-    # A leaf (a parameter) stays alive anyway, and the write log's records must keep their writes: keep the record.
-    # An activation's record would keep its memory alive to the end of the pass: keep what the finding needs of it
-    # (its class, version, place and rarely set fields, and the tensor's shape, dtype and device), not the record,
-    # in the entry's own tuple (one object per entry: NOTE [Few objects per saved tensor]).
+    # A leaf stays alive anyway, and the write log's records must keep their writes: keep the record. An
+    # activation's record would keep its memory alive to the end of the pass: keep what the finding needs of it
+    # (see _Pass), in the entry's own tuple (one object per entry: NOTE [Few objects per saved tensor]).
     if record.where.producer == "leaf" or session.track_writes or record.writes is not None:
         pending.entries.append((record.fp, now, record, name, argument))
     else:
@@ -86,9 +85,7 @@ def defer(session, record, now) -> bool:
 
 def _pass_of(session, task: int) -> _Pass:
     """The queue of backward pass ``task`` (made, with its end-of-pass callback, on the pass's first unpack)."""
-    passes = session.__dict__.get("_device_passes")
-    if passes is None:
-        passes = session._device_passes = {}
+    passes = session.__dict__.setdefault("_device_passes", {})
     pending = passes.get(task)
     if pending is None:
         if len(passes) >= _MAX_PASSES:
@@ -101,23 +98,20 @@ def _pass_of(session, task: int) -> _Pass:
 
 def _flush(session, task: int) -> None:
     """The end of one backward pass: compare its queued pairs with one host read; raise for the first changed."""
-    passes = getattr(session, "_device_passes", None)
-    pending = passes.pop(task, None) if passes is not None else None
+    pending = session.__dict__.get("_device_passes", {}).pop(task, None)
     if session.__dict__.get("_device_pass") is pending:
         session._device_pass = None
     if pending is None or not pending.entries:
         return
-    entries = pending.entries
-    pending.entries = []
+    entries, pending.entries = pending.entries, []
     changed = _changed(entries)
     if not changed:
         return
     entry = changed[0]
     old, record, name, argument = entry[0], entry[2], entry[3], entry[4]
-    if record is None:  # released by backward: a stand-in record over a tensor of its shape and dtype
+    if record is None:  # released by backward: a stand-in record over one element expanded to the tensor's shape
         kind, version, where, seldom, shape, dtype, device = entry[5:]
         stand_in = SavedRecord.__new__(kind)
-        # a tensor of the released one's shape, dtype and device over one element of memory
         stand_in.tensor = torch.empty((), dtype=dtype, device=device).expand(shape)
         stand_in.version, stand_in.fp = version, old
         stand_in.where, stand_in._seldom = where, seldom
@@ -137,14 +131,11 @@ def _changed(entries: list) -> list:
         old, now = entry[0], entry[1]
         dtype, shape = old.dtype, old.shape
         if dtype != now.dtype or shape != now.shape:  # another layout came back: changed, no read needed
-            return [entry] + [e for e in entries if e is not entry and not _same(e)]
+            return [entry] + [e for e in entries if e is not entry and not same(e[0], e[1])]
         key = (old.device, dtype, shape[1:])  # torch.cat joins tensors alike but in their first dimension
-        group = groups.get(key)
-        if group is None:
-            groups[key] = ([old], [now])
-        else:
-            group[0].append(old)
-            group[1].append(now)
+        olds, nows = groups.setdefault(key, ([], []))
+        olds.append(old)
+        nows.append(now)
     flags: dict = {}  # device -> one flag per dtype
     with torch._C._DisableTorchDispatch():
         for (device, _dtype, _rest), (olds, nows) in groups.items():
@@ -152,11 +143,5 @@ def _changed(entries: list) -> list:
         for per_dtype in flags.values():
             flag = per_dtype[0] if len(per_dtype) == 1 else torch.stack(per_dtype).any()  # one read per device
             if flag.item():  # the pass's single host read (one per device the pass saved on)
-                return [entry for entry in entries if not _same(entry)]
+                return [entry for entry in entries if not same(entry[0], entry[1])]
     return []
-
-
-def _same(entry) -> bool:
-    old, now = entry[0], entry[1]
-    with torch._C._DisableTorchDispatch():
-        return old.dtype == now.dtype and old.shape == now.shape and bool(torch.equal(bits(old), bits(now)))

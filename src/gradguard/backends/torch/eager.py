@@ -1,15 +1,15 @@
 """Errors PyTorch raises eagerly (at the write, or at a second backward): add what it does not say.
 
-PyTorch checks these in its autograd kernels before any Python hook or mode sees the op, so the guard
-recognises them by message when they leave the guarded block, and reads the user's frame to name the tensor.
-This probe only gathers what happened (``Facts.eager_check`` and the facts after it); the rows of
-``core/eager_rules.py`` say why and how to fix it.
+PyTorch checks these in its autograd kernels before any Python hook or mode sees the op, so the guard recognises
+them by message when they leave the guarded block and reads the user's frame to name the tensor. This probe only
+gathers what happened (``Facts.eager_check`` and after); the rows of ``core/eager_rules.py`` say why and the fix.
 """
 
 from __future__ import annotations
 
 import ast
 import collections
+import itertools
 import linecache
 import re
 
@@ -21,12 +21,12 @@ from ...core.facts import CrossingTensor, Facts
 from ...core.findings import Finding, SaveSite, SourceLocation, TensorInfo, WriteRecord
 from ...core.frames import innermost_user_entry
 from ...core.fixes import assigned_names, carried_state, statement_code
-from ...core.source_ast import (parse_file, statement_at, accumulations, assignment_before, callee_of,
+from ...core.source_ast import (statement_at, accumulations, assignment_before, callee_of,
                                  dotted_reference, resets_between, written_expression, written_reference)
-from .backward_calls import _backward_receiver, _is_user, _lookup, raised_chain, second_call_of_same_loss
+from .backward_calls import _backward_receiver, _lookup, loss_of, raised_chain, second_call_of_same_loss, user_frames_of
 from .crossing import Crossing, find_crossing
 from .graph import _reaches_any, walk_nodes
-from .loss_site import forward_before_loop
+from .loss_site import forward_before_loop, innermost_loop
 from .naming import first_tensor_step, name_tensor, tensor_info
 from ...core.internal import log_fallback
 
@@ -50,9 +50,8 @@ def _describe(tensor, expression: str | None) -> TensorInfo:
         role = "leaf" if tensor.is_leaf else ("view" if tensor._is_view() else "activation")
         name = expression
     elif expression and "." in expression and name and name.split(".", 1)[0] != expression.split(".", 1)[0]:
-        # The heap scan names modules by the variable in the user's frames, which are gone once the error
-        # has left them (it falls back to the class name, "Embedding.weight"); the expression the user wrote
-        # ("embedding.weight") is what they will recognise.
+        # The heap scan names modules by the variables of the user's frames, gone once the error has left them
+        # ("Embedding.weight"); the expression the user wrote ("embedding.weight") is what they will recognise.
         name = expression
     return tensor_info(tensor, name, role)
 
@@ -107,15 +106,13 @@ class _Site:
             # `hx[idx]` was made where the container `hx` was: the reference up to its first index
             bound = self.expression.split("[", 1)[0]
             made = assignment_before(filename, line, bound)
-            # assignment_before also matches `w.grad = ...` for `w` (it collects every name inside a target);
-            # only a statement that binds the expression itself says where the tensor was made.
+            # assignment_before also matches `w.grad = ...` for `w`: only a statement binding the expression counts
             if made is not None and bound in assigned_names(statement_code(made)):
                 self.made = made
 
 
 def _written(filename: str, line: int, frame) -> str | None:
-    """The reference written on the line, a ``getattr(module, name)`` receiver spelt as the attribute it reaches
-    in the writing frame (``module.weight``)."""
+    """The reference written on the line, a ``getattr(module, name)`` receiver spelt as ``module.weight``."""
     expression = written_expression(filename, line, dynamic=True)
     if expression is not None and "getattr(" in expression:
         return dotted_reference(expression, collections.ChainMap(frame.f_locals, frame.f_globals))
@@ -126,9 +123,8 @@ def _written(filename: str, line: int, frame) -> str | None:
 
 
 def _view_named_by_error(error: BaseException, filename: str, line: int, frame) -> str | None:
-    """The variable on the line whose tensor is the view PyTorch's message names ("Output 1 of
-    SplitWithSizesBackward0 is a view ..."), when the write itself happens inside a call (an in-place module,
-    ``self.relu(x)``) and the line writes no expression of its own; None unless exactly one matches."""
+    """The variable on the line whose tensor is the view PyTorch's message names ("Output 1 of SplitWithSizesBackward0
+    is a view ..."), for a write inside a call (``self.relu(x)``); None unless exactly one matches."""
     match = _MULTI_VIEW.search(str(error))
     stmt = statement_at(filename, line) if match else None
     if stmt is None:
@@ -175,20 +171,18 @@ def _freed(node) -> bool:
 
 
 def _freed_saver(site, session, current: int, latest) -> tuple[str, SourceLocation, SourceLocation | None] | None:
-    """(node, forward line, the user's call around it) of the node of the failing graph that an earlier backward pass freed, nearest to
-    where the graphs meet (the latest made); None when no earlier pass under this guard unpacked it.
+    """(node, forward line, the user's call around it) of the node of the failing graph an earlier backward pass
+    freed, nearest to where the graphs meet; None when no earlier pass under this guard unpacked it.
     NOTE [Where a freed graph was made] (session.py)."""
     sites = session.node_sites
     if not sites or site.frame is None:
         return None
-    receiver = _backward_receiver(site.code)
-    loss = _lookup(receiver, site.frame) if receiver else None
+    loss = loss_of(site.frame, site.code)[1]
     if not isinstance(loss, torch.Tensor) or loss.grad_fn is None:
         return None
     # ``current``, ``latest``: the pass count and the latest backward line when the error arrived. Nodes the
-    # failing backward itself ran (and freed) carry the latest pass. When that backward unpacked
-    # nothing (its first saved tensor was already freed) the latest pass is the earlier backward's: the latest
-    # backward line recorded is then not the failing one. In a loop both are one line: only older passes count.
+    # failing backward ran carry the latest pass, unless it unpacked nothing (its first saved tensor was already
+    # freed): then the latest backward line is not the failing one. In a loop both are one line: only older count.
     failing_unpacked = latest is None or site.location is None or (latest.file, latest.line) == (
         site.location.file, site.location.line)
     best = None
@@ -202,12 +196,11 @@ def _freed_saver(site, session, current: int, latest) -> tuple[str, SourceLocati
 
 
 def _crossing_tensor(site: _Site, earlier: SourceLocation | None) -> Crossing | None:
-    """Find the user variable whose graph an earlier backward freed and that the failing loss depends on,
-    where it was made, and (between that and the earlier backward) the call that fed it into that backward."""
+    """The user variable whose freed graph the failing loss depends on, where it was made, and the call that fed
+    it into the earlier backward."""
     if site.frame is None or site.location is None:
         return None
-    receiver = _backward_receiver(site.code)
-    loss = _lookup(receiver, site.frame) if receiver else None
+    receiver, loss = loss_of(site.frame, site.code)
     if not isinstance(loss, torch.Tensor) or loss.grad_fn is None:
         return None
     # the nodes whose saved tensors are gone (freed by an earlier backward, or by the failing one on its way there)
@@ -226,18 +219,16 @@ def _crossing_tensor(site: _Site, earlier: SourceLocation | None) -> Crossing | 
 
 
 def _crossing_candidates(site: _Site, receiver: str | None, freed: set, earlier: SourceLocation | None):
-    """(line made, name, where made, tensor) for each graph-carrying variable in the failing frame whose graph
-    reaches what an earlier backward freed, made before that backward ran."""
+    """(line made, name, where made, tensor) for each variable in the failing frame whose graph reaches what an
+    earlier backward freed, made before that backward ran."""
     scope = {**site.frame.f_globals, **site.frame.f_locals}
     filename, line = site.location.file, site.location.line
-    # When the earlier backward is this statement in an earlier iteration, a tensor assigned unconditionally in
-    # the loop body was recomputed since (a fresh graph); one assigned under an `if` (`if first is None: first =
-    # out`) or outside the loop may still hold the old graph.
+    # When the earlier backward is this statement in an earlier iteration, a tensor assigned unconditionally in the
+    # loop body was recomputed since; one assigned under an `if` or outside the loop may still hold the old graph.
     every_iteration = _assigned_every_iteration(filename, line) if earlier is not None and (
         earlier.file, earlier.line) == (filename, line) else frozenset()
     for name, value, binding in _graph_tensors(scope):
-        # State kept on a module (`self.hidden`) is replaced by every forward: its new value's graph runs back
-        # through the old value into the freed graph.
+        # module state (`self.hidden`), replaced by every forward: its new graph runs back into the freed one
         if name == receiver or (value.grad_fn not in freed and not (
                 binding.startswith("self.") and _reaches_any(value.grad_fn, freed))):
             continue
@@ -252,29 +243,20 @@ def _crossing_candidates(site: _Site, receiver: str | None, freed: set, earlier:
 
 def _crossing_by_graph(site: _Site, session):
     """NOTE [Finding the crossing by the graph] (crossing.py), from the failing backward's user frames outwards."""
-    frames, frame = [], site.frame
-    while frame is not None and len(frames) < 32:
-        if _is_user(frame.f_code.co_filename):
-            frames.append(frame)
-        frame = frame.f_back
+    frames = list(itertools.islice(user_frames_of(site.frame), 32))
     # The innermost user frame may be a custom Function's backward reading its freed ctx.saved_tensors: the
     # loss is the receiver in the first frame, outwards, whose line calls .backward().
-    loss = None
     for index, frame in enumerate(frames):
-        receiver = _backward_receiver(linecache.getline(frame.f_code.co_filename, frame.f_lineno))
-        loss = _lookup(receiver, frame) if receiver else None
+        loss = loss_of(frame)[1]
         if isinstance(loss, torch.Tensor):
-            frames = frames[index:]
-            break
-    if not isinstance(loss, torch.Tensor):
-        return None
-    return find_crossing(loss, frames, list(getattr(session, "backward_calls", ())),
-                         getattr(session, "node_sites", None) or {})
+            return find_crossing(loss, frames[index:], list(getattr(session, "backward_calls", ())),
+                                 getattr(session, "node_sites", None) or {})
+    return None
 
 
 def _graph_tensors(scope: dict):
-    """(name, tensor, how its assignment is written) for every tensor in ``scope`` that carries a graph: plain
-    variables, and tensor attributes of modules in scope (``model.c``, assigned as ``self.c`` in a method)."""
+    """(name, tensor, how its assignment is written) for every graph-carrying tensor in ``scope``: variables, and
+    tensor attributes of modules (``model.c``, assigned as ``self.c``)."""
     for name, value in scope.items():
         if isinstance(value, torch.Tensor) and value.grad_fn is not None:
             yield name, value, name
@@ -288,16 +270,9 @@ def _graph_tensors(scope: dict):
 
 
 def _assigned_every_iteration(filename: str, line: int) -> frozenset[int]:
-    """Lines of the statements that run in every iteration of the innermost ``for``/``while`` around ``line``:
-    its body's own statements and those of ``with`` blocks in it, not branches (``if``/``try``) or nested loops."""
-    tree = parse_file(filename)
-    if tree is None:
-        return frozenset()
-    loop = None
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.For, ast.While, ast.AsyncFor)) and node.lineno < line <= (node.end_lineno or 0):
-            if loop is None or node.lineno > loop.lineno:
-                loop = node
+    """Lines of the statements that run in every iteration of the innermost loop around ``line``: its body's and
+    its ``with`` blocks', not branches or nested loops."""
+    loop = innermost_loop(filename, line, (ast.For, ast.While, ast.AsyncFor), lambda loop: loop.lineno + 1)
     if loop is None:
         return frozenset()
     lines: set[int] = set()
@@ -322,8 +297,8 @@ def _first_call_with(filename: str, start: int, stop: int, name: str):
 
 
 def _accumulated_without_reset(site: _Site, earlier):
-    """(name, first accumulation, accumulation after the earlier backward, its loop) when the failing backward's
-    loss accumulates across the earlier backward without a reset (corpus 061: SAM's two passes), else None."""
+    """(name, first accumulation, accumulation after the earlier backward, its loop) when the failing loss
+    accumulates across the earlier backward without a reset (corpus 061: SAM's two passes), else None."""
     if site.frame is None or site.location is None or earlier is None or earlier.file != site.location.file:
         return None
     receiver = _backward_receiver(site.code)
@@ -367,9 +342,8 @@ class _TwiceCase:
         return [c for c in carried_state(self.location) if _carries_graph(scope.get(c.name))]
 
     def _earlier(self, sites: list):
-        # In a loop the earlier backward is the same line one iteration ago (carried state); otherwise the
-        # failing backward is recorded too (it unpacked its new graph before reaching the freed one), so the
-        # earlier backward is the latest one on another line.
+        # In a loop the earlier backward is the same line (carried state); otherwise the failing backward is
+        # recorded too (it unpacked its new graph first): the earlier one is the latest on another line.
         earlier = sites[-1] if sites else None
         location = self.location
         if not self.carried and location is not None:
@@ -385,8 +359,7 @@ class _TwiceCase:
             return None
         site = self.site
         try:  # NOTE [The same loss backpropagated twice]
-            self.receiver = _backward_receiver(site.code)
-            self.loss = _lookup(self.receiver, site.frame) if self.receiver else None
+            self.receiver, self.loss = loss_of(site.frame, site.code)
             if isinstance(self.loss, torch.Tensor):
                 return second_call_of_same_loss(list(getattr(self.session, "backward_calls", ())), self.loss,
                                                 raised_chain(self.error.__traceback__))
@@ -426,10 +399,9 @@ class _TwiceCase:
             return crossing
         if self.carried or self.hoisted is not None or self.same_loss is not None:
             return None
-        # The search by name still decides where the graph's finds nothing: a `with gradguard.guard():` in the frame
-        # of the failing backward (that frame's f_lineno is then the `with` line, so _crossing_by_graph finds no
-        # receiver; the name search reads the traceback's line), and a module keeping a tuple of states
-        # (`self.hidden = (h, c)`, corpus 015: crossing._module_of raises on `model.hidden[0]`).
+        # The search by name decides where the graph's finds nothing: a `with gradguard.guard():` in the failing
+        # backward's frame (its f_lineno is the `with` line; the name search reads the traceback's), and a module
+        # keeping a tuple of states (`self.hidden = (h, c)`, corpus 015: _module_of raises on `model.hidden[0]`).
         try:
             return _crossing_tensor(self.site, earlier)
         except RuntimeError:  # reading the graph failed: the plain diagnosis below still stands
@@ -455,8 +427,8 @@ def _twice_saved_at(case: _TwiceCase, passes) -> SaveSite:
 
 
 def _twice_tensor(case: _TwiceCase) -> TensorInfo:
-    """The tensor the first explanation that fits is about (in order of how much each one knows); the
-    explanations that know where the freed graph was made set ``case.saved_at``."""
+    """The tensor of the first explanation that fits (the one that knows most first); those that know where the
+    freed graph was made set ``case.saved_at``."""
     site, location = case.site, case.location
     if case.carried:
         state = case.carried[0]

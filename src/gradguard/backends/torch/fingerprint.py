@@ -49,6 +49,14 @@ def _permuted_dense(t: torch.Tensor) -> bool:
     return True
 
 
+def _keep(cache: dict, limit: int, key, value):
+    """Store ``value`` under ``key`` in a cache that is emptied when it reaches ``limit`` entries; return it."""
+    if len(cache) >= limit:
+        cache.clear()
+    cache[key] = value
+    return value
+
+
 def _span_elements(t: torch.Tensor) -> int:
     return 1 + sum((size - 1) * abs(stride) for size, stride in zip(t.shape, t.stride()) if size > 0)
 
@@ -91,9 +99,8 @@ def _dense_bytes(t: torch.Tensor) -> torch.Tensor:
 
 
 def _sample(raw: torch.Tensor) -> torch.Tensor:
-    if raw.numel() <= SAMPLE_BYTES:
-        return raw
-    return torch.cat([raw[start:end] for start, end in sample_spans(raw.numel())])  # both ends included
+    n = raw.numel()
+    return raw if n <= SAMPLE_BYTES else torch.cat([raw[start:end] for start, end in sample_spans(n)])  # both ends
 
 
 _WEIGHTS: dict[tuple[str, int], torch.Tensor] = {}
@@ -112,10 +119,8 @@ def device_digest(raw: torch.Tensor) -> torch.Tensor:
     key = (str(raw.device), n8)
     weights = _WEIGHTS.get(key)
     if weights is None:
-        weights = torch.arange(1, n8 + 1, device=raw.device, dtype=torch.int64) * -7046029254386353131 | 1
-        if len(_WEIGHTS) > 64:
-            _WEIGHTS.clear()
-        _WEIGHTS[key] = weights
+        weights = _keep(_WEIGHTS, 65, key, torch.arange(1, n8 + 1, device=raw.device, dtype=torch.int64)
+                        * -7046029254386353131 | 1)
     return torch.stack([(words * weights).sum(), words.sum(), tail.sum()])
 
 
@@ -125,16 +130,9 @@ _STRIDED = torch.strided
 
 def _is_block(t: torch.Tensor) -> bool:
     """True when ``t``'s elements fill one gap-free block of memory (contiguous, transposed, channels_last)."""
-    if t.is_contiguous():
-        return True
-    span = 1
-    for size, stride in zip(t.shape, t.stride()):
-        if stride < 0:
-            return False
-        span += (size - 1) * stride
     # A span equal to numel is necessary (cheap reject for gapped views such as LSTMCell's gate chunks);
     # _permuted_dense rules out overlaps.
-    return span == t.numel() and _permuted_dense(t)
+    return t.is_contiguous() or min(t.stride()) >= 0 and _span_elements(t) == t.numel() and _permuted_dense(t)
 
 
 _BYTE_ARRAYS: dict[int, type] = {}  # nbytes -> ctypes array type: a model saves a few sizes, many times
@@ -143,9 +141,7 @@ _BYTE_ARRAYS: dict[int, type] = {}  # nbytes -> ctypes array type: a model saves
 def _bytes_at(ptr: int, nbytes: int):
     array = _BYTE_ARRAYS.get(nbytes)
     if array is None:  # ``c_char * n`` builds (or looks up) the type each time: ~0.1 us more per hash
-        if len(_BYTE_ARRAYS) >= 4096:
-            _BYTE_ARRAYS.clear()
-        array = _BYTE_ARRAYS[nbytes] = ctypes.c_char * nbytes
+        array = _keep(_BYTE_ARRAYS, 4096, nbytes, ctypes.c_char * nbytes)
     return array.from_address(ptr)
 
 
@@ -206,9 +202,7 @@ def _layout(t: torch.Tensor) -> str:
             kind = _OVERLAP
         else:
             kind = _GAPPED
-        if len(_LAYOUTS) >= 4096:
-            _LAYOUTS.clear()
-        _LAYOUTS[key] = kind
+        _keep(_LAYOUTS, 4096, key, kind)
     return kind
 
 
@@ -263,29 +257,10 @@ def _sample_index(n: int, itemsize: int, device) -> torch.Tensor:
     if index is None:
         spans = sample_spans(n * itemsize)
         with torch._C._DisableTorchDispatch():
-            index = torch.cat([torch.arange(start // itemsize, -(-end // itemsize), dtype=torch.int64)
-                               for start, end in spans]).to(device)
-        if len(_SAMPLE_INDEX) >= 1024:
-            _SAMPLE_INDEX.clear()
-        _SAMPLE_INDEX[key] = index
+            index = _keep(_SAMPLE_INDEX, 1024, key, torch.cat([
+                torch.arange(start // itemsize, -(-end // itemsize), dtype=torch.int64) for start, end in spans
+            ]).to(device))
     return index
-
-
-_BLOCKS: dict[tuple, int | None] = {}  # (shape, strides) -> the lowest element's offset from the view's, or None
-
-
-def _block_offset(t: torch.Tensor):
-    """How far below ``t``'s first element its lowest one lies, when ``t`` fills one gap-free block (contiguous,
-    transposed, channels_last, flipped); None otherwise. Cached per layout."""
-    key = (t.shape, t.stride())
-    found = _BLOCKS.get(key, False)
-    if found is False:
-        found = (sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()) if stride < 0)
-                 if _is_block(t) else None)
-        if len(_BLOCKS) >= 4096:
-            _BLOCKS.clear()
-        _BLOCKS[key] = found
-    return found
 
 
 def device_sample(t: torch.Tensor):
@@ -322,16 +297,15 @@ _as_strided_copy = torch.as_strided_copy  # as_strided and clone in one call fro
 
 
 def _plan(t: torch.Tensor, n: int, itemsize: int) -> tuple:
-    low = _block_offset(t)
+    block = _is_block(t)  # a block has no negative stride: its lowest element is its first
     if n * itemsize <= SAMPLE_BYTES:
-        if low is None:  # a gapped or broadcast view: its values packed (take is one launch too, ~5x slower on a CPU)
+        if not block:  # a gapped or broadcast view: its values packed (take is one launch too, ~5x slower on a CPU)
             return (_CLONE_PACKED,)
         if not t.dim():  # a 0-dim tensor: 1-D, so that samples can be joined
-            return (_FLAT, low)
+            return (_FLAT,)
         return (_CLONE,) if t.is_contiguous() else (_CLONE_PACKED,)  # the block's elements, in logical order
-    if low is not None:  # 16 evenly spaced windows of the block, the last one ending at its last element
-        step, length = _windows(n, itemsize)
-        return (_WINDOWS, low, step, length)
+    if block:  # 16 evenly spaced windows of the block, the last one ending at its last element
+        return (_WINDOWS, *_windows(n, itemsize))
     return (_TAKE,)
 
 
@@ -341,19 +315,16 @@ def _device_sample(t: torch.Tensor, n: int) -> torch.Tensor:
     key = (t.shape, t.stride(), t.element_size())
     plan = _PLANS.get(key)
     if plan is None:
-        plan = _plan(t, n, key[2])
-        if len(_PLANS) >= 4096:
-            _PLANS.clear()
-        _PLANS[key] = plan
+        plan = _keep(_PLANS, 4096, key, _plan(t, n, key[2]))
     kind = plan[0]
     if kind is _CLONE:  # the common case
         return t.clone()
     if kind is _CLONE_PACKED:
         return t.clone(memory_format=_CONTIGUOUS)
     if kind is _WINDOWS:
-        return _as_strided_copy(t, (16, plan[3]), (plan[2], 1), t.storage_offset() - plan[1])
+        return _as_strided_copy(t, (16, plan[2]), (plan[1], 1), t.storage_offset())
     if kind is _FLAT:
-        return _as_strided_copy(t, (n,), (1,), t.storage_offset() - plan[1])
+        return _as_strided_copy(t, (n,), (1,), t.storage_offset())
     return torch.take(t, _sample_index(n, key[2], t.device))
 
 
@@ -371,15 +342,11 @@ def bits(x: torch.Tensor) -> torch.Tensor:
     """``x`` viewed as integers of its element size: compared bit for bit (NaN equals itself, -0.0 is not 0.0)."""
     if x.is_complex():
         x = torch.view_as_real(x)
-    if x.dtype == torch.bool or not (x.is_floating_point()):
-        return x
-    return x.view(_BITS[x.element_size()])
+    return x.view(_BITS[x.element_size()]) if x.is_floating_point() else x  # integers and bool as they are
 
 
 def same(a, b) -> bool:
     if isinstance(a, int) or isinstance(b, int):
         return a == b
     with torch._C._DisableTorchDispatch():
-        if a.dtype != b.dtype or a.shape != b.shape:
-            return False
-        return bool(torch.equal(bits(a), bits(b)))
+        return a.dtype == b.dtype and a.shape == b.shape and bool(torch.equal(bits(a), bits(b)))

@@ -17,6 +17,7 @@ through ``.data`` before using it (data_in_forward.py).
 from __future__ import annotations
 
 import sys
+import traceback
 import warnings
 
 import torch
@@ -31,14 +32,9 @@ _CALL_IMPL = getattr(torch.nn.Module._call_impl, "__code__", None)
 
 def _inside_another_module_call() -> bool:
     """Whether more than one ``Module._call_impl`` frame is on the stack: the one whose post-hook runs, and another."""
-    frame, calls = sys._getframe(1), 0
-    while frame is not None:
-        if frame.f_code is _CALL_IMPL:
-            calls += 1
-            if calls > 1:
-                return True
-        frame = frame.f_back
-    return False
+    calls = (frame for frame, _line in traceback.walk_stack(sys._getframe(1)) if frame.f_code is _CALL_IMPL)
+    return next(calls, None) is not None and next(calls, None) is not None
+
 
 # NOTE [The global-hooks warning of torch.compile]
 # Since torch 2.5 calling a `torch.compile`d module warns whenever any global module hook is installed ("Using

@@ -40,8 +40,7 @@ from ...core.facts import Facts
 from ...core.findings import Finding, SourceLocation, WriteRecord
 from ...core.frames import user_location
 from ...core.internal import log_fallback
-from .fingerprint import fingerprint as _fingerprint
-from .fingerprint import same as _same
+from .fingerprint import fingerprint as _fingerprint, same as _same
 from .naming import name_by_variable, tensor_info
 
 __all__ = ["inputs_before_forward", "after_forward", "before_backward", "after_backward", "checked_hook",
@@ -53,8 +52,6 @@ _ctx_records: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _ctx_lock = threading.Lock()
 _MAX_ATTRIBUTE_TENSORS = 16  # per ctx: a list of 1000 tensors on ctx is checked in its first 16
 
-
-# -- the shared-gradient baseline ----------------------------------------------------------------------
 
 _baseline: dict[str, int] = {}
 
@@ -97,8 +94,6 @@ def baselines() -> dict[str, int]:
     return _baseline
 
 
-# -- forward ------------------------------------------------------------------------------------------
-
 def inputs_before_forward(args, kwargs) -> list | None:
     """(label, tensor, version) of the inputs that require grad; None when no gradient can flow."""
     if not torch.is_grad_enabled():
@@ -116,12 +111,8 @@ def tensor_version(t: torch.Tensor) -> int | None:
 
 def _ctx_of(cls, result):
     outputs = result if isinstance(result, (tuple, list)) else (result,)
-    for out in outputs:
-        if isinstance(out, torch.Tensor):
-            node = out.grad_fn
-            if node is not None and getattr(node, "_forward_cls", None) is cls:
-                return node
-    return None
+    nodes = (out.grad_fn for out in outputs if isinstance(out, torch.Tensor))
+    return next((node for node in nodes if node is not None and getattr(node, "_forward_cls", None) is cls), None)
 
 
 def after_forward(session, cls, inputs: list, result) -> None:
@@ -168,16 +159,10 @@ def _watch_ctx_attributes(session, cls, ctx) -> None:
 
 
 def _still_held(ctx, name: str, ref) -> bool:
-    value = getattr(ctx, name, None)
-    original = ref()
-    if original is None:
-        return False
-    if value is original:
-        return True
-    return isinstance(value, (list, tuple)) and any(v is original for v in value)
+    value, original = getattr(ctx, name, None), ref()
+    return original is not None and (value is original
+                                     or isinstance(value, (list, tuple)) and any(v is original for v in value))
 
-
-# -- backward -----------------------------------------------------------------------------------------
 
 def before_backward(session, ctx, grads) -> list | None:
     """Check ctx's tensor attributes; returns what ``after_backward`` needs to check the shared gradients."""
@@ -187,10 +172,8 @@ def before_backward(session, ctx, grads) -> list | None:
             if _still_held(ctx, name, ref):
                 session.check_ctx_tensor(record)
     limit = baselines()["backward"]
-    shared = []
-    for i, g in enumerate(grads):
-        if isinstance(g, torch.Tensor) and g.layout == torch.strided and g._use_count() > limit:
-            shared.append((i, g, g._version, _gradient_fingerprint(session, g)))
+    shared = [(i, g, g._version, _gradient_fingerprint(session, g)) for i, g in enumerate(grads)
+              if isinstance(g, torch.Tensor) and g.layout == torch.strided and g._use_count() > limit]
     return shared or None
 
 
@@ -215,28 +198,20 @@ def after_backward(session, ctx, shared: list | None) -> None:
 
 def _gradient_fingerprint(session, g):
     mode = session.fingerprint_mode
-    if mode == "off" or type(g) is not torch.Tensor:
-        return None
-    return _fingerprint(g.detach(), mode)
+    return None if mode == "off" or type(g) is not torch.Tensor else _fingerprint(g.detach(), mode)
 
 
 def _changed(session, g, version, fp) -> bool:
-    if g._version != version:
-        return True
-    return fp is not None and not _same(_fingerprint(g.detach(), session.fingerprint_mode), fp)
+    return g._version != version or fp is not None and not _same(_fingerprint(g.detach(), session.fingerprint_mode), fp)
 
-
-# -- tensor hooks -------------------------------------------------------------------------------------
 
 def checked_hook(hook, active):
     """``hook`` as registered inside a guard: the same call, plus the shared-gradient check."""
 
     def gradguard_checked_hook(grad):
         session = active()
-        if session is None or not isinstance(grad, torch.Tensor) or grad.layout != torch.strided:
-            return hook(grad)
-        shared = grad._use_count() > baselines()["hook"]
-        if not shared:
+        if (session is None or not isinstance(grad, torch.Tensor) or grad.layout != torch.strided
+                or grad._use_count() <= baselines()["hook"]):  # not shared: no one else can see a write
             return hook(grad)
         version, fp = grad._version, _gradient_fingerprint(session, grad)
         out = hook(grad)
@@ -253,8 +228,6 @@ def checked_hook(hook, active):
     gradguard_checked_hook.__wrapped__ = hook
     return gradguard_checked_hook
 
-
-# -- findings -----------------------------------------------------------------------------------------
 
 def _parameter_name(cls, method: str, index) -> str | None:
     """The name of argument ``index`` of ``cls.forward``/``cls.backward`` as the user wrote it."""
@@ -280,7 +253,8 @@ def _source_write(fn, name: str | None) -> SourceLocation | None:
         path = inspect.getsourcefile(fn)
     except (OSError, TypeError):
         return None
-    pattern = re.compile(rf"(?<![\w.]){re.escape(name)}(\.\w+_\(|\s*(\+|-|\*|/|//|%|\*\*|&|\|)=(?!=)|\[[^\]]*\]\s*=(?!=))")
+    pattern = re.compile(rf"(?<![\w.]){re.escape(name)}"
+                         r"(\.\w+_\(|\s*(\+|-|\*|/|//|%|\*\*|&|\|)=(?!=)|\[[^\]]*\]\s*=(?!=))")
     for offset, line in enumerate(lines):
         if pattern.search(line.split("#", 1)[0]):
             return SourceLocation(path, start + offset, fn.__name__)

@@ -1,10 +1,9 @@
 """Capture the autograd graph around a finding, at error time, as a framework-neutral dict.
 
-The unpack hook raises while ``torch._C._current_autograd_node()`` is the node that saved the stale tensor
-(the *saver*). From it we walk ``next_functions`` a few levels towards the inputs, list every node's saved
-arguments (through ``_raw_saved_*``, which never unpacks: unpacking would re-enter the guard's hook), and add
-the stale tensor and the writes that changed it. The HTML report draws the result; the JSON report carries
-it in ``context.graph`` (``Finding.facts.graph``).
+The unpack hook raises while ``torch._C._current_autograd_node()`` is the node that saved the stale tensor (the
+*saver*). From it we walk ``next_functions`` a few levels towards the inputs, list every node's saved arguments
+(through ``_raw_saved_*``: unpacking would re-enter the guard's hook), and add the stale tensor and the writes
+that changed it. The HTML report draws the result; the JSON report carries it in ``context.graph``.
 
 Format (``format_version`` 1)::
 
@@ -102,22 +101,22 @@ def iter_saved(node) -> Iterator[tuple[str, Any]]:
         name = attr[len("_raw_saved_"):]
         many = isinstance(value, (tuple, list))
         saved_values = list(value if many else (value,))
+        probed = None
         if saved_values and not SAVED_TENSOR_DATA:  # torch 2.4 (NOTE in compat.py)
             try:
                 probed = probe_attribute(node, "_saved_" + name)
             except Exception as error:  # already freed, or not unpackable: no names for this argument
                 log_fallback("backends.torch", "probing a saved argument (torch 2.4)", error)
                 probed = []
-            for index in range(len(saved_values)):
-                data = probed[index] if index < len(probed) else None
-                yield (f"{name}[{index}]" if many else name), data
-            continue
         for index, saved in enumerate(saved_values):
-            try:
-                data = saved.data
-            except Exception as error:
-                log_fallback("backends.torch", "reading a saved tensor's data", error)
-                data = None
+            if probed is not None:
+                data = probed[index] if index < len(probed) else None
+            else:
+                try:
+                    data = saved.data
+                except Exception as error:
+                    log_fallback("backends.torch", "reading a saved tensor's data", error)
+                    data = None
             yield (f"{name}[{index}]" if many else name), data
 
 
@@ -126,7 +125,7 @@ def _unpacking_argument(node, target) -> str | None:
 
 
 def _saved_arguments(node, record) -> list[dict[str, Any]]:
-    """The node's saved tensor arguments (never unpacked), ``record``'s marked stale."""
+    """The node's saved tensor arguments, ``record``'s marked stale."""
     out: list[dict[str, Any]] = []
     for argument, data in iter_saved(node):
         tensor = getattr(data, "tensor", data)
@@ -203,17 +202,17 @@ class _Capture:
         except Exception as error:
             log_fallback("backends.torch", "comparing a leaf with the stale storage", error)
 
-    def walk_inputs(self, node, saver_id: str, max_depth: int, max_nodes: int) -> bool:
-        """Add the inputs of ``node`` breadth first up to ``max_depth``; whether the graph was cut short."""
+    def walk_inputs(self, node, saver_id: str) -> bool:
+        """Add the inputs of ``node`` breadth first up to ``_MAX_DEPTH``; whether the graph was cut short."""
         truncated = False
         frontier = [(node, saver_id)]
-        for depth in range(1, max_depth + 1):
+        for depth in range(1, _MAX_DEPTH + 1):
             following = []
             for fn, fn_id in frontier:
                 for position, (child, _) in enumerate(getattr(fn, "next_functions", ()) or ()):
                     if child is None:
                         continue
-                    if id(child) not in self.ids and len(self.ids) >= max_nodes:
+                    if id(child) not in self.ids and len(self.ids) >= _MAX_NODES:
                         truncated = True
                         continue
                     new = id(child) not in self.ids
@@ -263,14 +262,13 @@ class _Capture:
         return write_ids
 
 
-def capture_graph(node, record=None, finding=None, *, max_depth: int = _MAX_DEPTH,
-                  max_nodes: int = _MAX_NODES) -> dict[str, Any] | None:
+def capture_graph(node, record=None, finding=None) -> dict[str, Any] | None:
     """The graph around ``node`` (the saver), with ``record``'s tensor and ``finding``'s writes marked."""
     if node is None:
         return None
     capture = _Capture(record)
     saver_id = capture.add(node, 0, "saver")
-    truncated = capture.walk_inputs(node, saver_id, max_depth, max_nodes)
+    truncated = capture.walk_inputs(node, saver_id)
     stale_id = capture.add_stale(saver_id, finding)
     write_ids = capture.add_writes(finding, stale_id) if finding is not None and stale_id is not None else []
     return {"format_version": GRAPH_FORMAT_VERSION, "nodes": capture.nodes, "edges": capture.edges,

@@ -27,18 +27,16 @@ from ...core.fixes import statement_code
 from ...core.frames import user_frames
 from ...core.source_ast import assignment_before, parse_file, statement_at
 from .graph import _reaches_any
-from .backward_calls import _backward_receiver, _lookup
+from .backward_calls import _lookup, loss_of
 
 __all__ = ["loss_made_before_steps"]
 
 
 def _block_siblings(filename: str, line: int) -> tuple[list[ast.stmt], int] | None:
-    """The statements of the innermost block holding a statement that spans ``line``, and that one's index."""
+    """The innermost block holding a statement that spans ``line``, and that statement's index."""
     tree = parse_file(filename)
-    if tree is None:
-        return None
     best = None
-    for node in ast.walk(tree):
+    for node in ast.walk(tree) if tree is not None else ():
         for field in ("body", "orelse", "finalbody"):
             block = getattr(node, field, None)
             if not isinstance(block, list):
@@ -58,13 +56,11 @@ def loss_made_before_steps() -> dict | None:
     if not frames:
         return None
     innermost = frames[0]
-    receiver = _backward_receiver(linecache.getline(innermost.f_code.co_filename, innermost.f_lineno))
-    loss = _lookup(receiver, innermost) if receiver else None
+    receiver, loss = loss_of(innermost)
     if not isinstance(loss, torch.Tensor):
         return None
     for frame in frames:
-        name = receiver if frame is innermost else next(
-            (n for n, v in frame.f_locals.items() if v is loss), None)
+        name = receiver if frame is innermost else next((n for n, v in frame.f_locals.items() if v is loss), None)
         if name is None:
             return None
         filename, line = frame.f_code.co_filename, frame.f_lineno
@@ -97,9 +93,8 @@ def _names(statements: list[ast.stmt], context: type) -> set[str]:
 
 
 def _backward_block(block: list[ast.stmt], made_index: int, index: int) -> list[int] | None:
-    """Lines of the statements that backpropagate the loss and step with its gradient (`opt.zero_grad()`,
-    `loss.backward()`, `clip_grad_norm_(...)`, `opt.step()`), to move up to just after the loss is made; None when
-    they read a name assigned in between (moving them would read it before it exists)."""
+    """Lines of the statements that backpropagate the loss and step (`opt.zero_grad()` ... `opt.step()`), to move up
+    to just after the loss is made; None when they read a name assigned in between."""
     start = index
     while start - 1 > made_index and _called_method(block[start - 1]) == "zero_grad":
         start -= 1
@@ -127,13 +122,13 @@ def _backward_block(block: list[ast.stmt], made_index: int, index: int) -> list[
 # variable at the top of the loop (before its first use there) gives every iteration a fresh forward.
 
 
-def _innermost_loop(filename: str, line: int):
+def innermost_loop(filename: str, line: int, kinds: tuple = (ast.For, ast.While),
+                   inside=lambda loop: loop.body[0].lineno):
+    """The innermost loop of ``kinds`` whose lines from ``inside(loop)`` to its end hold ``line``."""
     tree = parse_file(filename)
-    if tree is None:
-        return None
     loop = None
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.For, ast.While)) and node.body[0].lineno <= line <= (node.end_lineno or 0):
+    for node in ast.walk(tree) if tree is not None else ():
+        if isinstance(node, kinds) and inside(node) <= line <= (node.end_lineno or 0):
             if loop is None or node.lineno > loop.lineno:
                 loop = node
     return loop
@@ -150,8 +145,7 @@ def _first_use(loop, name: str, line: int) -> int:
 
 
 def _reads_stale_graph(code: str, name: str, scope: dict, node) -> bool:
-    """``code`` reads another variable (a tensor, or a list/tuple/dict of them) whose graph holds ``node``: running
-    it again would not run the forward again."""
+    """``code`` reads another variable whose graph holds ``node``: running it again would not rerun the forward."""
     try:
         tree = ast.parse(code)
     except SyntaxError:
@@ -161,8 +155,8 @@ def _reads_stale_graph(code: str, name: str, scope: dict, node) -> bool:
 
 
 def _holds_graph_of(value, node) -> bool:
-    """``value`` (a tensor, or a list/tuple/dict of them: MADDPG's ``actions`` of every agent) holds a tensor whose
-    graph reaches ``node``."""
+    """``value`` (a tensor, or a list/tuple/dict of them: MADDPG's ``actions``) holds a tensor whose graph reaches
+    ``node``."""
     values = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else [value]
     return any(isinstance(v, torch.Tensor) and v.grad_fn is not None and _reaches_any(v.grad_fn, {node})
                for v in values)
@@ -170,9 +164,8 @@ def _holds_graph_of(value, node) -> bool:
 
 def recompute_in_loop() -> dict | None:
     """``{"file", "line", "code", "name", "made_line"}``: insert ``code`` (the statement that made ``name``) before
-    ``line``, inside the loop that runs the backward; None when no variable made before that loop carries the
-    node unpacking the stale tensor now. The loop is the innermost one around the backward's line in the nearest
-    user frame that has one: the backward and the step may sit in a method the loop calls (``agent.learn()``)."""
+    ``line``, inside the loop that runs the backward (in the nearest user frame that has one: ``agent.learn()``);
+    None when no variable made before that loop carries the node unpacking the stale tensor now."""
     node = torch._C._current_autograd_node()
     if node is None:
         return None
@@ -185,7 +178,7 @@ def recompute_in_loop() -> dict | None:
 
 def _recompute_in_frame(frame, node) -> dict | None:
     filename, line = frame.f_code.co_filename, frame.f_lineno
-    loop = _innermost_loop(filename, line)
+    loop = innermost_loop(filename, line)
     if loop is None:
         return None
     candidates = []
@@ -221,9 +214,8 @@ def forward_before_loop(frame, line: int) -> dict | None:
     the backward at ``line`` before the loop around it, to insert before ``line``; None when that is not the case
     or the forward cannot be copied (it binds through a ``for``/``with``, or is longer than a few statements)."""
     filename = frame.f_code.co_filename
-    receiver = _backward_receiver(linecache.getline(filename, line))
-    loss = _lookup(receiver, frame) if receiver else None
-    loop = _innermost_loop(filename, line)
+    receiver, loss = loss_of(frame, linecache.getline(filename, line))
+    loop = innermost_loop(filename, line)
     if not isinstance(loss, torch.Tensor) or loss.grad_fn is None or loop is None:
         return None
     chain = _forward_chain(receiver, frame, filename, loop.lineno)
@@ -238,8 +230,8 @@ def forward_before_loop(frame, line: int) -> dict | None:
 
 
 def _forward_chain(receiver: str, frame, filename: str, before: int) -> dict[int, ast.stmt] | None:
-    """The assignments, by line, in ``frame``'s function before line ``before`` that made ``receiver`` and the
-    graph-carrying tensors it is computed from; None when one of them is not a plain assignment there."""
+    """The assignments, by line, before line ``before`` that made ``receiver`` and the graph-carrying tensors it
+    is computed from; None when one of them is not a plain assignment in ``frame``'s function."""
     start = frame.f_code.co_firstlineno
     chain: dict[int, ast.stmt] = {}
     pending, seen = [receiver], set()

@@ -1,16 +1,14 @@
 """A module writing into its caller's tensor, which the caller then reads again.
 
 ``nn.ReLU(inplace=True)`` as the first layer of a residual branch rectifies the caller's ``x`` itself:
-``x + self.branch(x)`` then adds the rectified ``x``. No saved tensor is involved (an add saves nothing), so
-PyTorch raises nothing and the forward silently computes something else (rosinality/vq-vae-2-pytorch#60,
-iduta/iresnet#2).
+``x + self.branch(x)`` then adds the rectified ``x``. An add saves nothing, so PyTorch raises nothing and the
+forward silently computes something else (rosinality/vq-vae-2-pytorch#60, iduta/iresnet#2).
 
 Two halves, both in the write log's dispatch mode (forensic mode):
 
-* at an in-place write, the frames outward from it: once a module call (``Module._call_impl``) has been passed,
-  a user frame holding the written tensor in a local variable is a caller whose tensor a module wrote. Its
-  source says where it reads that variable again (core/later_reads.py); those reads are kept, with weak
-  references only.
+* at an in-place write, the frames outward from it: past a module call (``Module._call_impl``), a user frame
+  holding the written tensor in a local variable is a caller whose tensor a module wrote. Its source says where
+  it reads that variable again (core/later_reads.py); those reads are kept, with weak references only.
 * at every later op while such reads are pending: an op consuming the tensor while the caller's frame runs one
   of those reads is the read. It raises there, before the wrong value spreads.
 
@@ -90,13 +88,21 @@ def _called_text(frame, span: Span) -> str | None:
     """The callee as written at the caller's call (``self.conv`` in ``out = self.conv(input)``)."""
     if span[0] != span[1]:
         return None
-    line = linecache.getline(frame.f_code.co_filename, span[0])
-    text = line[span[2]:span[3]]
+    text = linecache.getline(frame.f_code.co_filename, span[0])[span[2]:span[3]]
     return text.split("(", 1)[0].strip() or None
 
 
 def _binds(frame, target) -> tuple[str, ...]:
     return tuple(n for n, v in frame.f_locals.items() if v is target)
+
+
+def _outward(frame):
+    """``frame`` and the frames around it, innermost first, at most _MAX_FRAMES of them."""
+    for _ in range(_MAX_FRAMES):
+        if frame is None:
+            return
+        yield frame
+        frame = frame.f_back
 
 
 def written_input(func, target: torch.Tensor, skip: int = 2) -> PendingRead | None:
@@ -122,9 +128,7 @@ def written_input(func, target: torch.Tensor, skip: int = 2) -> PendingRead | No
         return None
     writing = frame if _is_user(frame.f_code.co_filename) else None  # `token += pos` in the user's own forward
     inner = outer = None
-    for _ in range(_MAX_FRAMES):
-        if frame is None:
-            return None
+    for frame in _outward(frame):
         code = frame.f_code
         if code in _CALL_CODES:
             module = frame.f_locals.get("self")
@@ -138,7 +142,6 @@ def written_input(func, target: torch.Tensor, skip: int = 2) -> PendingRead | No
             pending = _pending_read(func, target, frame, names, (outer, inner), writing)
             if pending is not None:
                 return pending
-        frame = frame.f_back
     return None
 
 
@@ -147,20 +150,26 @@ def _pending_read(func, target: torch.Tensor, frame, names: tuple[str, ...], mod
     """The read of ``target`` (bound to ``names``) the caller's ``frame`` makes after the module call, or None.
     ``modules``: the outermost and innermost module called; ``writing``: the user frame that wrote, if any."""
     outer, inner = modules
-    code, span = frame.f_code, position_of(frame)
-    reads = later_reads(code, span, frozenset(names)) if span is not None else None
+    span = position_of(frame)
+    reads = later_reads(frame.f_code, span, frozenset(names)) if span is not None else None
     if not reads:
         return None
-    via = _module_text(outer, inner, _called_text(frame, span))
-    write = WriteRecord(op=func.name().replace("::", "."), location=location_of(frame), via=via,
-                        category="module_input")
-    producer = target.grad_fn.name() if target.grad_fn is not None else None
+    op = func.name().replace("::", ".")
     inside = None
     if writing is not None and writing is not frame:
-        inside = WriteRecord(op=write.op, location=location_of(writing), category="module_input",
+        inside = WriteRecord(op=op, location=location_of(writing), category="module_input",
                              via=f"inside {type(inner).__name__}.{writing.f_code.co_name}")
-    return PendingRead(weakref.ref(target), id(frame), code, names, reads, write, producer, _rank(outer, inner),
-                       inside)
+    return _pending(target, frame, span, names, reads, op, (outer, inner), inside)
+
+
+def _pending(target: torch.Tensor, frame, span: Span, names: tuple, reads: tuple, op: str, modules: tuple,
+             inside: WriteRecord | None = None) -> PendingRead:
+    outer, inner = modules
+    via = _module_text(outer, inner, _called_text(frame, span))
+    write = WriteRecord(op=op, location=location_of(frame), via=via, category="module_input")
+    producer = target.grad_fn.name() if target.grad_fn is not None else None
+    return PendingRead(weakref.ref(target), id(frame), frame.f_code, names, reads, write, producer,
+                       _rank(outer, inner), inside)
 
 
 def read_of(pending: PendingRead, skip: int = 2) -> SourceLocation | None:
@@ -169,17 +178,11 @@ def read_of(pending: PendingRead, skip: int = 2) -> SourceLocation | None:
         frame = sys._getframe(skip)
     except ValueError:
         return None
-    for _ in range(_MAX_FRAMES):
-        if frame is None:
-            return None
+    for frame in _outward(frame):
         if id(frame) == pending.frame_id and frame.f_code is pending.code:
             span = position_of(frame)
-            if span is None:
-                return None
-            if any(span_contains(span, read) for _name, read in pending.reads):
-                return location_of(frame)
-            return None
-        frame = frame.f_back
+            reads = span is not None and any(span_contains(span, read) for _name, read in pending.reads)
+            return location_of(frame) if reads else None
     return None
 
 
@@ -202,14 +205,9 @@ def caller_reads_again(module: torch.nn.Module, target: torch.Tensor, inner=None
     called the module is the user's and its source reads ``target`` again after the call; None otherwise (a
     library's caller, a Sequential: the hook of the module around it asks again). ``inner``: the module inside
     that wrote, seen by an inner call's hook."""
-    frame = sys._getframe(1)
-    for _ in range(_MAX_FRAMES):  # up to this module's call
-        if frame is None:
-            return None
-        if frame.f_code in _CALL_CODES and frame.f_locals.get("self") is module:
-            break
-        frame = frame.f_back
-    else:
+    frame = next((f for f in _outward(sys._getframe(1))  # up to this module's call
+                  if f.f_code in _CALL_CODES and f.f_locals.get("self") is module), None)
+    if frame is None:
         return None
     frame = frame.f_back
     while frame is not None and (frame.f_code in _CALL_CODES or is_plumbing(frame.f_code.co_filename)):
@@ -223,14 +221,9 @@ def caller_reads_again(module: torch.nn.Module, target: torch.Tensor, inner=None
     reads = _definite_reads(frame.f_code, span, names)
     if not reads:
         return None
-    call = location_of(frame)
     inner = inner if inner is not None else module
-    write = WriteRecord(op="in-place write of the module's input", location=call,
-                        via=_module_text(module, inner, _called_text(frame, span)), category="module_input")
-    producer = target.grad_fn.name() if target.grad_fn is not None else None
-    pending = PendingRead(weakref.ref(target), id(frame), frame.f_code, names, reads, write, producer,
-                          _rank(module, inner))
-    line = reads[0][1][0]
+    pending = _pending(target, frame, span, names, reads, "in-place write of the module's input", (module, inner))
+    call, line = pending.write.location, reads[0][1][0]
     read = SourceLocation(call.file, line, call.function, linecache.getline(call.file, line).strip())
     return finding(pending, target, read)
 
@@ -256,10 +249,8 @@ def _definite_reads(code, span: Span, names: tuple) -> tuple:
     calling = block[index]
     if isinstance(calling, ast.Expr):
         return ()
-    found: list = []
-    inside = [r for r in later_reads(code, span, frozenset(names))
-              if calling.lineno <= r[1][0] <= (calling.end_lineno or calling.lineno)]
-    found.extend(inside)
+    found: list = [r for r in later_reads(code, span, frozenset(names))  # in the calling statement itself
+                   if calling.lineno <= r[1][0] <= (calling.end_lineno or calling.lineno)]
     stored = {n.id for n in ast.walk(calling) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
     pending = [n for n in names if n not in stored]
     for block, index in reversed(chain):
@@ -308,14 +299,9 @@ def _block_chain(function, line: int) -> list:
             return chain
         chain.append((block, index))
         statement = block[index]
-        inner = None
-        for field in ("body", "orelse", "finalbody", "handlers"):
-            for candidate in getattr(statement, field, None) or []:
-                if hasattr(candidate, "lineno") and candidate.lineno <= line <= (candidate.end_lineno or 0):
-                    inner = getattr(statement, field)
-                    break
-            if inner is not None:
-                break
+        inner = next((getattr(statement, field) for field in ("body", "orelse", "finalbody", "handlers")
+                      if any(hasattr(candidate, "lineno") and candidate.lineno <= line <= (candidate.end_lineno or 0)
+                             for candidate in getattr(statement, field, None) or [])), None)
         if inner is None:
             return chain
         if inner and type(inner[0]).__name__ == "ExceptHandler":

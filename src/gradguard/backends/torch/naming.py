@@ -99,11 +99,7 @@ def name_by_variable(t: torch.Tensor) -> str | None:
     """The user variable (innermost user frame first) holding a tensor with exactly ``t``'s memory and layout
     (same storage, offset, shape, strides): ``out`` for ``out = a.sigmoid()``. Error paths only: it reads the
     locals and globals of every user frame on the stack."""
-    try:
-        key = _layout_key(t)
-    except Exception as error:  # no storage (sparse, fake): no variable can be matched by memory
-        log_fallback("backends.torch", "reading a tensor's layout to name it", error)
-        return None
+    key = _layout_key(t, "reading a tensor's layout to name it")  # no storage: no variable can be matched by memory
     if key is None or key[0] == 0:
         return None
     for frame in user_frames(sys._getframe(1)):
@@ -122,23 +118,22 @@ def name_by_variable(t: torch.Tensor) -> str | None:
     return None
 
 
-def _layout_key(value: torch.Tensor):
-    """(storage address, offset, shape, strides, dtype), or None for a tensor without strided memory."""
-    if value.layout != torch.strided or value.is_nested:
+def _layout_key(value: torch.Tensor, what: str):
+    """(storage address, offset, shape, strides, dtype), or None for a tensor without strided memory or without
+    storage (sparse, fake, a subclass: logged as ``what``)."""
+    try:
+        if value.layout != torch.strided or value.is_nested:
+            return None
+        return (value.untyped_storage().data_ptr(), value.storage_offset(), tuple(value.shape), value.stride(),
+                value.dtype)
+    except Exception as error:
+        log_fallback("backends.torch", what, error)
         return None
-    return (value.untyped_storage().data_ptr(), value.storage_offset(), tuple(value.shape), value.stride(),
-            value.dtype)
 
 
 def _holds(value: torch.Tensor, key, t: torch.Tensor) -> bool:
     """Whether ``value`` has exactly the memory and layout ``key`` describes (on ``t``'s device)."""
-    if value.device != t.device:
-        return False
-    try:
-        return _layout_key(value) == key
-    except Exception as error:  # a tensor subclass without storage
-        log_fallback("backends.torch", "reading a user variable's layout", error)
-        return False
+    return value.device == t.device and _layout_key(value, "reading a user variable's layout") == key
 
 
 def name_in_writing_frame(t: torch.Tensor) -> str | None:
@@ -150,11 +145,7 @@ def name_in_writing_frame(t: torch.Tensor) -> str | None:
     # its locals are read (no globals, no attributes of user objects: this runs inside the user's program,
     # not on an error path), once per saved tensor that is written.
     """
-    try:
-        key = _layout_key(t)
-    except Exception as error:  # no storage (sparse, fake)
-        log_fallback("backends.torch", "reading a written tensor's layout to name it", error)
-        return None
+    key = _layout_key(t, "reading a written tensor's layout to name it")
     if key is None or key[0] == 0:
         return None
     frame = next(user_frames(sys._getframe(1)), None)
@@ -200,10 +191,9 @@ def _attribute_holding(obj, key, t: torch.Tensor) -> str | None:
     attributes = getattr(obj, "__dict__", None)
     if not isinstance(attributes, dict):
         return None
-    for attribute, value in list(attributes.items()):
-        if not attribute.startswith("_") and issubclass(type(value), torch.Tensor) and _holds(value, key, t):
-            return attribute
-    return None
+    return next((attribute for attribute, value in list(attributes.items())
+                 if not attribute.startswith("_") and issubclass(type(value), torch.Tensor) and _holds(value, key, t)),
+                None)
 
 
 def _same_numpy_memory(array, t: torch.Tensor) -> bool:

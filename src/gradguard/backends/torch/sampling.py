@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import functools
 import threading
 
 import torch
@@ -34,6 +35,7 @@ _ended = 0  # backward cycles ended under a sampled guard in this process
 def _wrap(name: str):
     original = getattr(torch.autograd, name)
 
+    @functools.wraps(original)
     def wrapper(*args, **kwargs):
         depth = getattr(_local, "depth", 0)
         _local.depth = depth + 1
@@ -44,8 +46,6 @@ def _wrap(name: str):
             if depth == 0:
                 _cycle_ended()
 
-    wrapper.__wrapped__ = original
-    wrapper.__name__, wrapper.__qualname__, wrapper.__doc__ = original.__name__, original.__qualname__, original.__doc__
     return wrapper
 
 
@@ -97,18 +97,17 @@ class Cycles:
         forward_hooks = session._forward_hooks  # the sentinel's module hooks cost per module call: off with the rest
         if forward_hooks is not None:
             forward_hooks.install() if on else forward_hooks.uninstall()
-        if on and self._paused is not None:
+        if not on:  # not while someone else's hooks are above ours: removing ours would remove theirs
+            if (self._paused is None and session._hooks is not None and _user_hooks.guard_hooks_on_top()
+                    and _user_hooks._innermost_session() is session):
+                hooks = session._hooks
+                hooks.__exit__(None, None, None)
+                session._hooks, self._paused = None, hooks
+            return
+        if self._paused is not None:
             if _user_hooks.top_hooks() is not None:  # the user's own hooks entered meanwhile: stay off
                 return
             hooks, self._paused = self._paused, None
             hooks.__enter__()
             session._hooks = hooks
-            self.sampled += 1
-        elif not on and self._paused is None and session._hooks is not None:
-            if not _user_hooks.guard_hooks_on_top() or _user_hooks._innermost_session() is not session:
-                return  # someone else's hooks are above ours: removing ours would remove theirs
-            hooks = session._hooks
-            hooks.__exit__(None, None, None)
-            session._hooks, self._paused = None, hooks
-        elif on:
-            self.sampled += 1
+        self.sampled += 1

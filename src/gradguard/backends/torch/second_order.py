@@ -65,8 +65,7 @@ def _argument(args, kwargs, position: int, name: str, default=None):
 
 
 def _materialized(args, kwargs):
-    """(args, kwargs, inputs) with ``inputs`` made a tuple: ``model.parameters()`` is a generator the call
-    consumes (torch turns it into a tuple first as well)."""
+    """(args, kwargs, inputs) with ``inputs`` made a tuple: ``model.parameters()`` is a generator the call consumes."""
     inputs = _argument(args, kwargs, 1, "inputs")
     if isinstance(inputs, torch.Tensor):
         return args, kwargs, (inputs,)
@@ -124,7 +123,6 @@ def wrap_grad(original, active):
             log_fallback("torch.second_order", "recording a create_graph gradient", error)
         return result
 
-    grad.__wrapped__ = original
     return grad
 
 

@@ -1,10 +1,9 @@
 """The PyTorch probe: saved-tensor hooks and the write log, feeding the core guard engine.
 
-The pipeline (records, ledger, version and fingerprint checks, finding assembly, raising) is
-:class:`gradguard.core.engine.GuardEngine`, shared with Paddle and MindSpore; this module turns torch's hooks
-and dispatched writes into :mod:`gradguard.core.events` and answers the engine's questions about torch tensors.
-What only torch has stays here: user saved-tensor hooks stacked under ours, tensors a Function keeps on ctx,
-graph nodes and their argument names, the forward lines of freed graphs.
+The pipeline is :class:`gradguard.core.engine.GuardEngine`, shared with Paddle and MindSpore; this module turns
+torch's hooks and writes into :mod:`gradguard.core.events`, answers the engine's questions about torch tensors and
+keeps what only torch has: user saved-tensor hooks stacked under ours, tensors a Function keeps on ctx, graph
+nodes and their argument names, the forward lines of freed graphs.
 
 # NOTE [Saved-tensor hooks switch PyTorch's own version check off]
 # torch/csrc/autograd/saved_variable.cpp, SavedVariable::unpack: "Only check version counter in the case
@@ -69,8 +68,7 @@ __all__ = ["TorchGuardSession", "FINGERPRINT_MODES"]
 FINGERPRINT_MODES = ("full", "sample", "off")
 _PRODUCER_NAMES = 4096  # grad_fn names read per backward pass (see NOTE [Reading grad_fn crashes deep graphs])
 
-for _module in (torch,):
-    LIBRARY_PATHS.add(_module.__path__[0])
+LIBRARY_PATHS.add(torch.__path__[0])
 
 _ACTIVATIONS = {
     "relu_", "leaky_relu_", "elu_", "celu_", "selu_", "silu_", "gelu_", "hardtanh_", "hardsigmoid_",
@@ -86,9 +84,8 @@ def _plain(t: torch.Tensor) -> bool:
 
 
 def _alias_past_the_op_stream(t: torch.Tensor) -> torch.Tensor:
-    """``t.detach()`` (NOTE [What pack keeps]) without a trip through the guard's own op stream, which would
-    cost a Python dispatch (~5 us) per saved tensor in forensic mode. Plain tensors only: a tensor subclass's
-    own ``__torch_dispatch__`` must see its detach."""
+    """``t.detach()`` (NOTE [What pack keeps]) without the guard's own op stream (~5 us per saved tensor in
+    forensic mode). Plain tensors only: a tensor subclass's own ``__torch_dispatch__`` must see its detach."""
     if (type(t) is torch.Tensor or type(t) is torch.nn.Parameter) and _dispatch_stack_len():
         with torch._C._DisableTorchDispatch():
             return t.detach()
@@ -103,9 +100,8 @@ def _aten_name(func) -> str:
 
 
 def _storage_key(t: torch.Tensor) -> int:
-    """The ledger's key for ``t``'s memory: its storage's base address. Read as ``data_ptr()`` less the offset,
-    which equals ``untyped_storage().data_ptr()`` without building a storage object (once per saved tensor and
-    per in-place call: 0.9 -> 0.4 us, timeit); an empty tensor's data_ptr may be null, so its storage is asked."""
+    """The ledger's key for ``t``'s memory, its storage's base address: ``data_ptr()`` less the offset, without
+    building a storage object (0.9 -> 0.4 us); an empty tensor's data_ptr may be null, so its storage is asked."""
     if t.numel() == 0:
         return t.untyped_storage().data_ptr()
     return t.data_ptr() - t.storage_offset() * t.element_size()
@@ -137,24 +133,21 @@ _current_autograd_node = torch._C._current_autograd_node
 _NODE_SITES = 65536  # entries kept before the map starts over (diagnosis only: losing old ones is harmless)
 
 
+@dataclasses.dataclass(slots=True, weakref_slot=True, eq=False)
 class _UserHookRecord:
     """What the guard's pack returns for a tensor that goes through the user's own saved-tensor hooks: the
     user's packed object and a small summary of the tensor at save time (never the tensor: offloading hooks
     must free it)."""
 
-    __slots__ = ("packed", "shape", "strides", "dtype", "fp", "samples", "site", "producer", "version",
-                 "__weakref__")
-
-    def __init__(self, packed, shape, strides, dtype, fp, samples, site, producer, version):
-        self.packed = packed
-        self.shape = shape
-        self.strides = strides
-        self.dtype = dtype
-        self.fp = fp
-        self.samples = samples
-        self.site = site
-        self.producer = producer
-        self.version = version
+    packed: object
+    shape: tuple
+    strides: tuple
+    dtype: torch.dtype
+    fp: object
+    samples: object
+    site: object
+    producer: str | None
+    version: int | None
 
 
 class _VersionOnly:
@@ -210,15 +203,13 @@ class TorchGuardSession(ProbeBase):
         super().__init__(fingerprint=fingerprint, track_writes=track_writes, bisect=bisect)
         self.bisect = self.engine.bisect
         self._bisect = None
-        self.backward_calls: list = []  # receivers and call chains of the backward passes: _backward_calls.BackwardCall
+        self.backward_calls: list = []  # _backward_calls.BackwardCall of the backward passes
         self._mode = None  # the op stream (write log, bisect), or the call gate in front of it, while entered
-        # The write log sits behind the call gate, except in bisect mode (the bisector checks around every op) and
-        # on torch 2.4 (_compat.GATE_CALLS)
+        # no call gate in bisect mode (the bisector checks around every op) or on torch 2.4 (_compat.GATE_CALLS)
         self._gate_calls = self.track_writes and not self.bisect and _compat.GATE_CALLS
         self._write_log = None
         self._forward_hooks = None  # the sentinel's module hooks (forward_hooks.py)
-        # Writer attribution at Function / Triton boundaries hashes saved memory: on when fingerprints and
-        # the write log are both on (see attribution.py).
+        # writer attribution at Function / Triton boundaries hashes saved memory (attribution.py)
         self._alias = _alias_past_the_op_stream if self.track_writes else torch.Tensor.detach
         self.boundary_mode = self.fingerprint_mode if (self.track_writes and self.fingerprint_mode != "off") else None
         self._attribution = False
@@ -227,11 +218,10 @@ class TorchGuardSession(ProbeBase):
         self._sites_pass, self._sites_left = -1, _PRODUCER_NAMES  # nodes asked for per backward pass (_unpack)
         self._site_values: dict = {}  # (id(line), id(caller)) -> the node_sites value of this pass (_unpack)
         self._user_hooks = False
-        self._unpacking: tuple | None = None  # (record, its node, the node's name) of the unpack running: _unpack
-        # (node name, sequence number) -> (forward line of its first saved tensor, backward pass that unpacked it):
-        # names the forward of a graph part an earlier backward freed (NOTE [Where a freed graph was made]).
+        self._unpacking: tuple | None = None  # (record, its node, the node's name) of the unpack running
+        # (node name, sequence number) -> (forward line, pass, caller): NOTE [Where a freed graph was made]
         self.node_sites: dict = {}
-        # id(tensor) -> reads of it a module's caller has still to make (module_inputs.py); write log only
+        # id(tensor) -> reads of it a module's caller has still to make (module_inputs.py)
         self._pending_reads: dict[int, _module_inputs.PendingRead] = {}
         self._emit = self.engine.emit
         self._ledger = self.engine.ledger
@@ -276,7 +266,7 @@ class TorchGuardSession(ProbeBase):
         if not self.track_writes:  # NOTE [Silent classes without the write log] (forward_hooks.py)
             self._forward_hooks = _forward_hooks.ForwardHooks(self.report_extra)
             self._forward_hooks.install()
-        if self.track_writes:
+        else:
             self._write_log = WriteLog(self._on_write)
             subscribers = [self._write_log]
             if self.bisect:
@@ -294,7 +284,7 @@ class TorchGuardSession(ProbeBase):
                     self._triton_pending = not _attribution.triton_wrapped()
                 if self._bisect is not None:
                     self._bisect.start()
-                    self.engine.attach_bisector(_UnpackBisect(self._bisect))
+                    self.engine.attach_bisector(self._bisect)
             except BaseException:
                 self.exit()
                 raise
@@ -386,12 +376,10 @@ class TorchGuardSession(ProbeBase):
 
     def watch_ctx_tensor(self, t: torch.Tensor, saver: tuple[str, str]) -> SavedRecord | None:
         """Record a tensor a custom Function kept on ctx (``ctx.x = x``) like a saved tensor; checked by
-        ``check_ctx_tensor`` when the Function's backward starts (see function_hygiene.py). Inference tensors
-        (no version counter) are not watched."""
-        if not _plain(t) or t.numel() == 0 or t.layout != torch.strided or t.is_inference():
+        ``check_ctx_tensor`` when its backward starts. Inference tensors (no version counter) are not watched."""
+        if not _plain(t) or t.numel() == 0 or t.is_inference():
             return None
-        site = user_location(1)
-        return self._emit(TensorSaved(t.detach(), site, None, self._producer(t), kept_on=saver))
+        return self._emit(TensorSaved(t.detach(), user_location(1), None, self._producer(t), kept_on=saver))
 
     def check_ctx_tensor(self, record: SavedRecord) -> None:
         """Raise if a ctx tensor changed since forward returned (GuardEngine.check_kept)."""
@@ -504,10 +492,9 @@ class TorchGuardSession(ProbeBase):
 
     @_step_aside.guard_pack
     def _pack_past_the_gate(self, t: torch.Tensor):
-        # A custom Function's saves and backward's unpacks run with the call gate on the function-mode stack
-        # (NOTE [Ops at the price of calls]); the guard's own reads of the tensor (version, fingerprint) are not
-        # the user's calls and must not pay the gate, ~1 us each. Only the gate is lifted: a tensor subclass's
-        # own __torch_function__ still runs.
+        # A custom Function's saves and backward's unpacks run under the call gate (NOTE [Ops at the price of
+        # calls]); the guard's own reads of the tensor must not pay it (~1 us each). A subclass's own
+        # __torch_function__ still runs.
         with _call_gate.lifted(self._mode):
             return self._pack(t)
 
@@ -580,8 +567,7 @@ class TorchGuardSession(ProbeBase):
     def _round_trip_ok(self, record: _UserHookRecord, out: torch.Tensor) -> bool:
         if tuple(out.shape) != record.shape:
             return False
-        # The fingerprint hashes memory, so it is a valid shortcut only for the same memory layout (a transposed
-        # view of the same block hashes equal); any other layout is compared value by value.
+        # the fingerprint hashes memory: a shortcut only for the same layout (a transpose of it hashes equal)
         if record.fp is not None and out.dtype == record.dtype and _plain(out) and out.stride() == record.strides:
             if _same_fingerprint(_fingerprint(out.detach(), self.fingerprint_mode), record.fp):
                 return True  # bit-identical round trip (the common case: offloading)
@@ -611,8 +597,7 @@ class TorchGuardSession(ProbeBase):
                 impl = target.untyped_storage()._cdata
                 for record in records:
                     if record.tensor.untyped_storage()._cdata != impl and write.category in ("other", "copy"):
-                        # Same memory, another storage object: a torch.from_numpy / DLPack alias, which has
-                        # its own version counter, so the saved tensor's version cannot move.
+                        # another storage object on the same memory (torch.from_numpy, DLPack): its own version
                         if alias is None:
                             alias = dataclasses.replace(write, category="numpy", via=write.via or "a NumPy/DLPack alias")
                         self.record_write([record], alias, target)
@@ -634,12 +619,9 @@ class TorchGuardSession(ProbeBase):
 
         for values in (args, kwargs.values()):
             for value in values:
-                if isinstance(value, torch.Tensor):
-                    if on_saved_storage(value):
-                        return True
-                elif isinstance(value, (list, tuple)):
-                    if any(isinstance(item, torch.Tensor) and on_saved_storage(item) for item in value):
-                        return True
+                items = value if isinstance(value, (list, tuple)) else (value,)
+                if any(isinstance(item, torch.Tensor) and on_saved_storage(item) for item in items):
+                    return True
         return False
 
     def _saved_records_under(self, target) -> tuple[int | None, list]:
@@ -678,12 +660,9 @@ class TorchGuardSession(ProbeBase):
     def _on_read(self, func, args) -> None:
         reads = self._pending_reads
         for value in args:
-            if isinstance(value, (list, tuple)):
-                for item in value:
-                    if id(item) in reads:
-                        self._check_read(reads, item)
-            elif id(value) in reads:
-                self._check_read(reads, value)
+            for item in value if isinstance(value, (list, tuple)) else (value,):
+                if id(item) in reads:
+                    self._check_read(reads, item)
 
     def _check_read(self, reads: dict, t) -> None:
         pending = reads[id(t)]
@@ -812,7 +791,11 @@ class TorchGuardSession(ProbeBase):
         if kind == "silent_write":
             self._annotate_silent_write(finding, record)
         if current and kind == "inplace_modification" and any(w.category == "optimizer" for w in writes):
-            _annotate_loss_site(facts)
+            try:  # NOTE [A loss made before the steps]
+                facts.loss_made_early = loss_made_before_steps()
+                facts.recompute_in_loop = recompute_in_loop()  # NOTE [A value made once, ...]
+            except Exception as error:
+                log_fallback("torch.loss_site", "finding where the loss was made", error)
         if not current:  # another stale tensor: no graph node is unpacking it now
             return
         try:  # the picture of the graph around the saver (HTML report); never breaks the error path
@@ -833,14 +816,6 @@ class TorchGuardSession(ProbeBase):
                     "counter moved")
 
 
-def _annotate_loss_site(facts: Facts) -> None:
-    try:  # NOTE [A loss made before the steps]
-        facts.loss_made_early = loss_made_before_steps()
-        facts.recompute_in_loop = recompute_in_loop()  # NOTE [A value made once, ...]
-    except Exception as error:
-        log_fallback("torch.loss_site", "finding where the loss was made", error)
-
-
 def _inplace_module_via(module: torch.nn.Module, owners: list) -> str:
     """An in-place activation module as the user can find it ("gate.2 (ReLU(inplace=True))"): the outermost module
     the user called, by its variable name, plus the submodule path. Only reached for writes into saved memory."""
@@ -849,21 +824,3 @@ def _inplace_module_via(module: torch.nn.Module, owners: list) -> str:
     prefix = user_variable_names({id(root)}).get(id(root)) or path_in_user_self(root)
     sub = "" if root is module else next((n for n, m in root.named_modules() if m is module), "")
     return f"{prefix}{'.' + sub if sub else ''} ({via})" if prefix else via
-
-
-class _UnpackBisect:
-    """The engine's bisect hook at unpack: the dispatch-mode bisector names the interval since the last op."""
-
-    __slots__ = ("mode",)
-
-    def __init__(self, mode):
-        self.mode = mode
-
-    def check(self, location) -> None:
-        self.mode.check(None, location or user_location(3))
-
-    def rebase(self, records) -> None:
-        return None  # the mode compares write counts itself
-
-    def stop(self) -> None:
-        return None  # the session exits the mode

@@ -34,10 +34,9 @@ _sessions: list = []
 def not_watched(session, kind: str, message: str) -> None:
     """Warn once per ``kind`` per session: gradguard is not watching this part of the program."""
     seen = session.__dict__.setdefault("_not_watched", set())
-    if kind in seen:
-        return
-    seen.add(kind)
-    notice(f"gradguard: {message}", NotWatched)
+    if kind not in seen:
+        seen.add(kind)
+        notice(f"gradguard: {message}", NotWatched)
 
 
 def unreadable_layout(t: torch.Tensor) -> str | None:
@@ -57,14 +56,12 @@ def guard_pack(fn):
 
 
 def _stepping_aside(original):
-    """``disable_saved_tensors_hooks`` (torch.func's refusal of saved-tensor hooks) that first pops a guard's own
-    hooks, with a one-line note, instead of raising inside the user's transform."""
+    """``disable_saved_tensors_hooks`` that first pops a guard's own hooks, with a one-line note."""
 
     @contextlib.contextmanager
     def disable_saved_tensors_hooks(error_message: str):
-        with _stepping_aside_of_guards():
-            with original(error_message):
-                yield
+        with _stepping_aside_of_guards(), original(error_message):
+            yield
 
     return disable_saved_tensors_hooks
 

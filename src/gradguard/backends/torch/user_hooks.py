@@ -1,10 +1,10 @@
 """The user's own ``saved_tensors_hooks`` under a guard: stacked with the guard's, never replaced.
 
-PyTorch calls only the innermost saved-tensor hooks. Without this module, a guard entered inside the user's
-hooks (activation offloading, bf16 compression) switched them off, and user hooks entered inside the guard
-switched the guard off. ``top_hooks()`` gives the user's hooks active when a guard enters (the session calls
-them from its own); while a session is active, ``saved_tensors_hooks.__enter__`` is patched so that hooks the
-user enters on the session's thread are pushed wrapped by the session (``TorchGuardSession.composed``).
+PyTorch calls only the innermost saved-tensor hooks: a guard entered inside the user's hooks (activation
+offloading, bf16 compression) would switch them off, and user hooks entered inside the guard would switch the guard
+off. ``top_hooks()`` gives the user's hooks active when a guard enters (the session calls them from its own);
+while a session is active, ``saved_tensors_hooks.__enter__`` is patched so that hooks the user enters on the
+session's thread are pushed wrapped by the session (``TorchGuardSession.composed``).
 
 # NOTE [Which hooks are wrapped]
 # Hooks of classes defined in torch itself other than ``save_on_cpu`` (activation checkpointing's
@@ -42,13 +42,10 @@ def top_hooks():
     if TOP_HOOKS is None:  # torch 2.4: see NOTE in compat.py
         return None
     hooks = TOP_HOOKS(False)
-    if hooks is None or _ours(hooks[0]):
-        return None
-    return hooks
+    return None if hooks is None or _ours(hooks[0]) else hooks
 
 
 def _innermost_session():
-    """The innermost active session entered on this thread, or None."""
     ident = threading.get_ident()
     return next((session for session, thread in reversed(_sessions) if thread == ident), None)
 
@@ -63,9 +60,8 @@ def guard_hooks_on_top() -> bool:
 
 def _wrapped_class(hooks) -> bool:
     cls = type(hooks)
-    if cls is saved_tensors_hooks or cls is torch.autograd.graph.save_on_cpu:
-        return True
-    return not (cls.__module__ or "").startswith("torch.")
+    return (cls is saved_tensors_hooks or cls is torch.autograd.graph.save_on_cpu
+            or not (cls.__module__ or "").startswith("torch."))
 
 
 def _entering(original_enter):
@@ -91,7 +87,8 @@ def _exiting(original_exit):
     return __exit__
 
 
-_PATCHES = SharedPatches(lambda: [(saved_tensors_hooks, "__enter__", _entering), (saved_tensors_hooks, "__exit__", _exiting)])
+_PATCHES = SharedPatches(lambda: [(saved_tensors_hooks, "__enter__", _entering),
+                                  (saved_tensors_hooks, "__exit__", _exiting)])
 
 
 def install(session) -> None:

@@ -53,23 +53,11 @@ def written_arguments(func) -> tuple[tuple[int, str, bool], ...]:
         arguments = func._schema.arguments
     except AttributeError:
         return ()
-    return tuple(
-        (i, a.name, a.kwarg_only)
-        for i, a in enumerate(arguments)
-        if a.alias_info is not None and a.alias_info.is_write
-    )
+    return tuple((i, a.name, a.kwarg_only) for i, a in enumerate(arguments)
+                 if a.alias_info is not None and a.alias_info.is_write)
 
 
-@functools.lru_cache(maxsize=None)
-def _bumps_after_return(func) -> bool:
-    try:
-        return torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "ADInplaceOrView")
-    except Exception as error:  # unknown op: assume it bumps after return (the safe side for attribution)
-        log_fallback("torch.writes", f"asking the dispatcher about {func}", error)
-        return True
-
-
-def _targets(func, spec, args, kwargs) -> list[torch.Tensor]:
+def _targets(spec, args, kwargs) -> list[torch.Tensor]:
     out: list[torch.Tensor] = []
     for position, name, kwarg_only in spec:
         value = kwargs.get(name) if (kwarg_only or position >= len(args)) else args[position]
@@ -104,8 +92,7 @@ def dynamo_safe(mode_class: type) -> type:
         if quiet is None:  # torch's wrapper, through __init_subclass__
             attributes.update(__torch_dispatch__=mode_class.__dict__["__torch_dispatch__"],
                               _should_skip_dynamo=classmethod(lambda cls: True))
-        safe = type(mode_class.__name__, (mode_class,), attributes)
-        _DYNAMO_SAFE[mode_class] = safe
+        safe = _DYNAMO_SAFE[mode_class] = type(mode_class.__name__, (mode_class,), attributes)
     return safe
 
 
@@ -136,7 +123,13 @@ def _dynamo_off(dispatch):
 
 @_by_identity
 def _repairs_bump(func) -> bool:
-    return func.name().startswith("aten::_foreach_") and bool(written_arguments(func)) and not _bumps_after_return(func)
+    if not (func.name().startswith("aten::_foreach_") and written_arguments(func)):
+        return False
+    try:
+        return not torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "ADInplaceOrView")
+    except Exception as error:  # unknown op: assume it bumps after return (the safe side for attribution)
+        log_fallback("torch.writes", f"asking the dispatcher about {func}", error)
+        return False
 
 
 def run_op(func, args, kwargs):
@@ -144,7 +137,7 @@ def run_op(func, args, kwargs):
     [Version bumps under a Python dispatch mode], point 2)."""
     if not _repairs_bump(func):
         return func(*args, **kwargs)
-    targets = _targets(func, written_arguments(func), args, kwargs)
+    targets = _targets(written_arguments(func), args, kwargs)
     before = [t._version for t in targets]
     out = func(*args, **kwargs)
     for t, v in zip(targets, before):
@@ -200,7 +193,7 @@ class WriteLog:
         spec = written_arguments(func)
         if not spec:
             return call(func, args, kwargs)
-        targets = _targets(func, spec, args, kwargs)
+        targets = _targets(spec, args, kwargs)
         finish = self._on_write(func, targets) if targets else None
         out = call(func, args, kwargs)
         if finish is not None:
