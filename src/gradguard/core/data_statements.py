@@ -21,6 +21,7 @@ from __future__ import annotations
 import ast
 import functools
 import linecache
+from typing import Iterator
 
 from .source_ast import function_node, parse_file
 
@@ -43,9 +44,7 @@ def _data_target(node: ast.AST) -> str | None:
     """``self.w`` for ``self.w.data`` (also ``self.w.data[...]``)."""
     if isinstance(node, ast.Subscript):
         node = node.value
-    if isinstance(node, ast.Attribute) and node.attr == "data":
-        return ast.unparse(node.value)
-    return None
+    return ast.unparse(node.value) if isinstance(node, ast.Attribute) and node.attr == "data" else None
 
 
 def _statement_writes(statement: ast.stmt) -> str | None:
@@ -65,14 +64,14 @@ def _statement_writes(statement: ast.stmt) -> str | None:
     return None
 
 
-def _walk(body: list[ast.stmt], found: list[tuple[str, int, str]], filename: str) -> None:
+def _walk(body: list[ast.stmt], filename: str) -> Iterator[DataStatement]:
     for statement in body:
         if isinstance(statement, (ast.With, ast.AsyncWith, ast.For, ast.AsyncFor)):
-            _walk(statement.body, found, filename)
+            yield from _walk(statement.body, filename)
             continue
         target = _statement_writes(statement)
         if target is not None:
-            found.append((target, statement.lineno, linecache.getline(filename, statement.lineno).strip()))
+            yield target, statement.lineno, linecache.getline(filename, statement.lineno).strip()
 
 
 @functools.lru_cache(maxsize=4096)
@@ -84,21 +83,12 @@ def may_write_data(filename: str, name: str) -> bool:
     tree = parse_file(filename)
     if tree is None:
         return False
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
-            found: list[DataStatement] = []
-            _walk(node.body, found, filename)
-            if found:
-                return True
-    return False
+    return any(isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name
+               and next(_walk(node.body, filename), None) is not None for node in ast.walk(tree))
 
 
 @functools.lru_cache(maxsize=512)
 def data_statements(filename: str, first_line: int, name: str) -> tuple[DataStatement, ...]:
     """The ``.data`` writes (see the NOTE) of the function ``name`` defined at ``first_line`` of ``filename``."""
     node = function_node(filename, first_line, name)
-    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        return ()
-    found: list[DataStatement] = []
-    _walk(node.body, found, filename)
-    return tuple(found)
+    return tuple(_walk(node.body, filename)) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) else ()

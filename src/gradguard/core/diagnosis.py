@@ -22,8 +22,8 @@ from . import eager_rules as E
 from . import inplace_rules as _inplace_rules
 from .findings import SAVED_TENSOR_KINDS, Finding, SourceLocation, TensorInfo, WriteRecord
 from .intents import FixIntent, Verdict
-from .fixes import keyword_calls, out_of_place
-from .source_ast import callee_of
+from .fixes import keyword_calls, out_of_place, statement_code
+from .source_ast import callee_of, parse_code, parse_statement, written_expression
 
 __all__ = ["diagnose", "diagnose_or_fallback", "classify_source", "saves_running_stat", "HEADLINES", "Rule", "RULES"]
 
@@ -58,9 +58,7 @@ def classify_source(code: str) -> str | None:
         return "data_write"
     if _AUGMENTED.search(code):
         return "augmented_assign"
-    if _INDEX_ASSIGN.search(code):
-        return "index_assign"
-    return None
+    return "index_assign" if _INDEX_ASSIGN.search(code) else None
 
 
 def _first(writes: list[WriteRecord], category: str) -> WriteRecord | None:
@@ -105,8 +103,6 @@ def _name_from_write(f: Finding) -> None:
         return
     for write in f.modified_at:
         if write.category in ("augmented_assign", "index_assign") and write.location is not None:
-            from .source_ast import written_expression
-
             f.tensor.name = written_expression(write.location.file, write.location.line)
             return
 
@@ -137,29 +133,22 @@ def _write(category: str, *, silent: bool | None = None,
         if silent is not None and (f.kind == "silent_write") != silent:
             return None
         write = _first(f.modified_at, category)
-        if write is None or (extra is not None and not extra(f, write)):
-            return None
-        return write
+        return None if write is None or (extra is not None and not extra(f, write)) else write
 
     return when
 
 
 def _prefix(f: Finding) -> str:
-    if f.kind == "silent_write":
-        return ("Its bytes changed while its version counter did not, so the framework's own check cannot see it. ")
-    return ""
+    return "Its bytes changed while its version counter did not, so the framework's own check cannot see it. " \
+        if f.kind == "silent_write" else ""
 
 
 def _saver(f: Finding) -> str:
     return f.saved_at.op or "an autograd node"
 
 
-def _optimizer_before_backward_when(f: Finding) -> WriteRecord | None:
-    """A step between a forward and its backward: torch's version check saw it (and no backward ran since the
-    save), or the framework's optimizers bump no version counter at all (a silent write, whatever the pass)."""
-    return _stepped_before_backward(f) or _unversioned_step(f)
-
-
+# A step between a forward and its backward: torch's version check saw it (and no backward ran since the save), or
+# the framework's optimizers bump no version counter at all (a silent write, whatever the pass).
 _stepped_before_backward = _write("optimizer", silent=False,
                                   extra=lambda f, w: _inplace_rules.optimizer_is_stepped_before_backward(f))
 _unversioned_step = _write("optimizer", silent=True, extra=lambda f, w: f.facts.optimizers_bump_versions is False)
@@ -211,7 +200,7 @@ def _direct_write_words(f: Finding, verdict: Verdict) -> Verdict:
     if f.facts.direct_writers is None:
         return verdict
     framework, saver = f.facts.framework or "framework", f.saved_at.op or "the op that saved it"
-    outside = next((w for w in f.modified_at if w.category == "outside"), None)
+    outside = _first(f.modified_at, "outside")
     if outside is not None:
         where = outside.location.short if outside.location else "before the first traced line"
         verdict.explanation = (f"No {framework} op wrote it: bisect mode saw its bytes change at {where}, in "
@@ -244,10 +233,7 @@ def _kernel_write(f: Finding, kernel: WriteRecord) -> Verdict:
 def _outside_when(f: Finding) -> WriteRecord | bool | None:
     if f.kind != "silent_write":
         return None
-    outside = _first(f.modified_at, "outside")
-    if outside is not None:
-        return outside
-    return True if not f.modified_at else None
+    return _first(f.modified_at, "outside") or (True if not f.modified_at else None)
 
 
 def _outside_write(f: Finding, outside: WriteRecord | bool) -> Verdict:
@@ -298,9 +284,7 @@ def _eval_running_stats(f: Finding, _: object) -> Verdict:
 
 def _user_hooks_when(f: Finding) -> bool | None:
     reason = f.facts.user_hooks
-    if reason in ("shape", "layout") or (reason == "values" and not f.modified_at):
-        return True
-    return None
+    return True if reason in ("shape", "layout") or (reason == "values" and not f.modified_at) else None
 
 
 def _user_hooks_round_trip(f: Finding, _: object) -> Verdict:
@@ -341,9 +325,7 @@ def _ddp_when(f: Finding) -> WriteRecord | None:
     # DistributedDataParallel's forward broadcasts rank 0's buffers into every rank's buffers in place
     # (broadcast_buffers=True). It is the cause when every version-bumping write is DDP's own.
     ddp = [w for w in f.modified_at if "nn/parallel/distributed.py" in (w.library_frame or "").replace("\\", "/")]
-    if ddp and all(w in ddp or not w.bumps_version for w in f.modified_at):
-        return ddp[0]
-    return None
+    return ddp[0] if ddp and all(w in ddp or not w.bumps_version for w in f.modified_at) else None
 
 
 def _ddp_broadcast(f: Finding, ddp: WriteRecord) -> Verdict:
@@ -361,10 +343,9 @@ def _ddp_broadcast(f: Finding, ddp: WriteRecord) -> Verdict:
     )
 
 
-def _shared_counter_when(f: Finding) -> WriteRecord | None:
-    """The version moved through a write into another part of the same storage (a slot of a preallocated
-    buffer): the backend records it as a ``shared_counter`` write."""
-    return _first(f.modified_at, "shared_counter")
+# The version moved through a write into another part of the same storage (a slot of a preallocated buffer): the
+# backend records it as a ``shared_counter`` write.
+_shared_counter_when = _write("shared_counter")
 
 
 _buffer_refill_when = _write("copy", extra=lambda f, w: f.tensor.role == "buffer")
@@ -409,14 +390,10 @@ def _unseen_write(f: Finding, _subject: object) -> Verdict:
 
 
 def _generic_inplace(f: Finding, first: WriteRecord) -> Verdict:
-    from .fixes import statement_code
-
     code = statement_code(first.location)
     rewritten = out_of_place(code) if code else None
     fixes = []
     if rewritten and first.location is not None:
-        import ast
-
         augmented = isinstance(ast.parse(code.strip()).body[0], ast.AugAssign)  # out_of_place parsed it already
         action = "augmented_to_binary" if augmented else "inplace_to_out_of_place"
         fixes.append(FixIntent(action, first.location.file, first.location.line,
@@ -427,8 +404,6 @@ def _generic_inplace(f: Finding, first: WriteRecord) -> Verdict:
         fixes.append(FixIntent("rebind_slice_target", first.location.file, first.location.line, target=refilled,
                                reason=f"`{refilled}` then names the new tensor; the one backward saved keeps its "
                                       f"values"))
-    from .source_ast import written_expression
-
     written = written_expression(first.location.file, first.location.line) if first.location else None
     if not fixes and written and first.location is not None:  # `x.normal_()`: no out-of-place method
         fixes.append(FixIntent("insert_before", first.location.file, first.location.line, target=written,
@@ -454,12 +429,7 @@ def _generic_inplace(f: Finding, first: WriteRecord) -> Verdict:
 
 def _refilled_name(code: str) -> str | None:
     """``self.obs[:], r = env.step(a)`` -> ``self.obs``: a whole-slice assignment target (a buffer refilled)."""
-    import ast
-
-    try:
-        statement = ast.parse(code.strip()).body[0]
-    except (SyntaxError, IndexError):
-        return None
+    statement = parse_statement(code.strip())
     if not isinstance(statement, ast.Assign):
         return None
     for node in ast.walk(ast.Tuple(elts=statement.targets, ctx=ast.Store())):
@@ -491,36 +461,29 @@ def _forward_writes_input(f: Finding, _: object) -> Verdict:
     )
 
 
-def _grad_write_text(f: Finding, writer: str) -> tuple[str, str]:
+def _writes_shared_grad(f: Finding, _: object) -> Verdict:
+    """Both shared-gradient rows: a tensor hook wrote it (``facts.hook``, the first row), or a custom backward."""
     write = f.modified_at[0] if f.modified_at else None
     argument = f.tensor.name or "grad"
-    who = f"{writer} received `{argument}` and"
+    writer = f"The {f.facts.writer or 'tensor hook'}" if f.facts.hook else f.facts.writer or "A custom backward"
     line = f" at {_where(write)} (`{write.location.code}`)" if write is not None and write.location else ""
     how = "wrote into it in place" if write is None or write.bumps_version else \
         "wrote into its memory without moving its version (a kernel or `.data`)"
-    why = (f"{who}{line} {how}, but the engine had handed the same gradient tensor to another node that had "
-           f"not run yet (the other input of an add, or a tensor used twice): that node computes with the "
-           f"modified gradient, silently.")
-    return why, argument
-
-
-def _backward_writes_shared_grad(f: Finding, _: object) -> Verdict:
-    why, argument = _grad_write_text(f, f.facts.writer or "A custom backward")
+    why = (f"{writer} received `{argument}` and{line} {how}, but the engine had handed the same gradient tensor to "
+           f"another node that had not run yet (the other input of an add, or a tensor used twice): that node "
+           f"computes with the modified gradient, silently.")
+    if f.facts.hook:
+        return Verdict(
+            "hook_writes_shared_grad", why,
+            f"A hook must not modify its argument (PyTorch's register_hook documentation): return a new tensor "
+            f"instead (`lambda {argument}: {argument} * s` for `{argument}.mul_(s)`, `{argument}.clamp(...)` for "
+            f"`{argument}.clamp_(...)`); the returned tensor replaces the gradient for this tensor only.",
+        )
     return Verdict(
         "backward_writes_shared_grad", why,
         f"Never modify `{argument}` in backward: compute a new tensor (`{argument}.neg()`, `{argument} * s`, "
         f"`{argument}.clone()` before an in-place kernel). Kernel authors: allocate the gradient's output buffer "
         f"(`torch.empty_like({argument})`).",
-    )
-
-
-def _hook_writes_shared_grad(f: Finding, _: object) -> Verdict:
-    why, argument = _grad_write_text(f, f"The {f.facts.writer or 'tensor hook'}")
-    return Verdict(
-        "hook_writes_shared_grad", why,
-        f"A hook must not modify its argument (PyTorch's register_hook documentation): return a new tensor "
-        f"instead (`lambda {argument}: {argument} * s` for `{argument}.mul_(s)`, `{argument}.clamp(...)` for "
-        f"`{argument}.clamp_(...)`); the returned tensor replaces the gradient for this tensor only.",
     )
 
 
@@ -588,8 +551,6 @@ def _module_writes_caller_input(f: Finding, _: object) -> Verdict:
 def _write_inside(f: Finding) -> tuple[str, str, list[FixIntent]] | None:
     """(where, the rewritten statement, its intent) for a module input written by a statement of the user's own
     forward (the write log keeps it after the call: module_inputs.py), when it has an out-of-place form."""
-    from .fixes import statement_code
-
     inside = next((w for w in f.modified_at[1:] if w.category == "module_input" and w.location is not None), None)
     if inside is None or inside.location is None:
         return None
@@ -636,10 +597,7 @@ def _in_graph(code: str) -> str | None:
     an assignment by the one out-of-place rewrite (``P.data.div_(n)`` -> ``P.div(n)``, ``P.data *= m`` -> ``P * m``);
     None for any other statement (``P.data.normal_()``: no out-of-place method)."""
     for candidate in (code.strip(), out_of_place(code)):
-        try:
-            tree = ast.parse(candidate) if candidate else None
-        except SyntaxError:
-            continue
+        tree = parse_code(candidate) if candidate else None
         stmt = tree.body[0] if tree is not None and len(tree.body) == 1 else None
         if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Attribute) \
                 and stmt.targets[0].attr == "data":
@@ -689,8 +647,8 @@ RULES: tuple[Rule, ...] = (
     Rule("backward_twice", E.check("backward_twice"), E.unknown_twice_rule),
     Rule("forward_writes_input", _kind("undeclared_input_write"), _forward_writes_input),
     Rule("hook_writes_shared_grad", lambda f: True if f.kind == "shared_grad_write" and f.facts.hook else None,
-         _hook_writes_shared_grad),
-    Rule("backward_writes_shared_grad", _kind("shared_grad_write"), _backward_writes_shared_grad),
+         _writes_shared_grad),
+    Rule("backward_writes_shared_grad", _kind("shared_grad_write"), _writes_shared_grad),
     Rule("module_writes_caller_input", _kind("module_input_write"), _module_writes_caller_input),
     Rule("inner_update_dropped", _kind("dropped_inner_update"), _inner_update_dropped),
     Rule("data_in_forward", _kind("data_write_in_forward"), _data_in_forward),
@@ -698,7 +656,8 @@ RULES: tuple[Rule, ...] = (
     Rule("eval_running_stats_updated", _eval_running_stats_when, _eval_running_stats),
     Rule("fused_optimizer", _write("optimizer", silent=True, extra=lambda f, w: f.facts.optimizers_bump_versions
                                    is not False), _fused_optimizer),
-    Rule("optimizer_step_before_backward", _optimizer_before_backward_when, _optimizer_before_backward),
+    Rule("optimizer_step_before_backward", lambda f: _stepped_before_backward(f) or _unversioned_step(f),
+         _optimizer_before_backward),
     Rule("retained_graph_across_steps",
          _write("optimizer", silent=False, extra=lambda f, w: R.optimizer_wraps_retained_graph(f, w)),
          R.retained_graph_rule),

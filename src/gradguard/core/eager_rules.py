@@ -8,6 +8,7 @@ same facts and its own words for it (``leaf_words``)."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 import linecache
 from typing import Callable
 
@@ -15,7 +16,7 @@ from .facts import CrossingTensor
 from .findings import Finding, SourceLocation
 from .fixes import assigned_names, mask_assignment, out_of_place, statement_code
 from .intents import FixIntent, Verdict
-from .source_ast import parse_file
+from .source_ast import parse_code, parse_file, parse_statement
 
 __all__ = ["check", "leaf_rule", "view_of_leaf_rule", "multi_view_rule", "no_grad_view_rule", "function_view_rule",
            "carried_rule", "same_loss_rule", "hoisted_rule", "crossing_rule", "accumulated_rule", "unknown_twice_rule"]
@@ -37,10 +38,8 @@ def _one_line(made: SourceLocation) -> str:
     code = statement_code(made)
     if code == made.code:
         return code
-    try:
-        return ast.unparse(ast.parse(code))
-    except SyntaxError:
-        return made.code
+    tree = parse_code(code)
+    return made.code if tree is None else ast.unparse(tree)
 
 
 def _created_at(f: Finding) -> list[tuple[str, str]]:
@@ -82,9 +81,8 @@ def _rewrite_intents(at: SourceLocation | None, written: str | None, reason: str
     if at is None or not at.code or _is_loop_target(at, written):
         return []
     code = statement_code(at)
-    try:
-        stmt = ast.parse(code).body[0]
-    except (SyntaxError, IndexError):
+    stmt = parse_statement(code)
+    if stmt is None:
         return []
     if isinstance(stmt, ast.AugAssign):
         return [FixIntent("augmented_to_binary", at.file, at.line, target=written, reason=reason, preferred=preferred)]
@@ -123,8 +121,7 @@ def _index_loop_intent(at: SourceLocation | None, written: str | None) -> list[F
 def _preferred_first(fixes: list[FixIntent]) -> list[FixIntent]:
     """When no edit is preferred, the first alternative becomes the preferred one."""
     if fixes and not any(x.preferred for x in fixes):
-        first = fixes[0]
-        fixes[0] = FixIntent(first.action, first.file, first.line, first.target, first.detail, first.reason, True)
+        fixes[0] = dataclasses.replace(fixes[0], preferred=True)
     return fixes
 
 
@@ -227,10 +224,7 @@ def multi_view_rule(f: Finding, _: object) -> Verdict:
 
 def _clone_assignment(code: str, method: str = "clone") -> str | None:
     """``first = hidden[:, :2]`` -> ``first = hidden[:, :2].clone()`` (or another method, e.g. detach)."""
-    try:
-        stmt = ast.parse(code).body[0]
-    except (SyntaxError, IndexError):
-        return None
+    stmt = parse_statement(code)
     if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
         value = ast.get_source_segment(code, stmt.value) or ast.unparse(stmt.value)
         if not isinstance(stmt.value, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)):
@@ -320,10 +314,8 @@ def carried_rule(f: Finding, _: object) -> Verdict:
 
 def _is_expression_statement(code: str) -> bool:
     """``optimizer.backward(loss)``: a call whose value nothing reads (deleting it breaks no later name)."""
-    try:
-        body = ast.parse(code).body
-    except SyntaxError:
-        return False
+    tree = parse_code(code)
+    body = tree.body if tree is not None else []
     return len(body) == 1 and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Call)
 
 

@@ -32,7 +32,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import operator
 import sys
+import sysconfig
 import threading
 import weakref
 from types import FrameType
@@ -41,19 +43,13 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Literal, No
 import xxhash
 
 from .diagnosis import diagnose, diagnose_or_fallback
-from .events import (
-    BackwardEnded,
-    BackwardStarted,
-    FunctionBoundary,
-    LineReached,
-    TensorSaved,
-    TensorUnpacked,
-    TensorWritten,
-)
+from .events import (BackwardEnded, BackwardStarted, FunctionBoundary, LineReached, TensorSaved, TensorUnpacked,
+                     TensorWritten)
 from .facts import Facts
 from .findings import Finding, SaveSite, SourceLocation, TensorInfo, WriteRecord
-from .frames import LIBRARY_PATHS
+from .frames import LIBRARY_PATHS, caller_context
 from .ledger import SavedLedger
+from .notices import notice
 
 if TYPE_CHECKING:
     # a function for sys.settrace (typeshed's _typeshed.TraceFunction; core imports only the standard library)
@@ -183,21 +179,10 @@ class SavePlace:
         self.site, self.caller, self.producer, self.passes_at_save = site, caller, producer, passes_at_save
 
 
+# The shared ``SavePlace`` per place and pass, keyed by the locations' identities: a ``SavePlace`` in the table
+# holds its locations, so their ids cannot be reused while it is there.
 _SAVE_PLACES: dict[tuple[int, int, str | None, int], SavePlace] = {}
 _SAVE_PLACES_MAX = 4096  # distinct places kept before the table starts over (records keep their own)
-
-
-def save_place(site: SourceLocation | None, caller: SourceLocation | None, producer: str | None,
-               passes_at_save: int) -> SavePlace:
-    """The shared ``SavePlace`` for this place and pass. Keyed by the locations' identities: a ``SavePlace`` in
-    the table holds its locations, so their ids cannot be reused while it is there."""
-    key = (id(site), id(caller), producer, passes_at_save)
-    found = _SAVE_PLACES.get(key)
-    if found is None:
-        if len(_SAVE_PLACES) >= _SAVE_PLACES_MAX:
-            _SAVE_PLACES.clear()
-        found = _SAVE_PLACES[key] = SavePlace(site, caller, producer, passes_at_save)
-    return found
 
 
 def _seldom(name: str, default: object = None) -> _Field[Any]:
@@ -214,6 +199,11 @@ def _seldom(name: str, default: object = None) -> _Field[Any]:
         record._seldom[name] = value
 
     return property(get, set_)
+
+
+def _placed(name: str) -> _Field[Any]:
+    """A record field its shared ``SavePlace`` holds (read only)."""
+    return property(operator.attrgetter("where." + name))
 
 
 class SavedRecord:
@@ -233,8 +223,13 @@ class SavedRecord:
         self.tensor = tensor
         self.version = version
         self.fp = fp
-        where = _SAVE_PLACES.get((id(site), id(caller), producer, passes_at_save))  # save_place(), inlined
-        self.where = where if where is not None else save_place(site, caller, producer, passes_at_save)
+        key = (id(site), id(caller), producer, passes_at_save)
+        where = _SAVE_PLACES.get(key)
+        if where is None:
+            if len(_SAVE_PLACES) >= _SAVE_PLACES_MAX:
+                _SAVE_PLACES.clear()
+            where = _SAVE_PLACES[key] = SavePlace(site, caller, producer, passes_at_save)
+        self.where = where
         self._seldom: dict[str, Any] | None = None
         if saver is not None:
             self.saver = saver
@@ -243,22 +238,10 @@ class SavedRecord:
         if kept_on is not None:
             self.kept_on = kept_on  # (node, "ctx.x"): kept on a custom function's ctx, checked when its backward starts
 
-    @property
-    def site(self) -> SourceLocation | None:
-        return self.where.site
-
-    @property
-    def caller(self) -> SourceLocation | None:  # the user's call around ``site`` (the call of the model)
-        return self.where.caller
-
-    @property
-    def producer(self) -> str | None:
-        return self.where.producer
-
-    @property
-    def passes_at_save(self) -> int:  # backward passes seen when it was saved
-        return self.where.passes_at_save
-
+    site: _Field[SourceLocation | None] = _placed("site")
+    caller: _Field[SourceLocation | None] = _placed("caller")  # the user's call around ``site`` (the call of the model)
+    producer: _Field[str | None] = _placed("producer")
+    passes_at_save: _Field[int] = _placed("passes_at_save")  # backward passes seen when it was saved
     saver: _Field[str | None] = _seldom("saver")
     custom_function: _Field[str | None] = _seldom("custom_function")
     kept_on: _Field[tuple[str, str] | None] = _seldom("kept_on")
@@ -314,9 +297,10 @@ class GuardEngine:
         self._annotate: Callable[[Finding, SavedRecord, bool], None] | None = getattr(probe, "annotate", None)
         self._name_at_write: Callable[[Any], str | None] | None = getattr(probe, "name_at_write", None)
         self._handlers: dict[type, Callable[[Any], Any]] = {
-            TensorSaved: self._saved,
+            TensorSaved: lambda e: self.save(e.tensor, e.location, e.producer, e.caller, e.saver, e.custom_function,
+                                             e.kept_on),
             TensorWritten: self._written,
-            TensorUnpacked: self._unpacked,
+            TensorUnpacked: lambda e: self.unpacked(e.record),
             BackwardStarted: self._backward_started,
             BackwardEnded: self._backward_ended,
             FunctionBoundary: lambda event: None,  # for subscribers only (no probe emits it yet)
@@ -350,8 +334,6 @@ class GuardEngine:
         watched = [(t, probe.span(t), probe.version(t), self._full_fingerprint(t)) for t in targets if self.watches(t)]
         out = run()
         if watched:
-            from .frames import caller_context
-
             context = caller_context(skip=3)
             for t, span, before, fp in watched:
                 after = probe.version(t)
@@ -395,10 +377,6 @@ class GuardEngine:
 
     def same(self, a: object, b: object) -> bool:
         return self._own_same(a, b) if self._own_same is not None else a == b
-
-    def _saved(self, event: TensorSaved) -> SavedRecord:
-        return self.save(event.tensor, event.location, event.producer, event.caller, event.saver,
-                         event.custom_function, event.kept_on)
 
     def save(self, t: Any, location: SourceLocation | None, producer: str | None, caller: SourceLocation | None,
              saver: str | None = None, custom_function: str | None = None,
@@ -449,12 +427,6 @@ class GuardEngine:
                 record.writes.append(dataclasses.replace(write, version_before=self._version(record.tensor))
                                      if per_record else write)
 
-    def stale_kind(self, record: SavedRecord) -> str | None:
-        """``inplace_modification`` (version moved), ``silent_write`` (bytes changed, version did not), or None."""
-        if record.version is not None and self._version(record.tensor) != record.version:
-            return "inplace_modification"
-        return self._bytes_changed(record)
-
     def _bytes_changed(self, record: SavedRecord) -> str | None:
         """``silent_write`` when the record's bytes changed (or, fingerprints off, a write was logged into it);
         None when they did not, or when the probe compares later (a device fingerprint)."""
@@ -473,9 +445,6 @@ class GuardEngine:
             return "silent_write"
         return None
 
-    def _unpacked(self, event: TensorUnpacked) -> Any:
-        return self.unpacked(event.record)
-
     def unpacked(self, record: Any) -> Any:
         """What a :class:`TensorUnpacked` does, without the event (NOTE [The per-tensor path]): check ``record``
         (raise, or record the problem for later) and return the tensor to hand back."""
@@ -485,14 +454,13 @@ class GuardEngine:
         try:
             if self._bisect is not None:
                 self._bisect.check(None)
-            version = record.version  # stale_kind(), inlined
+            version = record.version  # version moved: inplace_modification; else did the bytes change?
             if version is not None and self._version(record.tensor) != version:
                 kind = "inplace_modification"
             else:
                 kind = self._bytes_changed(record)
         except Exception as internal:  # our failure must never break the user's backward: say so, go on
-            from .notices import notice  # NOTE [A notice never raises inside torch]
-
+            # NOTE [A notice never raises inside torch]
             notice(f"gradguard ({self.probe.backend} guard engine): the saved-tensor check failed "
                    f"({internal!r}); this tensor was not checked", RuntimeWarning)
         if kind is not None:
@@ -649,48 +617,44 @@ class GuardEngine:
         (node, argument) that unpacked it, when known without the node running."""
         scope = getattr(self.probe, "finding_scope", None)
         with scope() if scope is not None else contextlib.nullcontext():
-            return self._build_finding(record, kind, current, facts, saver)
-
-    def _build_finding(self, record: SavedRecord, kind: str, current: bool, facts: Facts | None,
-                       saver: tuple[str | None, str | None] | None) -> Finding:
-        probe = self.probe
-        t = record.tensor
-        tensor = probe.describe(t)
-        if record.producer not in (None, "leaf") and tensor.producer is None:
-            tensor.producer = record.producer
-        if tensor.role == "tensor":
-            tensor.role = "leaf" if record.producer == "leaf" else "activation"
-            if tensor.name is None:
-                tensor.name = record.name_at_write
-        node, argument = record.kept_on or saver or (probe.saver(record, tensor) if current else (None, None))
-        finding = Finding(
-            kind=kind,
-            tensor=tensor,
-            saved_at=SaveSite(node=node, argument=argument, location=record.site,
-                              chain=[record.caller] if record.caller is not None else []),
-            modified_at=self._resolved_writes(record),
-            versions={"saved": record.version, "now": self._version(t)},
-            backend=probe.backend,
-            facts=probe.context(),
-        )
-        if self.backward_sites and finding.facts.backward_at is None:
-            finding.facts.backward_at = self.backward_sites[-1].to_dict()
-        if facts is not None:
-            finding.facts.update(facts)
-        if self._annotate is not None:
-            self._annotate(finding, record, current)
-        if not self.track_writes and not finding.facts.writer_unknowable:
-            finding.notes.append(_WRITE_LOG_OFF)
-        if self._line_bisect:
-            finding.notes.append("bisect mode traced the user's lines on the thread that entered the guard; writes "
-                                 "from other threads are not pinned")
-        if probe.direct_writers is not None:  # rows whose core text speaks torch word it for this framework
-            facts = finding.facts
-            facts.framework, facts.direct_writers = probe.framework, probe.direct_writers
-            facts.direct_write_fix, facts.optimizer_fix = probe.direct_write_fix, probe.optimizer_fix
-        diagnose(finding)
-        probe.phrase(finding, record)
-        return finding
+            probe = self.probe
+            t = record.tensor
+            tensor = probe.describe(t)
+            if record.producer not in (None, "leaf") and tensor.producer is None:
+                tensor.producer = record.producer
+            if tensor.role == "tensor":
+                tensor.role = "leaf" if record.producer == "leaf" else "activation"
+                if tensor.name is None:
+                    tensor.name = record.name_at_write
+            node, argument = record.kept_on or saver or (probe.saver(record, tensor) if current else (None, None))
+            finding = Finding(
+                kind=kind,
+                tensor=tensor,
+                saved_at=SaveSite(node=node, argument=argument, location=record.site,
+                                  chain=[record.caller] if record.caller is not None else []),
+                modified_at=self._resolved_writes(record),
+                versions={"saved": record.version, "now": self._version(t)},
+                backend=probe.backend,
+                facts=probe.context(),
+            )
+            if self.backward_sites and finding.facts.backward_at is None:
+                finding.facts.backward_at = self.backward_sites[-1].to_dict()
+            if facts is not None:
+                finding.facts.update(facts)
+            if self._annotate is not None:
+                self._annotate(finding, record, current)
+            if not self.track_writes and not finding.facts.writer_unknowable:
+                finding.notes.append(_WRITE_LOG_OFF)
+            if self._line_bisect:
+                finding.notes.append("bisect mode traced the user's lines on the thread that entered the guard; writes "
+                                     "from other threads are not pinned")
+            if probe.direct_writers is not None:  # rows whose core text speaks torch word it for this framework
+                facts = finding.facts
+                facts.framework, facts.direct_writers = probe.framework, probe.direct_writers
+                facts.direct_write_fix, facts.optimizer_fix = probe.direct_write_fix, probe.optimizer_fix
+            diagnose(finding)
+            probe.phrase(finding, record)
+            return finding
 
 
 class SavedBaselines:
@@ -737,12 +701,11 @@ class _LineBisector:
     def __init__(self, engine: GuardEngine):
         self.engine = engine
         self.baselines = SavedBaselines(engine)
+        self.rebase = self.baselines.rebase
         self.last: SourceLocation | None = None
         self._previous_trace: TraceFunction | None = None
         self._frames: list[tuple[FrameType, Callable[[FrameType, str, Any], Any] | None]] = []  # (frame, its f_trace)
         self._thread = threading.get_ident()
-        import sysconfig
-
         paths = sysconfig.get_paths()
         # installed packages and the standard library are not the user's program (numpy's own Python code runs
         # inside `t.asnumpy()[0] = v`: its lines must not become "the last user line")
@@ -772,18 +735,13 @@ class _LineBisector:
         self._frames = []
 
     def _global(self, frame: FrameType, event: str, arg: object) -> TraceFunction | None:
-        if event == "call" and self._is_user(frame.f_code.co_filename):
-            return self._local
-        return None
+        return self._local if event == "call" and self._is_user(frame.f_code.co_filename) else None
 
     def _local(self, frame: FrameType, event: str, arg: object) -> TraceFunction:
         if event == "line" and threading.get_ident() == self._thread:
             code = frame.f_code
             self.engine.emit(LineReached(SourceLocation(code.co_filename, frame.f_lineno, code.co_name)))
         return self._local
-
-    def rebase(self, records: Iterable[SavedRecord]) -> None:
-        self.baselines.rebase(records)
 
     def check(self, location: SourceLocation | None) -> None:
         """Compare every live saved tensor with its baseline; pin an unexplained change to the last line."""

@@ -21,16 +21,8 @@ from .findings import SourceLocation
 if TYPE_CHECKING:
     from .engine import SavedRecord
 
-__all__ = [
-    "Event",
-    "TensorSaved",
-    "TensorWritten",
-    "TensorUnpacked",
-    "BackwardStarted",
-    "BackwardEnded",
-    "FunctionBoundary",
-    "LineReached",
-]
+__all__ = ["Event", "TensorSaved", "TensorWritten", "TensorUnpacked", "BackwardStarted", "BackwardEnded",
+           "FunctionBoundary", "LineReached"]
 
 
 @dataclass(slots=True, eq=False)

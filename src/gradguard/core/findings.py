@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import linecache
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,8 +41,6 @@ class SourceLocation:
     @property
     def code(self) -> str:
         if self._code is None:
-            import linecache
-
             self._code = linecache.getline(self.file, self.line).strip()
         return self._code
 
@@ -102,9 +101,7 @@ class TensorInfo:
             return f"{self.role} {self.name} ({head})"
         if self.name:
             return f"{self.name} ({head}{', output of ' + self.producer if self.producer else ''})"
-        if self.producer:
-            return f"{head}, output of {self.producer}"
-        return f"{head}, {self.role}"
+        return f"{head}, output of {self.producer}" if self.producer else f"{head}, {self.role}"
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -124,9 +121,7 @@ class SaveSite:
 
     @property
     def op(self) -> str | None:
-        if self.node and self.argument:
-            return f"{self.node}.{self.argument}"
-        return self.node
+        return f"{self.node}.{self.argument}" if self.node and self.argument else self.node
 
     def to_dict(self) -> dict[str, Any]:
         loc = self.location.to_dict() if self.location else {"file": None, "line": None, "function": None, "code": ""}
@@ -149,16 +144,9 @@ class WriteRecord:
 
     def to_dict(self) -> dict[str, Any]:
         loc = self.location.to_dict() if self.location else {"file": None, "line": None, "function": None, "code": ""}
-        return {
-            "op": self.op,
-            **loc,
-            "via": self.via,
-            "library_frame": self.library_frame,
-            "version_before": self.version_before,
-            "version_after": self.version_after,
-            "bumps_version": self.bumps_version,
-            "category": self.category,
-        }
+        return {"op": self.op, **loc, "via": self.via, "library_frame": self.library_frame,
+                "version_before": self.version_before, "version_after": self.version_after,
+                "bumps_version": self.bumps_version, "category": self.category}
 
 
 @dataclass
@@ -180,27 +168,15 @@ class Finding:
     fixes: list[FixIntent] = field(default_factory=list)  # structured edits for `gradguard fix`, preferred first
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "format_version": JSON_FORMAT_VERSION,
-            "kind": self.kind,
-            "headline": self.headline,
-            "backend": self.backend,
-            "tensor": self.tensor.to_dict(),
-            "saved_at": self.saved_at.to_dict(),
-            "modified_at": [w.to_dict() for w in self.modified_at],
-            "versions": dict(self.versions),
-            "explanation": self.explanation,
-            "suggestion": self.suggestion,
-            "rule": self.rule,
-            "context": self.facts.to_dict(),
-            "notes": list(self.notes),
-            "fixes": [x.to_dict() for x in self.fixes],
-        }
+        return {"format_version": JSON_FORMAT_VERSION, "kind": self.kind, "headline": self.headline,
+                "backend": self.backend, "tensor": self.tensor.to_dict(), "saved_at": self.saved_at.to_dict(),
+                "modified_at": [w.to_dict() for w in self.modified_at], "versions": dict(self.versions),
+                "explanation": self.explanation, "suggestion": self.suggestion, "rule": self.rule,
+                "context": self.facts.to_dict(), "notes": list(self.notes), "fixes": [x.to_dict() for x in self.fixes]}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Finding":
         """Inverse of :meth:`to_dict` (used to bring a finding back from a re-run in another process)."""
-
         location = SourceLocation.from_dict
 
         t = data["tensor"]
@@ -209,11 +185,9 @@ class Finding:
         s = data.get("saved_at") or {}
         saved = SaveSite(s.get("node"), s.get("argument"), location(s),
                          [c for c in (location(entry) for entry in s.get("chain") or []) if c is not None])
-        writes = [
-            WriteRecord(w["op"], location(w), w.get("via"), w.get("library_frame"), w.get("version_before"),
-                        w.get("version_after"), w.get("bumps_version", True), w.get("category", "other"))
-            for w in data.get("modified_at", [])
-        ]
+        writes = [WriteRecord(w["op"], location(w), w.get("via"), w.get("library_frame"), w.get("version_before"),
+                              w.get("version_after"), w.get("bumps_version", True), w.get("category", "other"))
+                  for w in data.get("modified_at", [])]
         return cls(
             kind=data["kind"], tensor=tensor, saved_at=saved, modified_at=writes, versions=dict(data.get("versions", {})),
             explanation=data.get("explanation", ""), suggestion=data.get("suggestion", ""),

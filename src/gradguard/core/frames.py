@@ -18,8 +18,9 @@ from typing import Callable, Iterator
 
 from .findings import SourceLocation
 
-__all__ = ["LibraryPaths", "user_location", "user_location_and_caller", "location_of", "caller_context", "CallerContext", "LIBRARY_PATHS", "user_variable_names", "user_frames", "innermost_user_entry",
-           "is_plumbing", "is_gradguard_file"]
+__all__ = ["LibraryPaths", "user_location", "user_location_and_caller", "location_of", "caller_context",
+           "CallerContext", "LIBRARY_PATHS", "user_variable_names", "user_frames", "innermost_user_entry", "is_plumbing",
+           "is_gradguard_file"]
 
 _GRADGUARD_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -63,7 +64,8 @@ _LOCATIONS: dict[tuple[int, int], tuple[CodeType, SourceLocation]] = {}
 _MAX_LOCATIONS = 8192
 
 
-def _location(frame: FrameType) -> SourceLocation:
+def location_of(frame: FrameType) -> SourceLocation:
+    """The line ``frame`` is running, as a :class:`SourceLocation` (source text read on first use)."""
     # NOTE [One SourceLocation per line]: a training loop saves tensors at the same few lines every step; one
     # shared object per (code object, line) costs a dict lookup instead of an allocation, and ~130 bytes less per
     # saved tensor (site and caller). Keyed by the code object's identity: code objects compare equal by content,
@@ -78,8 +80,12 @@ def _location(frame: FrameType) -> SourceLocation:
     return entry[1]  # the code object is kept in the entry, so its id is not reused while cached
 
 
-def _first_user_frame(frame: FrameType | None, paths: LibraryPaths) -> FrameType | None:
-    """``frame`` or the first frame outward from it that is outside every library directory, or None."""
+def user_location(skip: int = 1, paths: LibraryPaths = LIBRARY_PATHS) -> SourceLocation | None:
+    """The innermost frame outside every library directory, or None (e.g. on an autograd worker thread)."""
+    try:
+        frame: FrameType | None = sys._getframe(skip)
+    except ValueError:
+        return None
     cache = paths._cache  # inlined lookups: this loop runs for every saved tensor
     while frame is not None:
         filename = frame.f_code.co_filename
@@ -87,23 +93,9 @@ def _first_user_frame(frame: FrameType | None, paths: LibraryPaths) -> FrameType
         if library is None:
             library = paths.is_library(filename)
         if not library:
-            return frame
+            return location_of(frame)
         frame = frame.f_back
     return None
-
-
-def location_of(frame: FrameType) -> SourceLocation:
-    """The line ``frame`` is running, as a :class:`SourceLocation` (source text read on first use)."""
-    return _location(frame)
-
-
-def user_location(skip: int = 1, paths: LibraryPaths = LIBRARY_PATHS) -> SourceLocation | None:
-    """The innermost frame outside every library directory, or None (e.g. on an autograd worker thread)."""
-    try:
-        frame = _first_user_frame(sys._getframe(skip), paths)
-    except ValueError:
-        return None
-    return _location(frame) if frame is not None else None
 
 
 def user_location_and_caller(
@@ -111,7 +103,7 @@ def user_location_and_caller(
 ) -> tuple[SourceLocation | None, SourceLocation | None]:
     """``(user_location, caller)``: the innermost user frame and, when that frame is inside a function (a
     module's ``forward``, a helper), the next user frame outward: the user's call of the model. Runs per saved
-    tensor, so :func:`_first_user_frame` and :func:`_location` are inlined (NOTE [One frame walk per saved
+    tensor, so :func:`user_location`'s walk and :func:`location_of` are inlined (NOTE [One frame walk per saved
     tensor]), and only frames up to the caller are walked."""
     # NOTE [One frame walk per saved tensor]
     # The pack hook asks this once per saved tensor (~700 times per step in an LSTMCell loop). Four helper calls
@@ -131,7 +123,7 @@ def user_location_and_caller(
             library = paths.is_library(code.co_filename)
         if not library:
             entry = locations.get((id(code), frame.f_lineno))
-            here = entry[1] if entry is not None and entry[0] is code else _location(frame)
+            here = entry[1] if entry is not None and entry[0] is code else location_of(frame)
             if inner is not None:
                 return inner, here
             if code.co_name == "<module>":
@@ -166,9 +158,6 @@ def is_plumbing(filename: str) -> bool:
     return any(p in filename for p in _PLUMBING)
 
 
-_is_plumbing = is_plumbing
-
-
 def _short_library_path(filename: str) -> str:
     parts = filename.replace(os.sep, "/").split("/site-packages/")
     return parts[-1] if len(parts) > 1 else filename
@@ -195,8 +184,8 @@ def caller_context(
     while frame is not None:
         filename = frame.f_code.co_filename
         if not is_library(filename):
-            return CallerContext(_location(frame), innermost_lib, owner)
-        if not is_gradguard_file(filename) and not _is_plumbing(filename):
+            return CallerContext(location_of(frame), innermost_lib, owner)
+        if not is_gradguard_file(filename) and not is_plumbing(filename):
             if innermost_lib is None:
                 innermost_lib = f"{_short_library_path(filename)}:{frame.f_lineno} in {frame.f_code.co_name}"
             if owner_filter is not None:

@@ -10,29 +10,19 @@ categories, node names, pass counts and source lines.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import re
 
 from .findings import Finding, SourceLocation, WriteRecord
 from .fixes import (carried_state, crossing_recompute, is_valid_python, keyword_calls, mask_assignment,
                      out_of_place, single_statement, statement_code, step_receivers)
 from .intents import FixIntent, Verdict
-from .source_ast import callee_of
+from .module_sites import constructed_in_place, inplace_position, writer_sites
+from .source_ast import assignment_before, callee_of, parse_code, parse_statement, written_expression
 
-__all__ = [
-    "optimizer_before_backward_rule",
-    "optimizer_between_backwards_rule",
-    "retained_graph_rule",
-    "activation_rule",
-    "flag_set_later_rule",
-    "switched_later",
-    "augmented_rule",
-    "index_rule",
-    "buffer_rule",
-    "why_saved",
-    "tensor_phrase",
-    "optimizer_is_stepped_before_backward",
-    "optimizer_wraps_retained_graph",
-]
+__all__ = ["optimizer_before_backward_rule", "optimizer_between_backwards_rule", "retained_graph_rule",
+           "activation_rule", "flag_set_later_rule", "switched_later", "augmented_rule", "index_rule", "buffer_rule",
+           "why_saved", "tensor_phrase", "optimizer_is_stepped_before_backward", "optimizer_wraps_retained_graph"]
 
 # What each output-saving backward node computes from the saved output: why overwriting it breaks backward.
 _USES_OUTPUT = {
@@ -55,9 +45,7 @@ _INPLACE_MODULE = re.compile(r"(\w+)\(inplace=True\)")
 
 def _op_of(node: str | None) -> str | None:
     """``SigmoidBackward0`` -> ``Sigmoid``."""
-    if not node:
-        return None
-    return re.sub(r"Backward\d*$", "", node)
+    return re.sub(r"Backward\d*$", "", node) if node else None
 
 
 def _short(location: SourceLocation | None, home: str | None = None) -> str:
@@ -71,21 +59,12 @@ def _home(f: Finding) -> str | None:
     return f.saved_at.location.file if f.saved_at.location else None
 
 
-def _backward_location(f: Finding) -> SourceLocation | None:
-    raw = f.facts.backward_at
-    if not raw:
-        return None
-    return SourceLocation(raw["file"], raw["line"], raw.get("function") or "", raw.get("code") or "")
-
-
 def tensor_phrase(f: Finding) -> str:
     """``parameter rnn.weight_hh_l0``, ``buffer norm.scale``, ```features```, or ``the tensor``."""
     t = f.tensor
     if t.name and t.role in ("parameter", "buffer"):
         return f"{t.role} {t.name}"
-    if t.name:
-        return f"`{t.name}`"
-    return "the tensor"
+    return f"`{t.name}`" if t.name else "the tensor"
 
 
 def why_saved(f: Finding) -> str:
@@ -142,13 +121,13 @@ def optimizer_is_stepped_before_backward(f: Finding) -> bool:
 def optimizer_wraps_retained_graph(f: Finding, opt: WriteRecord) -> bool:
     """The step sits inside the loop after this backward (or a carried state crosses functions): the old
     graph was kept alive across iterations."""
-    backward = _backward_location(f)
+    backward = SourceLocation.from_dict(f.facts.backward_at)
     carried = carried_state(backward)
     # A loss made statements before the call that backpropagates it, in an outer frame, with steps in between
     # (NOTE [A loss made before the steps]) is a helper's backward-then-step called per loss, not a loop.
-    loop_wrapped = (_same_function(backward, opt.location) and backward is not None and opt.location is not None
-                    and backward.line < opt.location.line and not f.facts.loss_made_early)
+    loop_wrapped = _step_follows(opt, backward) and not f.facts.loss_made_early
     return loop_wrapped or bool(carried and not _same_function(backward, opt.location))
+
 
 
 def optimizer_before_backward_rule(f: Finding, opt: WriteRecord) -> Verdict:
@@ -157,7 +136,7 @@ def optimizer_before_backward_rule(f: Finding, opt: WriteRecord) -> Verdict:
     step_code = f"`{opt.location.code}`" if opt.location else stepper
     target = tensor_phrase(f)
     save = f.saved_at.location
-    backward = _backward_location(f)
+    backward = SourceLocation.from_dict(f.facts.backward_at)
     backward_code = f"`{backward.code}`" if backward and backward.code else "backward()"
     fixes = []
     if opt.location is not None and backward is not None:
@@ -201,8 +180,7 @@ def _two_model_intents(f: Finding, opt: WriteRecord, save, backward) -> tuple[li
                                reason="feed the stepped model a detached input", preferred=not fixes))
     fixes += _loss_site_repairs(f, opt, fixes)
     if crossing is not None:  # the most precise repair: the others become alternatives, tried one at a time
-        fixes = fixes[:1] + [FixIntent(x.action, x.file, x.line, x.target, x.detail, x.reason, False)
-                             for x in fixes[1:]]
+        fixes = fixes[:1] + [_as_preferred(x, False) for x in fixes[1:]]
     return fixes, hint
 
 
@@ -210,8 +188,7 @@ def _step_follows(opt: WriteRecord, backward) -> bool:
     """NOTE [A loss made before the steps]: the step already follows this backward in its function (a helper's
     zero_grad, backward, step; a loop that steps after each backward), so moving it cannot help: the loss must be
     made after the earlier steps."""
-    return (_same_function(backward, opt.location) and backward is not None and opt.location is not None
-            and opt.location.line > backward.line)
+    return _same_function(backward, opt.location) and opt.location.line > backward.line
 
 
 def _move_step_intents(opt: WriteRecord, backward) -> list[FixIntent]:
@@ -230,7 +207,7 @@ def optimizer_between_backwards_rule(f: Finding, opt: WriteRecord) -> Verdict:
     step_code = f"`{opt.location.code}`" if opt.location else stepper
     target = tensor_phrase(f)
     save = f.saved_at.location
-    backward = _backward_location(f)
+    backward = SourceLocation.from_dict(f.facts.backward_at)
     backward_code = f"`{backward.code}`" if backward and backward.code else "backward()"
     receivers = step_receivers(opt.location)
     why = (
@@ -324,8 +301,8 @@ def _recompute_in_loop(f: Finding) -> FixIntent | None:
                      preferred=False)
 
 
-def _as_preferred(intent: FixIntent) -> FixIntent:
-    return FixIntent(intent.action, intent.file, intent.line, intent.target, intent.detail, intent.reason, True)
+def _as_preferred(intent: FixIntent, preferred: bool = True) -> FixIntent:
+    return dataclasses.replace(intent, preferred=preferred)
 
 
 def _two_models_wording(receivers: list[str]) -> str:
@@ -343,13 +320,8 @@ def _two_models_wording(receivers: list[str]) -> str:
 def _detached_call(code: str) -> tuple[str, str] | None:
     """``g_loss = bce(D(fake), y)`` -> ``("D", "fake")``: the stepped model's call found in the saving line,
     whose input the first loss should detach."""
-    import ast
-
-    try:
-        tree = ast.parse(code.strip())
-    except SyntaxError:
-        return None
-    for node in ast.walk(tree):
+    tree = parse_code(code.strip())
+    for node in ast.walk(tree) if tree is not None else ():
         if (isinstance(node, ast.Call) and isinstance(node.func, (ast.Name, ast.Attribute)) and len(node.args) == 1
                 and isinstance(node.args[0], ast.Name)):
             return ast.unparse(node.func), node.args[0].id
@@ -362,7 +334,7 @@ def retained_graph_rule(f: Finding, opt: WriteRecord) -> Verdict:
     target = tensor_phrase(f)
     passes = f.facts.backward_passes_since_save or 0
     retain = f.facts.retain_graph
-    backward = _backward_location(f)
+    backward = SourceLocation.from_dict(f.facts.backward_at)
     carried = carried_state(backward)
     kept = ("retain_graph=True kept it alive through its backward" if retain is not False
             else "a backward with retain_graph=True kept it alive")
@@ -407,29 +379,16 @@ def retained_graph_rule(f: Finding, opt: WriteRecord) -> Verdict:
 # -- in-place activations --------------------------------------------------------------------------------
 
 
-def _construction_sites(f: Finding, act: WriteRecord):
-    """Where the module that wrote was built (searched in the files of the write and the save), the statements
-    that switched it to in-place later, and whether the instance was resolved (see NOTE [Resolving the writing
-    instance to its construction]); None for a write no module made."""
-    from .module_sites import writer_sites
-
-    return writer_sites(_files(f, act), act.via)
-
-
 def _files(f: Finding, act: WriteRecord) -> list[str]:
     """The files a module's construction is searched in: those of the write and the save, and the module's own."""
-    files: list[str] = []
-    for location in (act.location, f.saved_at.location, *f.saved_at.chain):
-        if location is not None and location.file not in files:
-            files.append(location.file)
+    files = list(dict.fromkeys(loc.file for loc in (act.location, f.saved_at.location, *f.saved_at.chain)
+                               if loc is not None))
     return files + [extra for extra in f.facts.module_files or () if extra not in files]
 
 
 def _construction_intents(f: Finding, act: WriteRecord, module, written_op: str, saver_op: str):
     """(intents, construction sites, switching statements) for an in-place module's write."""
-    from .module_sites import inplace_position
-
-    found = _construction_sites(f, act) if module else None
+    found = writer_sites(_files(f, act), act.via) if module else None
     resolved, switches = bool(found and found[2]), found[1] if found else []
     site_list = found[0] if found else []
     # One intent per construction. Unresolved (the instance unknown): one per call of the class on each line with
@@ -449,7 +408,7 @@ def _construction_intents(f: Finding, act: WriteRecord, module, written_op: str,
             fixes.append(FixIntent("set_keyword", *_loc(site.location), target=None, detail=detail,
                                    reason=f"construct {module.group(1)} with inplace=False", preferred=False))
     if len(fixes) == 1:
-        fixes = [FixIntent(x.action, x.file, x.line, x.target, x.detail, x.reason, preferred=True) for x in fixes]
+        fixes = [_as_preferred(x) for x in fixes]
     return fixes, [s.location for s in site_list], switches
 
 
@@ -458,9 +417,7 @@ def _occurrences(site, call: str, resolved: bool, consecutive: bool) -> list:
     if resolved:
         return [site.occurrence]
     count = site.location.code.count(f"{call}(")
-    if count <= 1:
-        return [None]
-    return list(range(count))[::-1 if consecutive else 1]
+    return [None] if count <= 1 else list(range(count))[::-1 if consecutive else 1]
 
 
 def _module_fix(f: Finding, module, via: str, sites: list, switches: list) -> str:
@@ -527,17 +484,13 @@ def activation_rule(f: Finding, act: WriteRecord) -> Verdict:
     )
 
 
-def switched_later(f: Finding, act: WriteRecord) -> list[SourceLocation]:
+def switched_later(f: Finding, act: WriteRecord, found=None) -> list[SourceLocation]:
     """The statements that made the writing module in-place after its constructor built it out of place
     (``self.drop.inplace = True``, ``m.inplace = True`` in a loop over modules); [] when a constructor passed
-    inplace=True (the constructor is the cause: ``activation_rule``) or no such statement is found."""
-    return _later_switches(f, act, _construction_sites(f, act))
-
-
-def _later_switches(f: Finding, act: WriteRecord, found) -> list[SourceLocation]:
-    """:func:`switched_later` from the module's construction sites ``found`` (``_construction_sites``)."""
-    from .module_sites import constructed_in_place
-
+    inplace=True (the constructor is the cause: ``activation_rule``) or no such statement is found. ``found``:
+    the module's construction sites (``writer_sites``: see NOTE [Resolving the writing instance to its
+    construction]) when already looked up."""
+    found = found or writer_sites(_files(f, act), act.via)
     module = _INPLACE_MODULE.search(act.via or "")
     if module is None or not found or not found[1]:
         return []
@@ -555,8 +508,8 @@ def flag_set_later_rule(f: Finding, act: WriteRecord) -> Verdict:
     via = act.via or act.op
     module = _INPLACE_MODULE.search(via)
     owner = via[: module.start()].strip().rstrip("(").strip() if module else ""
-    found = _construction_sites(f, act)
-    switches = _later_switches(f, act, found)
+    found = writer_sites(_files(f, act), act.via)
+    switches = switched_later(f, act, found)
     sites = [s.location for s in found[0]] if found else []
     built = f" ({_short(sites[0], _home(f))}: `{sites[0].code}`)" if len(sites) == 1 else ""
     lines = " and ".join(f"`{s.code}` at {_short(s, _home(f))}" for s in switches)
@@ -615,8 +568,6 @@ def index_rule(f: Finding, idx: WriteRecord) -> Verdict:
     name = f.tensor.name if f.tensor.name and f.tensor.role not in ("parameter", "buffer") else None
     if name and idx.location is not None:
         # the name the writing statement uses (`out` inside forward), not the caller's name for the same tensor
-        from .source_ast import written_expression
-
         written = _base_name(written_expression(idx.location.file, idx.location.line))
         if written and written.isidentifier() and written != name:
             name = written
@@ -630,19 +581,13 @@ def index_rule(f: Finding, idx: WriteRecord) -> Verdict:
     else:
         fix = ("Assign into a copy (`x = x.clone(); x[idx] = value`) so the saved tensor stays intact, or use an "
                "out-of-place form such as `torch.where(mask, value, x)` or `x.index_put((idx,), value)`.")
-        fixes = [FixIntent(x.action, x.file, x.line, x.target, x.detail, x.reason, preferred=True)
-                 for x in _clone_read_of_written(idx.location, code)]
+        fixes = [_as_preferred(x) for x in _clone_read_of_written(idx.location, code)]
     return Verdict("index_assignment", why, fix, fixes)
 
 
 def _clone_read_of_written(location: SourceLocation | None, code: str) -> list[FixIntent]:
     """``x[i] = f(x[i])``: an alternative that hands ``f`` a copy of the slot the statement overwrites."""
-    import ast
-
-    try:
-        stmt = ast.parse(code.strip()).body[0] if code and location is not None else None
-    except (SyntaxError, IndexError):
-        return []
+    stmt = parse_statement(code.strip()) if code and location is not None else None
     if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Subscript)):
         return []
     slot = ast.get_source_segment(code.strip(), stmt.targets[0]) or ast.unparse(stmt.targets[0])
@@ -660,7 +605,7 @@ def buffer_rule(f: Finding, copy: WriteRecord) -> Verdict:
     saver = f.saved_at.op or "an autograd node"
     name = f.tensor.name or "the buffer"
     save = f.saved_at.location
-    backward = _backward_location(f)
+    backward = SourceLocation.from_dict(f.facts.backward_at)
     attribute = f"self.{name.rsplit('.', 1)[-1]}"
     code = copy.location.code if copy.location else copy.op
     clone = ([FixIntent("clone_expression", *_loc(save), target=attribute,
@@ -703,16 +648,12 @@ def buffer_rule(f: Finding, copy: WriteRecord) -> Verdict:
 
 def _base_name(expression: str | None) -> str | None:
     """``outputs[t]`` -> ``outputs``; ``out[:, i]`` -> ``out``; ``self.buf[0]`` -> ``self.buf``."""
-    if not expression:
-        return None
-    return expression.split("[", 1)[0].strip() or None
+    return (expression.split("[", 1)[0].strip() or None) if expression else None
 
 
 def shared_counter_rule(f: Finding, write: WriteRecord) -> Verdict:
     saver = f.saved_at.op or "an autograd node"
     code = statement_code(write.location) or write.op
-    from .source_ast import written_expression
-
     written = written_expression(write.location.file, write.location.line) if write.location else None
     base = _base_name(written)
     if base and not f.tensor.name:
@@ -732,28 +673,24 @@ def shared_counter_rule(f: Finding, write: WriteRecord) -> Verdict:
         fix = (f"Collect the steps in a list and stack them once (`steps.append(...)`, then "
                f"`{base} = torch.stack(steps)`), so no slot is written after it was saved; or clone the slot "
                f"that is read: `{slot}.clone()` in `{at.code}` ({_line_of(at)}).")
-        return Verdict("shared_version_counter", why, fix, fixes)
-    fix = (f"Collect the steps in a list and stack them once (`steps.append(...)`, then `{base or 'out'} = "
-           f"torch.stack(steps)`), so no part of the buffer is written after a part of it was saved; or clone "
-           f"the part that is read before it is saved (`.clone()`).")
+    else:
+        fix = (f"Collect the steps in a list and stack them once (`steps.append(...)`, then `{base or 'out'} = "
+               f"torch.stack(steps)`), so no part of the buffer is written after a part of it was saved; or clone "
+               f"the part that is read before it is saved (`.clone()`).")
     return Verdict("shared_version_counter", why, fix, fixes)
 
 
 def _slot_reader(save: SourceLocation, base: str) -> tuple[str, SourceLocation] | None:
     """The slot of ``base`` the saving statement reads, and where: in the statement itself
     (``out[t] = f(out[t - 1])``) or in the assignment of a name it reads (``x = h[l - 1]`` ... ``x @ w``)."""
-    import ast
-
-    from .source_ast import assignment_before
-
     code = statement_code(save)
     slot = _read_slot(code, base)
     if slot:
         return slot, save
-    try:
-        names = {n.id for n in ast.walk(ast.parse(code.strip())) if isinstance(n, ast.Name)}
-    except SyntaxError:
+    tree = parse_code(code.strip())
+    if tree is None:
         return None
+    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
     for name in sorted(names):
         made = assignment_before(save.file, save.line, name)
         slot = _read_slot(statement_code(made), base) if made is not None else None
@@ -764,13 +701,7 @@ def _slot_reader(save: SourceLocation, base: str) -> tuple[str, SourceLocation] 
 
 def _read_slot(code: str, base: str) -> str | None:
     """``out[t] = f(out[t - 1])`` -> ``out[t - 1]``: the first slot of ``base`` the statement reads."""
-    import ast
-
-    try:
-        tree = ast.parse(code.strip())
-    except SyntaxError:
-        return None
-    stmt = tree.body[0] if tree.body else None
+    stmt = parse_statement(code.strip())
     value = getattr(stmt, "value", None)
     for node in ast.walk(value) if value is not None else ():
         if isinstance(node, ast.Subscript) and ast.unparse(node.value) == base:

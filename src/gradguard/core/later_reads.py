@@ -23,7 +23,7 @@ import functools
 from types import CodeType, FrameType
 from typing import Iterable, Iterator
 
-from .source_ast import function_node
+from .source_ast import COMPOUND, function_node
 
 __all__ = ["Span", "later_reads", "position_of", "span_contains"]
 
@@ -31,8 +31,6 @@ Span = tuple[int, int, int, int]  # (line, end line, column, end column), as ``c
 
 _METADATA = frozenset({"shape", "dtype", "device", "size", "dim", "ndim", "numel", "requires_grad", "is_cuda",
                        "layout", "names", "stride", "is_contiguous", "data_ptr", "element_size"})
-_COMPOUND = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.For, ast.AsyncFor, ast.While, ast.If,
-             ast.With, ast.AsyncWith, ast.Try)
 
 
 def position_of(frame: FrameType) -> Span | None:
@@ -93,11 +91,6 @@ def _statements(function: ast.Module | ast.FunctionDef | ast.AsyncFunctionDef) -
     return sorted(found, key=lambda s: (s.lineno, s.col_offset))
 
 
-def _is_metadata(node: ast.Name, parents: dict[ast.AST, ast.AST]) -> bool:
-    parent = parents.get(node)
-    return isinstance(parent, ast.Attribute) and parent.attr in _METADATA
-
-
 def _reads_and_stores(
     nodes: Iterable[ast.AST], names: frozenset[str], parents: dict[ast.AST, ast.AST], skip: Span | None
 ) -> tuple[list[tuple[str, Span]], set[str]]:
@@ -107,7 +100,8 @@ def _reads_and_stores(
         if isinstance(node, ast.Name) and node.id in names:
             if isinstance(node.ctx, ast.Store):
                 stores.add(node.id)
-            elif isinstance(node.ctx, ast.Load) and not _is_metadata(node, parents):
+            elif isinstance(node.ctx, ast.Load) and not (isinstance(parent := parents.get(node), ast.Attribute)
+                                                         and parent.attr in _METADATA):  # metadata: no read
                 if skip is None or not span_contains(skip, _span(node)):
                     reads.append((node.id, _span(node)))
     return reads, stores
@@ -124,7 +118,7 @@ def later_reads(code: CodeType, call: Span, names: frozenset[str]) -> tuple[tupl
     statements = _statements(function)
     calling = None
     for statement in statements:
-        if not isinstance(statement, _COMPOUND) and span_contains(_span(statement), call):
+        if not isinstance(statement, COMPOUND) and span_contains(_span(statement), call):
             calling = statement
     if calling is None:
         return ()

@@ -17,12 +17,16 @@ Used on error paths (a diagnosis, ``gradguard fix``), never per op.
 from __future__ import annotations
 
 import ast
+import inspect
 import linecache
+import sys
 from dataclasses import dataclass
 from typing import Iterator
 
 from .findings import SourceLocation
-from .source_ast import parse_file
+from .fixes import keyword_calls
+from .frames import user_frames
+from .source_ast import COMPOUND, parse_file, statement_at
 
 __all__ = ["ModuleSite", "instance_sites", "inplace_switches", "split_module_via", "writer_sites",
            "inplace_position", "constructed_in_place"]
@@ -68,8 +72,7 @@ def _enclosing_statement(tree: ast.AST, node: ast.AST) -> ast.stmt | None:
     """The innermost simple statement containing ``node``."""
     best = None
     for stmt in _statements(tree):
-        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.For, ast.While, ast.If,
-                             ast.With, ast.Try, ast.AsyncFor, ast.AsyncWith)):
+        if isinstance(stmt, COMPOUND):
             continue
         if any(n is node for n in _preorder(stmt)):
             best = stmt
@@ -98,9 +101,7 @@ def _elements(expr: ast.expr) -> list[ast.expr] | None:
         return list(args[0].elts)
     if len(args) == 1 and isinstance(args[0], (ast.ListComp, ast.GeneratorExp)):
         return [args[0].elt]
-    if any(isinstance(a, ast.Starred) for a in args):
-        return None
-    return args
+    return None if any(isinstance(a, ast.Starred) for a in args) else args
 
 
 def _select(expr: ast.expr, indices: list[int]) -> list[ast.expr]:
@@ -159,9 +160,7 @@ def _split_path(path: str) -> tuple[str, list[int]] | None:
     indices: list[int] = []
     while parts and parts[-1].isdigit():
         indices.insert(0, int(parts.pop()))
-    if not parts or parts[-1] == "self":
-        return None
-    return parts[-1], indices
+    return None if not parts or parts[-1] == "self" else (parts[-1], indices)
 
 
 def instance_sites(files: list[str], path: str, kind: str) -> list[ModuleSite]:
@@ -254,8 +253,6 @@ def _loop_bound(tree: ast.AST) -> dict[int, set[str]]:
 def constructed_in_place(site: ModuleSite, kind: str) -> bool:
     """Whether the call of ``kind`` at ``site`` passes inplace=True itself (``nn.ReLU(inplace=True)``,
     ``nn.Dropout(0.5, True)``): then the constructor is what made the module write in place."""
-    from .source_ast import statement_at
-
     stmt = statement_at(site.location.file, site.statement_line)
     calls = [n for n in _preorder(stmt) if isinstance(n, ast.Call) and _callee(n) == kind] if stmt else []
     call = calls[site.occurrence or 0] if len(calls) > (site.occurrence or 0) else None
@@ -271,9 +268,6 @@ def constructed_in_place(site: ModuleSite, kind: str) -> bool:
 def inplace_position(kind: str) -> int | None:
     """Where ``inplace`` sits among the positional parameters of the framework's module class ``kind``
     (``ReLU(True)``: 0, ``Dropout(0.5, True)``: 1), read from its signature; None when unknown."""
-    import inspect
-    import sys
-
     torch = sys.modules.get("torch")  # loaded by the guarded script, or by gradguard fix (fix/verify.py)
     if torch is None:
         return None
@@ -290,8 +284,6 @@ def writer_sites(files: list[str], via: str | None) -> tuple[list[ModuleSite], l
     """For a write made by a module in place (``via``: ``net.gate.2 (ReLU(inplace=True))``): where that instance
     was constructed, the statements that switched it to in-place later, and whether the instance was resolved
     (False: every ``Kind(inplace=True)`` in ``files``, the instance unknown). None for any other write."""
-    from .fixes import keyword_calls
-
     split = split_module_via(via)
     if split is None:
         return None
@@ -309,10 +301,6 @@ def path_in_user_self(module: object) -> str | None:
     """``self.gate`` for a module reached as an attribute of the ``self`` of a user frame (``Net.forward`` calling
     ``self.gate(x)``): the path a construction can be looked up by when no variable holds the module. Error
     paths only (it walks the user's frames)."""
-    import sys
-
-    from .frames import user_frames
-
     for frame in user_frames(sys._getframe(1)):
         owner = frame.f_locals.get("self")
         named = getattr(owner, "named_modules", None)
@@ -339,8 +327,6 @@ def inplace_parameter_calls(files: list[str], file: str, line: int) -> list[tupl
     """Calls in the statement at ``file:line`` of the user's own classes or factories that take an ``inplace``
     parameter (torchvision's ``MLP(..., inplace=True)`` building Dropout(**params)): the expression that built the
     writing module when it is made inside code the call configures. (location, callee name as written)."""
-    from .source_ast import statement_at
-
     defined: set[str] = set()
     for name in dict.fromkeys(files):
         tree = parse_file(name)
@@ -363,8 +349,6 @@ def called_inplace_modules(files: list[str], file: str,
     """Modules called in the statement at ``file:line`` (``self.relu(x)``) that were constructed with
     ``inplace=True`` (``self.relu = nn.ReLU(inplace=True)``): for a write reported without the module that made it
     (autograd refusing a write into a view names only the line). (site, class name, the call in the statement)."""
-    from .source_ast import statement_at
-
     stmt = statement_at(file, line)
     if stmt is None:
         return []

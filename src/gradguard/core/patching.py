@@ -39,9 +39,7 @@ class Patch:
 
 def _current(owner: Any, name: str) -> Any:
     """What ``owner`` holds under ``name`` itself (a class's own ``__dict__`` entry: no descriptor binding)."""
-    if isinstance(owner, type):
-        return owner.__dict__.get(name, _MISSING)
-    return getattr(owner, name, _MISSING)
+    return owner.__dict__.get(name, _MISSING) if isinstance(owner, type) else getattr(owner, name, _MISSING)
 
 
 def apply_patch(owner: Any, name: str, wrap: Callable[[Any], Any]) -> Patch | None:
@@ -79,27 +77,23 @@ class SharedPatches:
 
     def __init__(self, targets: Callable[[], Iterable[tuple[Any, str, Callable[[Any], Any]]]]):
         self._targets = targets
-        self._lock = threading.RLock()
+        # held around acquire and release: a caller's own bookkeeping under it stays consistent with them
+        self.lock = threading.RLock()
         self._holders = 0
         self._patches: list[Patch] = []
-
-    @property
-    def lock(self) -> threading.RLock:
-        """Held around acquire and release: a caller's own bookkeeping under it stays consistent with them."""
-        return self._lock
 
     @property
     def held(self) -> bool:
         return self._holders > 0
 
     def acquire(self) -> None:
-        with self._lock:
+        with self.lock:
             if self._holders == 0:
                 self._install(self._targets())
             self._holders += 1
 
     def release(self) -> None:
-        with self._lock:
+        with self.lock:
             if self._holders == 0:
                 return
             self._holders -= 1
@@ -111,7 +105,7 @@ class SharedPatches:
     def add(self, owner: Any, name: str, wrap: Callable[[Any], Any]) -> bool:
         """Patch one more entry point now, while held (a library imported after the first guard started);
         undone with the rest. False when not held or already patched."""
-        with self._lock:
+        with self.lock:
             if not self._holders or self.patched(owner, name):
                 return False
             self._install([(owner, name, wrap)])

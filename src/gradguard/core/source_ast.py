@@ -12,19 +12,34 @@ from typing import Any, Iterator, Mapping
 
 from .findings import SourceLocation
 
-__all__ = ["written_expression", "assignment_before", "backward_receiver", "call_name", "callee_of", "dotted_reference",
-           "evaluate_reference", "function_node", "parse_file", "reference_prefixes", "written_reference"]
+__all__ = ["COMPOUND", "written_expression", "assignment_before",
+           "backward_receiver", "call_name", "callee_of", "dotted_reference", "evaluate_reference", "function_node",
+           "parse_code", "parse_file", "parse_statement", "reference_prefixes", "written_reference"]
+
+
+# statements with a body of statements: never "the statement on a line"
+COMPOUND = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.With, ast.For, ast.While, ast.If, ast.Try,
+            ast.AsyncWith, ast.AsyncFor)
+
+
+def parse_code(code: str) -> ast.Module | None:
+    """The syntax tree of ``code``, or None when it is not Python."""
+    try:
+        return ast.parse(code)
+    except SyntaxError:
+        return None
+
+
+def parse_statement(code: str) -> ast.stmt | None:
+    """The first statement of ``code``, or None (not Python, or no statement)."""
+    tree = parse_code(code)
+    return tree.body[0] if tree is not None and tree.body else None
 
 
 def parse_file(filename: str) -> ast.Module | None:
     """The syntax tree of ``filename`` as linecache holds it, or None (no source, or not Python)."""
     source = "".join(linecache.getlines(filename))
-    if not source:
-        return None
-    try:
-        return ast.parse(source)
-    except SyntaxError:
-        return None
+    return parse_code(source) if source else None
 
 
 def statement_at(filename: str, line: int) -> ast.stmt | None:
@@ -34,8 +49,7 @@ def statement_at(filename: str, line: int) -> ast.stmt | None:
     best = None
     for node in ast.walk(tree):
         if isinstance(node, ast.stmt) and node.lineno <= line <= (node.end_lineno or node.lineno):
-            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.With, ast.For,
-                                     ast.While, ast.If, ast.Try, ast.AsyncWith, ast.AsyncFor)):
+            if not isinstance(node, COMPOUND):
                 best = node
     return best
 
@@ -59,11 +73,8 @@ def function_node(
 def callee_of(code: str, *, keyword: str | None = None, argument: str | None = None) -> str | None:
     """The callee as written (``F.relu``, ``self.conv``) of the first call on ``code`` that passes ``keyword``,
     or the name ``argument`` as a positional argument."""
-    try:
-        tree = ast.parse(code.strip())
-    except SyntaxError:
-        return None
-    for node in ast.walk(tree):
+    tree = parse_code(code.strip())
+    for node in ast.walk(tree) if tree is not None else ():
         if not isinstance(node, ast.Call):
             continue
         if (keyword is not None and any(k.arg == keyword for k in node.keywords)) or (
@@ -147,9 +158,7 @@ def _reference_steps(expression: str) -> tuple[str, tuple[_Step, ...]] | None:
             return None  # any other index would run user code
         else:
             break
-    if not isinstance(node, ast.Name):
-        return None
-    return node.id, tuple(reversed(steps))
+    return None if not isinstance(node, ast.Name) else (node.id, tuple(reversed(steps)))
 
 
 def _step_value(what: tuple[str, Any], scope: Mapping[str, Any]) -> Any:
@@ -277,9 +286,7 @@ def written_expression(filename: str, line: int, dynamic: bool = False) -> str |
     target = _written_target(filename, line, dynamic)
     while isinstance(target, ast.Subscript):
         target = target.value
-    if target is None or not _is_plain_reference(target, dynamic):
-        return None
-    return ast.unparse(target)
+    return None if target is None or not _is_plain_reference(target, dynamic) else ast.unparse(target)
 
 
 def written_reference(filename: str, line: int) -> str | None:
@@ -289,20 +296,14 @@ def written_reference(filename: str, line: int) -> str | None:
     target = _written_target(filename, line, False)
     while isinstance(target, ast.Subscript) and _index_of(target.slice) is None:
         target = target.value  # a slice or a mask (`x[:, 0]`, `x[x > 0]`): a part of the tensor reached before it
-    if target is None or not _is_plain_reference(target):
-        return None
-    return ast.unparse(target)
+    return None if target is None or not _is_plain_reference(target) else ast.unparse(target)
 
 
 def assignment_before(filename: str, line: int, expression: str) -> SourceLocation | None:
     """The last statement before ``line`` that binds ``expression`` (a name or attribute chain)."""
-    source = "".join(linecache.getlines(filename))
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return None
+    tree = parse_file(filename)
     found: ast.stmt | None = None
-    for node in ast.walk(tree):
+    for node in ast.walk(tree) if tree is not None else ():
         # AugAssign (`w -= x`) writes in place; it does not create w, so it is not a binding here.
         if isinstance(node, (ast.Assign, ast.AnnAssign, ast.For, ast.With)) and node.lineno < line:
             if isinstance(node, ast.Assign):
@@ -337,11 +338,8 @@ _BINOP_NAMES = {"Mult": "multiply", "Add": "add", "Sub": "subtract", "Div": "div
 @functools.lru_cache(maxsize=1024)  # read for every backward pass recorded: the same few lines
 def backward_receiver(code: str) -> str | None:
     """``errG.backward()`` -> ``errG``; ``torch.autograd.backward(loss)`` -> ``loss``."""
-    try:
-        tree = ast.parse(code.strip())
-    except SyntaxError:
-        return None
-    for node in ast.walk(tree):
+    tree = parse_code(code.strip())
+    for node in ast.walk(tree) if tree is not None else ():
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "backward":
             target = node.func.value if not (isinstance(node.func.value, ast.Attribute)
                                              and ast.unparse(node.func.value) == "torch.autograd") else (
@@ -356,9 +354,8 @@ def call_name(code: str, operand: str | None = None) -> str | None:
     names: with ``operand`` (``net.w``), the innermost call or binary operation taking it directly
     (``multiply`` in ``z = ops.sin(net.w * x)``); otherwise the single call on the line (``sin`` in
     ``z = ops.sin(y)``) or the operator of a single binary operation (``multiply`` in ``z = x * y``); else None."""
-    try:
-        tree = ast.parse(code.strip().rstrip(":"))
-    except SyntaxError:
+    tree = parse_code(code.strip().rstrip(":"))
+    if tree is None:
         return None
     if operand is not None:
         innermost: ast.BinOp | ast.Call | None = None
@@ -378,9 +375,7 @@ def call_name(code: str, operand: str | None = None) -> str | None:
         binops = [n for n in ast.walk(tree) if isinstance(n, ast.BinOp)]
         if len(binops) == 1:
             return _node_name(binops[0])
-    if len(calls) != 1:
-        return None
-    return _node_name(calls[0])
+    return None if len(calls) != 1 else _node_name(calls[0])
 
 
 def _node_name(node: ast.BinOp | ast.Call) -> str | None:
@@ -393,10 +388,8 @@ def _node_name(node: ast.BinOp | ast.Call) -> str | None:
 def accumulations(filename: str, name: str) -> list[tuple[ast.stmt, ast.stmt | None]]:
     """Statements that add into ``name`` (``name += x`` or ``name = name + x``), each with the loop statement
     directly enclosing it (None outside a loop), in line order."""
-    source = "".join(linecache.getlines(filename))
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
+    tree = parse_file(filename)
+    if tree is None:
         return []
     found: list[tuple[ast.stmt, ast.stmt | None]] = []
 
@@ -416,12 +409,8 @@ def accumulations(filename: str, name: str) -> list[tuple[ast.stmt, ast.stmt | N
 
 def resets_between(filename: str, name: str, start: int, end: int) -> bool:
     """Whether a plain assignment to ``name`` not reading it (``name = 0``) lies on a line in (start, end)."""
-    source = "".join(linecache.getlines(filename))
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return False
-    for node in ast.walk(tree):
+    tree = parse_file(filename)
+    for node in ast.walk(tree) if tree is not None else ():
         if (isinstance(node, ast.Assign) and start < node.lineno < end
                 and any(isinstance(t, ast.Name) and t.id == name for t in node.targets)
                 and not any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(node.value))):
