@@ -38,7 +38,6 @@ class GuardSession(Protocol):
     findings: list
 
     def enter(self) -> None: ...
-
     def exit(self) -> None: ...
 
 
@@ -53,39 +52,24 @@ class BackendAdapter(Protocol):
     name: str  # "torch" | "paddle" | "mindspore" | "autograd"
     module_name: str  # the framework's top-level module: "torch" | "paddle" | "mindspore" | "autograd"
 
-    # -- identity -----------------------------------------------------------------------------
+    # identity
     def is_tensor(self, obj: Any) -> bool: ...
-
     def mode(self) -> str: ...
-
-    def library_dirs(self) -> list[str]: ...
-
-    # -- saved-tensor checks ------------------------------------------------------------------
+    # saved-tensor checks
     def version(self, t: Any) -> int | None: ...
-
     def fingerprint(self, t: Any) -> int | None: ...
-
     def saved_tensors_hooks(self, pack: Callable, unpack: Callable) -> ContextManager: ...
-
     def memory_range(self, t: Any) -> tuple[int, int, int] | None: ...  # (storage key, start, end) bytes
-
-    # -- naming -------------------------------------------------------------------------------
+    # naming
     def name_tensor(self, t: Any) -> tuple[str | None, str | None]: ...  # (qualified name, role)
-
     def describe(self, t: Any, name: str | None = None): ...  # -> core TensorInfo
-
-    # -- numerics -----------------------------------------------------------------------------
+    # numerics
     def to_numpy(self, t: Any): ...
-
     def from_numpy(self, a, *, requires_grad: bool = True) -> Any: ...
-
     def no_grad(self) -> ContextManager: ...
-
     def vjp(self, fn: Callable, inputs: Sequence[Any], cotangents: Sequence[Any]) -> list: ...
-
-    # -- guard --------------------------------------------------------------------------------
+    # guard
     def new_guard_session(self, *, fingerprint: str, track_writes: bool, bisect: bool = False) -> GuardSession: ...
-
     def enrich_error(self, error: BaseException, session: GuardSession | None = None): ...
 
 
@@ -97,12 +81,6 @@ class AdapterBase:
 
     def mode(self) -> str:
         return "eager"
-
-    def library_dirs(self) -> list[str]:
-        import importlib
-
-        module = importlib.import_module(self.module_name)
-        return list(getattr(module, "__path__", []))
 
     def no_grad(self) -> ContextManager:
         return contextlib.nullcontext()
@@ -143,9 +121,8 @@ class ProbeBase:
     A probe (``backends/<framework>/session.py``) turns its framework's hooks into
     :mod:`gradguard.core.events` for :class:`gradguard.core.engine.GuardEngine` and answers the engine's
     :class:`~gradguard.core.engine.Probe` questions; subclasses set ``tensor_type``, ``version_attribute``
-    and implement ``memory_range``, ``to_numpy``, ``name_tensor``, ``name_by_variable``, ``dtype_name``,
-    ``device_name``, ``context``, ``saver_name`` and ``phrase``
-    (torch's probe answers ``version``, ``span`` and ``saver`` itself).
+    and implement ``memory_range``, ``to_numpy``, ``name_tensor``, ``dtype_name``, ``device_name``, ``context``,
+    ``saver_name`` and ``phrase`` (torch's probe answers ``version``, ``span``, ``saver`` and ``name_by_variable``).
     """
 
     tensor_type: type = object
@@ -207,7 +184,7 @@ class ProbeBase:
 
     def describe(self, t):
         """Shape, dtype, device, and the name the user knows it by: a layer's parameter or buffer, else the user
-        variable holding it (``name_tensor`` / ``name_by_variable`` of the framework's ``naming``)."""
+        variable holding it (``name_tensor`` / ``name_by_variable``)."""
         from ..core.findings import TensorInfo
 
         name, role = self.name_tensor(t)
@@ -215,6 +192,10 @@ class ProbeBase:
             name = self.name_by_variable(t)
         return TensorInfo(shape=tuple(int(s) for s in t.shape), dtype=self.dtype_name(t), device=self.device_name(t),
                           name=name, role=role or self.unnamed_role)
+
+    def name_by_variable(self, t) -> str | None:
+        """The user variable holding a tensor with exactly ``t``'s memory and shape (``y`` for ``y = x * 2``)."""
+        return name_by_variable_memory(t, self.tensor_type, self.memory_range)
 
     def saver(self, record, tensor) -> tuple[str | None, str | None]:
         """(the op that saved it, its argument): frameworks without named node arguments name the op only."""
@@ -306,5 +287,4 @@ def name_by_memory(layer_type: type, children: Callable, named_tensors: Callable
                     return f"{prefix}.{name}", role
             except Exception as error:  # a tensor without memory (lazy, meta): not this one
                 log_fallback("backends", "comparing a module tensor's memory", error)
-                continue
     return None, None

@@ -20,6 +20,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from .op_raised import OpRaised
+
 __all__ = ["Linearization", "AdapterBase", "FLOAT_EPS"]
 
 FLOAT_EPS = {
@@ -46,11 +48,7 @@ class Linearization:
 
     def pullback(self, cotangents: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Gradients of the differentiable inputs for one cotangent per differentiable output (float64 numpy)."""
-        return [self.backend.to_numpy(g) for g in self.pullback_tensors(cotangents)]
-
-    def pullback_tensors(self, cotangents: Sequence[np.ndarray], cot_tensors: list | None = None) -> list[Any]:
-        cots = cot_tensors if cot_tensors is not None else self.cotangent_tensors(cotangents)
-        return self.backend.vjp_tensors(self, cots)
+        return [self.backend.to_numpy(g) for g in self.backend.vjp_tensors(self, self.cotangent_tensors(cotangents))]
 
     def release(self) -> None:
         """Let the graph go (its saved tensors are freed); outputs stay, detached, as templates for dtype and shape.
@@ -88,25 +86,28 @@ def _flatten(obj: Any, path: str, out: list, is_tensor) -> None:
             _flatten(getattr(obj, key), f"{path}.{key}", out, is_tensor)
 
 
-def round_with_numpy(arr: np.ndarray, dtype_name: str) -> np.ndarray:
-    """``arr`` rounded to ``dtype_name`` (round to nearest even) and back to float64, without a framework."""
-    arr = np.asarray(arr, dtype=np.float64)
-    if dtype_name == "bfloat16":
-        bits = arr.astype(np.float32).view(np.uint32)
-        finite = np.isfinite(arr)
-        rounded = ((bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) & np.uint32(0xFFFF0000))
-        out = rounded.view(np.float32).astype(np.float64)
-        return np.where(finite, out, arr.astype(np.float32).astype(np.float64))
-    if dtype_name in ("float16", "float32"):
-        return arr.astype(dtype_name).astype(np.float64)
-    return arr.copy()
-
-
 def _parameters(fn: Callable) -> list[inspect.Parameter]:
     try:
         return list(inspect.signature(fn).parameters.values())
     except (TypeError, ValueError):
         return []
+
+
+def apply_parameters(fn: Callable, params: list[inspect.Parameter]) -> list[inspect.Parameter] | None:
+    """Function.apply / PyLayer.apply take *args: their parameters are forward(ctx, x, w)'s, without ctx (None for
+    any other fn, whose own ``params`` stand)."""
+    owner = getattr(fn, "__self__", None)
+    forward = getattr(owner, "forward", None) if isinstance(owner, type) else None
+    if forward is None or [p for p in params if p.kind is p.POSITIONAL_OR_KEYWORD]:
+        return None
+    inner = _parameters(forward)
+    return inner[1:] if inner and inner[0].name in ("ctx", "context") else inner
+
+
+def first_line(error: BaseException) -> str:
+    """``Type: first line of the message`` (at most 300 characters), for a skip reason or a note."""
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0] if text else ''}"[:300]
 
 
 class AdapterBase:
@@ -122,7 +123,17 @@ class AdapterBase:
         return FLOAT_EPS.get(dtype_name, FLOAT_EPS["float32"])
 
     def round_to(self, arr: np.ndarray, dtype_name: str) -> np.ndarray:
-        return round_with_numpy(arr, dtype_name)
+        """``arr`` rounded to ``dtype_name`` (round to nearest even) and back to float64, without a framework."""
+        arr = np.asarray(arr, dtype=np.float64)
+        if dtype_name == "bfloat16":
+            bits = arr.astype(np.float32).view(np.uint32)
+            finite = np.isfinite(arr)
+            rounded = ((bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) & np.uint32(0xFFFF0000))
+            out = rounded.view(np.float32).astype(np.float64)
+            return np.where(finite, out, arr.astype(np.float32).astype(np.float64))
+        if dtype_name in ("float16", "float32"):
+            return arr.astype(dtype_name).astype(np.float64)
+        return arr.copy()
 
     def from_numpy(self, arr: np.ndarray, like: Any, dtype_name: str | None = None):
         """A framework tensor holding a private copy of ``arr`` in ``dtype_name`` (``like``'s dtype when None).
@@ -196,6 +207,31 @@ class AdapterBase:
         """A tensor like ``t`` (dtype, device) holding ``values``."""
         return self.from_numpy(values.reshape(self.shape(t)) if values.size == self.numel(t) else values, t, dtype_name)
 
+    def prepare(self, args: Sequence[Any], wrt: Sequence[int]) -> tuple[list[Any], list[Any]]:
+        """Fresh copies of ``args`` (the user's tensors are never fed to the op) and the leaves among them."""
+        fed = [self.clone(a) if self.is_tensor(a) else a for a in args]
+        for i in wrt:
+            fed[i] = self.leaf(fed[i])
+        return fed, [fed[i] for i in wrt]
+
+    def leaf(self, t: Any) -> Any:
+        return t  # ``t`` marked as an input autograd differentiates (by position, as MindSpore does: as is)
+
+    def autograd_off(self) -> contextlib.AbstractContextManager:
+        return contextlib.nullcontext()  # frameworks that record only inside their own vjp call need no context
+
+    autograd_off_phase = "forward with autograd off"  # OpRaised's phase for a forward64 that raised
+
+    def forward64(self, fn: Callable, args: Sequence[Any], kwargs: dict, out_names: Sequence[str]) -> list[np.ndarray]:
+        """Outputs named ``out_names`` of ``fn(*args)`` with autograd off, as float64 numpy."""
+        fed = [self.clone(a) if self.is_tensor(a) else a for a in args]
+        try:
+            with self.autograd_off():
+                outs = dict(self.outputs(fn(*fed, **kwargs)))
+        except Exception as exc:  # an op that only runs with autograd on is a finding (Liger-Kernel#930), not a crash
+            raise OpRaised(self.autograd_off_phase, exc, self._float_dtypes(fed), autograd_off=True) from exc
+        return [self.to_numpy(outs[n]) for n in out_names]
+
     def _float_dtypes(self, fed) -> str | None:
         """The floating dtypes fn was fed, for an OpRaised message ("float32, float64")."""
         names = {self.dtype_name(a) for a in fed if self.is_tensor(a) and self.kind(a) == "float"}
@@ -231,18 +267,13 @@ class AdapterBase:
     def audit_threads(self, args: Sequence[Any]):
         yield
 
-    # ---- introspection ------------------------------------------------------------------------------
     def signature_defaults(self, fn: Callable) -> dict[str, Any]:
         return {p.name: p.default for p in _parameters(fn) if p.default is not p.empty}
 
     def parameter_names(self, fn: Callable, n: int) -> list[str]:
         params = _parameters(fn)
-        owner = getattr(fn, "__self__", None)
-        forward = getattr(owner, "forward", None) if isinstance(owner, type) else None
-        if forward is not None and not [p for p in params if p.kind is p.POSITIONAL_OR_KEYWORD]:
-            # Function.apply / PyLayer.apply take *args: the names are forward(ctx, x, w)'s, without ctx
-            inner = _parameters(forward)
-            params = inner[1:] if inner and inner[0].name in ("ctx", "context") else inner
+        inner = apply_parameters(fn, params)
+        params = params if inner is None else inner
         names = []
         for i in range(n):
             if i < len(params) and params[i].kind in (params[i].POSITIONAL_ONLY, params[i].POSITIONAL_OR_KEYWORD):

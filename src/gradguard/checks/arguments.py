@@ -29,6 +29,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .._errors import InvalidArgument
+from .adapter_base import apply_parameters
 
 __all__ = ["Argument", "discover_arguments", "argument_regimes", "check_vary", "STRATEGIES", "is_sentinel_name"]
 
@@ -62,15 +63,8 @@ def _parameters(fn: Callable) -> tuple[list[inspect.Parameter], bool]:
         params = list(inspect.signature(fn).parameters.values())
     except (TypeError, ValueError):
         return [], False
-    owner = getattr(fn, "__self__", None)
-    forward = getattr(owner, "forward", None) if isinstance(owner, type) else None
-    if forward is not None and not [p for p in params if p.kind is p.POSITIONAL_OR_KEYWORD]:
-        try:
-            inner = list(inspect.signature(forward).parameters.values())
-        except (TypeError, ValueError):
-            return [], False
-        return (inner[1:] if inner and inner[0].name in ("ctx", "context") else inner), False
-    return params, True
+    inner = apply_parameters(fn, params)
+    return (params, True) if inner is None else (inner, False)
 
 
 def discover_arguments(B, fn: Callable, args: list, kwargs: dict) -> list[Argument]:

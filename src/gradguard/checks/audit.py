@@ -3,10 +3,10 @@
 # NOTE [The audit's parts]
 # ``_Audit`` runs the stages; each check is a class with one ``compare`` that is handed what it reads (the ``Subject``:
 # adapter, fn, reference, options, current inputs; a regime's ``Suite`` and a ``Sink`` for its results):
-#   op_runs (the op's and the reference's runs)         gradient_suite (one regime's checks, in report order)
-#   reference_check (forward/gradient.reference)        gradient_numerical (finite differences, surrogate)
-#   precision_check (precision, nonfinite, linearity)   layout (layout regimes)
-#   regime_stage (which regimes, budget, slice; one regime's outcome; reproducers)
+#   op_runs (the op's and the reference's runs)
+#   gradient_numerical (finite differences, surrogate, forward/gradient.reference, precision, nonfinite, linearity)
+#   regime_stage (which regimes, budget, slice; one regime's checks in report order or its layout check; isolation;
+#                 reproducers)
 #   runs (what the checks share)                        mutation (mutation, aliasing, composition)
 # The options (defaults, validation) are defined here.
 
@@ -57,12 +57,11 @@ import numpy as np
 from . import numerical as num
 from .._errors import InvalidArgument
 from .arguments import check_vary, discover_arguments
-from .gradient_suite import GradientSuite
-from .isolate import can_fork, looks_compiled
 from .mutation import audit_composition, audit_mutation
 from .op_raised import OpRaised
 from .op_runs import OpRuns
-from .regime_stage import LARGE_INPUT_ELEMENTS, RegimeStage, budget_spent, raised_finding, repro
+from .regime_stage import (LARGE_INPUT_ELEMENTS, GradientSuite, RegimeStage, budget_spent, can_fork, looks_compiled,
+                           raised_finding, repro)
 from .regimes import REGIME_NAMES, Spec
 from .report import CheckResult, OpReport, verdict_order
 from .runs import Outcome, ReferenceRaised, Run, Subject
@@ -70,8 +69,7 @@ from .tolerances import TOLERANCES
 
 __all__ = ["run_check_op", "check_options", "CHECK_GROUPS", "DEFAULT_OPTIONS", "LARGE_INPUT_ELEMENTS"]
 
-# ``check_op``'s options: their defaults, and the errors for an unknown or malformed one, a non-callable fn and inputs
-# with nothing to differentiate
+# ``check_op``'s options, their defaults and their validation
 CHECK_GROUPS = ("gradient", "regime", "mutation", "aliasing", "composition")
 DEFAULT_OPTIONS: dict[str, Any] = {
     "kwargs": None,  # keyword arguments passed to fn and reference
@@ -130,12 +128,10 @@ def _outside(chosen, known) -> list:
 
 
 def check_values(opts: dict) -> None:
-    bad_groups = _outside(opts["checks"], CHECK_GROUPS)
-    if bad_groups:
-        raise InvalidArgument(f"check_op: checks contains {bad_groups[0]!r}; expected a sequence drawn from {list(CHECK_GROUPS)}.")
-    bad_regimes = _outside(opts["regimes"], REGIME_NAMES)
-    if bad_regimes:
-        raise InvalidArgument(f"check_op: regimes contains {bad_regimes[0]!r}; expected a sequence drawn from {list(REGIME_NAMES)}.")
+    for option, known in (("checks", CHECK_GROUPS), ("regimes", REGIME_NAMES)):
+        bad = _outside(opts[option], known)
+        if bad:
+            raise InvalidArgument(f"check_op: {option} contains {bad[0]!r}; expected a sequence drawn from {list(known)}.")
     if opts["isolate"] not in (True, False, "auto"):
         raise InvalidArgument(f"check_op: isolate must be True, False or 'auto'; got {opts['isolate']!r}.")
     budget = opts["budget"]
@@ -160,9 +156,7 @@ def choose_wrt(B, args: list, names: list[str], wrt) -> list[int]:
             f"Pass at least one floating-point tensor input (for example x.float())."
         )
     if wrt is None:
-        # NOTE [Which inputs]: inputs marked requires_grad (when some are) are the ones differentiated, so a
-        # bias-only audit is check_op(fn, x, w, b.requires_grad_()); 0-dim floats such as a temperature are
-        # differentiated like any other unless excluded that way.
+        # a bias-only audit is check_op(fn, x, w, b.requires_grad_()); a 0-dim float (a temperature) is differentiated
         marked = [i for i in floats if B.requires_grad(args[i])]
         return marked or floats
     if isinstance(wrt, int):
@@ -214,18 +208,14 @@ class _Audit:
         self.suite = GradientSuite(self.op, self.runs)
         self.regimes = RegimeStage(self.op, self.out, self.suite, isolate, arguments, vary, elements)
 
-    # what ``framework_checks`` read of the audit: ``(audit, base_run)`` (NOTE [One audit engine] in ``adapter_base``)
-    B = property(lambda self: self.op.B)
-    fn = property(lambda self: self.op.fn)
-    args = property(lambda self: self.op.args)
-    kwargs = property(lambda self: self.op.kwargs)
-    wrt = property(lambda self: self.op.wrt)
-    names = property(lambda self: self.op.names)
-    opts = property(lambda self: self.op.opts)
+    # what ``framework_checks`` read of the audit: ``(audit, base_run)`` (NOTE [One audit engine] in ``adapter_base``):
+    # the Subject's B, fn, args, kwargs, wrt, names, opts and floor_scales, and the findings so far
     findings = property(lambda self: self.out.findings)
 
-    def floor_scales(self, i, run: Run) -> tuple[float, float, float, float]:
-        return self.op.floor_scales(i, run)
+    def __getattr__(self, name: str) -> Any:
+        if name == "op":  # not set yet
+            raise AttributeError(name)
+        return getattr(self.op, name)
 
     def _one_probe_for_large_inputs(self, n: int) -> None:
         """NOTE [Large inputs]: every probe is a float64 cotangent, VJP and gradient of the input's size in every
@@ -310,22 +300,18 @@ class _Audit:
             out.add(*framework_check(self, base))
 
         if "mutation" in groups and op.B.opcheck:
-            self._opcheck_stage()
+            from .torch_ops import audit_opcheck, is_library_op
+
+            if is_library_op(op.fn):
+                found, checks, notes = audit_opcheck(op.B, op.fn, op.args, op.kwargs, op.wrt)
+                if any(f.check == "opcheck.schema" for f in found):
+                    # the write bumped the version, but the schema calls the input read-only: not "declared"
+                    out.findings = [f for f in out.findings if f.check != "mutation.input_write"]
+                out.add(found, checks, notes)
 
         if "composition" in groups:
             out.add(*audit_composition(op.B, op.fn, op.args, op.kwargs, op.wrt, op.names, base.U[0],
                                        base.lin_d.out_names, out.notes))
-
-    def _opcheck_stage(self) -> None:
-        from .torch_ops import audit_opcheck, is_library_op
-
-        op, out = self.op, self.out
-        if is_library_op(op.fn):
-            found, checks, notes = audit_opcheck(op.B, op.fn, op.args, op.kwargs, op.wrt)
-            if any(f.check == "opcheck.schema" for f in found):
-                # the write bumped the version, but the schema calls the input read-only: not "declared"
-                out.findings = [f for f in out.findings if f.check != "mutation.input_write"]
-            out.add(found, checks, notes)
 
     def _report(self, t0: float) -> OpReport:
         op, B = self.op, self.op.B
@@ -390,15 +376,9 @@ class EffectivePrecision:
         return self.dtype
 
     def _blind_to_float64_steps(self, run: Run, args, jittered, lin_jittered) -> bool:
-        """Whether the float64 outputs miss part of a step no float32 can hold (NOTE [Effective precision]).
-
-        The step from the given float64 inputs to the jittered ones is ~2^-40 relative; the same step made
-        2^28 times longer (~2^-12, which float32 does resolve) is the yardstick: a float64 op moves its outputs
-        along <u, f(x + s) - f(x)> in proportion, up to rounding (at the short step) and curvature (at the long
-        one), both far below ``effective_precision.missed``; an op that rounds its inputs to float32 for part of its math does
-        not see that part of the short step at all. Only the op's forward is used: a wrong backward (which the
-        gradient checks report) must not pass for lower precision.
-        """
+        """Whether the float64 outputs miss part of a step no float32 can hold (NOTE [Effective precision]): a float64
+        op moves <u, f(x + s) - f(x)> in proportion to the step, up to rounding (at the 2^-40 step) and curvature (at
+        the 2^-12 one), both far below ``effective_precision.missed``."""
         op = self.op
         base = op.to64(args)
         stretch = 2.0**28

@@ -1,6 +1,12 @@
-"""``gradient.numerical``: the op's VJP against central differences of its own forward (NOTE [Directional probes] and
+"""One regime's gradient checks (NOTE [What is compared with what] in ``audit``):
+``gradient.numerical``, the op's VJP against central differences of its own forward (NOTE [Directional probes] and
 NOTE [Tolerances] in ``tolerances``; NOTE [Finite differences as arbiter] in ``audit``), or ``gradient.surrogate``
-where a surrogate gradient is declared."""
+where a surrogate gradient is declared; ``forward.reference`` and ``gradient.reference``, the op against a trusted
+implementation within what the reference's own error in the op's dtype allows (at a kink, another valid subgradient
+than the reference's passes: NOTE [Kink conventions]); without a reference ``gradient.precision`` (the op's dtype
+against its own float64 run) and ``gradient.nonfinite`` (at kinks, finite where the float64 gradient is);
+``gradient.cotangent_linearity`` and ``gradient.zero_cotangent``: g(a*u) = a*g(u), g(0) = 0 (a float64 gradient
+linear only to float32's precision is ``gradient.precision``)."""
 
 from __future__ import annotations
 
@@ -14,11 +20,11 @@ from . import numerical as num
 from .op_raised import OpRaised
 from .op_runs import OpRuns, reference_pairs
 from .report import CheckResult, Failure
-from .runs import Check, Run, Sink, Suite, reorder, scale
-from .tolerances import TOLERANCES, difference_rtol, difference_step
+from .runs import Check, Run, Sink, Subject, Suite, reorder, scale
+from .tolerances import TOLERANCES, difference_rtol, difference_step, written
 
-__all__ = ["NumericalCheck", "SurrogateCheck", "Differences"]
-
+__all__ = ["NumericalCheck", "SurrogateCheck", "Differences", "ForwardReference", "GradientReference",
+           "PrecisionCheck", "NonfiniteCheck", "LinearityCheck"]
 
 @dataclass(eq=False)
 class NumericalCheck(Check):
@@ -218,8 +224,7 @@ class Differences:
         # In low precision the step must grow (rounding noise ~ eps/h); Richardson bounds the truncation.
         self.rel_step = difference_step(self.low, eps)
         self.rtol = difference_rtol(opts["rtol"], self.low, eps)
-        self.round_terms = [num.absdot(u, self.f0) for u in U]
-        self.rt = np.array(self.round_terms)
+        self.rt = np.array([num.absdot(u, self.f0) for u in U])
         self.cot = num.Cotangents(U)  # every cotangent's dot products at once (the same numbers as num.dot per k)
         self.f0_finite = all(np.all(np.isfinite(o)) for o in self.f0)  # a domain edge needs a finite value at x itself
 
@@ -251,6 +256,13 @@ class Differences:
     def _finite(self, values) -> bool:
         return all(np.all(np.isfinite(c)) for c in values)
 
+    def _dots(self, vs, absolute: bool = False) -> np.ndarray:
+        """``<u_k, vs>`` (``<|u_k|, |vs|>``) for every cotangent k; one k at a time for outputs of another size than
+        the cotangents (broadcasting), the same numbers either way (``num.Cotangents``)."""
+        if self.cot.fits(vs):
+            return self.cot.absdot(vs) if absolute else self.cot.dot(vs)
+        return np.array([(num.absdot if absolute else num.dot)(u, vs) for u in self.U])
+
     def directions(self, i: int, G: np.ndarray, h: float, padding) -> tuple[num.Mismatch, list[int]]:
         """The op's gradients ``G`` (K, n) along ``probes`` random directions against finite differences, and the
         probes whose steps left fn's domain."""
@@ -267,21 +279,20 @@ class Differences:
             if self.f0_finite and not self._finite(jw):
                 domain_edge.append(len(exp_s))
                 continue
-            jw2, d2 = self.along(i, h / 2.0 * direction, h) if self.low else (None, None)
-            if self.cot.fits(jw) and (not self.low or self.cot.fits(jw2)):
-                e, g, al = self._direction_stacked(G, h, jw, d, jw2, d2)
-                exp_s += e.tolist()
-                got_s += g.tolist()
-                allow_s += al.tolist()
-                continue
-            self._direction_each(G, h, jw, d, jw2, d2, exp_s, got_s, allow_s)
+            e, g = self._dots(jw), np.sum(G * d, axis=1)
+            al = self.rounding * self.rt / h + self.rtol * (self._dots(jw, True) + np.sum(np.abs(G) * np.abs(d), axis=1))
+            if self.low:  # Richardson: compare with half the step, both against the analytic side
+                jw2, d2 = self.along(i, h / 2.0 * direction, h)
+                al += self.richardson * np.abs((e - g) - 2.0 * (self._dots(jw2) - np.sum(G * d2, axis=1)))
+            exp_s += e.tolist()
+            got_s += g.tolist()
+            allow_s += al.tolist()
         m = num.compare(np.array(got_s), np.array(exp_s), np.array(allow_s) + TOLERANCES["tiny"])
         return m, domain_edge
 
     def unsettled(self, i: int, h: float) -> bool:
         """Whether the central differences of input ``wrt[i]`` change, when the step halves, by more than the
-        tolerance they are judged with: fn varies faster than the step resolves (``sin`` of arguments ~1e6), so
-        they cannot be the arbiter there (NOTE [Finite differences that do not settle])."""
+        tolerance they are judged with (NOTE [Finite differences that do not settle])."""
         x = self.xs[i]
         for _ in range(self.probes):
             direction = self.rng.standard_normal(x.shape)
@@ -295,30 +306,12 @@ class Differences:
                 return True
         return False
 
-    def _direction_stacked(self, G, h, jw, d, jw2, d2):
-        cot, rtol = self.cot, self.rtol
-        e, g = cot.dot(jw), np.sum(G * d, axis=1)
-        al = self.rounding * self.rt / h + rtol * (cot.absdot(jw) + np.sum(np.abs(G) * np.abs(d), axis=1))
-        if self.low:  # Richardson: compare with half the step, both against the analytic side
-            al += self.richardson * np.abs((e - g) - 2.0 * (cot.dot(jw2) - np.sum(G * d2, axis=1)))
-        return e, g, al
-
-    def _direction_each(self, G, h, jw, d, jw2, d2, exp_s, got_s, allow_s) -> None:
-        """One cotangent at a time (outputs of another size than the cotangents: broadcasting)."""
-        for k, u in enumerate(self.U):
-            exp_s.append(num.dot(u, jw))
-            got_s.append(float(np.sum(G[k] * d)))
-            allow_s.append(self.rounding * self.round_terms[k] / h + self.rtol * (num.absdot(u, jw) + num.absdot([G[k]], [d])))
-            if self.low:
-                allow_s[-1] += self.richardson * abs((exp_s[-1] - got_s[-1]) - 2.0 * (num.dot(u, jw2) - float(np.sum(G[k] * d2))))
-
     def jacobian(self, i: int, G: np.ndarray, h: float) -> tuple[num.Mismatch, list[int], Any, Any]:
         """The op's gradients ``G`` (K, n) against the full finite-difference Jacobian's (2n forward calls): the
         comparison, the columns whose steps left fn's domain (excluded), and the expected and allowed values."""
         x = self.xs[i]
         n = G.shape[1]
         domain_edge = []
-        got = G
         expected = np.zeros_like(G)
         allowed = np.zeros_like(G)
         for j in range(n):
@@ -326,25 +319,277 @@ class Differences:
             w[j] = h
             w = w.reshape(x.shape)
             col, step = self.column(i, w, j, h)
-            col2 = self.column(i, w / 2.0, j, h)[0] if self.low else None
-            if self.cot.fits(col) and (not self.low or self.cot.fits(col2)):
-                expected[:, j] = e = self.cot.dot(col)
-                allowed[:, j] = self.rounding * self.rt / step + self.rtol * (self.cot.absdot(col) + np.abs(G[:, j]))
-                if self.low:  # Richardson: two steps disagreeing bound the finite difference's own error
-                    allowed[:, j] += self.richardson * np.abs(e - self.cot.dot(col2))
-            else:  # outputs of another size than the cotangents: one k at a time, broadcasting
-                self._column_each(G, j, col, col2, step, expected, allowed)
+            expected[:, j] = e = self._dots(col)
+            allowed[:, j] = self.rounding * self.rt / step + self.rtol * (self._dots(col, True) + np.abs(G[:, j]))
+            if self.low:  # Richardson: two steps disagreeing bound the finite difference's own error
+                allowed[:, j] += self.richardson * np.abs(e - self._dots(self.column(i, w / 2.0, j, h)[0]))
             if self.f0_finite and not self._finite(col) and not np.isfinite(expected[:, j]).all():
                 domain_edge.append(j)
         mask = np.zeros_like(G, dtype=bool)
         mask[:, domain_edge] = True
         allowed = np.where(mask, 1.0, allowed)
-        m = num.compare(np.where(mask, 0.0, got), np.where(mask, 0.0, expected), allowed + TOLERANCES["tiny"])
+        m = num.compare(np.where(mask, 0.0, G), np.where(mask, 0.0, expected), allowed + TOLERANCES["tiny"])
         return m, domain_edge, expected, allowed
 
-    def _column_each(self, G, j, col, col2, step, expected, allowed) -> None:
-        for k, u in enumerate(self.U):
-            expected[k, j] = num.dot(u, col)
-            allowed[k, j] = self.rounding * self.round_terms[k] / step + self.rtol * (num.absdot(u, col) + abs(G[k, j]))
-            if self.low:
-                allowed[k, j] += self.richardson * abs(expected[k, j] - num.dot(u, col2))
+
+def _derived_tol(op: Subject, got, ref_d, truth, dt, have_truth, floor):
+    magnitude = scale(truth)
+    eps = op.B.eps(dt)
+    tol = TOLERANCES["reference"]
+    if dt == "float64":
+        return tol.at(dt, eps) * magnitude + floor, f"{tol.float64:g} x max|reference| (float64) + floor from input/output scales"
+    if not have_truth or ref_d is truth:
+        return tol.at(dt, eps) * magnitude + floor, f"{tol.ulps:g} ulp x max|reference| ({dt}; reference has no float64 run)"
+    with np.errstate(invalid="ignore"):
+        d = np.abs(ref_d - truth)
+    ref_err = float(np.max(d[np.isfinite(d)], initial=0.0))
+    factor = op.opts["reference_factor"]
+    ulps = TOLERANCES["reference.ulps"]
+    allowed = factor * ref_err + ulps.of(eps) * magnitude + floor
+    return allowed, f"{factor:g} x reference's own {dt} error ({ref_err:.3g}) + {ulps.n:g} ulp x max|reference|"
+
+
+class ForwardReference(Check):
+    """``forward.reference``: the op's outputs against the reference's."""
+
+    def compare(self, s: Suite, sink: Sink) -> None:
+        lin_d, lin_rd, lin_r64 = s.run.lin_d, s.lin_rd, s.lin_r64
+        ok = True
+        for k, o in enumerate(s.shared):
+            name = lin_d.out_names[o]
+            dt = s.run.precision_of(lin_d.out_dtypes[o])
+            truth = lin_r64.outputs[k] if lin_r64 is not None else lin_rd.outputs[k]
+            allowed, rule = _derived_tol(self.op, lin_d.outputs[o], lin_rd.outputs[k], truth, dt, lin_r64 is not None, 0.0)
+            m = num.compare(lin_d.outputs[o], truth, allowed)
+            if not m.ok:
+                ok = False
+                idx = ", ".join(map(str, m.index or ()))
+                sink.fail("forward.reference", input=name, message=f"{name} differs from the reference's",
+                          max_abs_err=m.max_abs, max_rel_err=m.max_rel, tolerance=rule,
+                          where=f"{name}[{idx}]: op {m.got:.6g}, reference {m.expected:.6g}",
+                          why="the forward computes a different function than the reference; gradient checks "
+                          "against finite differences of the op itself cannot see this.",
+                          fix="fix the forward first; then re-run check_op.")
+        sink.record("forward.reference", ok)
+
+
+@dataclass(eq=False)
+class GradientReference(Check):
+    """``gradient.reference``: the op's VJPs against the reference's; at kinks another valid subgradient passes."""
+
+    runs: OpRuns  # the op's float64 run, when deferred, is made here (NOTE [Finite differences as arbiter])
+
+    def compare(self, s: Suite, sink: Sink) -> tuple[list[CheckResult], list[Failure]]:
+        """``gradient.reference``, taken out of the run's checks and failures (to be listed after gradient.numerical)."""
+        run = s.run
+        marks = len(run.checks), len(run.failures)
+        if self.op.reference is not None:
+            ok = True
+            for i in range(len(self.op.wrt)):
+                ok = self._input(s, sink, i) and ok
+            sink.record("gradient.reference", ok)
+        against_ref = run.checks[marks[0]:], run.failures[marks[1]:]
+        del run.checks[marks[0]:], run.failures[marks[1]:]
+        return against_ref
+
+    def _input(self, s: Suite, sink: Sink, i: int) -> bool:
+        op, run = self.op, s.run
+        dt = run.precision_of(op.dtype(i))
+        got = np.stack([g[i] for g in s.g_cmp])
+        ref_d = np.stack([g[i] for g in s.g_rd])
+        truth = np.stack([g[i] for g in s.g_r64]) if s.g_r64 is not None else ref_d
+        allowed, rule = _derived_tol(op, got, ref_d, truth, dt, s.g_r64 is not None, op.floor(i, run, dt))
+        m = num.compare(got, truth, allowed)
+        if m.ok and run.g_64 is not None and s.g_r64 is not None and not s.all64 and run.eff == "float64" \
+                and s.g_cmp is run.g_d:
+            got64 = np.stack([g[i] for g in run.g_64])
+            magnitude = scale(truth)
+            rel64 = TOLERANCES["reference.float64_op"]
+            m2 = num.compare(got64, truth, rel64 * magnitude + op.floor(i, run, "float64"))
+            if not m2.ok:
+                m, rule = m2, f"{rel64:g} x max|reference| (float64 op vs float64 reference)"
+        if m.ok:
+            return True
+        # a padding row's zero gradient is a convention, not a kink: only the kinks regime has subgradients
+        if s.regime == "kinks" and self._kink_subgradient(s, i, got, truth, allowed):
+            return True
+        m.index = m.index[1:] if m.index else m.index
+        name = op.names[op.wrt[i]]
+        sink.fail("gradient.reference", input=name,
+                  message=f"gradient of {name} differs from the reference's",
+                  max_abs_err=m.max_abs, max_rel_err=m.max_rel, tolerance=rule,
+                  where=op.where(i, m, "op", "reference"),
+                  why="the op's backward does not compute the reference's gradient (to the precision the "
+                  "reference itself reaches in this dtype).",
+                  fix="compare the backward formula with the reference's; the worst element is shown above.")
+        return False
+
+    def _kink_subgradient(self, s: Suite, i: int, got, truth, allowed) -> bool:
+        """Whether the op's gradient, which differs from the reference's in the kinks regime, is another valid
+        subgradient there (NOTE [Kink conventions]); a note says so."""
+        run = s.run
+        self.runs.op64_late(s)
+        if run.lin_64 is not None and s.g_cmp is run.g_d and \
+                _within_subgradient(self.op, i, s.args, run, got, truth, allowed):
+            name = self.op.names[self.op.wrt[i]]
+            run.notes.append(f"gradient of {name} differs from the reference's only at kinks, where it is another "
+                             f"valid subgradient (between the one-sided derivatives): accepted")
+            return True
+        return False
+
+
+def _within_subgradient(op: Subject, i, args, run: Run, got, truth, allowed, most: int = 64) -> bool:
+    """Whether every element where the op's gradient differs from the reference's lies between the one-sided
+    derivatives of <u, fn> along that element (NOTE [Kink conventions]).
+
+    # NOTE [Kink conventions]
+    # At a kink (relu at 0, clamp at its limits) any value between the left and the right derivative is a valid
+    # gradient; a reference that picks 0 does not make the op's 1 a bug. Where the two differ, fn's float64 forward
+    # is stepped by +-h on that element alone (2 calls per element, at most ``most`` elements) and the op's value
+    # must lie between <u, f(x) - f(x - h e_j)> / h and <u, f(x + h e_j) - f(x)> / h for every cotangent u.
+    """
+    B = op.B
+    with np.errstate(invalid="ignore"):
+        bad = np.abs(got - truth) > allowed
+    flat_bad = np.argwhere(bad.reshape(bad.shape[0], -1).any(axis=0)).reshape(-1)
+    if flat_bad.size == 0 or flat_bad.size > most:
+        return False
+    base = op.to64(args)
+    pos = op.wrt[i]
+    x = B.to_numpy(base[pos])
+    names = run.lin_64.out_names
+    f0 = run.lin_64.outputs
+    K = got.shape[0]
+    g = got.reshape(K, -1)
+    tol = np.broadcast_to(np.asarray(allowed, dtype=np.float64), got.shape).reshape(K, -1)
+    for j in flat_bad:
+        h = TOLERANCES["kink.step"] * max(1.0, abs(float(x.reshape(-1)[j])))
+        sides = []
+        for sign in (1.0, -1.0):
+            v = x.reshape(-1).copy()
+            v[j] += sign * h
+            moved = list(base)
+            moved[pos] = B.with_values(base[pos], v.reshape(x.shape))
+            try:
+                f = B.forward64(op.fn, moved, op.kwargs, names)
+            except OpRaised:
+                return False
+            sides.append(np.array([sign * num.dot(u, [a - b for a, b in zip(f, f0)]) / h for u in run.U]))
+        lo, hi = np.minimum(*sides), np.maximum(*sides)
+        slack = tol[:, j] + TOLERANCES["kink.slack"] * (np.abs(lo) + np.abs(hi))
+        if not (np.all(np.isfinite(lo)) and np.all(g[:, j] >= lo - slack) and np.all(g[:, j] <= hi + slack)):
+            return False
+    return True
+
+
+_LINEARITY_ALPHA = 2.5
+
+
+class PrecisionCheck(Check):
+    """``gradient.precision`` without a reference: the op's dtype run against its own float64 run."""
+
+    def compare(self, s: Suite, sink: Sink) -> None:
+        op, run = self.op, s.run
+        ok = True
+        for i in range(len(op.wrt)):
+            dt = op.dtype(i)
+            got = np.stack([g[i] for g in run.g_d])
+            truth = np.stack([g[i] for g in run.g_64])
+            rel = TOLERANCES["gradient.precision"].get(dt, TOLERANCES["gradient.precision.other"])
+            m = num.compare(got, truth, rel * scale(truth) + op.floor(i, run, dt))
+            if not m.ok:
+                ok = False
+                m.index = m.index[1:] if m.index else m.index
+                name = op.names[op.wrt[i]]
+                sink.fail("gradient.precision", input=name,
+                          message=f"gradient of {name} in {dt} is far from the op's own float64 gradient",
+                          max_abs_err=m.max_abs, max_rel_err=m.max_rel, tolerance=f"{rel:g} x max|float64 gradient|",
+                          where=op.where(i, m, dt, "float64"),
+                          why="overflow, cancellation or a missing upcast in low precision (the float64 run is "
+                          "correct or was checked against finite differences).",
+                          fix=f"accumulate in float32 (or subtract the row max / use a stable formula); pass reference= to "
+                          f"judge {dt} error against a trusted implementation instead of a fixed tolerance.")
+        sink.record("gradient.precision", ok)
+
+
+class NonfiniteCheck(Check):
+    """``gradient.nonfinite`` at kinks without a reference: finite where the float64 gradient is."""
+
+    def compare(self, s: Suite, sink: Sink) -> None:
+        op, run = self.op, s.run
+        ok = True
+        for i in range(len(op.wrt)):
+            got = np.stack([g[i] for g in run.g_d])
+            truth = np.stack([g[i] for g in run.g_64])
+            bad = ~np.isfinite(got) & np.isfinite(truth)
+            if bad.any():
+                ok = False
+                name = op.names[op.wrt[i]]
+                sink.fail("gradient.nonfinite", input=name, message=f"gradient of {name} is not finite ({int(bad.sum())} elements)",
+                          why="a value at a kink or boundary makes the backward divide by zero or take log(0).",
+                          fix="guard the special value in backward (torch.where) the way the forward does.")
+        sink.record("gradient.nonfinite", ok)
+
+
+class LinearityCheck(Check):
+    """The backward's linearity in the cotangent, on two fresh graphs (NOTE [One backward per graph])."""
+
+    def compare(self, s: Suite, sink: Sink) -> None:
+        op, run, fail = self.op, s.run, sink.fail
+        use64 = run.lin_64 is not None
+        base = run.g_64 if use64 else run.g_d
+        u0 = run.U[0]
+        args = op.to64(s.args) if use64 else s.args
+        fresh = lambda: op.B.linearize(op.fn, args, op.kwargs, op.wrt)  # NOTE [One backward per graph]
+        g_a = fresh().pullback([_LINEARITY_ALPHA * u for u in u0])
+        g_z = fresh().pullback([np.zeros_like(u) for u in u0])
+        ok_lin = ok_zero = ok_precise = True
+        linear = TOLERANCES["gradient.cotangent_linearity"]
+        for i in range(len(op.wrt)):
+            name = op.names[op.wrt[i]]
+            dt = run.eff if use64 else op.dtype(i)
+            expected = _LINEARITY_ALPHA * base[0][i]
+            magnitude = scale(expected)
+            tol = linear.at(dt, op.B.eps(dt))
+            floor = _LINEARITY_ALPHA * op.floor(i, run, dt)
+            m = num.compare(g_a[i], expected, tol * magnitude + floor)
+            coarse = dt == "float64" and not m.ok and \
+                num.compare(g_a[i], expected, linear.at("float32", op.B.eps("float32")) * magnitude + floor).ok
+            if coarse:
+                # linear to float32's precision, not float64's: a backward that rounds to float32 and casts back
+                ok_precise = False
+                fail("gradient.precision", input=name,
+                     message=f"the float64 gradient of {name} is only float32-accurate (scaling the upstream gradient "
+                             f"by {_LINEARITY_ALPHA:g} changes it by {m.max_rel:.1e} relative, float64 rounding allows "
+                             f"{written(linear.float64)})",
+                     max_abs_err=m.max_abs, max_rel_err=m.max_rel, tolerance=f"{tol:g} x max|expected|",
+                     where=op.where(i, m, f"g({_LINEARITY_ALPHA:g} u)", f"{_LINEARITY_ALPHA:g} g(u)"),
+                     why="the backward computes in float32 (or casts grad_output or a saved tensor down) and casts the "
+                     "result back: float64 inputs get float32-accurate gradients, which gradcheck's tolerances and "
+                     "the dtype of the result both hide.",
+                     fix="compute the backward in the input's dtype (remove the float32 casts).")
+            elif not m.ok:
+                ok_lin = False
+                fail("gradient.cotangent_linearity", input=name,
+                     message=f"gradient of {name} does not scale linearly with the upstream gradient",
+                     max_abs_err=m.max_abs, max_rel_err=m.max_rel, tolerance=f"{tol:g} x max|expected|",
+                     where=op.where(i, m, f"g({_LINEARITY_ALPHA:g} u)", f"{_LINEARITY_ALPHA:g} g(u)"),
+                     why="backward must be linear in grad_output; squaring it, ignoring it or adding a constant "
+                     "passes gradcheck (which only uses upstream gradients of 0 and 1) but breaks every loss "
+                     "scaling, mean reduction and chain rule.",
+                     fix="multiply by grad_output exactly once, and do not use it elsewhere.")
+            # 0 x inf = nan where the gradient itself is infinite (a domain edge): arithmetic, not a bug
+            inf_here = ~np.isfinite(np.asarray(base[0][i]))
+            gz = np.where(inf_here & np.isnan(g_z[i]), 0.0, g_z[i])
+            mz = num.compare(gz, np.zeros_like(gz), 0.0)
+            if not mz.ok:
+                ok_zero = False
+                fail("gradient.zero_cotangent", input=name,
+                     message=f"a zero upstream gradient gives a non-zero gradient for {name}",
+                     max_abs_err=mz.max_abs, where=op.where(i, mz, "g(0)", "expected"),
+                     why="backward adds something that does not depend on grad_output.",
+                     fix="every term of the gradient must be multiplied by grad_output.")
+        sink.record("gradient.cotangent_linearity", ok_lin)
+        sink.record("gradient.zero_cotangent", ok_zero)
+        if not ok_precise:
+            sink.record("gradient.precision", False)

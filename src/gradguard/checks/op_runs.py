@@ -96,12 +96,9 @@ class OpRuns:
         """
         op = self.op
         out = [first.pullback(U[0])]
-        # the op's backward found repeatable by the mutation audit on the given inputs, or the trusted reference's
-        # once (it is not checked again in every regime): every cotangent goes back through one graph
+        # the reference's backward is trusted once repeatable (it is not checked again in every regime)
         one_graph = (fn is op.fn and self.repeatable) or (fn is op.reference and self.reference_repeatable)
         if not one_graph and len(U) > 1 and self._repeats(first, U[0], out[0]):
-            # this graph gave the same gradient, bit for bit, a second time: its backward left what it saved as it
-            # was, so the other cotangents go through it too (one backward instead of a forward and a backward each)
             self.reference_repeatable = self.reference_repeatable or fn is op.reference
             one_graph = True
         if one_graph:
@@ -229,8 +226,7 @@ class OpRuns:
             U_m = [[u if j in s.shared else np.zeros_like(u) for j, u in enumerate(us)] for us in U]
             s.g_cmp = self._vjps(fn, args, U_m, B.linearize(fn, args, op.kwargs, op.wrt))
         if s.all64 and run.eff not in (None, "float64"):
-            # float64 declared, lower precision computed: the reference's own error in that precision
-            # (inputs rounded, math in it) sets the tolerance, with its float64 run as the truth
+            # float64 declared, lower precision computed: the reference's own error in that precision sets the tolerance
             s.lin_r64, s.g_r64 = lin_rd, g_rd
             low_args = [B.from_numpy(B.to_numpy(a), a, run.eff) if i in op.wrt else a for i, a in enumerate(args)]
             lin_rd = B.linearize(ref, low_args, op.kwargs, op.wrt)

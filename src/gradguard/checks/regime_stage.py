@@ -1,27 +1,232 @@
 """The regime stage of ``check_op``: which regimes run, in what order (NOTE [Budget]), which share one run (NOTE [Same
 inputs, one run]), on the whole inputs or the first rows of a large batch (NOTE [Large inputs]), with progress; and
-one regime: its gradient suite (or layout check), in a child process when isolated, and what it adds to the audit:
-failures not already seen on the given inputs, a skip when the regime does not apply, a crash. Also the reproducer
-printed under a finding, and the ``op.raised`` finding for an op that crashed."""
+one regime: its gradient suite (``GradientSuite``, every gradient check in the order the report lists them) or layout
+check (``LayoutCheck``), in a child process when isolated (``run_forked``), and what it adds to the audit: failures not
+already seen on the given inputs, a skip when the regime does not apply, a crash. Also the reproducer printed under a
+finding, and the ``op.raised`` finding for an op that crashed.
+
+# NOTE [Isolated regimes]
+# A regime derives inputs (another batch size, another feature dim, indices rewritten); a compiled kernel without
+# bounds checks that gets inputs whose relations it assumes (MoE routing indices into the tokens) writes out of
+# bounds and the process dies with SIGSEGV, taking the user's test run and the whole report with it. With
+# ``isolate=True`` (or ``"auto"`` for an op that looks compiled: a ``torch.library`` op, or code that holds Triton
+# kernels) every value regime runs in a forked child; what it found comes back pickled through a pipe, and a child
+# killed by a signal becomes a failure of that regime naming the signal. Only on platforms with ``os.fork``.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
+import os
+import pickle
+import signal
 import sys
 import time
+from typing import Any, Callable
 
-from .._errors import InvalidArgument
-from .gradient_suite import GradientSuite
-from .isolate import run_forked
-from .layout import LayoutCheck
+import numpy as np
+
+from ..core.internal import log_fallback
+from . import numerical as num
+from .gradient_numerical import (ForwardReference, GradientReference, LinearityCheck, NonfiniteCheck, NumericalCheck,
+                                 PrecisionCheck)
 from .op_raised import OpRaised
-from .regimes import Regime, Spec, build_regimes
+from .op_runs import OpRuns
+from .regimes import Regime, Spec, build_regimes, shrink_candidates
 from .report import CheckResult, Failure
-from .runs import NotApplicable, Outcome, ReferenceRaised, Run, Subject
+from .runs import Check, NotApplicable, Outcome, ReferenceRaised, Run, Sink, Subject, scale
+from .tolerances import TOLERANCES
 
-__all__ = ["RegimeStage", "LARGE_INPUT_ELEMENTS", "budget_spent", "repro", "raised_finding"]
+__all__ = ["RegimeStage", "GradientSuite", "LayoutCheck", "LARGE_INPUT_ELEMENTS", "budget_spent", "repro",
+           "raised_finding", "can_fork", "looks_compiled", "run_forked"]
 
 LARGE_INPUT_ELEMENTS = 1 << 20  # NOTE [Large inputs]
+
+
+def can_fork() -> bool:
+    return hasattr(os, "fork") and sys.platform != "darwin"
+
+
+def looks_compiled(fn: Callable) -> bool:
+    """A ``torch.library`` op, or a function whose module holds Triton kernels (NOTE [Isolated regimes])."""
+    if type(fn).__module__.startswith("torch._ops"):
+        return True
+    owner = getattr(fn, "__self__", None)
+    for obj in (fn, owner if isinstance(owner, type) else None):
+        module = inspect.getmodule(obj) if obj is not None else None
+        if module is not None and any(type(v).__module__.startswith("triton") for v in vars(module).values()):
+            return True
+    return False
+
+
+def run_forked(work: Callable[[], Any]) -> tuple[str, Any]:
+    """``work()`` in a forked child: ("ok", its result), ("raised", the exception), or ("crashed", a description)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns
+        code = 0
+        try:
+            os.close(read)
+            import faulthandler
+
+            faulthandler.disable()  # the parent reports the crash; no second traceback on the user's stderr
+            try:
+                payload = pickle.dumps(("ok", work()))
+            except BaseException as exc:  # noqa: BLE001 - sent to the parent, which decides
+                try:
+                    payload = pickle.dumps(("raised", exc))
+                except Exception as unpicklable:  # the child's error, as text the parent can read
+                    payload = pickle.dumps(("raised", RuntimeError(f"{type(exc).__name__}: {exc} "
+                                                                   f"(not picklable: {unpicklable!r})")))
+            with os.fdopen(write, "wb") as out:
+                out.write(payload)
+        except BaseException as error:  # noqa: BLE001 - the child must reach os._exit; the parent reports code 3
+            log_fallback("checks.isolate", "sending the child's result", error)
+            code = 3
+        finally:
+            os._exit(code)
+    os.close(write)
+    with os.fdopen(read, "rb") as inp:
+        data = inp.read()
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = f"signal {sig}"
+        return "crashed", f"the process running it was killed by {name}"
+    if not data:
+        return "crashed", f"the process running it exited with status {os.WEXITSTATUS(status)} without a result"
+    return pickle.loads(data)
+
+
+class GradientSuite:
+    def __init__(self, op: Subject, runs: OpRuns):
+        self.op = op
+        self.runs = runs
+
+    def run(self, args, regime: str, spec: Spec, linearity: bool, seed_offset: int) -> Run:
+        op = self.op
+        s = self.runs.of_op(args, regime, spec, seed_offset)
+        sink = Sink(s.run, regime)
+        if op.reference is not None:
+            self.runs.of_reference(s)
+            ForwardReference(op).compare(s, sink)
+        # gradient.reference (run before gradient.numerical, listed after it: NOTE [Finite differences as arbiter])
+        against_ref = GradientReference(op, self.runs).compare(s, sink)
+        NumericalCheck(op, self.runs).compare(s, sink, against_ref[1])
+        s.run.checks += against_ref[0]
+        s.run.failures += against_ref[1]
+        if op.reference is None and spec.precision and s.run.g_64 is not None and not s.all64:
+            PrecisionCheck(op).compare(s, sink)
+        elif op.reference is None and spec.convention and s.run.g_64 is not None:
+            NonfiniteCheck(op).compare(s, sink)
+        if linearity:
+            LinearityCheck(op).compare(s, sink)
+        return s.run
+
+    def shrink(self, args, spec, failures, seed_offset) -> list[Any]:
+        """The smallest variant of ``args`` on which the same checks still fail."""
+        if not self.op.opts["shrink"]:
+            return args
+        wanted = {f.check for f in failures}
+        for cand in shrink_candidates(self.op.B, args):
+            try:
+                run = self.run(cand, "shrink", spec, linearity="gradient.cotangent_linearity" in wanted or "gradient.zero_cotangent" in wanted, seed_offset=seed_offset)
+            except Exception as error:
+                log_fallback("checks", "a shrink candidate's gradient suite", error)
+                continue
+            if wanted & {f.check for f in run.failures}:
+                return cand
+        return args
+
+
+class LayoutCheck(Check):
+    """A layout regime's outputs and first-cotangent gradients against the given inputs' run."""
+
+    def compare(self, regime: Regime, base: Run) -> tuple[list[Failure], list[CheckResult]]:
+        op = self.op
+        reshaped = regime.spec.reshaped
+        try:
+            lin = op.B.linearize(op.fn, regime.args, op.kwargs, op.wrt)
+        except OpRaised:
+            if reshaped:  # an op written for one rank may reject another: not a finding
+                raise NotApplicable("fn does not accept the inputs in that shape")
+            raise
+        outs = {n: o for n, o in zip(lin.out_names, lin.outputs)}
+        if reshaped:
+            # NOTE [Same values, another shape]: the regime is only a test of the backward when fn's forward treats
+            # the inserted dimension as a batch dimension (outputs equal once reshaped); otherwise fn gives that
+            # shape another meaning (a rank-specific op) and the regime does not apply.
+            outs = self._reshaped_like(outs, base)
+            if outs is None:
+                raise NotApplicable("fn gives the reshaped inputs another meaning (its outputs change, not only their shape)")
+        found = []
+        for what, got, expected, dt, floor in self._pairs(lin, outs, base, reshaped):
+            if got is None:
+                continue
+            m = num.compare(got, expected, self._same_values_allowed(dt, base, expected) + floor)
+            if not m.ok:
+                found.append(self._failure(regime, what, m))
+        return found, [CheckResult(f"regime.{regime.name}", regime.name, "fail" if found else "pass")]
+
+    def _pairs(self, lin, outs: dict, base: Run, reshaped: bool) -> list[tuple]:
+        """(what, the layout regime's value, the given run's, dtype, floor) for every output and gradient."""
+        op = self.op
+        g = lin.pullback([_shaped(base.U[0][j], lin.outputs[j]) for j in range(len(base.lin_d.out_names))]) \
+            if set(outs) == set(base.lin_d.out_names) else None
+        if g is not None and reshaped:
+            g = [np.asarray(gi).reshape(np.shape(base.g_d[0][i])) for i, gi in enumerate(g)]
+        pairs = [(n, outs.get(n), o, dt, 0.0) for n, o, dt in zip(base.lin_d.out_names, base.lin_d.outputs, base.lin_d.out_dtypes)]
+        if g is not None:
+            pairs += [(f"gradient of {op.names[op.wrt[i]]}", g[i], base.g_d[0][i], op.dtype(i),
+                       op.floor(i, base, op.dtype(i))) for i in range(len(op.wrt))]
+        return pairs
+
+    @staticmethod
+    def _failure(regime: Regime, what: str, m: num.Mismatch) -> Failure:
+        idx = ", ".join(map(str, m.index or ()))
+        if regime.spec.reshaped:
+            change = "the inputs get a size-1 dimension (same values; the forward agrees)"
+            why = ("the backward treats a size-1 dimension differently from the forward: a squeeze() or sum() "
+                   "without a dim drops it, or a broadcast lines up the wrong axes.")
+            fix = "squeeze and unsqueeze only the dimension the op works on (squeeze(dim), keepdim=True)."
+        else:
+            change = "the inputs are laid out differently"
+            why = "the kernel assumes a memory layout (contiguous rows, unit stride) instead of reading the strides."
+            fix = "call .contiguous() on inputs before launching the kernel, or pass strides to it."
+        return Failure(check=f"regime.{regime.name}", regime=regime.name, input=what.split()[-1] if what.startswith("gradient") else None,
+                       message=f"{what} changes when {change} ({regime.description})",
+                       max_abs_err=m.max_abs, max_rel_err=m.max_rel,
+                       tolerance=f"{TOLERANCES['regime.layout'].ulps:g} ulp x max|value|",
+                       where=f"[{idx}]: {regime.name} {m.got:.6g}, as given {m.expected:.6g}",
+                       why=why, fix=fix)
+
+    def _same_values_allowed(self, dt: str, base: Run, expected) -> float:
+        """What the same computation on the same values may differ by in another layout: ``regime.layout`` x max|value|."""
+        dt = base.precision_of(dt)
+        return TOLERANCES["regime.layout"].at(dt, self.op.B.eps(dt)) * scale(expected)
+
+    def _reshaped_like(self, outs: dict, base: Run) -> dict | None:
+        """The regime's outputs reshaped to the given run's, or None when their values differ."""
+        shaped = {}
+        for n, o, dt in zip(base.lin_d.out_names, base.lin_d.outputs, base.lin_d.out_dtypes):
+            got = outs.get(n)
+            if got is None or np.size(got) != np.size(o):
+                return None
+            got = np.asarray(got).reshape(np.shape(o))
+            if not num.compare(got, o, self._same_values_allowed(dt, base, o)).ok:
+                return None
+            shaped[n] = got
+        return shaped
+
+
+def _shaped(u, like):
+    return np.asarray(u).reshape(np.shape(like)) if np.size(u) == np.size(like) else u
 
 
 def budget_spent(budget) -> str:
@@ -74,7 +279,6 @@ class RegimeStage:
         self.op = op
         self.out = out
         self.suite = suite
-        self.layout = LayoutCheck(op)
         self.isolate = isolate
         self.arguments = arguments
         self.vary = vary
@@ -235,14 +439,12 @@ class RegimeStage:
         check = f"regime.{regime.name}"
         try:
             if regime.spec.layout:
-                found, checks = self.layout.compare(regime, base)
+                found, checks = LayoutCheck(self.op).compare(regime, base)
                 for f in found:
                     f.repro = repro(self.op, self.op.args, regime)
                 self.out.add(found, checks)
                 return
             run = self.suite.run(regime.args, regime.name, regime.spec, linearity=False, seed_offset=n)
-        except InvalidArgument:
-            raise
         except (NotApplicable, ReferenceRaised) as exc:
             why = str(exc) if isinstance(exc, NotApplicable) else f"the reference raised on these inputs ({exc})"
             self.out.checks.append(CheckResult(check, regime.name, "skip", f"regime not applicable: {why}"))
@@ -279,12 +481,11 @@ class RegimeStage:
             # NOTE [The reference runs, the op raises]: inputs the trusted implementation handles are inputs the op
             # is meant to handle (only a subset requiring grad, a size-1 feature dimension): a failure, with the
             # line it raised at. Without a reference the op may legitimately not support them: a warning.
-            found = raised_finding(self.op, exc, regime.name)
-            found.check = check
-            found.message = f"fn's {exc.phase} raised {type(err).__name__} on inputs the reference handles ({regime.description}): {str(err)[:200]}"
-            found.why = f"the reference computes these inputs, the op's {exc.phase} crashes on them."
-            found.repro = repro(self.op, regime.args, regime)
-            out.findings.append(found)
+            out.findings.append(dataclasses.replace(
+                raised_finding(self.op, exc, regime.name), check=check,
+                message=f"fn's {exc.phase} raised {type(err).__name__} on inputs the reference handles ({regime.description}): {str(err)[:200]}",
+                why=f"the reference computes these inputs, the op's {exc.phase} crashes on them.",
+                repro=repro(self.op, regime.args, regime)))
             out.checks.append(CheckResult(check, regime.name, "fail", type(err).__name__))
             return
         out.findings.append(Failure(check=check, regime=regime.name, severity="warning",

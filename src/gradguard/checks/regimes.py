@@ -15,7 +15,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -123,26 +123,28 @@ class _Inputs:
 
 # A strategy returns the regimes it built from the given inputs, or a string: why it does not apply (None: it does not
 # apply and says nothing). The table's order is the order the regimes run in (NOTE [Regimes]).
+def _copied(c: _Inputs, cand: list[int], copy: Callable[[Any], Any]) -> list[Any]:
+    """The given inputs with ``copy`` applied to those at ``cand``."""
+    new = list(c.args)
+    for i in cand:
+        new[i] = copy(c.args[i])
+    return new
+
+
 def _noncontiguous(c: _Inputs):
-    B, args = c.B, c.args
-    cand = [i for i in c.tensors if B.numel(args[i]) > 1]
+    cand = [i for i in c.tensors if c.B.numel(c.args[i]) > 1]
     if not cand:
         return "no tensor input with more than one element"
-    new = list(args)
-    for i in cand:
-        new[i] = B.noncontiguous_copy(args[i])
-    return [Regime("noncontiguous", "every tensor input copied into strided (non-contiguous) memory, same values", new, Spec(layout=True))]
+    return [Regime("noncontiguous", "every tensor input copied into strided (non-contiguous) memory, same values",
+                   _copied(c, cand, c.B.noncontiguous_copy), Spec(layout=True))]
 
 
 def _channels_last(c: _Inputs):
-    B, args = c.B, c.args
-    cand = [i for i in c.tensors if B.ndim(args[i]) == 4]
+    cand = [i for i in c.tensors if c.B.ndim(c.args[i]) == 4]
     if not cand:
         return "no 4-D input"
-    new = list(args)
-    for i in cand:
-        new[i] = B.channels_last_copy(args[i])
-    return [Regime("channels_last", "4-D inputs in channels_last memory format, same values", new, Spec(layout=True))]
+    return [Regime("channels_last", "4-D inputs in channels_last memory format, same values",
+                   _copied(c, cand, c.B.channels_last_copy), Spec(layout=True))]
 
 
 def _repeated_indices(c: _Inputs):
@@ -176,10 +178,7 @@ def _kinks(c: _Inputs):
 
 
 def _scaled(c: _Inputs, scale: float) -> list[Any]:
-    new = list(c.args)
-    for i in c.floats:
-        new[i] = c.B.with_values(c.args[i], c.B.to_numpy(c.args[i]) * scale)
-    return new
+    return _copied(c, c.floats, lambda a: c.B.with_values(a, c.B.to_numpy(a) * scale))
 
 
 def _largest(c: _Inputs, values) -> float:
@@ -235,9 +234,7 @@ def _near_constant_rows(c: _Inputs):
 
 def _batch_regime(c: _Inputs, b: int, batched: list[int], size: int) -> Regime:
     B, args = c.B, c.args
-    new = list(args)
-    for i in batched:
-        new[i] = B.from_numpy(_resize(B.to_numpy(args[i]), size, 0, B.kind(args[i]) == "float"), args[i])
+    new = _copied(c, batched, lambda a: B.from_numpy(_resize(B.to_numpy(a), size, 0, B.kind(a) == "float"), a))
     if size < b:  # NOTE [Shape relations]: indices into the rows (MoE routing: token ids) stay in range
         for i in c.ints:
             v = B.to_numpy(args[i])
@@ -259,9 +256,7 @@ def _batch_size(c: _Inputs):
 
 def _feature_regime(c: _Inputs, d: int, same: list[int], grow_ints: list[int], labels: list[int], size: int) -> Regime:
     B, args = c.B, c.args
-    new = list(args)
-    for i in same:
-        new[i] = B.from_numpy(_resize(B.to_numpy(args[i]), size, -1, distinct=True), args[i])
+    new = _copied(c, same, lambda a: B.from_numpy(_resize(B.to_numpy(a), size, -1, distinct=True), a))
     for i in grow_ints + [i for i in labels if i not in grow_ints]:
         v = B.to_numpy(args[i])
         if i in grow_ints:
@@ -297,10 +292,7 @@ def _singleton_dim(c: _Inputs):
     cand = [i for i in c.tensors if B.ndim(args[i]) >= 2]
     if not any(i in c.floats for i in cand) or any(1 in B.shape(args[i])[:-1] for i in cand):
         return "no differentiated input with 2+ dimensions, or one already has a size-1 dimension"
-    new = list(args)
-    for i in cand:
-        v = B.to_numpy(args[i])
-        new[i] = B.from_numpy(np.expand_dims(v, axis=v.ndim - 1), args[i])
+    new = _copied(c, cand, lambda a: B.from_numpy(np.expand_dims(B.to_numpy(a), axis=B.ndim(a) - 1), a))
     return [Regime("singleton_dim", "a size-1 dimension inserted before the last on every input with 2+ dimensions",
                    new, Spec(layout=True, reshaped=True))]
 

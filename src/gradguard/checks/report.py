@@ -60,21 +60,11 @@ class Failure:
             head += f" {self.input}"
         out = textwrap.wrap(head + ": " + self.message, width=width, subsequent_indent="     ",
                             break_on_hyphens=False) or [head]
-        errs = []
-        if self.max_abs_err is not None:
-            errs.append(f"max abs err {self.max_abs_err:.3g}")
-        if self.max_rel_err is not None:
-            errs.append(f"max rel err {self.max_rel_err:.3g}")
-        if self.tolerance:
-            errs.append(f"allowed: {self.tolerance}")
-        if errs:
-            out += _field("error", ", ".join(errs), width)
-        if self.where:
-            out += _field("worst", self.where, width)
-        if self.why:
-            out += _field("why", self.why, width)
-        if self.fix:
-            out += _field("fix", self.fix, width)
+        errs = [f"max {kind} err {value:.3g}" for kind, value in (("abs", self.max_abs_err), ("rel", self.max_rel_err))
+                if value is not None] + ([f"allowed: {self.tolerance}"] if self.tolerance else [])
+        for label, text in (("error", ", ".join(errs)), ("worst", self.where), ("why", self.why), ("fix", self.fix)):
+            if text:
+                out += _field(label, text, width)
         if self.repro:
             out.append("     repro:")
             out += ["       " + line for line in self.repro.splitlines()]
@@ -115,8 +105,8 @@ _CHECK_RANK = (
 
 def _rank(f: "Failure") -> tuple[int, int, int]:
     rank = next((k for k, prefix in enumerate(_CHECK_RANK) if f.check == prefix or (prefix.endswith(".") and f.check.startswith(prefix))), len(_CHECK_RANK))
-    simplest = 0 if f.regime == "given" else 1 + len(f.repro)  # a smaller reproducer is a simpler input
-    return (0 if f.severity == "failure" else 1, 0 if f.regime == "given" else 1, rank if f.regime == "given" else simplest)
+    given = f.regime == "given"  # outside it, a smaller reproducer is a simpler input
+    return (0 if f.severity == "failure" else 1, 0 if given else 1, rank if given else 1 + len(f.repro))
 
 
 def verdict_order(findings: list["Failure"]) -> list["Failure"]:
@@ -235,14 +225,13 @@ class OpReport:
         summary = self.summary()
         colour = "green" if self.passed else "red"
         body = Text()
-        lines = self._body(width)
         if len(summary) + 6 > width + _FRAME:
             title = f"gradguard.check_op {'PASSED' if self.passed else 'FAILED'}"
             for line in textwrap.wrap(summary[len(title) + 2:], width=width, break_on_hyphens=False):
                 body.append(line + "\n", style=f"bold {colour}")
         else:
             title = summary
-        for line in lines:
+        for line in self._body(width):
             body.append(line + "\n", style=next((s for start, s in _STYLES if line.strip().startswith(start)), ""))
         body.rstrip()
         yield Panel(body, title=Text(title, style=f"bold {colour}"), title_align="left", expand=False)

@@ -56,7 +56,6 @@ class TorchBackend(AdapterBase):
     no_grad_hint = "torch.no_grad()"
     tensor_type = torch.Tensor
 
-    # ---- describing tensors -------------------------------------------------------------------------
     def is_tensor(self, x: Any) -> bool:
         return isinstance(x, torch.Tensor)
 
@@ -76,7 +75,6 @@ class TorchBackend(AdapterBase):
     def requires_grad(self, t: torch.Tensor) -> bool:
         return bool(t.requires_grad)
 
-    # ---- numpy conversion ---------------------------------------------------------------------------
     def to_numpy(self, t: torch.Tensor) -> np.ndarray:
         """float64 (or int64 for integer tensors) numpy copy."""
         t = t.detach()
@@ -113,7 +111,6 @@ class TorchBackend(AdapterBase):
             return out.copy_(t)
         return t.clone(memory_format=torch.preserve_format)
 
-    # ---- running the op -----------------------------------------------------------------------------
     def prepare(self, args: Sequence[Any], wrt: Sequence[int]) -> tuple[list[Any], list[torch.Tensor]]:
         """Fresh copies of ``args`` (the user's tensors are never fed to the op) and the leaves among them."""
         fed = [self.clone(a) if isinstance(a, torch.Tensor) else a for a in args]
@@ -135,15 +132,10 @@ class TorchBackend(AdapterBase):
             raise OpRaised("forward", exc, self._float_dtypes(fed)) from exc
         return self.linearization(fed, leaves, self.outputs(result), lambda o: o.requires_grad)
 
-    def forward64(self, fn: Callable, args: Sequence[Any], kwargs: dict, out_names: Sequence[str]) -> list[np.ndarray]:
-        """Outputs named ``out_names`` of ``fn(*args)`` without autograd, as float64 numpy."""
-        fed = [self.clone(a) if isinstance(a, torch.Tensor) else a for a in args]
-        try:
-            with torch.no_grad():
-                outs = dict(self.outputs(fn(*fed, **kwargs)))
-        except Exception as exc:  # an op that only runs with autograd on is a finding (Liger-Kernel#930), not a crash
-            raise OpRaised("forward under torch.no_grad()", exc, self._float_dtypes(fed), autograd_off=True) from exc
-        return [self.to_numpy(outs[n]) for n in out_names]
+    autograd_off_phase = "forward under torch.no_grad()"
+
+    def autograd_off(self):
+        return torch.no_grad()
 
     def vjp_tensors(self, lin: Linearization, cots: list[torch.Tensor]) -> list[torch.Tensor]:
         try:
@@ -153,7 +145,6 @@ class TorchBackend(AdapterBase):
             raise OpRaised("backward", exc, lin.out_dtypes[0] if lin.out_dtypes else None) from exc
         return [torch.zeros_like(leaf) if g is None else g for leaf, g in zip(lin.leaves, grads)]
 
-    # ---- mutation and aliasing ----------------------------------------------------------------------
     def version(self, t: torch.Tensor) -> int:
         return int(t._version)
 
@@ -178,7 +169,6 @@ class TorchBackend(AdapterBase):
         base = out._base
         return base is inp or (inp._is_view() and base is inp._base) or base is getattr(inp, "_base", None)
 
-    # ---- regime helpers -----------------------------------------------------------------------------
     def noncontiguous_copy(self, t: torch.Tensor) -> torch.Tensor:
         """Same values, every dimension strided (a slice of a wider buffer)."""
         wide = torch.empty(tuple(t.shape) + (2,), dtype=t.dtype, device=t.device)
@@ -244,7 +234,6 @@ class TorchBackend(AdapterBase):
             if torch.get_num_threads() != before:
                 torch.set_num_threads(before)
 
-    # ---- introspection ------------------------------------------------------------------------------
     def op_name(self, fn: Callable) -> str:
         owner = getattr(fn, "__self__", None)
         if isinstance(owner, type) and issubclass(owner, torch.autograd.Function):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..adapter import AdapterBase
-from .check import is_array
+from .check import check_op, is_array
 
 __all__ = ["AutogradAdapter", "ADAPTER"]
 
@@ -66,8 +66,6 @@ class AutogradAdapter(AdapterBase):
         raise AssertionError("backends.KNOWN gives autograd the guard capability, but it has no guard")
 
     def check_op(self, fn, *inputs, reference=None, **options):
-        from .check import check_op
-
         return check_op(fn, *inputs, reference=reference, **options)
 
 

@@ -38,7 +38,7 @@ from autograd.extend import defvjp, primitive
 from autograd.tracer import getval, isbox
 
 from ..._errors import InvalidArgument
-from ...checks.adapter_base import AdapterBase, Linearization
+from ...checks.adapter_base import AdapterBase, Linearization, flatten_outputs
 from ...checks.op_raised import OpRaised
 
 __all__ = ["check_op", "AutogradCheckAdapter", "AUTOGRAD", "is_array"]
@@ -54,15 +54,6 @@ def is_array(x: Any) -> bool:
 
 def _is_output(x: Any) -> bool:
     return isbox(x) or is_array(x)
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("autograd")
-    except PackageNotFoundError:
-        return "?"
 
 
 class AutogradCheckAdapter(AdapterBase):
@@ -102,9 +93,13 @@ class AutogradCheckAdapter(AdapterBase):
 
     @property
     def label(self) -> str:
-        return f"autograd {_version()}"
+        from importlib.metadata import PackageNotFoundError, version
 
-    # ---- describing tensors -------------------------------------------------------------------------
+        try:
+            return f"autograd {version('autograd')}"
+        except PackageNotFoundError:
+            return "autograd ?"
+
     def is_tensor(self, x: Any) -> bool:
         return is_array(x)
 
@@ -117,15 +112,9 @@ class AutogradCheckAdapter(AdapterBase):
     def requires_grad(self, t) -> bool:
         return False  # numpy arrays carry no such flag: every floating-point input is differentiated
 
-    # ---- numpy conversion ---------------------------------------------------------------------------
     def to_numpy(self, t) -> np.ndarray:
         """float64 (int64 for integer arrays) copy."""
-        kind = self.kind(t)
-        if kind == "float":
-            return np.array(t, dtype=np.float64, copy=True)
-        if kind == "complex":
-            return np.array(t, copy=True)
-        return np.array(t, dtype=np.int64, copy=True)
+        return np.array(t, dtype={"float": np.float64, "complex": None}.get(self.kind(t), np.int64), copy=True)
 
     @staticmethod
     def tensor_from(arr: np.ndarray, dtype_name: str) -> np.ndarray:
@@ -143,7 +132,6 @@ class AutogradCheckAdapter(AdapterBase):
     def host_values(self, t) -> np.ndarray:
         return np.asarray(t)
 
-    # ---- layout regimes -----------------------------------------------------------------------------
     def noncontiguous_copy(self, t) -> np.ndarray:
         """Same values, every dimension strided: the even slots of a buffer twice as wide. The odd slots hold NaN
         (0 for integers), so code that ignores the strides (a C extension through ctypes) shows it."""
@@ -157,7 +145,6 @@ class AutogradCheckAdapter(AdapterBase):
     def is_contiguous(self, t) -> bool:
         return bool(np.asarray(t).flags.c_contiguous)
 
-    # ---- running the op -----------------------------------------------------------------------------
     def prepare(self, args: Sequence[Any], wrt: Sequence[int]) -> tuple[list[Any], list[Any]]:
         """Fresh copies of ``args`` (the user's arrays are never fed to the op) and the leaves among them."""
         fed = [self.clone(a) if self.is_tensor(a) else a for a in args]
@@ -185,8 +172,6 @@ class AutogradCheckAdapter(AdapterBase):
         return closure
 
     def outputs_of(self, result: Any) -> list[tuple[str, Any]]:
-        from ...checks.adapter_base import flatten_outputs
-
         return flatten_outputs(result, _is_output)
 
     def outputs(self, result: Any) -> list[tuple[str, Any]]:
@@ -221,17 +206,8 @@ class AutogradCheckAdapter(AdapterBase):
             raise OpRaised("backward", exc, lin.out_dtypes[0] if lin.out_dtypes else None) from exc
         return [np.zeros_like(leaf) if g is None else g for leaf, g in zip(lin.leaves, grads)]
 
-    def forward64(self, fn: Callable, args: Sequence[Any], kwargs: dict, out_names: Sequence[str]) -> list[np.ndarray]:
-        """Outputs named ``out_names`` of ``fn(*args)`` outside autograd's tracing (plain numpy), as float64."""
-        fed = [self.clone(a) if self.is_tensor(a) else a for a in args]
-        try:
-            outs = dict(self.outputs(fn(*fed, **kwargs)))
-        except Exception as exc:
-            raise OpRaised("forward on plain numpy arrays (outside autograd's tracing)", exc,
-                           self._float_dtypes(fed), autograd_off=True) from exc
-        return [self.to_numpy(outs[n]) for n in out_names]
+    autograd_off_phase = "forward on plain numpy arrays (outside autograd's tracing)"  # forward64: plain numpy
 
-    # ---- mutation -----------------------------------------------------------------------------------
     def version(self, t) -> int:
         return 0  # numpy arrays have no version counter (NOTE [autograd in the audit engine])
 
@@ -277,7 +253,6 @@ class AutogradCheckAdapter(AdapterBase):
         self._chain = {}
         return np.zeros(self.shape(leaf)) if g is None else self.to_numpy(g)
 
-    # ---- reproducers and names ----------------------------------------------------------------------
     def literal(self, t) -> str:
         dt = self.dtype_name(t)
         return f"np.array({self.literal_values(t, dt == 'float64')}, dtype=np.{dt})"
@@ -344,7 +319,6 @@ def _cotangents_for(produced: list, chosen: list, cots: list) -> list:
     return full
 
 
-# ---- the public entry point ---------------------------------------------------------------------------
 def _unwrapped(fn: Any) -> Any:
     """A primitive (``@autograd.extend.primitive``) as a function with its raw function's name and signature.
 
@@ -415,5 +389,4 @@ def check_op(op: Any, *inputs: Any, reference: Any = None, **options: Any):
     # numpy's RuntimeWarnings about it would only be noise (torch ops give none)
     with np.errstate(over="ignore", under="ignore", divide="ignore", invalid="ignore"):
         # a fresh adapter per audit: the composition checks keep their chained vjps on it
-        return run_check_op(AutogradCheckAdapter(), fn, inputs, _unwrapped(reference) if reference is not None else None,
-                            options)
+        return run_check_op(AutogradCheckAdapter(), fn, inputs, _unwrapped(reference), options)

@@ -7,10 +7,13 @@ import mindspore as ms
 
 from ..adapter import AdapterBase
 from ...core.internal import log_fallback
-from .mode import current_mode
-from .naming import memory_range
+from .check import check_op
+from .naming import current_mode, memory_range
+from .eager import enrich_mindspore_error
+from .session import MindSporeGuardSession
 
 __all__ = ["MindSporeAdapter", "ADAPTER", "memory_range", "current_mode"]
+
 
 class MindSporeAdapter(AdapterBase):
     name = "mindspore"
@@ -51,19 +54,10 @@ class MindSporeAdapter(AdapterBase):
         return [None if g is None else g.asnumpy() for g in grads]
 
     def new_guard_session(self, *, fingerprint: str, track_writes: bool, bisect: bool = False):
-        from .session import MindSporeGuardSession
-
         return MindSporeGuardSession(fingerprint=fingerprint, track_writes=track_writes, bisect=bisect)
 
-    def check_op(self, fn, *inputs, reference=None, **options):
-        from .check import check_op
-
-        return check_op(fn, *inputs, reference=reference, **options)
-
-    def enrich_error(self, error, session=None):
-        from .eager import enrich_mindspore_error
-
-        return enrich_mindspore_error(error, session)
+    check_op = staticmethod(check_op)
+    enrich_error = staticmethod(enrich_mindspore_error)
 
 
 ADAPTER = MindSporeAdapter()

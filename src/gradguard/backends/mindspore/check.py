@@ -65,7 +65,6 @@ class MindSporeCheckAdapter(AdapterBase):
     def label(self) -> str:
         return f"mindspore {ms.__version__} ({ms.get_context('device_target')})"
 
-    # ---- describing tensors -------------------------------------------------------------------------
     def is_tensor(self, x: Any) -> bool:
         return isinstance(x, ms.Tensor)
 
@@ -76,20 +75,14 @@ class MindSporeCheckAdapter(AdapterBase):
         """Only inputs marked with ``Tensor.requires_grad_()`` (MindSpore has no torch-style flag by default)."""
         return bool(getattr(t, "_requires_grad", False))
 
-    # ---- numpy conversion ---------------------------------------------------------------------------
     def to_numpy(self, t) -> np.ndarray:
         """float64 (int64 for integer tensors) numpy copy (``asnumpy`` shares the tensor's memory)."""
-        kind = self.kind(t)
-        if kind == "float":
-            return np.array(t.astype(ms.float64).asnumpy(), dtype=np.float64, copy=True)
-        if kind == "complex":
-            return np.array(t.asnumpy(), copy=True)
-        return np.array(t.astype(ms.int64).asnumpy(), dtype=np.int64, copy=True)
+        dtype = {"float": ms.float64, "complex": None}.get(self.kind(t), ms.int64)
+        return np.array((t if dtype is None else t.astype(dtype)).asnumpy(), copy=True)
 
     @staticmethod
     def tensor_from(arr: np.ndarray, dtype_name: str) -> ms.Tensor:
-        """A MindSpore tensor of a private numpy array, cast to ``dtype_name`` (``ms.Tensor(numpy)`` may share
-        memory: the caller's array is already a copy)."""
+        """``arr`` (a private copy: ``ms.Tensor(numpy)`` may share its memory) as a tensor of ``dtype_name``."""
         dtype = getattr(ms, dtype_name if dtype_name != "bool" else "bool_")
         return ms.Tensor(arr, ms.float64 if arr.dtype == np.float64 else None).astype(dtype)
 
@@ -102,46 +95,39 @@ class MindSporeCheckAdapter(AdapterBase):
             return self.noncontiguous_copy(t)
         return t.copy()
 
-    # ---- layout regimes -----------------------------------------------------------------------------
     def noncontiguous_copy(self, t):
         """Same values, every dimension strided: the even slots of a buffer twice as wide. The odd slots hold
         NaN (0 for integers), so a kernel that ignores the strides reads them and its result shows it."""
         values = self.to_numpy(t)
         filler = np.full_like(values, np.nan if self.kind(t) == "float" else 0)
-        wide = self.from_numpy(np.stack([values, filler], axis=-1), t)
-        return wide[..., 0]
+        return self.from_numpy(np.stack([values, filler], axis=-1), t)[..., 0]
 
     def is_contiguous(self, t) -> bool:
         return bool(t.is_contiguous())
 
-    # ---- running the op -----------------------------------------------------------------------------
-    def prepare(self, args: Sequence[Any], wrt: Sequence[int]) -> tuple[list[Any], list[Any]]:
-        """Fresh copies of ``args`` (the user's tensors are never fed to the op) and the leaves among them."""
-        fed = [self.clone(a) if self.is_tensor(a) else a for a in args]
-        return fed, [fed[i] for i in wrt]
-
-    def _differentiable(self, pairs) -> list[tuple[str, Any]]:
-        return [(n, o) for n, o in pairs if self.kind(o) in ("float", "complex")]
-
-    def linearize(self, fn: Callable, args: Sequence[Any], kwargs: dict, wrt: Sequence[int],
-                  prepared: tuple | None = None) -> Linearization:
-        fed, leaves = prepared if prepared is not None else self.prepare(args, wrt)
-        seen: dict[str, Any] = {}
+    def _closure(self, fn: Callable, fed: Sequence[Any], kwargs: dict, positions: Sequence[int], seen: dict):
+        """``fn`` of the arguments at ``positions`` (the others closed over); ``seen`` keeps its first outputs."""
 
         def closure(*xs):
             call = list(fed)
-            for i, x in zip(wrt, xs):
+            for i, x in zip(positions, xs):
                 call[i] = x
             pairs = self.outputs(fn(*call, **kwargs))
-            diff = self._differentiable(pairs)
+            diff = [(n, o) for n, o in pairs if self.kind(o) in ("float", "complex")]
             if "all" not in seen:  # a second pullback re-runs the forward (NOTE above): keep the first
                 seen["all"], seen["diff"] = pairs, diff
             if not diff:  # nothing to differentiate: the engine says so (InvalidArgument), not vjp
                 return ms.Tensor(0.0, ms.float64)
             return tuple(o for _, o in diff)
 
+        return closure
+
+    def linearize(self, fn: Callable, args: Sequence[Any], kwargs: dict, wrt: Sequence[int],
+                  prepared: tuple | None = None) -> Linearization:
+        fed, leaves = prepared if prepared is not None else self.prepare(args, wrt)
+        seen: dict[str, Any] = {}
         try:
-            _, pullback = ms.vjp(closure, *leaves)
+            _, pullback = ms.vjp(self._closure(fn, fed, kwargs, wrt, seen), *leaves)
         except Exception as exc:
             raise OpRaised("forward", exc, self._float_dtypes(fed)) from exc
         diff = seen["diff"]
@@ -161,15 +147,8 @@ class MindSporeCheckAdapter(AdapterBase):
         grads = list(grads) if isinstance(grads, (tuple, list)) else [grads]
         return [ops.zeros_like(leaf) if g is None else g for leaf, g in zip(lin.leaves, grads)]
 
-    def forward64(self, fn: Callable, args: Sequence[Any], kwargs: dict, out_names: Sequence[str]) -> list[np.ndarray]:
-        fed = [self.clone(a) if self.is_tensor(a) else a for a in args]
-        try:
-            outs = dict(self.outputs(fn(*fed, **kwargs)))
-        except Exception as exc:
-            raise OpRaised("forward outside ms.vjp", exc, self._float_dtypes(fed), autograd_off=True) from exc
-        return [self.to_numpy(outs[n]) for n in out_names]
+    autograd_off_phase = "forward outside ms.vjp"  # forward64 runs fn plainly: MindSpore records only in ms.vjp
 
-    # ---- mutation and aliasing ----------------------------------------------------------------------
     def version(self, t) -> int:
         return int(getattr(t, "_version", 0))
 
@@ -195,15 +174,7 @@ class MindSporeCheckAdapter(AdapterBase):
         if k is None:
             raise InvalidArgument("run_graph: the producer's output is not among fn's arguments")
         seen: dict[str, Any] = {}
-
-        def closure(y):
-            call = list(fed)
-            call[k] = y
-            diff = self._differentiable(self.outputs(fn(*call, **kwargs)))
-            seen.setdefault("diff", diff)
-            return tuple(o for _, o in diff) if diff else ms.Tensor(0.0, ms.float64)
-
-        _, op_pullback = ms.vjp(closure, fed[k])
+        _, op_pullback = ms.vjp(self._closure(fn, fed, kwargs, (k,), seen), fed[k])
         chain["op"], chain["outs"] = op_pullback, seen["diff"]
         return seen["diff"]
 
@@ -223,7 +194,6 @@ class MindSporeCheckAdapter(AdapterBase):
         self._chain = {}
         return np.zeros(self.shape(leaf)) if g is None else self.to_numpy(g)
 
-    # ---- reproducers and names ----------------------------------------------------------------------
     def literal(self, t) -> str:
         dt = self.dtype_name(t)
         return f"ms.Tensor({self.literal_values(t, dt == 'float64')}, dtype=ms.{dt if dt != 'bool' else 'bool_'})"
@@ -236,9 +206,7 @@ class MindSporeCheckAdapter(AdapterBase):
         return super().parameter_names(fn.construct if isinstance(fn, nn.Cell) else fn, n)
 
     def op_name(self, fn: Callable) -> str:
-        if isinstance(fn, nn.Cell):
-            return type(fn).__name__
-        return super().op_name(fn)
+        return type(fn).__name__ if isinstance(fn, nn.Cell) else super().op_name(fn)
 
     phrasebook = {
         "mutation.silent_input_write": {
@@ -283,16 +251,11 @@ class MindSporeCheckAdapter(AdapterBase):
                            f"# the gradient of a through op(y) differs from the one through op(y.copy())")
 
 
-# ---- the public entry point ---------------------------------------------------------------------------
 def _as_tensor(x: Any) -> Any:
     """Inputs as the old MindSpore check_op took them: numpy arrays and Python floats become float64 tensors."""
-    if isinstance(x, np.ndarray):
-        if x.dtype.kind == "f":
-            return MindSporeCheckAdapter.tensor_from(np.array(x, dtype=np.float64), "float64")
-        return ms.Tensor(np.array(x, copy=True))
-    if isinstance(x, float):
-        return ms.Tensor(np.array(x, dtype=np.float64))
-    return x
+    if isinstance(x, float) or (isinstance(x, np.ndarray) and x.dtype.kind == "f"):
+        return MindSporeCheckAdapter.tensor_from(np.array(x, dtype=np.float64), "float64")
+    return ms.Tensor(np.array(x, copy=True)) if isinstance(x, np.ndarray) else x
 
 
 _CPP_STACK = re.compile(r"\s*-{10,}\s*- C\+\+ Call Stack.*", re.DOTALL)
@@ -317,8 +280,7 @@ def check_op(op: Any, *inputs: Any, reference: Any = None, **options: Any):
 
     modes = options.pop("modes", MODES)
     modes = (modes,) if isinstance(modes, str) else tuple(modes)
-    bad = [m for m in modes if m not in MODES]
-    if bad or "pynative" not in modes:
+    if "pynative" not in modes or any(m not in MODES for m in modes):
         raise InvalidArgument(
             f"check_op: modes must contain 'pynative' (the audit runs there) and may add 'graph'; got {list(modes)}. "
             f"Use modes=('pynative',) or modes=('pynative', 'graph').")
@@ -330,7 +292,7 @@ def check_op(op: Any, *inputs: Any, reference: Any = None, **options: Any):
     except Exception as error:
         log_fallback("backends.mindspore", "ms.runtime.launch_blocking()", error)
     try:
-        report = run_check_op(MindSporeCheckAdapter(modes), op, tuple(_as_tensor(x) for x in inputs), reference, options)
+        return run_check_op(MindSporeCheckAdapter(modes), op, tuple(_as_tensor(x) for x in inputs), reference,
+                            options)
     finally:
         ms.set_context(mode=previous)
-    return report

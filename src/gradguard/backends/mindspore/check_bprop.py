@@ -20,6 +20,7 @@ import numpy as np
 import mindspore as ms
 from mindspore import nn
 
+from ...checks.adapter_base import first_line
 from ...checks.numerical import compare
 from ...checks.report import CheckResult, Failure
 from ...checks.tolerances import TOLERANCES, gradient_floor, weight_step, written
@@ -32,11 +33,6 @@ _GIVEN = "given"
 
 def has_bprop(op) -> bool:
     return isinstance(op, nn.Cell) and callable(getattr(type(op), "bprop", None))
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"[:300]
 
 
 def _cotangents(audit, base) -> tuple[list, list[int] | None]:
@@ -83,7 +79,6 @@ def _as_list(g) -> list:
     return list(g) if isinstance(g, (tuple, list)) else [g]
 
 
-# ---- bprop contract ----------------------------------------------------------------------------------
 _BPROP_CHECKS = ("bprop.return_type", "bprop.extra_gradients", "bprop.missing_gradients", "bprop.dtype")
 
 
@@ -111,8 +106,9 @@ def check_bprop_contract(audit, base):
     try:
         result = _call_bprop(audit, base, op, xs)
     except Exception as error:
-        why = f"calling {type(op).__name__}.bprop(*inputs, out, dout) directly raised {_first_line(error)}"
-        return [], [CheckResult(c, _GIVEN, "skip", why) for c in _BPROP_CHECKS], [f"{why}; its return value was not inspected"]
+        why = f"calling {type(op).__name__}.bprop(*inputs, out, dout) directly raised {first_line(error)}"
+        return ([], [CheckResult(c, _GIVEN, "skip", why) for c in _BPROP_CHECKS],
+                [f"{why}; its return value was not inspected"])
     n = len(xs)
     cell = type(op).__name__
     found: list[Failure] = []
@@ -158,7 +154,6 @@ def check_bprop_contract(audit, base):
                    for c in _BPROP_CHECKS], []
 
 
-# ---- weights -------------------------------------------------------------------------------------------
 def _finite_difference(weighted, xs, p, original, v, h) -> float:
     try:
         p.set_data(ms.Tensor(original + h * v).astype(p.dtype))
@@ -178,7 +173,8 @@ def check_weights(audit, base):
     checks = ("weights.missing_gradient", "weights.gradient")
     cots, positions = _cotangents(audit, base)
     if positions is None or audit.kwargs:
-        why = "outputs nested deeper than one tuple" if positions is None else "kwargs are not passed to weight gradients"
+        why = ("outputs nested deeper than one tuple" if positions is None else
+               "kwargs are not passed to weight gradients")
         return [], [CheckResult(c, _GIVEN, "skip", why) for c in checks], []
     params = op.trainable_params()
     weighted = _Weighted(op, cots, positions)
@@ -186,18 +182,16 @@ def check_weights(audit, base):
     try:
         _, wgrads = ms.grad(weighted, grad_position=_grad_position(audit.wrt), weights=params)(*xs)
     except Exception as error:
-        why = f"weight gradients could not be computed: {_first_line(error)}"
+        why = f"weight gradients could not be computed: {first_line(error)}"
         return [], [CheckResult(c, _GIVEN, "skip", why) for c in checks], [why]
     rng = np.random.default_rng(audit.opts["seed"] + 2000)
     found = []
-    with_bprop = has_bprop(op)
     for p, gw in zip(params, _as_list(wgrads)):
         analytic_full = B.to_numpy(gw)
         worst = _worst_probe(audit, weighted, xs, p, analytic_full, rng)
         if worst is not None:
-            found.append(_weight_failure(p, worst, analytic_full, with_bprop))
-    failed = {f.check for f in found}
-    return found, [CheckResult(c, _GIVEN, "fail" if c in failed else "pass") for c in checks], []
+            found.append(_weight_failure(p, worst, analytic_full, has_bprop(op)))
+    return found, [CheckResult(c, _GIVEN, "fail" if any(f.check == c for f in found) else "pass") for c in checks], []
 
 
 def _worst_probe(audit, weighted, xs, p, analytic_full, rng):
@@ -207,7 +201,8 @@ def _worst_probe(audit, weighted, xs, p, analytic_full, rng):
     eps = B.eps(B.dtype_name(p))
     h = weight_step(B.dtype_name(p), eps) * max(1.0, float(np.max(np.abs(original), initial=0.0)))
     rounding = TOLERANCES["gradient.numerical.rounding"].of(eps)
-    rtol, richardson, tiny = (TOLERANCES[k] for k in ("gradient.numerical.rtol", "gradient.numerical.richardson", "tiny"))
+    rtol, richardson, tiny = (TOLERANCES[k] for k in
+                              ("gradient.numerical.rtol", "gradient.numerical.richardson", "tiny"))
     level = abs(float(weighted(*xs).astype(ms.float64).asnumpy()))
     worst = None
     for _ in range(max(1, audit.opts["probes"] - 1)):
@@ -247,7 +242,6 @@ def _weight_failure(p, worst, analytic_full, with_bprop) -> Failure:
         fix="re-derive the Parameter's gradient in bprop (or in the custom kernel's backward).")
 
 
-# ---- graph mode ----------------------------------------------------------------------------------------
 def check_graph_mode(audit, base):
     """``mode.graph``: the same cotangent's gradient under GRAPH_MODE compiles and equals PyNative's."""
     B = audit.B
@@ -276,7 +270,7 @@ def check_graph_mode(audit, base):
 def _graph_compile_failure(error) -> Failure:
     return Failure(
         check="mode.graph", regime=_GIVEN,
-        message=f"the op's gradient does not compile or run under GRAPH_MODE: {_first_line(error)}",
+        message=f"the op's gradient does not compile or run under GRAPH_MODE: {first_line(error)}",
         why="graph mode (ms.jit, and the default on Ascend) compiles construct and bprop from their source: what "
             "PyNative runs line by line (a Parameter used in bprop, Python the graph parser does not support, a "
             "lambda) can fail there, so the op breaks as soon as a model runs in graph mode.",
@@ -336,7 +330,7 @@ def _guarded(check, names):
             return check(audit, base)
         except Exception as error:
             log_fallback("backends.mindspore", f"check_op's {check.__name__}", error)
-            why = f"not run: the check itself failed ({_first_line(error)})"
+            why = f"not run: the check itself failed ({first_line(error)})"
             return [], [CheckResult(c, _GIVEN, "skip", why) for c in names], [f"{', '.join(names)} {why}"]
 
     run.__name__ = check.__name__

@@ -8,7 +8,7 @@ from ..._errors import InplaceModificationError
 from ...core.diagnosis import diagnose
 from ...core.facts import Facts
 from ...core.findings import Finding, SaveSite, TensorInfo
-from .mode import current_mode
+from .naming import current_mode
 from .session import mindspore_fix
 
 __all__ = ["enrich_mindspore_error"]

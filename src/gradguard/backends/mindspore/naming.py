@@ -1,4 +1,4 @@
-"""Name a MindSpore tensor on the error path: ``net.w`` rather than ``float64[3]``.
+"""Name a MindSpore tensor on the error path: ``net.w`` rather than ``float64[3]``; and the mode MindSpore runs in.
 
 Like the torch and Paddle backends (:func:`gradguard.backends.adapter.name_by_memory`): a heap scan for
 ``nn.Cell`` objects, only when a finding is built, matching parameter memory.
@@ -6,12 +6,18 @@ Like the torch and Paddle backends (:func:`gradguard.backends.adapter.name_by_me
 
 from __future__ import annotations
 
-from mindspore import Tensor, nn
+import mindspore as ms
+from mindspore import nn
 
-from ..adapter import name_by_memory, name_by_variable_memory
+from ..adapter import name_by_memory
 from ...core.internal import log_fallback
 
-__all__ = ["name_tensor", "name_by_variable", "memory_range"]
+__all__ = ["name_tensor", "memory_range", "current_mode"]
+
+
+def current_mode() -> str:
+    """``"graph"`` (GRAPH_MODE) or ``"pynative"``."""
+    return "graph" if ms.get_context("mode") == ms.GRAPH_MODE else "pynative"
 
 
 def memory_range(t):
@@ -34,8 +40,3 @@ def name_tensor(t) -> tuple[str | None, str | None]:
     return name_by_memory(nn.Cell, lambda cell: cell.cells(),
                           lambda cell: (("parameter", name, p) for name, p in cell.parameters_and_names()),
                           lambda value: memory_range(value) == target)
-
-
-def name_by_variable(t) -> str | None:
-    """The user variable holding a tensor with exactly ``t``'s memory and shape (``y`` for ``y = x * 2``)."""
-    return name_by_variable_memory(t, Tensor, memory_range)

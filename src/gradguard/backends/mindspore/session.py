@@ -1,8 +1,5 @@
-"""The MindSpore probe (PyNative): saved-tensor hooks and a write log that feed the core guard engine.
-
-The pipeline (records, ledger, version and fingerprint checks, findings, raising, bisect) is
-:class:`gradguard.core.engine.GuardEngine`; this module turns MindSpore's hooks into events, answers the
-engine's questions about MindSpore tensors, and says in one line what it cannot watch (graph mode, ``ms.jit``).
+"""The MindSpore probe (PyNative): saved-tensor hooks and a write log that feed the core guard engine
+(:class:`gradguard.core.engine.GuardEngine`); it says in one line what it cannot watch (graph mode, ``ms.jit``).
 
 # NOTE [What MindSpore 2.10 allows]
 #   * ``ms.saved_tensors_hooks`` works in PyNative only (inside ``ms.jit`` it is a TypeError); pack/unpack run
@@ -34,8 +31,7 @@ from ...core.findings import Finding, TensorInfo
 from ...core.frames import LIBRARY_PATHS, user_location
 from ...core.source_ast import call_name
 from ..adapter import ProbeBase
-from .mode import current_mode
-from .naming import memory_range, name_by_variable, name_tensor
+from .naming import current_mode, memory_range, name_tensor
 
 __all__ = ["MindSporeGuardSession", "GraphModeNotWatched", "mindspore_fix"]
 
@@ -81,7 +77,6 @@ class MindSporeGuardSession(ProbeBase):
 
     backend = "mindspore"
     tensor_type = ms.Tensor
-    version_attribute = "_version"
     raise_at_unpack = True  # see NOTE [What MindSpore 2.10 allows]
     framework = "MindSpore"
     # who writes memory without a MindSpore op, and the fix (the engine's wording of a silent write no op made)
@@ -92,10 +87,7 @@ class MindSporeGuardSession(ProbeBase):
     direct_write_fix = ("Give NumPy a copy (`t.asnumpy().copy()`), or make the update with MindSpore ops on a new "
                         "tensor (`ops.where`, `ops.tensor_scatter_elements`) after the backward that needs the old "
                         "values.")
-
-    def __init__(self, *, fingerprint: str = "full", track_writes: bool = True, bisect: bool = False):
-        super().__init__(fingerprint=fingerprint, track_writes=track_writes, bisect=bisect)
-        self._mode = None
+    _mode = None  # the write log's dispatch mode while entered
 
     def enter(self) -> None:
         if current_mode() == "graph":
@@ -185,7 +177,6 @@ class MindSporeGuardSession(ProbeBase):
     to_numpy = staticmethod(lambda t: t.asnumpy())
 
     name_tensor = staticmethod(name_tensor)
-    name_by_variable = staticmethod(name_by_variable)
     unnamed_role = "activation"
 
     @staticmethod

@@ -6,7 +6,10 @@ import numpy as np
 import paddle
 
 from ..adapter import AdapterBase
+from .check import check_op
+from .eager import enrich_paddle_error
 from .naming import memory_range, name_tensor
+from .session import PaddleGuardSession
 from ...core.internal import log_fallback
 
 __all__ = ["PaddleAdapter", "ADAPTER"]
@@ -58,24 +61,15 @@ class PaddleAdapter(AdapterBase):
         return [None if g is None else g.numpy() for g in grads]
 
     def new_guard_session(self, *, fingerprint: str, track_writes: bool, bisect: bool = False):
-        from .session import PaddleGuardSession
-
         return PaddleGuardSession(fingerprint=fingerprint, track_writes=track_writes, bisect=bisect)
 
-    def check_op(self, fn, *inputs, reference=None, **options):
-        from .check import check_op
-
-        return check_op(fn, *inputs, reference=reference, **options)
+    check_op = staticmethod(check_op)
+    enrich_error = staticmethod(enrich_paddle_error)
 
     def advise(self, fn, args, kwargs, **options):  # capability "advise": Paddle's own advisor pipeline
         from .advisor import advise_paddle
 
         return advise_paddle(fn, args, kwargs, **options)
-
-    def enrich_error(self, error, session=None):
-        from .eager import enrich_paddle_error
-
-        return enrich_paddle_error(error, session)
 
 
 ADAPTER = PaddleAdapter()

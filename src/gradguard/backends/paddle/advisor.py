@@ -1,21 +1,10 @@
 """The in-place memory advisor for PaddlePaddle (dygraph): ``gradguard.advise(step)`` when the step uses Paddle.
 
-Paddle's part of the one advisor pipeline (``gradguard/advisor/pipeline.py``: rule table, judge, verify loop,
-verdicts, order of the runs, report): the tests of the rules over Paddle's recording, and the runs. Same questions
-and the same report as the PyTorch advisor: which out-of-place calls could safely become in-place, how many bytes
-each frees at the step's peak (measured with Paddle's own allocator statistics), and which of the step's own
-in-place writes are unsafe.
-
-Runs, all from the same state (parameters, buffers, ``.grad``, optimizer state, LR schedulers and the RNGs are
-restored before each):
-  0. warm-up (optional): a plain run, so one-time allocations are not part of any measured peak
-  1. record: Python-level wrappers log the candidate calls, reads and in-place writes; saved-tensor hooks log
-     what autograd saves. The safety rules run over this log.
-  2. baseline: plain runs; their peak (median) and results (gradients, parameters) are the reference
-  3. verification: a *poison* run (the operand is overwritten with NaN right after the op: anything that still
-     reads it changes the results) and a *rewrite* run (the call made in-place on the operand), all candidates
-     together, then one by one where the group fails; results must be bit-identical to the baseline
-  4. measurement: each verified rewrite alone, then all together; medians of ``repeats`` runs
+Paddle's part of the one advisor pipeline (``gradguard/advisor/pipeline.py``): the tests of the rules over Paddle's
+recording, and the runs, each from the same restored state (parameters, buffers, ``.grad``, optimizer state, LR
+schedulers, RNGs): an optional warm-up (one-time allocations stay out of the peaks), a record run (calls, reads,
+writes and saves logged), plain baseline runs (the reference results and peak), poison and rewrite runs per group
+of candidates (results bit-identical to the baseline), then measured rewrites (medians of ``repeats`` runs).
 
 # NOTE [Recording Paddle without a dispatch mode]
 # Paddle has no TorchDispatchMode equivalent, so the advisor sees the public Python entry points only: it
@@ -45,6 +34,7 @@ from ..._errors import InvalidArgument
 from ...advisor import pipeline
 from ...advisor.pipeline import Measured, advise_runs, plan_of, ranges_overlap
 from ...advisor.report import AdviceReport, Proposal, UnsafeInplaceOp
+from ...checks.adapter_base import first_line
 from ...core.findings import SourceLocation
 from .advisor_record import MEMORY_METHOD_CPU, MEMORY_METHOD_GPU, _Call, _Operand, _Patches, _Run, candidate_ops
 from .advisor_state import _difference, _Outcome, _State, _Step
@@ -52,7 +42,6 @@ from .advisor_state import _difference, _Outcome, _State, _Step
 __all__ = ["advise_paddle", "candidate_ops"]
 
 
-# -- rules ------------------------------------------------------------------------------------------------
 @dataclass
 class _Candidate(pipeline.Candidate):
     call: _Call
@@ -109,14 +98,13 @@ def _unsafe_writes(run: _Run) -> list[UnsafeInplaceOp]:
         for s in run.saved:
             consumed = any(s.clock < b < w.start for b in run.backwards)
             if s.clock < w.start and not consumed and ranges_overlap(s.range, w.range):
-                silent = s.pylayer or not w.bumped
                 why = ("Paddle does not check PyLayer ctx.save_for_backward tensors: the gradient is silently wrong"
                        if s.pylayer else
                        f"{w.op} does not bump the inplace version: Paddle computes the gradient from the new "
                        "values without any error" if not w.bumped else
                        "Paddle raises '...modified by an inplace operation' at backward")
                 found.append(UnsafeInplaceOp(
-                    "silent" if silent else "raises", w.op, w.location, s.saver, s.location,
+                    "silent" if s.pylayer or not w.bumped else "raises", w.op, w.location, s.saver, s.location,
                     f"{w.op} at {_short(w.location)} overwrites a tensor that {s.saver or 'an op'} saved for "
                     f"backward at {_short(s.location)}: {why}. Fix: write into a copy (y = x.clone()) or use the "
                     f"out-of-place op."))
@@ -124,30 +112,8 @@ def _unsafe_writes(run: _Run) -> list[UnsafeInplaceOp]:
     return found
 
 
-# -- the advisor ------------------------------------------------------------------------------------------
-def _proposal(c: _Candidate) -> Proposal:
-    call, operand = c.call, c.arg
-    a, b = ("x", "y") if operand.position == 0 else ("y", "x")
-    suggestion = call.twin.spelling.format(a=a, b=b)
-    if operand.position == 1:
-        suggestion += ": overwrite the second operand, it is the dead one"
-    if call.module is not None:
-        suggestion = (f"paddle.nn.{call.module} has no in-place switch: call {suggestion} in place of the layer "
-                      f"(in the forward that uses it)")
-    return Proposal(op=call.twin.op, inplace_op=call.twin.inplace_op, location=call.location, module=call.module,
-                    operand="self" if operand.position == 0 else "other", shape=operand.shape,
-                    dtype=operand.dtype, tensor_bytes=operand.nbytes, suggestion=suggestion,
-                    claimed_peak_saving=operand.nbytes, occurrence=call.key[-1])
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {text[0] if text else ''}"[:300]
-
-
 class _Advisor:
-    """Paddle's advisee (``advisor/pipeline.py``): a warm-up, a record run, then plain baseline runs; every
-    verification has a poison run before the rewrite run (NOTE [Why a poison run]); peaks are medians."""
+    """Paddle's advisee (``advisor/pipeline.py``), making the runs the module doc lists."""
 
     verify_kinds = ("poison", "rewrite")
     explain_together = True
@@ -188,7 +154,7 @@ class _Advisor:
         if plain_error is not None:
             if not report.unsafe_inplace:
                 raise plain_error
-            report.notes.append(f"the step raises in plain Paddle ({_first_line(plain_error)}): fix the unsafe "
+            report.notes.append(f"the step raises in plain Paddle ({first_line(plain_error)}): fix the unsafe "
                                 "in-place op(s) first; no proposal was verified")
             return False
         done = [] if self.warmup else [self.first]
@@ -213,7 +179,7 @@ class _Advisor:
     def check(self, kind: str, group: list[_Candidate]) -> str | None:
         out = self.execute(_Run(kind, plan_of(group)), f"{kind} ({len(group)} candidate(s))")
         if out.error is not None:
-            return f"{kind} run raised {_first_line(out.error)}"
+            return f"{kind} run raised {first_line(out.error)}"
         if len(out.run.applied) != len(group):
             return f"the call was not found again in the {kind} run"
         diff = _difference(self.base.results, out.results)
@@ -224,7 +190,20 @@ class _Advisor:
                     "(something the advisor does not see reads it later)")
         return f"rewrite run: {diff} (gradients or parameters not bit-identical)"
 
-    proposal = staticmethod(_proposal)
+    @staticmethod
+    def proposal(c: _Candidate) -> Proposal:
+        call, operand = c.call, c.arg
+        a, b = ("x", "y") if operand.position == 0 else ("y", "x")
+        suggestion = call.twin.spelling.format(a=a, b=b)
+        if operand.position == 1:
+            suggestion += ": overwrite the second operand, it is the dead one"
+        if call.module is not None:
+            suggestion = (f"paddle.nn.{call.module} has no in-place switch: call {suggestion} in place of the layer "
+                          f"(in the forward that uses it)")
+        return Proposal(op=call.twin.op, inplace_op=call.twin.inplace_op, location=call.location, module=call.module,
+                        operand="self" if operand.position == 0 else "other", shape=operand.shape,
+                        dtype=operand.dtype, tensor_bytes=operand.nbytes, suggestion=suggestion,
+                        claimed_peak_saving=operand.nbytes, occurrence=call.key[-1])
 
     def measure(self, c: _Candidate) -> Measured:
         peak, _, problem = self.measure_runs([c], f"measuring {c.call.location.short}")
@@ -236,7 +215,7 @@ class _Advisor:
         for _ in range(self.repeats):
             out = self.execute(_Run("rewrite", plan_of(group)), label)
             if out.error is not None:
-                return 0, [], f"raised {_first_line(out.error)}"
+                return 0, [], f"raised {first_line(out.error)}"
             problem = problem or _difference(self.base.results, out.results)
             peaks.append(out.peak)
             seconds.append(out.seconds)

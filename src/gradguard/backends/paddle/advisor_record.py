@@ -20,11 +20,10 @@ from ...core.frames import LIBRARY_PATHS, location_of, user_frames, user_locatio
 from ...core.internal import log_fallback
 from ...core.patching import Patch, apply_patch, restore_patch
 from .naming import memory_range
-from .session import _subclasses
+from .session import _pylayer_saver, _prefix, _subclasses, _write_entry_points
 
 __all__ = ["Twin", "candidate_ops"]
 
-LIBRARY_PATHS.add(paddle.__path__[0])
 _LAYER_DIR = os.path.join(os.path.abspath(paddle.__path__[0]), "nn", "layer") + os.sep
 
 MEMORY_METHOD_CPU = ("Paddle host allocator peak above the step's starting level "
@@ -33,7 +32,6 @@ MEMORY_METHOD_GPU = ("Paddle GPU allocator peak above the step's starting level 
                      "(paddle.device.cuda.max_memory_allocated), median of the runs")
 
 
-# -- the candidate ops and their in-place twins ------------------------------------------------------------
 @dataclass(frozen=True)
 class Twin:
     """One patched out-of-place entry point and how to make a call of it in place."""
@@ -55,10 +53,6 @@ def _unary(inplace: Callable) -> Callable:
     return rewrite
 
 
-def _as_tensor(value, like):
-    return value if isinstance(value, paddle.Tensor) else paddle.full([], value, like.dtype)
-
-
 def _binary(inplace: Callable, scalar: Callable | None) -> Callable:
     """``x op y`` in place on ``x`` (position 0) or, for commutative ops, on ``y`` (position 1).
 
@@ -71,7 +65,7 @@ def _binary(inplace: Callable, scalar: Callable | None) -> Callable:
             x, y = y, x
         if not isinstance(y, paddle.Tensor) and scalar is not None:
             return scalar(x, y)
-        return inplace(x, _as_tensor(y, x))
+        return inplace(x, y if isinstance(y, paddle.Tensor) else paddle.full([], y, x.dtype))
 
     return rewrite
 
@@ -115,7 +109,6 @@ def candidate_ops() -> list[Twin]:
 _OP_MODULE_PREFIXES = ("paddle.tensor", "paddle.nn.functional", "paddle.base.dygraph.generated")
 _READ_DUNDERS = ("__sub__", "__rsub__", "__truediv__", "__rtruediv__", "__matmul__", "__rmatmul__", "__pow__",
                  "__rpow__", "__neg__", "__getitem__", "__mod__", "__floordiv__", "__abs__")
-_NOT_WRITES = {"requires_grad_", "grad_", "stop_gradient_", "retain_grads", "register_hook"}
 
 
 def _read_entry_points(skip: set) -> list[tuple[Any, str]]:
@@ -132,21 +125,6 @@ def _read_entry_points(skip: set) -> list[tuple[Any, str]]:
     return found
 
 
-def _write_entry_points() -> list[tuple[Any, str]]:
-    found = [(paddle.Tensor, n) for n in dir(paddle.Tensor)
-             if n.endswith("_") and not n.startswith("_") and n not in _NOT_WRITES
-             and callable(getattr(paddle.Tensor, n, None))]
-    found += [(paddle.Tensor, "__setitem__"), (paddle.Tensor, "set_value")]
-    for module in (paddle, paddle.nn.functional):
-        for name in dir(module):
-            value = getattr(module, name, None)
-            if (name.endswith("_") and not name.startswith("_") and name not in _NOT_WRITES and callable(value)
-                    and not isinstance(value, type)):
-                found.append((module, name))
-    return found
-
-
-# -- one run's log ----------------------------------------------------------------------------------------
 @dataclass
 class _Operand:
     position: int
@@ -246,7 +224,6 @@ def _site(frame) -> tuple[SourceLocation, str | None] | None:
     return None
 
 
-# -- the wrappers -----------------------------------------------------------------------------------------
 def _candidate_wrapper(twin: Twin, original: Callable) -> Callable:
     def wrapper(*args, **kwargs):
         run = _RUN
@@ -406,20 +383,7 @@ class _Patches:
         self._saved = []
 
 
-def _prefix(owner) -> str:
-    return "paddle.Tensor" if owner is paddle.Tensor else owner.__name__
-
-
 # -- saved-tensor hooks (record run only) -----------------------------------------------------------------
-def _pylayer_saving(frame) -> bool:
-    while frame is not None:
-        if frame.f_code.co_name == "forward" and "ctx" in frame.f_locals and \
-                hasattr(frame.f_locals["ctx"], "save_for_backward"):
-            return True
-        frame = frame.f_back
-    return False
-
-
 def _pack(t):
     # NOTE: never raise here (an exception in Paddle's hooks leaves autograd disabled; see session.py)
     run = _RUN
@@ -428,7 +392,7 @@ def _pack(t):
             rng = memory_range(t)
             if rng is not None:
                 run.saved.append(_Saved(run.tick(), rng, run.stack[-1] if run.stack else None, user_location(2),
-                                        _pylayer_saving(sys._getframe(1))))
+                                        _pylayer_saver(2) is not None))
     except Exception as error:  # a missed save only makes the rules less strict; verification remains
         log_fallback("paddle.advisor", "recording a tensor saved for backward", error)
     return t
@@ -436,6 +400,3 @@ def _pack(t):
 
 def _unpack(t):
     return t
-
-
-# -- state: found, snapshotted, restored, compared ----------------------------------------------------------

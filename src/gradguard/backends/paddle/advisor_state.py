@@ -53,10 +53,8 @@ def _discover(roots) -> list[list]:
 
 def _children(obj) -> list:
     """What the walk visits next from ``obj`` (nothing inside modules, classes and library objects)."""
-    if isinstance(obj, (list, tuple, set, frozenset)):
-        return list(obj) if len(obj) <= 10000 else []
-    if isinstance(obj, dict):
-        return list(obj.values()) if len(obj) <= 10000 else []
+    if isinstance(obj, (list, tuple, set, frozenset, dict)):
+        return list(obj.values() if isinstance(obj, dict) else obj) if len(obj) <= 10000 else []
     if isinstance(obj, types.MethodType):
         return [obj.__self__, obj.__func__]
     if isinstance(obj, functools.partial):
@@ -98,11 +96,8 @@ def _copy_containers(value, depth: int = 3):
 def _tensors_in(value, depth: int = 3):
     if isinstance(value, paddle.Tensor):
         yield value
-    elif depth and isinstance(value, dict):
-        for v in value.values():
-            yield from _tensors_in(v, depth - 1)
-    elif depth and isinstance(value, (list, tuple)):
-        for v in value:
+    elif depth and isinstance(value, (dict, list, tuple)):
+        for v in value.values() if isinstance(value, dict) else value:
             yield from _tensors_in(v, depth - 1)
 
 
@@ -183,7 +178,6 @@ def _difference(a: list, b: list) -> str | None:
     return None
 
 
-# -- running the step -------------------------------------------------------------------------------------
 @dataclass
 class _Outcome:
     run: _Run
@@ -243,5 +237,3 @@ class _Step:
         # advisor does not see may change the loss without changing any gradient.
         results = self.state.capture() + returned if error is None else []
         return _Outcome(run, peak, seconds, error, results)
-
-

@@ -23,11 +23,9 @@ from ...checks.report import CheckResult, Failure
 __all__ = ["check_op", "PaddleCheckAdapter", "PADDLE"]
 
 
-# ---- the Paddle-only check ----------------------------------------------------------------------------
 def _saved_tensor_modified(audit, base) -> tuple[list[Failure], list[CheckResult], list[str]]:
     """Forward under our own saved-tensor hooks, then backward: every saved tensor must be unpacked with the
-    version and bytes it was packed with (Paddle does not check PyLayer saves; see NOTE [Paddle in the audit
-    engine])."""
+    version and bytes it was packed with (NOTE [Paddle in the audit engine])."""
     from .session import _active
 
     check = "mutation.saved_tensor_modified"
@@ -96,7 +94,6 @@ class PaddleCheckAdapter(AdapterBase):
     def label(self) -> str:
         return f"paddle {paddle.__version__}"
 
-    # ---- describing tensors -------------------------------------------------------------------------
     def is_tensor(self, x: Any) -> bool:
         return isinstance(x, paddle.Tensor)
 
@@ -106,12 +103,10 @@ class PaddleCheckAdapter(AdapterBase):
     def requires_grad(self, t) -> bool:
         return not t.stop_gradient
 
-    # ---- numpy conversion ---------------------------------------------------------------------------
     def to_numpy(self, t) -> np.ndarray:
         t = t.detach()
-        if self.kind(t) in ("float", "complex"):
-            return np.array(t.astype("float64").numpy() if self.kind(t) == "float" else t.numpy(), copy=True)
-        return np.array(t.astype("int64").numpy(), copy=True)
+        dtype = {"float": "float64", "complex": None}.get(self.kind(t), "int64")
+        return np.array(t.numpy() if dtype is None else t.astype(dtype).numpy(), copy=True)
 
     @staticmethod
     def tensor_from(arr: np.ndarray, dtype_name: str):
@@ -126,15 +121,9 @@ class PaddleCheckAdapter(AdapterBase):
     def clone(self, t):
         return t.detach().clone()
 
-    # ---- running the op -----------------------------------------------------------------------------
-    def prepare(self, args: Sequence[Any], wrt: Sequence[int]) -> tuple[list[Any], list[Any]]:
-        fed = [self.clone(a) if self.is_tensor(a) else a for a in args]
-        for a in fed:
-            if self.is_tensor(a):
-                a.stop_gradient = True
-        for i in wrt:
-            fed[i].stop_gradient = False
-        return fed, [fed[i] for i in wrt]
+    def leaf(self, t):
+        t.stop_gradient = False  # a detached clone stops gradient until marked
+        return t
 
     def linearize(self, fn: Callable, args: Sequence[Any], kwargs: dict, wrt: Sequence[int],
                   prepared: tuple | None = None) -> Linearization:
@@ -154,30 +143,23 @@ class PaddleCheckAdapter(AdapterBase):
             raise OpRaised("backward", exc, lin.out_dtypes[0] if lin.out_dtypes else None) from exc
         return [paddle.zeros_like(leaf) if g is None else g for leaf, g in zip(lin.leaves, grads)]
 
-    def forward64(self, fn: Callable, args: Sequence[Any], kwargs: dict, out_names: Sequence[str]) -> list[np.ndarray]:
-        fed = [self.clone(a) if self.is_tensor(a) else a for a in args]
-        try:
-            with paddle.no_grad():
-                outs = dict(self.outputs(fn(*fed, **kwargs)))
-        except Exception as exc:
-            raise OpRaised("forward under paddle.no_grad()", exc, self._float_dtypes(fed), autograd_off=True) from exc
-        return [self.to_numpy(outs[n]) for n in out_names]
+    autograd_off_phase = "forward under paddle.no_grad()"
 
-    # ---- mutation and aliasing ----------------------------------------------------------------------
+    def autograd_off(self):
+        return paddle.no_grad()
+
     def version(self, t) -> int:
         return int(t.inplace_version)
 
     def host_values(self, t) -> np.ndarray:
         return t.detach().numpy()
 
-    # ---- composition --------------------------------------------------------------------------------
     def producers(self) -> dict[str, Callable]:
         F = paddle.nn.functional
         return {"exp": paddle.exp, "sigmoid": F.sigmoid, "softmax": lambda a: F.softmax(a, axis=-1), "relu": F.relu}
 
     def call_producer(self, producer: Callable, base, isolate: bool):
-        leaf = self.clone(base)
-        leaf.stop_gradient = False
+        leaf = self.leaf(self.clone(base))
         with paddle.set_grad_enabled(True):
             y = producer(leaf)
             if isolate:
@@ -210,7 +192,6 @@ class PaddleCheckAdapter(AdapterBase):
 PADDLE = PaddleCheckAdapter()
 
 
-# ---- the public entry point ---------------------------------------------------------------------------
 def _as_tensor(x: Any):
     """Inputs as the old Paddle check_op took them: numpy arrays become float64 Paddle tensors."""
     if isinstance(x, np.ndarray):
@@ -219,9 +200,7 @@ def _as_tensor(x: Any):
 
 
 def _as_callable(op: Any) -> Any:
-    if isinstance(op, type) and issubclass(op, paddle.autograd.PyLayer):
-        return op.apply
-    return op
+    return op.apply if isinstance(op, type) and issubclass(op, paddle.autograd.PyLayer) else op
 
 
 def check_op(op: Any, *inputs: Any, reference: Any = None, **options: Any):
@@ -233,5 +212,5 @@ def check_op(op: Any, *inputs: Any, reference: Any = None, **options: Any):
     """
     from ...checks.audit import run_check_op
 
-    return run_check_op(PADDLE, _as_callable(op), tuple(_as_tensor(x) for x in inputs),
-                        _as_callable(reference) if reference is not None else None, options)
+    return run_check_op(PADDLE, _as_callable(op), tuple(_as_tensor(x) for x in inputs), _as_callable(reference),
+                        options)

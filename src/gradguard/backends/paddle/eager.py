@@ -72,7 +72,7 @@ def explain(error: BaseException, session=None) -> Finding | None:
         return _leaf(error, leaf)
     version = VERSION.search(message)
     if version is not None:
-        return _version(error, version, session)
+        return _version(error, version)
     return None
 
 
@@ -118,7 +118,7 @@ def _leaf(error, match) -> Finding:
     return diagnose(finding)
 
 
-def _version(error, match, session) -> Finding:
+def _version(error, match) -> Finding:
     location, _expression, _tensor = _site(error)
     name, now, expected = match.group(1), int(match.group(2)), int(match.group(3))
     display = [("backward at", f"{location.short}: {location.code}")] if location is not None else []

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import paddle
 
-from ..adapter import name_by_memory, name_by_variable_memory
+from ..adapter import name_by_memory
 from ...core.internal import log_fallback
 
-__all__ = ["name_tensor", "name_by_variable", "memory_range"]
+__all__ = ["name_tensor", "memory_range"]
 
 
 def memory_range(t) -> tuple[int, int, int] | None:
@@ -36,11 +36,6 @@ def name_tensor(t) -> tuple[str | None, str | None]:
     ptr = rng[1]
     return name_by_memory(paddle.nn.Layer, lambda layer: layer.children(), _named_tensors,
                           lambda value: value.data_ptr() == ptr)
-
-
-def name_by_variable(t) -> str | None:
-    """The user variable holding a tensor with exactly ``t``'s memory and shape (``y`` for ``y = x * 2``)."""
-    return name_by_variable_memory(t, paddle.Tensor, memory_range)
 
 
 def _named_tensors(layer):

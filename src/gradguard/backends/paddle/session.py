@@ -1,8 +1,5 @@
-"""The Paddle probe (dygraph): saved-tensor hooks and write wrappers that feed the core guard engine.
-
-The pipeline (records, ledger, version and fingerprint checks, findings, raising, bisect) is
-:class:`gradguard.core.engine.GuardEngine`; this module only turns Paddle's hooks into events and answers
-the engine's questions about Paddle tensors.
+"""The Paddle probe (dygraph): saved-tensor hooks and write wrappers that feed the core guard engine
+(:class:`gradguard.core.engine.GuardEngine`), and its answers to the engine's questions about Paddle tensors.
 
 # NOTE [Paddle's hooks: what they switch off and what they must never do]
 # Measured on paddlepaddle 3.3.1:
@@ -30,6 +27,7 @@ the engine's questions about Paddle tensors.
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import paddle
 
@@ -40,7 +38,7 @@ from ...core.findings import Finding, TensorInfo
 from ...core.frames import LIBRARY_PATHS, user_location
 from ...core.source_ast import call_name
 from ..adapter import ProbeBase
-from .naming import memory_range, name_by_variable, name_tensor
+from .naming import memory_range, name_tensor
 from ...core.internal import log_fallback
 
 __all__ = ["PaddleGuardSession", "paddle_fix"]
@@ -155,7 +153,6 @@ class PaddleGuardSession(ProbeBase):
     to_numpy = staticmethod(lambda t: t.numpy())
 
     name_tensor = staticmethod(name_tensor)
-    name_by_variable = staticmethod(name_by_variable)
 
     @staticmethod
     def dtype_name(t) -> str:
@@ -216,18 +213,9 @@ class PaddleGuardSession(ProbeBase):
 
     # -- write wrappers -> TensorWritten -------------------------------------------------------
     def _patch_writes(self) -> None:
-        names = [n for n in dir(paddle.Tensor) if n.endswith("_") and not n.startswith("_") and n not in _NOT_WRITES]
-        for name in names + ["__setitem__", "set_value"]:
-            original = getattr(paddle.Tensor, name, None)
-            if callable(original):
-                self._patch(paddle.Tensor, name,
-                            self._writer(original, f"paddle.Tensor.{name}", name, _target(0, "self")))
-        for module, prefix in ((paddle, "paddle"), (paddle.nn.functional, "paddle.nn.functional")):
-            for name in dir(module):
-                if name.endswith("_") and not name.startswith("_") and name not in _NOT_WRITES:
-                    original = getattr(module, name)
-                    if callable(original) and not isinstance(original, type):
-                        self._patch(module, name, self._writer(original, f"{prefix}.{name}", name, _target(0, "x")))
+        for owner, name in _write_entry_points():
+            target = _target(0, "self" if owner is paddle.Tensor else "x")
+            self._patch(owner, name, self._writer(getattr(owner, name), f"{_prefix(owner)}.{name}", name, target))
         self._patch(paddle, "assign", self._writer(paddle.assign, "paddle.assign(..., output)", "assign",
                                                    _target(1, "output")))
         for cls in [paddle.optimizer.Optimizer, *_subclasses(paddle.optimizer.Optimizer)]:
@@ -269,6 +257,25 @@ class PaddleGuardSession(ProbeBase):
         write.__wrapped__ = original
         write.__name__ = getattr(original, "__name__", short)
         return write
+
+
+def _prefix(owner) -> str:
+    return "paddle.Tensor" if owner is paddle.Tensor else owner.__name__
+
+
+def _write_entry_points() -> list[tuple[Any, str]]:
+    """(owner, name) of the public in-place entry points (NOTE [Seeing writes without a dispatch mode])."""
+    found = [(paddle.Tensor, n) for n in dir(paddle.Tensor)
+             if n.endswith("_") and not n.startswith("_") and n not in _NOT_WRITES
+             and callable(getattr(paddle.Tensor, n, None))]
+    found += [(paddle.Tensor, "__setitem__"), (paddle.Tensor, "set_value")]
+    for module in (paddle, paddle.nn.functional):
+        for name in dir(module):
+            value = getattr(module, name, None)
+            if (name.endswith("_") and not name.startswith("_") and name not in _NOT_WRITES and callable(value)
+                    and not isinstance(value, type)):
+                found.append((module, name))
+    return found
 
 
 def _subclasses(cls) -> list:
