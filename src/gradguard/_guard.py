@@ -86,10 +86,7 @@ class guard(contextlib.ContextDecorator):
         self.findings: list = []
 
     def _stack(self) -> list:
-        stack = getattr(self._local, "stack", None)
-        if stack is None:
-            stack = self._local.stack = []
-        return stack
+        return self._local.__dict__.setdefault("stack", [])  # one stack per thread
 
     def __enter__(self) -> "guard":
         from .backends import choose

@@ -35,12 +35,12 @@ from .report.text import wrap_notice
 __all__ = ["diagnose_by_rerun", "in_diagnosing_rerun", "RERUN_ENV", "DEFAULT_RERUN_TIMEOUT", "RerunInterrupted"]
 
 RERUN_ENV = "GRADGUARD_RERUN"
+DEFAULT_RERUN_TIMEOUT = 600.0
 
 
 def in_diagnosing_rerun() -> bool:
     """True inside the re-run ``gradguard run`` starts to name a writer (NOTE [The re-run looks for one finding])."""
     return bool(os.environ.get(RERUN_ENV))
-DEFAULT_RERUN_TIMEOUT = 600.0
 
 
 class RerunInterrupted(Exception):
@@ -49,10 +49,6 @@ class RerunInterrupted(Exception):
     def __init__(self, signum: int):
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
-
-
-def _modes_for(finding: Finding) -> list[str]:
-    return ["forensic", "bisect"] if finding.kind in ("silent_write", "unchecked_write") else ["forensic"]
 
 
 def _run_child(command: list[str], cwd: str, timeout: float, stdin_source: bytes | None = None) -> bool:
@@ -104,14 +100,13 @@ def diagnose_by_rerun(finding: Finding, program: list[str], args: list[str], fin
     """The same finding with its writers named, from a re-run of ``program`` (``[script]`` or ``["-m", mod]``)
     started in ``cwd``, followed by the other stale tensors that re-run found already overwritten (PyTorch stops
     at the first; NOTE [All hazards in one error]); None if not reproduced (then a note on ``finding`` says why)."""
-    if os.environ.get(RERUN_ENV):
+    if in_diagnosing_rerun():
         return None
     shown = " ".join(program)
     sys.stderr.write(wrap_notice(f"re-running {shown} with write tracking to name the writer (its side effects "
                                  f"happen again; at most {timeout:g} s; --no-rerun skips this)"))
     sys.stderr.flush()
-    for mode in _modes_for(finding):
-        found = []
+    for mode in ["forensic", "bisect"] if finding.kind in ("silent_write", "unchecked_write") else ["forensic"]:
         with tempfile.TemporaryDirectory(prefix="gradguard-rerun-") as tmp:
             out = os.path.join(tmp, "findings.json")
             command = [sys.executable, "-m", "gradguard", "run", "--mode", mode, "--fingerprint", fingerprint,
@@ -128,15 +123,13 @@ def diagnose_by_rerun(finding: Finding, program: list[str], args: list[str], fin
             except (OSError, ValueError):
                 found = []
         for data in found:
-            if data.get("kind") == finding.kind and (data.get("saved_at") or {}).get("op") == finding.saved_at.op:
-                if data.get("modified_at"):
-                    better = Finding.from_dict(data)
-                    better.notes.append(
-                        f"the write was found by re-running the script with `gradguard run --mode {mode}` "
-                        "(healthy runs pay only for the cheap sentinel)"
-                    )
-                    others = [Finding.from_dict(d) for d in found if d is not data and d.get("modified_at")]
-                    return [better, *others]
+            if (data.get("kind") == finding.kind and (data.get("saved_at") or {}).get("op") == finding.saved_at.op
+                    and data.get("modified_at")):
+                better = Finding.from_dict(data)
+                better.notes.append(f"the write was found by re-running the script with `gradguard run --mode {mode}` "
+                                    "(healthy runs pay only for the cheap sentinel)")
+                others = [Finding.from_dict(d) for d in found if d is not data and d.get("modified_at")]
+                return [better, *others]
     finding.notes.append("the re-run did not reproduce this finding (is the script seeded and deterministic? "
                          "the re-run reads an empty stdin); run `gradguard run --mode forensic` to name the writer")
     return None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import traceback
 import types
 
@@ -15,11 +16,14 @@ def _is_plumbing(filename: str) -> bool:
     )
 
 
-def trim_traceback(tb: types.TracebackType | None) -> types.TracebackType | None:
-    """The same traceback without gradguard/runpy frames (the user's frames and library frames stay)."""
+def trim_traceback(tb: types.TracebackType | None, *, drop_library: bool = False) -> types.TracebackType | None:
+    """The same traceback without gradguard/runpy frames (and, with ``drop_library``, without library frames)."""
+    from .core.frames import LIBRARY_PATHS
+
     entries = []
     while tb is not None:
-        if not _is_plumbing(tb.tb_frame.f_code.co_filename):
+        filename = tb.tb_frame.f_code.co_filename
+        if not _is_plumbing(filename) and not (drop_library and LIBRARY_PATHS.is_library(filename)):
             entries.append(tb)
         tb = tb.tb_next
     head = None
@@ -28,10 +32,18 @@ def trim_traceback(tb: types.TracebackType | None) -> types.TracebackType | None
     return head
 
 
+def _trim_chain(error: BaseException) -> None:
+    seen = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        current.__traceback__ = trim_traceback(current.__traceback__)
+        current = current.__cause__ or (None if current.__suppress_context__ else current.__context__)
+
+
 def format_user_exception(error: BaseException) -> str:
     """Format like Python's default hook, with plumbing frames removed from every exception in the chain."""
-    for current in _chain(error):
-        current.__traceback__ = trim_traceback(current.__traceback__)
+    _trim_chain(error)
     return "".join(traceback.format_exception(error))
 
 
@@ -41,25 +53,13 @@ def call_users_excepthook(error: BaseException) -> bool:
 
     The hook gets the trimmed traceback. If the hook raises, the two errors are printed as Python prints them.
     """
-    import sys
-
     hook = sys.excepthook
     if hook is sys.__excepthook__:
         return False
-    for current in _chain(error):
-        current.__traceback__ = trim_traceback(current.__traceback__)
+    _trim_chain(error)
     try:
         hook(type(error), error, error.__traceback__)
     except BaseException as failure:  # Python's words when a hook fails (sys.excepthook's documentation)
         sys.stderr.write("Error in sys.excepthook:\n" + "".join(traceback.format_exception(failure))
                          + "\nOriginal exception was:\n" + "".join(traceback.format_exception(error)))
     return True
-
-
-def _chain(error: BaseException):
-    seen = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        yield current
-        current = current.__cause__ or (None if current.__suppress_context__ else current.__context__)

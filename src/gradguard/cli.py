@@ -15,9 +15,6 @@ from ._rerun import DEFAULT_RERUN_TIMEOUT
 __all__ = ["main"]
 
 
-_seconds = seconds  # the name the options below (and other helpers' options) use
-
-
 def _sample_steps(text: str) -> int:
     """``--sample N``: an integer >= 1 (guard(sample_steps=N))."""
     try:
@@ -64,7 +61,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--no-rerun", action="store_true",
                      help="never re-run the script to name the writer (the re-run repeats the script's side "
                      "effects: files it writes, network calls); the sentinel's finding is reported as is")
-    run.add_argument("--rerun-timeout", type=_seconds, default=DEFAULT_RERUN_TIMEOUT, metavar="SECONDS",
+    run.add_argument("--rerun-timeout", type=seconds, default=DEFAULT_RERUN_TIMEOUT, metavar="SECONDS",
                      help=f"stop the forensic re-run after SECONDS (default: {DEFAULT_RERUN_TIMEOUT:g}); the first "
                      "run's finding is reported")
     run.add_argument("-m", dest="module", nargs=argparse.REMAINDER, metavar="MODULE [ARGS]",
@@ -96,20 +93,15 @@ def main(argv: list[str] | None = None) -> int:
     return run_script(options)
 
 
-def _report_targets(options) -> list[tuple[str, str]]:
-    """(flag, path actually written) for each report asked for; under torchrun, this rank's file."""
-    from .integrations.distributed import rank_info, rank_path
-
-    info = rank_info()
-    return [(flag, rank_path(path, info)) for flag, path in (("--json", options.json), ("--html", options.html))
-            if path]
-
-
 def _check_report_paths(options, program) -> str | None:
     """Why a report path cannot be used (checked before the script runs, so a typo costs no training run);
     None when they are fine. A report never overwrites the script or a file named among its arguments."""
-    inputs = [*program.input_files, *(arg for arg in program.args if os.path.isfile(arg))]
-    return report_path_problem(_report_targets(options), inputs)
+    from .integrations.distributed import rank_info, rank_path
+
+    info = rank_info()  # under torchrun, this rank's file is the one written
+    targets = [(flag, rank_path(path, info)) for flag, path in (("--json", options.json), ("--html", options.html))
+               if path]
+    return report_path_problem(targets, [*program.input_files, *(arg for arg in program.args if os.path.isfile(arg))])
 
 
 def _json_text(findings, script: str) -> str:
@@ -370,21 +362,20 @@ def run_script(options) -> int:
         return _usage_error(problem)
     # Reports go where the user asked from where they asked, even if the script changes directory.
     options.json, options.html = (os.path.abspath(p) if p else p for p in (options.json, options.html))
-    script = target
 
     from ._errors import GradientHazardError
     from ._traceback import call_users_excepthook, format_user_exception
 
     mode, guard_block = _guard_for(options)
     exit_code = 0
-    from .integrations.distributed import rank_info, report_on_termination
+    from .integrations.distributed import leave, rank_info, report_on_termination
 
     if rank_info() is not None:  # the SIGTERM handler must not import (NOTE [A SIGTERM during the report])
         from .report import html as _html, json as _json  # noqa: F401
     rank_report = report_on_termination(
-        lambda code: _write_json(options.json, guard_block.findings, script, options, code), rank_info())
+        lambda code: _write_json(options.json, guard_block.findings, target, options, code), rank_info())
     globals_ = program.install_main(args)
-    live = _live_json(options.json, script) if options.json else None
+    live = _live_json(options.json, target) if options.json else None
     try:
         with _GuardOnFrameworkImport(guard_block, on_finding=live):
             exec(program.code, globals_)
@@ -404,8 +395,6 @@ def run_script(options) -> int:
         exit_code = 1
     rank_report.write(exit_code)
     sys.stdout.flush()
-    from .integrations.distributed import leave
-
     return leave(exit_code, rank_info())
 
 
@@ -425,20 +414,11 @@ def _traceback_head(error) -> str:
     import traceback
 
     from ._traceback import trim_traceback
-
-    from .core.frames import LIBRARY_PATHS
-
-    tb = trim_traceback(error.__traceback__)
-    entries = []
-    while tb is not None:
-        entries.append(tb)
-        tb = tb.tb_next
-    user = [e for e in entries if not LIBRARY_PATHS.is_library(e.tb_frame.f_code.co_filename)]
-    frames = traceback.format_list(
-        [traceback.FrameSummary(e.tb_frame.f_code.co_filename, e.tb_lineno, e.tb_frame.f_code.co_name) for e in user]
-    )
     from .report.text import printable  # a quoted source line must not drive the terminal
 
+    user = traceback.walk_tb(trim_traceback(error.__traceback__, drop_library=True))
+    frames = traceback.format_list([traceback.FrameSummary(f.f_code.co_filename, line, f.f_code.co_name)
+                                    for f, line in user])
     return "Traceback (most recent call last):\n" + printable("".join(frames))
 
 

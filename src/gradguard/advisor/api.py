@@ -360,11 +360,9 @@ def advise(fn, *args, kwargs: dict | None = None, per_proposal: bool = True, rep
                               f"got {type(kwargs).__name__}")
     if not isinstance(repeats, int) or isinstance(repeats, bool) or repeats < 0:
         raise InvalidArgument(f"advise(...): 'repeats' must be an int >= 0, got {repeats!r}")
-    for name, flag in (("per_proposal", per_proposal), ("warmup", warmup)):
-        if not isinstance(flag, bool):
+    for name, flag in (("per_proposal", per_proposal), ("warmup", warmup), ("allocator_check", allocator_check)):
+        if not isinstance(flag, bool) and not (name == "allocator_check" and flag is None):
             raise InvalidArgument(f"advise(...): '{name}' must be a bool, got {flag!r}")
-    if allocator_check is not None and not isinstance(allocator_check, bool):
-        raise InvalidArgument(f"advise(...): 'allocator_check' must be a bool, got {allocator_check!r}")
     framework = _framework(fn, args, kwargs or {}, backend)
     if hasattr(framework, "advise"):  # a framework with its own advisor (Paddle); torch's is this module's
         return framework.advise(fn, args, kwargs, per_proposal=per_proposal, repeats=repeats, warmup=warmup,

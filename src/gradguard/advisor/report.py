@@ -32,7 +32,6 @@ def _plain(value):
 
 class _Record:
     def to_dict(self) -> dict[str, Any]:
-        """Every field, in declaration order, as JSON data."""
         return {f.name: _plain(getattr(self, f.name)) for f in fields(self)}  # type: ignore[arg-type]
 
 
@@ -134,6 +133,8 @@ class AdviceReport(_Record):
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
 
+    __str__ = render
+
     def _proposal_lines(self) -> list[str]:
         if not self.proposals:
             return ["\nno verified proposal: no out-of-place op can become in-place with a peak-memory gain"]
@@ -188,6 +189,3 @@ class AdviceReport(_Record):
                 where = r.location.short if r.location else "?"
                 lines.append(f"  {where} {r.op} ({r.operand}): " + "; ".join(f"{c}: {d}" for c, d in r.reasons[:2]))
         return lines
-
-    def __str__(self) -> str:
-        return self.render()

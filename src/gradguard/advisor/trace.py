@@ -161,11 +161,11 @@ class StepMode:
     ``plan`` maps an op key to the operand position to overwrite in place (0 = self, 1 = other).
     """
 
-    def __init__(self, *, record: bool, plan: dict | None = None, snapshot_writes: bool = True):
+    def __init__(self, *, record: bool, plan: dict | None = None):
         self._stream = None
         self.record = record
         self.plan = plan or {}
-        self.snapshot_writes = snapshot_writes
+        self.snapshot_writes = True
         self.ops: list[OpRecord] = []
         self.saves: list[SaveRecord] = []
         self.writes: dict[int, list[WriteEvent]] = {}
@@ -192,7 +192,6 @@ class StepMode:
         self.optimizer_steps = 0
         self.alive_sids_at_end: set[int] | None = None
 
-    # -- storage identity and accounting ---------------------------------------------------------
     def _sid(self, t: torch.Tensor, *, allocate: bool) -> int | None:
         try:
             storage = t.untyped_storage()
@@ -239,7 +238,6 @@ class StepMode:
         finally:
             self._quiet -= 1
 
-    # -- saved-tensor hooks ----------------------------------------------------------------------
     def hooks(self):
         return saved_tensors_hooks(self._pack, self._unpack)
 
@@ -292,7 +290,6 @@ class StepMode:
                                     if w.index > saved_at and w.start < record.end and record.start < w.end]
         return detached
 
-    # -- dispatch --------------------------------------------------------------------------------
     def __enter__(self):
         self._stream = dynamo_safe(OpStream)([self])
         self._stream.__enter__()

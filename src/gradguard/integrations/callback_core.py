@@ -106,7 +106,14 @@ class StepGuard:
 
 
 class StepCallback:
-    """What both frameworks' ``GradguardCallback`` take and keep: the arguments and a :class:`StepGuard`."""
+    """What both frameworks' ``GradguardCallback`` take and keep: the arguments and a :class:`StepGuard`.
+
+    ``mode="auto"`` (default): the cheap sentinel until the first finding, then forensic mode (the write log) for
+    the steps that follow; ``"forensic"`` names the writer from the first step; ``"sentinel"`` never switches.
+    ``fingerprint=``, ``track_writes=``, ``backend=`` as for ``gradguard.guard`` (they override the mode's).
+    ``sample_steps=N``: the sentinel checks one step in N (``gradguard.guard(sample_steps=N)``; NOTE [Callbacks
+    check one step in N]); forensic mode, once switched to, checks every step.
+    """
 
     def __init__(self, *, mode: str = "auto", fingerprint: str | None = None, track_writes: bool | None = None,
                  backend: str = "auto", sample_steps: int | None = None):

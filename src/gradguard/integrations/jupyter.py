@@ -18,11 +18,11 @@ Register once per kernel, with either::
 from __future__ import annotations
 
 import logging
-import types
 import warnings
 from typing import Any
 
 from .._errors import GradientHazardError, InvalidArgument
+from .._traceback import trim_traceback
 from ..core.findings import Finding, display_path
 from ..report.text import render_finding
 
@@ -82,23 +82,6 @@ def with_cell_names(finding, shell):
     return Finding.from_dict(_replace_text(data, mapping)) if mapping else finding
 
 
-def _user_frames(tb):
-    """The traceback's user frames only (cells and the user's modules), as ``gradguard run`` shows them."""
-    from .._traceback import _is_plumbing
-    from ..core.frames import LIBRARY_PATHS
-
-    entries = []
-    while tb is not None:
-        filename = tb.tb_frame.f_code.co_filename
-        if not LIBRARY_PATHS.is_library(filename) and not _is_plumbing(filename):
-            entries.append(tb)
-        tb = tb.tb_next
-    head = None
-    for entry in reversed(entries):
-        head = types.TracebackType(head, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
-    return head
-
-
 def _show_gradguard_error(shell, etype, value, tb, tb_offset=None):
     """IPython custom exception handler (see the NOTE above). Returns the structured traceback shown."""
     finding = getattr(value, "finding", None)
@@ -117,7 +100,7 @@ def _show_gradguard_error(shell, etype, value, tb, tb_offset=None):
         short.args = (f"{shown.headline or shown.kind} (gradguard's finding is shown above; "
                       "the exception's .finding holds it)",)
         short.finding = finding
-        user_tb = _user_frames(tb)
+        user_tb = trim_traceback(tb, drop_library=True)  # the user's frames, as ``gradguard run`` shows them
         stb = shell.InteractiveTB.structured_traceback(etype, short, user_tb or tb,
                                                        tb_offset=0 if user_tb else tb_offset)
         shell._showtraceback(etype, short, stb)

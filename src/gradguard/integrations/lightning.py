@@ -21,14 +21,7 @@ __all__ = ["GradguardCallback"]
 
 
 class GradguardCallback(StepCallback, Callback):
-    """Run each training batch under ``gradguard.guard``.
-
-    ``mode="auto"`` (default): the cheap sentinel until the first finding, then forensic mode (the write log) for
-    the steps that follow; ``"forensic"`` names the writer from the first step; ``"sentinel"`` never switches.
-    ``fingerprint=``, ``track_writes=``, ``backend=`` as for ``gradguard.guard`` (they override the mode's).
-    ``sample_steps=N``: the sentinel checks one step in N (``gradguard.guard(sample_steps=N)``; NOTE [Callbacks
-    check one step in N]); forensic mode, once switched to, checks every step.
-    """
+    """Run each training batch under ``gradguard.guard`` (arguments: :class:`.callback_core.StepCallback`)."""
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         self._steps.begin()

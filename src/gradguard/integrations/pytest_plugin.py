@@ -142,8 +142,7 @@ def pytest_collection_modifyitems(session, config, items):
 
 def pytest_report_header(config):
     if config.getoption("--gradguard"):
-        mode = config.getoption("--gradguard-mode")
-        return f"gradguard: every test runs under gradguard.guard() ({mode} mode)"
+        return f"gradguard: every test runs under gradguard.guard() ({config.getoption('--gradguard-mode')} mode)"
     return None
 
 

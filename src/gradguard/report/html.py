@@ -139,7 +139,6 @@ def _merge_stale_alias(graph: dict[str, Any]) -> dict[str, Any]:
     return {**graph, "nodes": [merged if n is stale else n for n in nodes if n is not alias], "edges": edges}
 
 
-# -- graph picture -------------------------------------------------------------------------------
 def _layout(graph: dict[str, Any]) -> tuple[dict[str, tuple[float, float, float]], float, float]:
     """id -> (x, y, width) of each box (top-left corner), and the picture's width and height."""
     nodes = graph.get("nodes", [])
@@ -277,7 +276,6 @@ def _legend_svg(legend_y: float, truncated: Any) -> list[str]:
     return out
 
 
-# -- finding -------------------------------------------------------------------------------------
 def _src(location) -> str:
     return f'<pre class="src">{_h(location.code)}</pre>' if location and location.code else ""
 

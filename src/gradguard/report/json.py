@@ -24,11 +24,9 @@ from typing import Any, Iterable
 from .._version import __version__
 from ..core.findings import Finding
 
-__all__ = ["FORMAT_VERSION", "NON_FINITE", "envelope", "dumps", "findings_to_json", "read_findings"]
+__all__ = ["FORMAT_VERSION", "envelope", "dumps", "findings_to_json", "read_findings"]
 
 FORMAT_VERSION = 2
-
-NON_FINITE = ("NaN", "Infinity", "-Infinity")
 
 
 def _strict(value: Any) -> Any:

@@ -41,11 +41,11 @@ class ProgressTracker:
         """True where a progress display is on the terminal."""
         return self._display is not None
 
-    def update(self, description: str | None = None, advance: float = 0, total: float | None = None) -> None:
-        """Show ``description`` as the current step; ``advance`` completed units; ``total`` (re)sets the size."""
+    def update(self, description: str | None = None, advance: float = 0) -> None:
+        """Show ``description`` as the current step; ``advance`` completed units."""
         if self._display is None:
             return
-        fields = {key: value for key, value in (("description", description), ("total", total)) if value is not None}
+        fields = {"description": description} if description is not None else {}
         # A new step is drawn at once (steps are few and may be shorter than the refresh period).
         self._display.update(self._task, advance=advance, refresh=description is not None, **fields)
 

@@ -20,34 +20,20 @@ from rich.text import Text
 from ..core.findings import Finding
 from .text import _WIDTH, output_width, render_finding
 
-__all__ = ["print_findings", "terminal_console", "uses_plain_text", "text_width"]
+__all__ = ["print_findings"]
 
 _STYLES = {"  why": "yellow", "  fix": "green", "  tensor": "bold", "  note": "dim"}
 _FRAME = 4  # "│ " and " │"
 
 
-def terminal_console(file: IO[str]):
-    """A rich console on ``file`` that follows the terminal's width, ``NO_COLOR`` and ``TERM=dumb``."""
-    return Console(file=file, highlight=False, soft_wrap=False)
-
-
-def uses_plain_text(console) -> bool:
-    """True where box characters and colour do not belong: not a terminal, or a dumb one."""
-    return not console.is_terminal or console.is_dumb_terminal
-
-
-def text_width(console) -> int:
-    """Columns for the finding's text on ``console``: inside the panel on a terminal, the whole line elsewhere
-    (``COLUMNS``, else 80 off a terminal); the exception message's width at most."""
-    return min(_WIDTH, output_width(console.file) if uses_plain_text(console) else console.width - _FRAME)
-
-
 def print_findings(findings: list[Finding], file: IO[str], error_name: str = "") -> None:
     """Print each finding to ``file``: a panel on a terminal, plain text elsewhere (see the NOTE above)."""
-    console = terminal_console(file)
-    width = text_width(console)
+    console = Console(file=file, highlight=False, soft_wrap=False)  # follows the width, NO_COLOR, TERM=dumb
+    plain = not console.is_terminal or console.is_dumb_terminal  # no box characters or colour there
+    # the text fits inside the panel on a terminal, the whole line elsewhere; the exception message's width at most
+    width = min(_WIDTH, output_width(file) if plain else console.width - _FRAME)
     title = f"gradguard: {error_name}" if error_name else "gradguard"
-    if uses_plain_text(console):
+    if plain:
         for finding in findings:
             file.write(f"{title}\n{render_finding(finding, width=width)}\n\n")
         file.flush()
