@@ -245,6 +245,48 @@ CARRIED = [
 ]
 
 
+# The same, with an LSTM's two-tensor state: unpacked (``h, c``), held as one tuple in an attribute, and
+# nn.LSTM's ``hidden``. (name, buggy body, reference body: every carried tensor detached where the step reads it)
+LSTM_PRELUDE = """\
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+cell = nn.LSTMCell(3, 4)
+lstm = nn.LSTM(3, 4, batch_first=True)
+head = nn.Linear(4, 1)
+opt = torch.optim.SGD(list(cell.parameters()) + list(lstm.parameters()) + list(head.parameters()), lr=0.1)
+xs = torch.randn(3, 2, 3)
+"""
+LSTM_REPORT = """
+print("ok", repr(sum(p.sum().item() for p in cell.parameters())), repr(sum(p.sum().item() for p in lstm.parameters())),
+      repr(head.weight.sum().item()))
+"""
+_TRAIN = "    opt.zero_grad()\n    loss.backward()\n    opt.step()"
+LSTM_STATES = [
+    ("unpacked", "h, c = torch.zeros(2, 4), torch.zeros(2, 4)\nfor x in xs:\n    h, c = cell(x, {(h, c)})\n"
+                 "    loss = head(h).pow(2).mean()\n" + _TRAIN, "(h.detach(), c.detach())"),
+    ("attribute", "class Runner(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+                  "        self.state = (torch.zeros(2, 4), torch.zeros(2, 4))\n\n    def forward(self, x):\n"
+                  "        self.state = cell(x, {self.state})\n        return head(self.state[0])\n\n\n"
+                  "runner = Runner()\nfor x in xs:\n    loss = runner(x).pow(2).mean()\n" + _TRAIN,
+     "tuple(s.detach() for s in self.state)"),
+    ("nn_lstm", "hidden = (torch.zeros(1, 2, 4), torch.zeros(1, 2, 4))\nfor x in xs:\n"
+                "    out, hidden = lstm(x.unsqueeze(1), {hidden})\n    loss = head(out).pow(2).mean()\n" + _TRAIN,
+     "tuple(s.detach() for s in hidden)"),
+]
+
+
+def lstm_cells() -> list[Cell]:
+    made = []
+    for name, body, detached in LSTM_STATES:
+        read = body[body.index("{") + 1:body.index("}")]
+        made.append(Cell(f"carried/lstm_{name}", LSTM_PRELUDE + "\n" + body.replace("{" + read + "}", read)
+                         + "\n" + LSTM_REPORT,
+                         LSTM_PRELUDE + "\n" + body.replace("{" + read + "}", detached) + "\n" + LSTM_REPORT))
+    return made
+
+
 def carried_cells() -> list[Cell]:
     made = []
     for name, body, carried in CARRIED:
@@ -307,6 +349,31 @@ STEPPED = [
       "for _ in range(2):\n    value, critic_loss = losses(z)\n    opt_d.zero_grad()\n"
       "    critic_loss.backward(retain_graph=True)\n    opt_d.step()\n    value, critic_loss = losses(z)\n"
       "    actor_loss = -value.mean()\n    opt_g.zero_grad()\n    actor_loss.backward()\n    opt_g.step()"]),
+    # the update in a helper each loss goes through: no step can move within it; the second loss is recomputed
+    ("update_helper",
+     "def update(opt, loss):\n    opt.zero_grad()\n    loss.backward(retain_graph=True)\n    opt.step()\n\n\n"
+     "for _ in range(2):\n    fake = gen(z)\n    score = disc(fake)\n    loss_d = (disc(real) - score).mean()\n"
+     "    update(opt_d, loss_d)\n    loss_g = score.mean()\n    update(opt_g, loss_g)",
+     ["def update(opt, loss):\n    opt.zero_grad()\n    loss.backward(retain_graph=True)\n    opt.step()\n\n\n"
+      "for _ in range(2):\n    fake = gen(z)\n    score = disc(fake)\n    loss_d = (disc(real) - score).mean()\n"
+      "    update(opt_d, loss_d)\n    score = disc(fake)\n    loss_g = score.mean()\n    update(opt_g, loss_g)"]),
+    # one encoder under two heads; the first head's optimizer also steps the encoder
+    ("shared_encoder",
+     "opt_both = torch.optim.SGD(list(gen.parameters()) + list(disc.parameters()), lr=0.1)\n"
+     "head = nn.Linear(2, 1)\nopt_head = torch.optim.SGD(head.parameters(), lr=0.1)\n"
+     "for _ in range(2):\n    feat = gen(z)\n    value_loss = disc(feat).pow(2).mean()\n    opt_both.zero_grad()\n"
+     "    value_loss.backward(retain_graph=True)\n    opt_both.step()\n    policy_loss = head(feat).mean()\n"
+     "    opt_head.zero_grad()\n    policy_loss.backward()\n    opt_head.step()",
+     ["opt_both = torch.optim.SGD(list(gen.parameters()) + list(disc.parameters()), lr=0.1)\n"
+      "head = nn.Linear(2, 1)\nopt_head = torch.optim.SGD(head.parameters(), lr=0.1)\n"
+      "for _ in range(2):\n    feat = gen(z)\n    value_loss = disc(feat).pow(2).mean()\n    opt_both.zero_grad()\n"
+      "    value_loss.backward(retain_graph=True)\n    opt_both.step()\n    feat = gen(z)\n"
+      "    policy_loss = head(feat).mean()\n    opt_head.zero_grad()\n    policy_loss.backward()\n    opt_head.step()",
+      "opt_both = torch.optim.SGD(list(gen.parameters()) + list(disc.parameters()), lr=0.1)\n"
+      "head = nn.Linear(2, 1)\nopt_head = torch.optim.SGD(head.parameters(), lr=0.1)\n"
+      "for _ in range(2):\n    feat = gen(z)\n    value_loss = disc(feat).pow(2).mean()\n    opt_both.zero_grad()\n"
+      "    value_loss.backward(retain_graph=True)\n    policy_loss = head(feat).mean()\n"
+      "    opt_head.zero_grad()\n    policy_loss.backward()\n    opt_both.step()\n    opt_head.step()"]),
 ]
 
 
@@ -461,7 +528,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=300)
     parser.add_argument("--out", default="")
     args = parser.parse_args(argv)
-    chosen = [c for c in cells() + module_cells() + carried_cells() + stepped_cells() + leaf_cells() + buffer_cells()
+    chosen = [c for c in cells() + module_cells() + carried_cells() + lstm_cells() + stepped_cells() + leaf_cells() + buffer_cells()
               if args.only in c.name]
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
         rows = list(pool.map(lambda c: score(c, args.src, args.timeout), chosen))

@@ -165,6 +165,30 @@ def test_optimizer_step_in_an_earlier_iteration_is_retained_graph_with_detach_fi
     assert "drop retain_graph=True from `loss.backward(retain_graph=True)`" in f.suggestion
 
 
+def test_a_helper_that_steps_called_once_per_loss_is_a_step_between_backwards_not_an_earlier_iteration(source):
+    """zero_grad, backward and step in `update`, called for one loss and then for the next, in one pass over the
+    loop's body: the step and the failing backward both follow the earlier backward inside `update`, as in a loop
+    that keeps a graph alive, but here the second call of `update` is the later loss's, not the next iteration's."""
+    _path, at = source("""
+        def update(opt, loss):
+            opt.zero_grad()
+            loss.backward(retain_graph=True)
+            opt.step()
+        for _ in range(2):
+            score = disc(gen(z))
+            update(opt_d, score.pow(2).mean())
+            update(opt_g, score.mean())
+    """)
+    step = WriteRecord(op="aten.add_.Tensor", location=at("opt.step()", "update"), via="SGD.step()",
+                       category="optimizer", version_before=1, version_after=2)
+    f = _finding(SaveSite("AddmmBackward0", "mat2", at("score = disc")), [step],
+                 TensorInfo((4, 1), "float32", name="disc.2.weight", role="parameter"), backward_passes_since_save=1,
+                 retain_graph=True, backward_at=at("loss.backward", "update").to_dict())
+    assert f.rule == "optimizer_step_between_backwards"
+    assert "of an earlier iteration" not in f.explanation
+    assert "Make the loss from a forward that runs after the step" in f.suggestion
+
+
 def test_two_optimizers_step_between_backwards_is_the_gan_order(source):
     _path, at = source("""
         fake = G(z)

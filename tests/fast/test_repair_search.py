@@ -245,9 +245,9 @@ def test_a_state_a_module_carries_by_its_own_assignment_is_detached_where_it_is_
                "saved_at": {"file": file, "line": 4},
                "modified_at": [{"file": file, "line": 8, "category": "backward"}],
                "context": {"backward_at": {"file": file, "line": 8, "code": "loss.backward()"}}}
-    reads = [(r[0].line, r[0].target) for r in general_repairs(finding, {}, lambda path: True)
+    reads = [(r[0].line, r[0].target, r[0].detail) for r in general_repairs(finding, {}, lambda path: True)
              if r[0].action == "detach_expression"]
-    assert reads == [(4, "self.h")]
+    assert reads == [(4, "self.h", {}), (4, "self.h", {"each": True})]  # the second for a tuple of tensors
 
 
 def test_a_rebinding_of_a_loop_variable_or_parameter_nothing_reads_after_is_not_a_repair(tmp_path):
@@ -288,3 +288,67 @@ def test_the_copy_at_the_save_tries_each_operand_the_saver_read_but_never_what_t
     clones = [r[0].target for r in general_repairs(finding, {}, lambda path: True)
               if r[0].action == "clone_expression"]
     assert clones == ["out[t - 1]", "w"]
+
+
+def test_every_tensor_a_state_carries_by_its_own_assignment_is_detached_at_once(tmp_path):
+    """(d): an LSTM's state unpacked (`h, c = cell(x, (h, c))`) carries both tensors into the freed graph: one
+    candidate detaches both reads (detaching `h` alone leaves `c` a path); a state held as one tuple (`self.state =
+    cell(x, self.state)`) is also tried element by element. The finding's own fix text says the same."""
+    from gradguard.core.edits import apply_intents
+    from gradguard.core.findings import SourceLocation
+    from gradguard.core.fixes import carried_state
+    from gradguard.fix.search import general_repairs
+
+    script = tmp_path / "s.py"
+    source = textwrap.dedent("""
+        import torch
+        for x in xs:
+            h, c = cell(x, (h, c))
+            loss = head(h).sum()
+            loss.backward()
+        """).lstrip()
+    script.write_text(source)
+    file = str(script)
+    finding = {"kind": "backward_twice", "rule": "no_such_rule", "tensor": {"name": "h"},
+               "saved_at": {"file": file, "line": 3},
+               "modified_at": [{"file": file, "line": 5, "category": "backward"}],
+               "context": {"backward_at": {"file": file, "line": 5, "code": "loss.backward()"}}}
+    reads = [r for r in general_repairs(finding, {}, lambda path: True) if r[0].action == "detach_expression"]
+    assert [apply_intents(source, r).splitlines()[2] for r in reads] == [
+        "    h, c = cell(x, (h.detach(), c.detach()))",
+        "    h, c = cell(x, (tuple(s.detach() for s in h), tuple(s.detach() for s in c)))"]
+    state = next(s for s in carried_state(SourceLocation(file, 5, "<module>", "loss.backward()")) if s.name == "h")
+    assert state.reads_itself == ("h", "c")
+    assert state.detach_fix() == "`h, c = cell(x, (h.detach(), c.detach()))` (line 3)"
+    assert state.detach_intent().reason == "detach `h` and `c` where they cross into the next iteration"
+
+
+def test_a_step_and_backward_inside_a_helper_stand_at_their_calls_for_the_fresh_forward(tmp_path):
+    """(e): `update(opt, loss)` does zero_grad, backward and step; the step (in update) ran between the save and the
+    second loss's backward (also in update). Lifted to their calls in the save's block, the step is the first
+    `update(...)` after the save and the backward the next: the forward the second loss reads is run again there."""
+    from gradguard.fix.search import general_repairs
+
+    script = tmp_path / "s.py"
+    script.write_text(textwrap.dedent("""
+        import torch
+        def update(opt, loss):
+            opt.zero_grad()
+            loss.backward(retain_graph=True)
+            opt.step()
+        for _ in range(2):
+            score = disc(gen(z))
+            loss_d = score.pow(2).mean()
+            update(opt_d, loss_d)
+            loss_g = score.mean()
+            update(opt_g, loss_g)
+        """).lstrip())
+    file = str(script)
+    finding = {"kind": "inplace_modification", "rule": "no_such_rule", "tensor": {"name": "disc.weight"},
+               "saved_at": {"file": file, "line": 7, "function": "<module>"},
+               "modified_at": [{"file": file, "line": 5, "function": "update", "category": "optimizer",
+                                "code": "opt.step()"}],
+               "context": {"backward_at": {"file": file, "line": 4, "function": "update",
+                                           "code": "loss.backward(retain_graph=True)"}}}
+    fresh = [r for r in general_repairs(finding, {}, lambda path: True) if r[0].action == "insert_after"]
+    assert [(r[0].line, r[0].detail["code"]) for r in fresh] == [(9, "score = disc(gen(z))")]

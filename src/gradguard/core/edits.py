@@ -10,7 +10,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, TypeAlias, TypeGuard
+from functools import partial
+from typing import TYPE_CHECKING, Any, Callable, TypeAlias, TypeGuard, cast
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
@@ -492,17 +493,31 @@ def _edit_argument(statement: cst.SimpleStatementLine, intent: FixIntent, method
                    f"the argument `{intent.target}`{' of ' + call if call else ''}")
 
 
-def _clone_expression(statement: cst.SimpleStatementLine, target: str | None,
+def _spelt(target: str | None, node: cst.BaseExpression) -> bool:
+    return _same(_code(node), target)
+
+
+def _clone_expression(statement: cst.SimpleStatementLine, intent: FixIntent,
                       method: str = "clone") -> cst.SimpleStatementLine:
+    """``target`` (or each of ``detail["targets"]``) inside the statement wrapped as ``target.method()``, or as
+    ``tuple(s.method() for s in target)`` with ``detail["each"]`` (a tuple of tensors, an LSTM's state)."""
     small = _single(statement)
     scope = small.value if isinstance(small, (cst.Assign, cst.AnnAssign, cst.AugAssign, cst.Expr, cst.Return)) else None
     if scope is None:
         raise EditNotApplicable(f"expected an assignment or an expression, got `{_code(statement).strip()}`")
-    edit = _ExpressionEdit(lambda node: _same(_code(node), target), lambda node: _method(node, method))
-    edited = scope.visit(edit)
-    if not edit.done:
-        raise EditNotApplicable(f"`{target}` not found in `{_code(statement).strip()}`")
-    return statement.with_changes(body=[small.with_changes(value=edited)])
+    each = bool(intent.detail.get("each"))
+
+    def wrap(node: cst.BaseExpression) -> cst.BaseExpression:
+        if each:
+            return cst.parse_expression(f"tuple(s.{method}() for s in {_code(_atom(node))})")
+        return _method(node, method)
+
+    for target in intent.detail.get("targets") or [intent.target]:
+        edit = _ExpressionEdit(partial(_spelt, target), wrap)
+        scope = cast(cst.BaseExpression, scope.visit(edit))  # an expression rewritten is still an expression
+        if not edit.done:
+            raise EditNotApplicable(f"`{target}` not found in `{_code(statement).strip()}`")
+    return statement.with_changes(body=[small.with_changes(value=scope)])
 
 
 def _wrap_no_grad(statement: cst.SimpleStatementLine, detail: dict[str, Any]) -> cst.With:
@@ -639,8 +654,8 @@ _EDITS: dict[str, _Edit] = {
     "clone_assignment": lambda statement, intent, *_: _assignment_value(statement, "clone", intent.target),
     "detach_argument": lambda statement, intent, *_: _edit_argument(statement, intent, "detach"),
     "clone_argument": lambda statement, intent, *_: _edit_argument(statement, intent, "clone"),
-    "clone_expression": lambda statement, intent, *_: _clone_expression(statement, intent.target),
-    "detach_expression": lambda statement, intent, *_: _clone_expression(statement, intent.target, "detach"),
+    "clone_expression": lambda statement, intent, *_: _clone_expression(statement, intent),
+    "detach_expression": lambda statement, intent, *_: _clone_expression(statement, intent, "detach"),
     "drop_keyword": lambda statement, intent, *_: _edit_keyword(statement, {**intent.detail, "value": None}),
     "set_keyword": lambda statement, intent, *_: _edit_keyword(statement, intent.detail),
     "augmented_to_binary": lambda statement, *_: _augmented_to_binary(statement),

@@ -24,6 +24,9 @@ __all__ = [
     "statement_code",
     "single_statement",
     "assigned_names",
+    "bound_references",
+    "reads",
+    "carried_reads",
     "keyword_calls",
     "is_valid_python",
 ]
@@ -102,13 +105,19 @@ def mask_assignment(code: str) -> str | None:
 def assigned_names(code: str) -> list[str]:
     """What an assignment statement binds: ``out, h = rnn(x, h)`` -> ``["out", "h"]``; ``self.u = v`` ->
     ``["self.u"]``. Names used inside a target (``w`` in ``w.grad = g``, ``x`` in ``x[0] = 1``) are not bound."""
-    stmt = single_statement(code)
+    return bound_references(single_statement(code), items=False)
+
+
+def bound_references(stmt: ast.stmt | None, items: bool = True) -> list[str]:
+    """The references an assignment binds, tuple targets unpacked (``h, c = ...`` binds ``h`` and ``c``), items
+    (``state["h"] = ...``) included unless ``items`` is False."""
     targets: list[ast.expr] = []
     if isinstance(stmt, ast.Assign):
         targets = list(stmt.targets)
     elif isinstance(stmt, (ast.AnnAssign, ast.AugAssign)):
         targets = [stmt.target]
     names: list[str] = []
+    kinds = (ast.Name, ast.Attribute, ast.Subscript) if items else (ast.Name, ast.Attribute)
 
     def collect(target: ast.expr) -> None:
         if isinstance(target, (ast.Tuple, ast.List)):
@@ -116,12 +125,26 @@ def assigned_names(code: str) -> list[str]:
                 collect(element)
         elif isinstance(target, ast.Starred):
             collect(target.value)
-        elif isinstance(target, (ast.Name, ast.Attribute)):
+        elif isinstance(target, kinds):
             names.append(ast.unparse(target))
 
     for target in targets:
         collect(target)
     return names
+
+
+def reads(node: ast.AST | None, reference: str) -> bool:
+    """Whether ``node`` reads ``reference`` (a name, attribute or item, as ``ast.unparse`` spells it)."""
+    return node is not None and any(isinstance(n, (ast.Name, ast.Attribute, ast.Subscript))
+                                    and ast.unparse(n) == reference for n in ast.walk(node))
+
+
+def carried_reads(stmt: ast.stmt | None) -> list[str]:
+    """What an assignment binds from its own previous value (``h = cell(x, h)``; both of ``h, c = cell(x, (h,
+    c))``): each read on its right is the previous step's value, a path into the previous step's graph."""
+    if not isinstance(stmt, ast.Assign):
+        return []
+    return [ref for ref in dict.fromkeys(bound_references(stmt)) if reads(stmt.value, ref)]
 
 
 # -- loops ---------------------------------------------------------------------------------------------
@@ -139,13 +162,14 @@ def _innermost(tree: ast.AST, line: int, kinds: tuple[type, ...]) -> ast.AST | N
 class CarriedState:
     """A variable whose value flows from one loop iteration into the next (``h_cur`` in the RNN seed)."""
 
-    def __init__(self, name: str, assignment: SourceLocation, source: str | None, reads_itself: bool = False):
+    def __init__(self, name: str, assignment: SourceLocation, source: str | None, reads_itself: tuple[str, ...] = ()):
         self.name = name
         self.assignment = assignment  # the statement that stores next iteration's value
         self.source = source  # ``h_next`` in ``h_cur = h_next``; None when bound by a call's results
         # ``h = cell(x, h)``, ``avg = 0.9 * avg + m``: the read on the right is the previous iteration's value, the
         # crossing itself; detached there, this iteration's value keeps its gradient for the loss that reads it
-        # next (a detach after the assignment would cut that)
+        # next (a detach after the assignment would cut that). Every reference it carries so (``h`` and ``c`` in
+        # ``h, c = cell(x, (h, c))``): detaching one leaves the other a path into the freed graph.
         self.reads_itself = reads_itself
 
     def detach_fix(self, is_tuple: bool = False) -> str:
@@ -164,12 +188,15 @@ class CarriedState:
 
     def detach_intent(self, is_tuple: bool = False) -> FixIntent:
         """The same fix as :meth:`detach_fix`, as a structured edit."""
-        reason = f"detach `{self.name}` where it crosses into the next iteration"
+        names = " and ".join(f"`{name}`" for name in self.reads_itself or (self.name,))
+        crosses = "they cross" if len(self.reads_itself) > 1 else "it crosses"
+        reason = f"detach {names} where {crosses} into the next iteration"
         file, line = self.assignment.file, self.assignment.line
         if self.source is not None and not is_tuple:
             return FixIntent("detach_assignment", file, line, target=self.name, reason=reason)
-        if self.reads_itself and not is_tuple:
-            return FixIntent("detach_expression", file, line, target=self.name, reason=reason)
+        if self.reads_itself and not is_tuple:  # a tuple read may be None on the first step: detached after
+            many = {"targets": list(self.reads_itself)} if len(self.reads_itself) > 1 else {}
+            return FixIntent("detach_expression", file, line, target=self.name, reason=reason, detail=many)
         return FixIntent("insert_after", file, line, target=self.name,
                          detail={"code": self._detached_statement(is_tuple)}, reason=reason)
 
@@ -246,11 +273,13 @@ def carried_state(location: SourceLocation | None) -> list[CarriedState]:
     return carried
 
 
-def _reads_itself(stmt: ast.stmt, name: str) -> bool:
-    """``h = cell(x, h)`` on one line: the assignment of ``name`` reads its previous value."""
-    return (isinstance(stmt, ast.Assign) and stmt.end_lineno == stmt.lineno
-            and any(isinstance(t, ast.Name) and t.id == name for t in stmt.targets)
-            and any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(stmt.value)))
+def _reads_itself(stmt: ast.stmt, name: str) -> tuple[str, ...]:
+    """``h = cell(x, h)`` on one line, ``name`` among what it carries: everything the assignment carries from its
+    own previous value (``h`` and ``c`` in ``h, c = cell(x, (h, c))``); () otherwise, and for one state among
+    other results (``out, h = gru(x, h)``: ``h`` may start as None, which a detach after the assignment allows)."""
+    carried = carried_reads(stmt) if stmt.end_lineno == stmt.lineno else []
+    alone = isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in stmt.targets)
+    return tuple(carried) if name in carried and (alone or len(carried) > 1) else ()
 
 
 def crossing_recompute(call: SourceLocation | None, step: SourceLocation | None,

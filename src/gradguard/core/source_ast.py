@@ -12,7 +12,7 @@ from typing import Any, Iterator, Mapping
 
 from .findings import SourceLocation
 
-__all__ = ["COMPOUND", "written_expression", "assignment_before",
+__all__ = ["COMPOUND", "bodies_with_line", "call_after", "written_expression", "assignment_before",
            "backward_receiver", "call_name", "callee_of", "dotted_reference", "evaluate_reference", "function_node",
            "parse_code", "parse_file", "parse_statement", "reference_prefixes", "written_reference"]
 
@@ -416,3 +416,26 @@ def resets_between(filename: str, name: str, start: int, end: int) -> bool:
                 and not any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(node.value))):
             return True
     return False
+
+
+def bodies_with_line(tree: ast.AST, line: int) -> Iterator[list[ast.stmt]]:
+    """The statement lists in ``tree`` (in walk order) that hold a statement starting at ``line``."""
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and any(isinstance(b, ast.stmt) and b.lineno == line for b in body):
+            yield body
+
+
+def call_after(filename: str, start: int, after: int, function: str | None) -> int | None:
+    """The line of the first statement after line ``after``, in the block holding line ``start``, that calls
+    ``function`` (by its name: ``update(...)``, ``self.update(...)``): where a helper's own lines (a step, a
+    backward) stand in the block that called it."""
+    tree = parse_file(filename)
+    if tree is None or not function or function.startswith("<"):
+        return None
+    for body in bodies_with_line(tree, start):
+        for stmt in body:
+            if stmt.lineno > after and any(isinstance(n, ast.Call) and ast.unparse(n.func).split(".")[-1] == function
+                                           for n in ast.walk(stmt)):
+                return stmt.lineno
+    return None

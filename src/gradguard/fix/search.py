@@ -27,6 +27,7 @@ import os
 from typing import Callable
 
 from ..core.facts import Facts
+from ..core.fixes import carried_reads, reads
 from ..core.intents import FixIntent
 
 __all__ = ["general_repairs", "same_intent", "rebinds_a_lost_name"]
@@ -265,8 +266,7 @@ def _save_copy(stmt: ast.stmt, saved: dict, name: str) -> list[list[FixIntent]]:
             ast.unparse(t) == name for t in stmt.targets):
         return [[FixIntent("clone_assignment", *where, target=name,
                            reason=f"`{name}` becomes a copy; the output backward saved stays intact")]]
-    if any(isinstance(n, (ast.Name, ast.Attribute, ast.Subscript)) and ast.unparse(n) == name
-           for n in ast.walk(getattr(stmt, "value", None) or stmt)):
+    if reads(getattr(stmt, "value", None) or stmt, name):
         return [[FixIntent("clone_expression", *where, target=name,
                            reason=f"backward saves a copy of `{name}`, which the write cannot change")]]
     return []
@@ -371,16 +371,16 @@ def _carried_read_candidates(finding: dict, made) -> list[list[FixIntent]]:
     repairs = []
     for file, line in dict.fromkeys(places):
         found = _statement(file, line)
-        stmt = found[0] if found else None
-        if not isinstance(stmt, ast.Assign):
+        carried = carried_reads(found[0] if found else None)
+        if not carried:
             continue
-        for target in dict.fromkeys(ast.unparse(t) for t in stmt.targets):
-            if any(isinstance(n, (ast.Name, ast.Attribute, ast.Subscript)) and ast.unparse(n) == target
-                   for n in ast.walk(stmt.value)):
-                repairs.append([FixIntent(
-                    "detach_expression", file, line, target=target,
-                    reason=f"the `{target}` read here is the previous step's: detached, it is a value, not a path "
-                           f"into the graph the previous backward freed")])
+        spelt = ", ".join(f"`{ref}`" for ref in carried)
+        reason = (f"the {spelt} read here is the previous step's: detached, it is a value, not a path into the graph "
+                  f"the previous backward freed")
+        many = {"targets": carried} if len(carried) > 1 else {}
+        # a state that is a tuple of tensors (an LSTM's ``(h, c)`` in one attribute) is detached element by element
+        repairs += [[FixIntent("detach_expression", file, line, target=carried[0], detail={**many, **each},
+                               reason=reason)] for each in ({}, {"each": True})]
     return repairs
 
 
@@ -482,7 +482,7 @@ def _fresh_forward_candidates(finding: dict, write: dict) -> list[list[FixIntent
 
 
 def _fresh_forward_from(saved: dict, finding: dict, write: dict) -> list[list[FixIntent]]:
-    from ..core.source_ast import parse_file
+    from ..core.source_ast import bodies_with_line, parse_file
 
     span = _step_span(saved, finding, write)
     if span is None:
@@ -491,7 +491,7 @@ def _fresh_forward_from(saved: dict, finding: dict, write: dict) -> list[list[Fi
     tree = parse_file(file)
     if tree is None:
         return []
-    for body in _bodies_with_line(tree, start):
+    for body in bodies_with_line(tree, start):
         # only what the later backward's loss is computed from (`critic_loss` of an earlier backward is not
         # recomputed: its value, printed or logged, stays the one before the step)
         needed = _line_names(tree, backward["line"]) if os.path.realpath(backward.get("file") or file) == \
@@ -511,23 +511,28 @@ def _fresh_forward_from(saved: dict, finding: dict, write: dict) -> list[list[Fi
 
 def _step_span(saved: dict, finding: dict, write: dict):
     """(file, step line, save line, backward) when an optimizer step sits between the save and the later backward,
-    all in one file; else None."""
+    all in one file; else None. A step or backward inside a helper the save's block calls (``update(opt, loss)``
+    doing zero_grad, backward and step) stands at its call there: the step at the first call after the save, the
+    backward at the next call after the step's."""
+    from ..core.source_ast import call_after
+
     backward = _backward_at(finding)
     file, step, start = write.get("file"), write.get("line"), saved.get("line")
     if write.get("category") != "optimizer" or not (file and step and start and backward.get("line")):
         return None
     same = {os.path.realpath(p) for p in (file, saved.get("file") or "", backward.get("file") or "")}
-    if len(same) != 1 or not start < step <= backward["line"]:
+    if len(same) != 1:
+        return None
+    if write.get("function") != saved.get("function"):
+        step = call_after(file, start, start, write.get("function"))
+        if step is None:
+            return None
+    if backward.get("function") != saved.get("function"):
+        line = call_after(file, start, step, backward.get("function"))
+        backward = {**backward, "line": line} if line is not None else {}
+    if not backward.get("line") or not start < step <= backward["line"]:
         return None
     return file, step, start, backward
-
-
-def _bodies_with_line(tree: ast.AST, line: int):
-    """The statement lists in ``tree`` (in walk order) that hold a statement starting at ``line``."""
-    for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        if isinstance(body, list) and any(isinstance(b, ast.stmt) and b.lineno == line for b in body):
-            yield body
 
 
 def _forward_statements(body: list, start: int, step: int) -> list:
