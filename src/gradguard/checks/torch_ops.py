@@ -111,14 +111,8 @@ class TorchBackend(AdapterBase):
             return out.copy_(t)
         return t.clone(memory_format=torch.preserve_format)
 
-    def prepare(self, args: Sequence[Any], wrt: Sequence[int]) -> tuple[list[Any], list[torch.Tensor]]:
-        """Fresh copies of ``args`` (the user's tensors are never fed to the op) and the leaves among them."""
-        fed = [self.clone(a) if isinstance(a, torch.Tensor) else a for a in args]
-        leaves = []
-        for i in wrt:
-            fed[i] = fed[i].requires_grad_(True)
-            leaves.append(fed[i])
-        return fed, leaves
+    def leaf(self, t: torch.Tensor) -> torch.Tensor:
+        return t.requires_grad_(True)
 
     def linearize(
         self, fn: Callable, args: Sequence[Any], kwargs: dict, wrt: Sequence[int], prepared: tuple | None = None

@@ -145,11 +145,6 @@ class AutogradCheckAdapter(AdapterBase):
     def is_contiguous(self, t) -> bool:
         return bool(np.asarray(t).flags.c_contiguous)
 
-    def prepare(self, args: Sequence[Any], wrt: Sequence[int]) -> tuple[list[Any], list[Any]]:
-        """Fresh copies of ``args`` (the user's arrays are never fed to the op) and the leaves among them."""
-        fed = [self.clone(a) if self.is_tensor(a) else a for a in args]
-        return fed, [fed[i] for i in wrt]
-
     def _traced(self, fn: Callable, fed: Sequence[Any], kwargs: dict, positions: Sequence[int], names: Sequence[str],
                 seen: dict):
         """``fn`` as a function of the arrays at ``positions`` (a tuple, as ``make_vjp`` boxes it) returning its
