@@ -61,6 +61,19 @@ SAVERS = [
     ("sigmoid_saves_output", "X = torch.sigmoid(a)", "s = X * 1.0"),
 ]
 
+# More savers, each with a sample of the write spellings (one of each kind: a method, an augmented assignment, an
+# item assignment, an inplace= flag, a copy, a value used, a chain): outputs saved by exp, tanh and softmax, a
+# divisor, a linear layer's input, and a view of a temporary saved by pow.
+MORE_SAVERS = [
+    ("exp_saves_output", "X = torch.exp(a)", "s = X * 1.0"),
+    ("tanh_saves_output", "X = torch.tanh(a)", "s = X * 1.0"),
+    ("softmax_saves_output", "X = torch.softmax(a, dim=1)", "s = X * 1.0"),
+    ("div_saves_divisor", "X = a * 1.5 + 3", "s = b / X"),
+    ("linear_saves_input", "X = a * 1.5", "s = F.linear(X, w)"),
+    ("view_of_temporary", "X = (a * 1.5).view(4, 5)", "s = X.pow(2)"),
+]
+SAMPLED_WRITES = ("mul_", "imul", "setitem", "F.relu_inplace", "copy_", "exp_value", "chain")
+
 PRELUDE = """\
 import torch
 import torch.nn as nn
@@ -146,6 +159,7 @@ def _indented_reference(body: str, write: str, ref: str) -> str:
 def cells() -> list[Cell]:
     made = []
     plan = [(w, s, "top") for w in WRITES for s in SAVERS]
+    plan += [(w, s, "top") for w in WRITES if w[0] in SAMPLED_WRITES for s in MORE_SAVERS]
     plan += [(w, SAVERS[0], c) for w in WRITES for c in ("function", "module", "list", "dict", "attribute", "loop",
                                                                   "helper")]
     for (wname, write), (sname, make, save), context in plan:
