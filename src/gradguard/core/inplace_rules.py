@@ -18,7 +18,7 @@ from .fixes import (carried_state, crossing_recompute, is_valid_python, keyword_
                      out_of_place, single_statement, statement_code, step_receivers)
 from .intents import FixIntent, Verdict
 from .module_sites import constructed_in_place, inplace_position, writer_sites
-from .source_ast import assignment_before, call_after, callee_of, parse_code, parse_statement, written_expression
+from .source_ast import assignment_before, callee_of, line_in_block, parse_code, parse_statement, written_expression
 
 __all__ = ["optimizer_before_backward_rule", "optimizer_between_backwards_rule", "retained_graph_rule",
            "activation_rule", "flag_set_later_rule", "switched_later", "augmented_rule", "index_rule", "buffer_rule",
@@ -132,13 +132,14 @@ def optimizer_wraps_retained_graph(f: Finding, opt: WriteRecord) -> bool:
 
 def _helper_per_loss(f: Finding, opt: WriteRecord, backward: SourceLocation | None) -> bool:
     """The step and this backward run in a helper that the save's block calls again after the call that stepped
-    (``update(opt_d, loss_d)``, then ``update(opt_g, loss_g)``): this backward is the later loss's, in the same
-    pass over the block, not the next iteration's."""
+    (``update(opt_d, loss_d)``, then ``update(opt_g, loss_g)``): placed at their calls, the step comes before this
+    backward, in the same pass over the block, not in the previous iteration."""
     save = f.saved_at.location
-    if save is None or backward is None or opt.location is None or backward.function == save.function:
+    if save is None or backward is None or opt.location is None:
         return False
-    step = call_after(save.file, save.line, save.line, opt.location.function)
-    return step is not None and call_after(save.file, save.line, step, backward.function) is not None
+    step = line_in_block(save.file, save.line, save.line, opt.location.function, opt.location.line, save.function)
+    later = line_in_block(save.file, save.line, step, backward.function, backward.line, save.function) if step else None
+    return step is not None and later is not None and step < later
 
 
 def optimizer_before_backward_rule(f: Finding, opt: WriteRecord) -> Verdict:

@@ -12,7 +12,7 @@ from typing import Any, Iterator, Mapping
 
 from .findings import SourceLocation
 
-__all__ = ["COMPOUND", "bodies_with_line", "call_after", "written_expression", "assignment_before",
+__all__ = ["COMPOUND", "bodies_with_line", "line_in_block", "written_expression", "assignment_before",
            "backward_receiver", "call_name", "callee_of", "dotted_reference", "evaluate_reference", "function_node",
            "parse_code", "parse_file", "parse_statement", "reference_prefixes", "written_reference"]
 
@@ -426,12 +426,16 @@ def bodies_with_line(tree: ast.AST, line: int) -> Iterator[list[ast.stmt]]:
             yield body
 
 
-def call_after(filename: str, start: int, after: int, function: str | None) -> int | None:
-    """The line of the first statement after line ``after``, in the block holding line ``start``, that calls
-    ``function`` (by its name: ``update(...)``, ``self.update(...)``): where a helper's own lines (a step, a
-    backward) stand in the block that called it."""
+def line_in_block(filename: str, start: int, after: int, function: str | None, line: int,
+                  home: str | None) -> int | None:
+    """Where a line of ``function`` stands in the block holding line ``start`` (of function ``home``): the line
+    itself when both are one function (or either is not known), else the first statement after line ``after`` there
+    that calls ``function`` by its name (``update(...)``, ``self.update(...)``): a helper's step or backward stands
+    at its call. None when no such call follows."""
+    if not function or not home or function == home:
+        return line
     tree = parse_file(filename)
-    if tree is None or not function or function.startswith("<"):
+    if tree is None or function.startswith("<"):
         return None
     for body in bodies_with_line(tree, start):
         for stmt in body:

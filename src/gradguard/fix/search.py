@@ -514,7 +514,7 @@ def _step_span(saved: dict, finding: dict, write: dict):
     all in one file; else None. A step or backward inside a helper the save's block calls (``update(opt, loss)``
     doing zero_grad, backward and step) stands at its call there: the step at the first call after the save, the
     backward at the next call after the step's."""
-    from ..core.source_ast import call_after
+    from ..core.source_ast import line_in_block
 
     backward = _backward_at(finding)
     file, step, start = write.get("file"), write.get("line"), saved.get("line")
@@ -523,16 +523,12 @@ def _step_span(saved: dict, finding: dict, write: dict):
     same = {os.path.realpath(p) for p in (file, saved.get("file") or "", backward.get("file") or "")}
     if len(same) != 1:
         return None
-    if write.get("function") != saved.get("function"):
-        step = call_after(file, start, start, write.get("function"))
-        if step is None:
-            return None
-    if backward.get("function") != saved.get("function"):
-        line = call_after(file, start, step, backward.get("function"))
-        backward = {**backward, "line": line} if line is not None else {}
-    if not backward.get("line") or not start < step <= backward["line"]:
+    home = saved.get("function")
+    step = line_in_block(file, start, start, write.get("function"), step, home)
+    later = line_in_block(file, start, step, backward.get("function"), backward["line"], home) if step else None
+    if later is None or not start < step <= later:
         return None
-    return file, step, start, backward
+    return file, step, start, {**backward, "line": later}
 
 
 def _forward_statements(body: list, start: int, step: int) -> list:
