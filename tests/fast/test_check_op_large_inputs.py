@@ -8,7 +8,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import gradguard  # noqa: E402
-from gradguard.checks import op_runs  # noqa: E402
+from gradguard.checks import runs as op_runs  # noqa: E402
 from gradguard.checks.audit import LARGE_INPUT_ELEMENTS  # noqa: E402
 
 

@@ -20,9 +20,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .op_raised import OpRaised
-
-__all__ = ["Linearization", "AdapterBase", "FLOAT_EPS"]
+__all__ = ["Linearization", "AdapterBase", "FLOAT_EPS", "OpRaised"]
 
 FLOAT_EPS = {
     "float64": float(np.finfo(np.float64).eps),
@@ -30,6 +28,18 @@ FLOAT_EPS = {
     "float16": float(np.finfo(np.float16).eps),
     "bfloat16": 2.0**-7,
 }
+
+
+class OpRaised(Exception):
+    """``fn`` (or its backward) raised ``error`` during ``phase`` (``forward`` | ``backward``); ``check_op`` turns it
+    into a finding instead of crashing."""
+
+    def __init__(self, phase: str, error: BaseException, dtype: str | None = None, autograd_off: bool = False):
+        super().__init__(f"{phase} raised {type(error).__name__}: {error}")
+        self.phase = phase  # as the framework's user says it: "forward under paddle.no_grad()"
+        self.error = error
+        self.dtype = dtype
+        self.autograd_off = autograd_off  # the forward with autograd off, as finite differences run it
 
 
 @dataclass
@@ -217,8 +227,66 @@ class AdapterBase:
     def leaf(self, t: Any) -> Any:
         return t  # ``t`` marked as an input autograd differentiates (by position, as MindSpore does: as is)
 
+    def clone(self, t: Any) -> Any:
+        """A private copy; a non-contiguous tensor stays non-contiguous (the ``noncontiguous`` regime)."""
+        if self.numel(t) > 1 and not self.is_contiguous(t):
+            return self.noncontiguous_copy(t)
+        return self.copy(t)
+
+    # frameworks that record only inside their own vjp call need no context to turn autograd off, or on
     def autograd_off(self) -> contextlib.AbstractContextManager:
-        return contextlib.nullcontext()  # frameworks that record only inside their own vjp call need no context
+        return contextlib.nullcontext()
+
+    def grad_mode(self) -> contextlib.AbstractContextManager:
+        return contextlib.nullcontext()
+
+    def autograd_grad(self, outputs: list, inputs: list, cots: list, retain_graph: bool | None) -> Sequence[Any]:
+        """The framework's ``grad``: the gradients of ``inputs`` (None where unused) for ``cots`` of ``outputs``."""
+        raise NotImplementedError
+
+    def linearize(self, fn: Callable, args: Sequence[Any], kwargs: dict, wrt: Sequence[int],
+                  prepared: tuple | None = None) -> Linearization:
+        """Run ``fn`` on fresh copies of ``args`` (or the ``prepared`` ones) with the ``wrt`` positions as leaves."""
+        fed, leaves = prepared if prepared is not None else self.prepare(args, wrt)
+        try:
+            with self.grad_mode():
+                result = fn(*fed, **kwargs)
+        except Exception as exc:
+            raise OpRaised("forward", exc, self._float_dtypes(fed)) from exc
+        return self.linearization(fed, leaves, self.outputs(result), self.requires_grad)
+
+    def pull(self, lin: Linearization, cots: list) -> Sequence[Any]:
+        """The leaves' gradients (None where unused) for the cotangent tensors ``cots`` of ``lin.out_tensors``."""
+        return self.autograd_grad(lin.out_tensors, lin.leaves, cots, True)
+
+    def vjp_tensors(self, lin: Linearization, cots: list) -> list:
+        try:
+            with self.grad_mode():
+                grads = self.pull(lin, cots)
+        except Exception as exc:
+            raise OpRaised("backward", exc, lin.out_dtypes[0] if lin.out_dtypes else None) from exc
+        return [self.zeros_like(leaf) if g is None else g for leaf, g in zip(lin.leaves, grads)]
+
+    # ---- composition (NOTE [Composition] in ``mutation``) through the framework's ``grad``
+    def call_producer(self, producer: Callable, base: Any, isolate: bool) -> tuple[Any, Any]:
+        """(leaf, producer(leaf)); with ``isolate`` the op gets a clone, so it cannot corrupt the producer."""
+        leaf = self.leaf(self.clone(base))
+        with self.grad_mode():
+            y = producer(leaf)
+            if isolate:
+                y = y.clone()
+        return leaf, y
+
+    def run_graph(self, fn: Callable, fed: Sequence[Any], kwargs: dict) -> list[tuple[str, Any]]:
+        """Differentiable outputs of ``fn(*fed)``, fed exactly as given (no copies)."""
+        with self.grad_mode():
+            outs = self.outputs(fn(*fed, **kwargs))
+        return [(n, o) for n, o in outs if self.requires_grad(o)]
+
+    def grad_of(self, outputs: list, leaf: Any, cot_tensors: list) -> np.ndarray:
+        with self.grad_mode():
+            (g,) = self.autograd_grad(outputs, [leaf], cot_tensors, None)
+        return np.zeros(self.shape(leaf)) if g is None else self.to_numpy(g)
 
     autograd_off_phase = "forward with autograd off"  # OpRaised's phase for a forward64 that raised
 
@@ -253,6 +321,8 @@ class AdapterBase:
     phrasebook: dict[str, dict[str, str]] = {}
     # (check, torch's phrase, this framework's phrase) replaced inside a finding's message
     message_phrases: tuple[tuple[str, str, str], ...] = ()
+    # a framework whose producers are differentiated by a vjp call: that call on ``a``, the producer's name at {}
+    composition_vjp = ""
 
     def reword(self, report: Any) -> None:
         """Restate the engine's torch-worded advice in this framework's terms (verdicts never change)."""
@@ -262,6 +332,10 @@ class AdapterBase:
             for check, old, new in self.message_phrases:
                 if f.check == check:
                     f.message = f.message.replace(old, new)
+            if self.composition_vjp and f.check.startswith("composition."):
+                f.fix = f.fix.replace(".clone()", ".copy()")
+                f.repro = (f"a = {f.input}.copy()\n{self.composition_vjp.format(f.check.split('.', 1)[1])}\n"
+                           f"# the gradient of a through op(y) differs from the one through op(y.copy())")
 
     @contextlib.contextmanager
     def audit_threads(self, args: Sequence[Any]):

@@ -31,7 +31,7 @@ import numpy as np
 from .._errors import InvalidArgument
 from .adapter_base import apply_parameters
 
-__all__ = ["Argument", "discover_arguments", "argument_regimes", "check_vary", "STRATEGIES", "is_sentinel_name"]
+__all__ = ["Argument", "discover_arguments", "argument_regimes", "check_vary", "STRATEGIES"]
 
 _DIM = re.compile(r"^(dim|axis|dimension)$|_(dim|axis)$")
 _SENTINEL = re.compile(r"^(ignore|pad|padding|blank|sentinel)(_?(index|idx|id|token|label|value))?$|^(ignore|padding)_")
@@ -51,10 +51,6 @@ class Argument:
     position: int | None  # its position among fn's positional parameters (None: keyword-only)
     source: str  # "positional" (in the inputs), "kwargs", or "default" (fn's signature, not passed)
     keyword: bool  # fn takes it by keyword (``Function.apply`` takes only positional arguments)
-
-
-def is_sentinel_name(name: str) -> bool:
-    return bool(_SENTINEL.search(name))
 
 
 def _parameters(fn: Callable) -> tuple[list[inspect.Parameter], bool]:
@@ -230,7 +226,7 @@ def classify(B, arg: Argument, args, int_values: set) -> str | None:
             return "reduction_dim"
         if _OFFSET.search(arg.name):
             return "offsets"
-        if is_sentinel_name(arg.name) or (int(v) < 0 and int(v) in int_values):
+        if _SENTINEL.search(arg.name) or (int(v) < 0 and int(v) in int_values):
             return "sentinel_indices"
         return None
     if isinstance(v, float) and _OFFSET.search(arg.name):

@@ -3,11 +3,10 @@
 # NOTE [The audit's parts]
 # ``_Audit`` runs the stages; each check is a class with one ``compare`` that is handed what it reads (the ``Subject``:
 # adapter, fn, reference, options, current inputs; a regime's ``Suite`` and a ``Sink`` for its results):
-#   op_runs (the op's and the reference's runs)
 #   gradient_numerical (finite differences, surrogate, forward/gradient.reference, precision, nonfinite, linearity)
 #   regime_stage (which regimes, budget, slice; one regime's checks in report order or its layout check; isolation;
 #                 reproducers)
-#   runs (what the checks share)                        mutation (mutation, aliasing, composition)
+#   runs (what the checks share; OpRuns: the op's and the reference's runs)   mutation (mutation, aliasing, composition)
 # The options (defaults, validation) are defined here.
 
 # NOTE [What is compared with what]
@@ -56,15 +55,14 @@ import numpy as np
 
 from . import numerical as num
 from .._errors import InvalidArgument
+from .adapter_base import OpRaised
 from .arguments import check_vary, discover_arguments
 from .mutation import audit_composition, audit_mutation
-from .op_raised import OpRaised
-from .op_runs import OpRuns
 from .regime_stage import (LARGE_INPUT_ELEMENTS, GradientSuite, RegimeStage, budget_spent, can_fork, looks_compiled,
                            raised_finding, repro)
 from .regimes import REGIME_NAMES, Spec
 from .report import CheckResult, OpReport, verdict_order
-from .runs import Outcome, ReferenceRaised, Run, Subject
+from .runs import OpRuns, Outcome, ReferenceRaised, Run, Subject
 from .tolerances import TOLERANCES
 
 __all__ = ["run_check_op", "check_options", "CHECK_GROUPS", "DEFAULT_OPTIONS", "LARGE_INPUT_ELEMENTS"]
@@ -122,14 +120,10 @@ def check_callables(fn, inputs: tuple, reference, opts: dict) -> None:
         raise InvalidArgument(f"check_op: kwargs must be a dict of keyword arguments for fn; got {_type_name(opts['kwargs'])}.")
 
 
-def _outside(chosen, known) -> list:
-    """The names in ``chosen`` that ``known`` does not have (a string is one name, never a sequence of letters)."""
-    return sorted(set(chosen) - set(known)) if not isinstance(chosen, str) else [chosen]
-
-
 def check_values(opts: dict) -> None:
     for option, known in (("checks", CHECK_GROUPS), ("regimes", REGIME_NAMES)):
-        bad = _outside(opts[option], known)
+        chosen = opts[option]  # a string is one name, never a sequence of letters
+        bad = sorted(set(chosen) - set(known)) if not isinstance(chosen, str) else [chosen]
         if bad:
             raise InvalidArgument(f"check_op: {option} contains {bad[0]!r}; expected a sequence drawn from {list(known)}.")
     if opts["isolate"] not in (True, False, "auto"):

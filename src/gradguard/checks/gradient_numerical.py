@@ -17,14 +17,13 @@ import numpy as np
 
 from .._errors import InvalidArgument
 from . import numerical as num
-from .op_raised import OpRaised
-from .op_runs import OpRuns, reference_pairs
+from .adapter_base import OpRaised
 from .report import CheckResult, Failure
-from .runs import Check, Run, Sink, Subject, Suite, reorder, scale
+from .runs import Check, OpRuns, Run, Sink, Subject, Suite, reference_pairs, reorder, scale
 from .tolerances import TOLERANCES, difference_rtol, difference_step, written
 
 __all__ = ["NumericalCheck", "SurrogateCheck", "Differences", "ForwardReference", "GradientReference",
-           "PrecisionCheck", "NonfiniteCheck", "LinearityCheck"]
+           "PrecisionCheck", "LinearityCheck"]
 
 @dataclass(eq=False)
 class NumericalCheck(Check):
@@ -188,13 +187,13 @@ class SurrogateCheck(Check):
             m = num.compare(got, truth, rel * scale(truth) + op.floor(i, run, dt))
             if not m.ok:
                 ok = False
-                m.index = m.index[1:] if m.index else m.index
-                name = op.names[op.wrt[i]]
-                sink.fail("gradient.surrogate", input=name, message=f"backward of {name} differs from the declared surrogate's gradient",
-                          max_abs_err=m.max_abs, max_rel_err=m.max_rel, tolerance=f"{rel:g} x max|surrogate gradient| ({dt})",
-                          where=op.where(i, m, "backward", "surrogate"),
-                          why="the backward does not compute the surrogate gradient it is declared to use.",
-                          fix="compare the backward with the surrogate's formula; the worst element is shown above.")
+                self.fail_input(sink, "gradient.surrogate", i, m, ("backward", "surrogate"),
+                                message=f"backward of {op.names[op.wrt[i]]} differs from the declared surrogate's "
+                                        f"gradient",
+                                tolerance=f"{rel:g} x max|surrogate gradient| ({dt})",
+                                why="the backward does not compute the surrogate gradient it is declared to use.",
+                                fix="compare the backward with the surrogate's formula; the worst element is shown "
+                                    "above.")
         sink.record("gradient.surrogate", ok)
 
 
@@ -260,7 +259,7 @@ class Differences:
         """``<u_k, vs>`` (``<|u_k|, |vs|>``) for every cotangent k; one k at a time for outputs of another size than
         the cotangents (broadcasting), the same numbers either way (``num.Cotangents``)."""
         if self.cot.fits(vs):
-            return self.cot.absdot(vs) if absolute else self.cot.dot(vs)
+            return self.cot.dot(vs, absolute)
         return np.array([(num.absdot if absolute else num.dot)(u, vs) for u in self.U])
 
     def directions(self, i: int, G: np.ndarray, h: float, padding) -> tuple[num.Mismatch, list[int]]:
@@ -413,15 +412,11 @@ class GradientReference(Check):
         # a padding row's zero gradient is a convention, not a kink: only the kinks regime has subgradients
         if s.regime == "kinks" and self._kink_subgradient(s, i, got, truth, allowed):
             return True
-        m.index = m.index[1:] if m.index else m.index
-        name = op.names[op.wrt[i]]
-        sink.fail("gradient.reference", input=name,
-                  message=f"gradient of {name} differs from the reference's",
-                  max_abs_err=m.max_abs, max_rel_err=m.max_rel, tolerance=rule,
-                  where=op.where(i, m, "op", "reference"),
-                  why="the op's backward does not compute the reference's gradient (to the precision the "
-                  "reference itself reaches in this dtype).",
-                  fix="compare the backward formula with the reference's; the worst element is shown above.")
+        self.fail_input(sink, "gradient.reference", i, m, ("op", "reference"),
+                        message=f"gradient of {op.names[op.wrt[i]]} differs from the reference's", tolerance=rule,
+                        why="the op's backward does not compute the reference's gradient (to the precision the "
+                        "reference itself reaches in this dtype).",
+                        fix="compare the backward formula with the reference's; the worst element is shown above.")
         return False
 
     def _kink_subgradient(self, s: Suite, i: int, got, truth, allowed) -> bool:
@@ -486,49 +481,38 @@ _LINEARITY_ALPHA = 2.5
 
 
 class PrecisionCheck(Check):
-    """``gradient.precision`` without a reference: the op's dtype run against its own float64 run."""
+    """Without a reference, the op's dtype run against its own float64 run: ``gradient.precision``, or at kinks
+    (``nonfinite``) ``gradient.nonfinite``, finite where the float64 gradient is."""
 
-    def compare(self, s: Suite, sink: Sink) -> None:
+    def compare(self, s: Suite, sink: Sink, nonfinite: bool = False) -> None:
         op, run = self.op, s.run
         ok = True
         for i in range(len(op.wrt)):
-            dt = op.dtype(i)
+            dt, name = op.dtype(i), op.names[op.wrt[i]]
             got = np.stack([g[i] for g in run.g_d])
             truth = np.stack([g[i] for g in run.g_64])
+            if nonfinite:
+                bad = ~np.isfinite(got) & np.isfinite(truth)
+                if bad.any():
+                    ok = False
+                    sink.fail("gradient.nonfinite", input=name,
+                              message=f"gradient of {name} is not finite ({int(bad.sum())} elements)",
+                              why="a value at a kink or boundary makes the backward divide by zero or take log(0).",
+                              fix="guard the special value in backward (torch.where) the way the forward does.")
+                continue
             rel = TOLERANCES["gradient.precision"].get(dt, TOLERANCES["gradient.precision.other"])
             m = num.compare(got, truth, rel * scale(truth) + op.floor(i, run, dt))
             if not m.ok:
                 ok = False
-                m.index = m.index[1:] if m.index else m.index
-                name = op.names[op.wrt[i]]
-                sink.fail("gradient.precision", input=name,
-                          message=f"gradient of {name} in {dt} is far from the op's own float64 gradient",
-                          max_abs_err=m.max_abs, max_rel_err=m.max_rel, tolerance=f"{rel:g} x max|float64 gradient|",
-                          where=op.where(i, m, dt, "float64"),
-                          why="overflow, cancellation or a missing upcast in low precision (the float64 run is "
-                          "correct or was checked against finite differences).",
-                          fix=f"accumulate in float32 (or subtract the row max / use a stable formula); pass reference= to "
-                          f"judge {dt} error against a trusted implementation instead of a fixed tolerance.")
-        sink.record("gradient.precision", ok)
-
-
-class NonfiniteCheck(Check):
-    """``gradient.nonfinite`` at kinks without a reference: finite where the float64 gradient is."""
-
-    def compare(self, s: Suite, sink: Sink) -> None:
-        op, run = self.op, s.run
-        ok = True
-        for i in range(len(op.wrt)):
-            got = np.stack([g[i] for g in run.g_d])
-            truth = np.stack([g[i] for g in run.g_64])
-            bad = ~np.isfinite(got) & np.isfinite(truth)
-            if bad.any():
-                ok = False
-                name = op.names[op.wrt[i]]
-                sink.fail("gradient.nonfinite", input=name, message=f"gradient of {name} is not finite ({int(bad.sum())} elements)",
-                          why="a value at a kink or boundary makes the backward divide by zero or take log(0).",
-                          fix="guard the special value in backward (torch.where) the way the forward does.")
-        sink.record("gradient.nonfinite", ok)
+                self.fail_input(sink, "gradient.precision", i, m, (dt, "float64"),
+                                message=f"gradient of {name} in {dt} is far from the op's own float64 gradient",
+                                tolerance=f"{rel:g} x max|float64 gradient|",
+                                why="overflow, cancellation or a missing upcast in low precision (the float64 run is "
+                                "correct or was checked against finite differences).",
+                                fix=f"accumulate in float32 (or subtract the row max / use a stable formula); pass "
+                                f"reference= to judge {dt} error against a trusted implementation instead of a fixed "
+                                f"tolerance.")
+        sink.record("gradient.nonfinite" if nonfinite else "gradient.precision", ok)
 
 
 class LinearityCheck(Check):

@@ -107,18 +107,14 @@ class Cotangents:
     def fits(self, vs: Sequence[np.ndarray]) -> bool:
         return len(vs) == len(self.rows) and all(np.size(v) == r.shape[1] for v, r in zip(vs, self.rows))
 
-    def dot(self, vs: Sequence[np.ndarray]) -> np.ndarray:
-        """``[dot(u_k, vs) for k]`` as an array."""
+    def dot(self, vs: Sequence[np.ndarray], absolute: bool = False) -> np.ndarray:
+        """``[dot(u_k, vs) for k]`` (``absdot`` with ``absolute``) as an array."""
         acc = np.zeros(self.K)
         with np.errstate(invalid="ignore", over="ignore"):
-            for r, v in zip(self.rows, vs):
-                acc = acc + np.sum(r * np.asarray(v).reshape(-1), axis=1)
+            for r, v in zip(self.abs_rows if absolute else self.rows, vs):
+                v = np.asarray(v)
+                acc = acc + np.sum(r * (np.abs(v) if absolute else v).reshape(-1), axis=1)
         return acc
 
     def absdot(self, vs: Sequence[np.ndarray]) -> np.ndarray:
-        """``[absdot(u_k, vs) for k]`` as an array."""
-        acc = np.zeros(self.K)
-        with np.errstate(invalid="ignore", over="ignore"):
-            for r, v in zip(self.abs_rows, vs):
-                acc = acc + np.sum(r * np.abs(np.asarray(v)).reshape(-1), axis=1)
-        return acc
+        return self.dot(vs, absolute=True)

@@ -1,9 +1,6 @@
-"""The regime stage of ``check_op``: which regimes run, in what order (NOTE [Budget]), which share one run (NOTE [Same
-inputs, one run]), on the whole inputs or the first rows of a large batch (NOTE [Large inputs]), with progress; and
-one regime: its gradient suite (``GradientSuite``, every gradient check in the order the report lists them) or layout
-check (``LayoutCheck``), in a child process when isolated (``run_forked``), and what it adds to the audit: failures not
-already seen on the given inputs, a skip when the regime does not apply, a crash. Also the reproducer printed under a
-finding, and the ``op.raised`` finding for an op that crashed.
+"""The regime stage of ``check_op``: which regimes run and how (NOTE [Budget], NOTE [Same inputs, one run], NOTE
+[Large inputs], NOTE [Isolated regimes]), one regime's gradient suite or layout check and what it adds to the audit;
+the reproducer printed under a finding, and the ``op.raised`` finding for an op that crashed.
 
 # NOTE [Isolated regimes]
 # A regime derives inputs (another batch size, another feature dim, indices rewritten); a compiled kernel without
@@ -29,13 +26,11 @@ import numpy as np
 
 from ..core.internal import log_fallback
 from . import numerical as num
-from .gradient_numerical import (ForwardReference, GradientReference, LinearityCheck, NonfiniteCheck, NumericalCheck,
-                                 PrecisionCheck)
-from .op_raised import OpRaised
-from .op_runs import OpRuns
+from .adapter_base import OpRaised
+from .gradient_numerical import ForwardReference, GradientReference, LinearityCheck, NumericalCheck, PrecisionCheck
 from .regimes import Regime, Spec, build_regimes, shrink_candidates
 from .report import CheckResult, Failure
-from .runs import Check, NotApplicable, Outcome, ReferenceRaised, Run, Sink, Subject, scale
+from .runs import Check, NotApplicable, OpRuns, Outcome, ReferenceRaised, Run, Sink, Subject, scale
 from .tolerances import TOLERANCES
 
 __all__ = ["RegimeStage", "GradientSuite", "LayoutCheck", "LARGE_INPUT_ELEMENTS", "budget_spent", "repro",
@@ -124,7 +119,7 @@ class GradientSuite:
         if op.reference is None and spec.precision and s.run.g_64 is not None and not s.all64:
             PrecisionCheck(op).compare(s, sink)
         elif op.reference is None and spec.convention and s.run.g_64 is not None:
-            NonfiniteCheck(op).compare(s, sink)
+            PrecisionCheck(op).compare(s, sink, nonfinite=True)
         if linearity:
             LinearityCheck(op).compare(s, sink)
         return s.run

@@ -1,22 +1,28 @@
 """What the checks of ``check_op`` share and pass each other: the op under audit (``Subject``: fn, the reference, the
 adapter, the options, the current inputs, and the scales every gradient comparison's tolerance floor reads), one
-regime's runs (``Run``, ``Suite``), where a check puts its results (``Sink``, ``Outcome``), and the two ways a regime
-ends early."""
+regime's runs (``Run``, ``Suite``) and how they are made (``OpRuns``: the op and the reference, each linearized in its
+dtype and in float64, and their VJPs for random cotangents; NOTE [What is compared with what] in ``audit``), where a
+check puts its results (``Sink``, ``Outcome``), and the two ways a regime ends early."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
+from .._errors import InvalidArgument
 from . import numerical as num
-from .op_raised import OpRaised
+from .adapter_base import OpRaised
 from .regimes import Spec
 from .report import CheckResult, Failure
 from .tolerances import TOLERANCES, gradient_floor
 
-__all__ = ["Subject", "Check", "scale", "Run", "Suite", "Sink", "Outcome", "ReferenceRaised", "NotApplicable", "reorder"]
+if TYPE_CHECKING:
+    from .audit import EffectivePrecision
+
+__all__ = ["Subject", "Check", "scale", "Run", "Suite", "Sink", "Outcome", "ReferenceRaised", "NotApplicable",
+           "reorder", "OpRuns", "check_outputs", "reference_pairs"]
 
 
 @dataclass(eq=False)
@@ -77,6 +83,13 @@ class Check:
     """One check of ``check_op`` (as torch.testing's ``Pair``): it reads the op under audit and has one ``compare``."""
 
     op: Subject
+
+    def fail_input(self, sink: Sink, check: str, i: int, m: num.Mismatch, labels: tuple[str, str], **texts) -> None:
+        """``check`` fails for the gradient of input ``wrt[i]``: ``m`` compared (cotangent, element), the cotangent
+        dropped from the worst index; ``labels`` name the two sides in ``where``."""
+        m.index = m.index[1:] if m.index else m.index
+        sink.fail(check, input=self.op.names[self.op.wrt[i]], max_abs_err=m.max_abs, max_rel_err=m.max_rel,
+                  where=self.op.where(i, m, *labels), **texts)
 
 
 def scale(a: np.ndarray) -> float:
@@ -170,3 +183,224 @@ def reorder(lin, names: list[str]) -> None:
     lin.out_tensors = [lin.out_tensors[j] for j in order]
     lin.outputs = [lin.outputs[j] for j in order]
     lin.out_names = list(names)
+
+
+_LOW_FLOATS = TOLERANCES["gradient.precision"]  # the lower float dtypes cotangents are rounded to
+
+
+def check_outputs(B, lin, who: str):
+    if lin.out_tensors:
+        return
+    got = ", ".join(f"{n}: {B.describe(o)}{'' if B.requires_grad(o) else ' (does not require grad)'}" for n, o in lin.all_outputs) or "no tensor"
+    raise InvalidArgument(
+        f"check_op: {who} returned no differentiable tensor output (got {got}). check_op audits gradients, so "
+        f"{who} must return at least one floating-point tensor computed from its inputs with autograd on; "
+        f"did it detach its result or run under {B.no_grad_hint}?"
+    )
+
+
+def reference_pairs(B, lin, lin_r) -> list[tuple[int, str]]:
+    """(position among fn's differentiable outputs, the reference's name for it) for every output the reference
+    returns (NOTE [Partial references]); a reference returning one tensor matches fn's first output."""
+    ours = list(lin.out_names)
+    theirs = {n: B.shape(o) for n, o in zip(lin_r.out_names, lin_r.out_tensors)}
+    rename = {"output": "output[0]"} if "output" not in ours and "output[0]" in ours else {}
+    unknown = sorted(n for n in theirs if rename.get(n, n) not in ours)
+    if unknown or not theirs:
+        raise InvalidArgument(
+            f"check_op: reference returned differentiable outputs {sorted(theirs)} but fn returned {sorted(ours)}; "
+            f"the reference must compute the same function as fn (the same outputs, or the first of them).")
+    pairs = sorted((ours.index(rename.get(n, n)), n) for n in theirs)
+    for j, n in pairs:
+        if tuple(B.shape(lin.out_tensors[j])) != tuple(theirs[n]):
+            raise InvalidArgument(
+                f"check_op: reference returned {n} with shape {list(theirs[n])} but fn returned shape "
+                f"{list(B.shape(lin.out_tensors[j]))}; the reference must compute the same function as fn "
+                f"(same outputs, same shapes).")
+    return pairs
+
+
+class OpRuns:
+    """The op's and the reference's runs on a regime's inputs, and what the given inputs' runs taught the later ones:
+    whether a graph may serve several cotangents (NOTE [One backward per graph]), whether fn runs in float64, the
+    reference's outputs there (NOTE [Regime not applicable]) and the precision fn really computes in."""
+
+    def __init__(self, op: Subject, precision: EffectivePrecision):
+        self.op = op
+        self.precision = precision  # found on the given inputs' float64 run, used by every later one
+        # random cotangents per run. NOTE [Finite differences as arbiter]: against a reference's exact gradient one
+        # random cotangent sees any wrong element (with probability 1), a second guards against an unlucky small one;
+        # without a reference, finite differences need the third against their own noise
+        self.probes = op.opts["probes"] if op.reference is None else max(1, op.opts["probes"] - 1)
+        self.repeatable = False  # the mutation audit saw a second backward through one graph agree
+        self.reference_repeatable = False  # the reference's backward gave one cotangent's gradient twice, bit for bit
+        self.given_has_64 = False  # fn ran in float64 on the given inputs
+        self.given_ref_outputs: list[np.ndarray] = []
+        self.given_finite = True
+
+    def _cotangents(self, lin, rng, probes: int) -> list[list[np.ndarray]]:
+        U = []
+        for _ in range(probes):
+            us = []
+            for out, dt in zip(lin.outputs, lin.out_dtypes):
+                u = rng.standard_normal(out.shape)
+                u = np.where(np.abs(np.abs(u) - 1.0) < 0.25, u * 1.7, u)  # keep away from +-1 (NOTE [Directional probes])
+                us.append(self.op.B.round_to(np.asarray(u), dt) if dt in _LOW_FLOATS or dt == "float64" else u)
+            U.append(us)
+        return U
+
+    def _vjps(self, fn, args, U, first, out_names=None) -> list[list[np.ndarray]]:
+        """One VJP per cotangent, each on its own forward pass.
+
+        # NOTE [One backward per graph]
+        # A backward that mutates what it saved (Liger's cross entropy scales its saved gradient in place)
+        # is only right the first time. That is reported once, by mutation.backward_not_repeatable; the
+        # gradient checks must not be polluted by it, so every cotangent gets a fresh graph, until the mutation
+        # audit has seen the op's backward give the same gradient twice through one graph (``repeatable``), or
+        # this graph itself gave the first cotangent's gradient again, bit for bit (``_repeats``: one extra
+        # backward instead of a forward and a backward per further cotangent; the reference and the given
+        # inputs, which run before the mutation audit, use it).
+        """
+        op = self.op
+        out = [first.pullback(U[0])]
+        # the reference's backward is trusted once repeatable (it is not checked again in every regime)
+        one_graph = (fn is op.fn and self.repeatable) or (fn is op.reference and self.reference_repeatable)
+        if not one_graph and len(U) > 1 and self._repeats(first, U[0], out[0]):
+            self.reference_repeatable = self.reference_repeatable or fn is op.reference
+            one_graph = True
+        if one_graph:
+            return out + [first.pullback(u) for u in U[1:]]
+        for u in U[1:]:
+            lin = op.B.linearize(fn, args, op.kwargs, op.wrt)
+            if out_names is not None:
+                lin.out_tensors = [lin.out_tensors[lin.out_names.index(n)] for n in out_names]
+            out.append(lin.pullback(u))
+        return out
+
+    @staticmethod
+    def _repeats(lin, u, g) -> bool:
+        """Whether a second pullback of ``u`` through ``lin``'s graph gives ``g`` again, bit for bit (NaN as NaN)."""
+        try:
+            again = lin.pullback(u)
+        except OpRaised:
+            return False
+        return all(np.array_equal(a, b, equal_nan=True) for a, b in zip(again, g))
+
+    def _run64(self, fn, args, U, who, run_notes, out_names=None):
+        """fn's float64 linearization and VJPs, or (None, None) with a note when fn cannot run in float64."""
+        op = self.op
+        try:
+            lin = op.B.linearize(fn, op.to64(args), op.kwargs, op.wrt)
+            if any(dt != "float64" for dt in lin.out_dtypes):
+                run_notes.append(f"{who} returned {', '.join(sorted(set(lin.out_dtypes)))} outputs for float64 inputs; float64 checks skipped")
+                return None, None
+            if out_names is not None:
+                reorder(lin, out_names)
+            return lin, self._vjps(fn, op.to64(args), U, lin, out_names)
+        except OpRaised as exc:
+            run_notes.append(f"{who}'s {exc.phase} failed on float64 inputs ({type(exc.error).__name__}: {str(exc.error)[:120]}); "
+                             f"checks run in the op's own dtype with tolerances from a float64 reference where one is given")
+            return None, None
+
+    def of_op(self, args, regime: str, spec: Spec, seed_offset: int) -> Suite:
+        """The op's runs on ``args``: in its dtype, and in float64 unless that is deferred (NOTE [Finite differences
+        as arbiter])."""
+        op = self.op
+        B, fn, ref = op.B, op.fn, op.reference
+        rng = np.random.default_rng(op.opts["seed"] + seed_offset)
+        lin_d = B.linearize(fn, args, op.kwargs, op.wrt)
+        check_outputs(B, lin_d, "fn")
+        U = self._cotangents(lin_d, rng, self.probes)
+        g_d = self._vjps(fn, args, U, lin_d)
+        run = Run(lin_d=lin_d, U=U, g_d=g_d)
+        all64 = all(dt == "float64" for dt in lin_d.out_dtypes) and all(op.dtype(i) == "float64" for i in range(len(op.wrt)))
+        # NOTE [Finite differences as arbiter]: with a reference, outside the given inputs the op's float64 run only
+        # serves finite differences and the kinks' subgradient test, which run only when the op disagrees with the
+        # reference
+        deferred = ref is not None and regime not in ("given", "shrink") and self.given_has_64 and not all64
+        if all64:
+            run.lin_64, run.g_64 = lin_d, g_d
+        elif not deferred:
+            run.lin_64, run.g_64 = self._run64(fn, args, U, "fn", run.notes)
+        # NOTE [Memory]: from here on only the runs' numbers are needed, not their graphs and saved tensors
+        for lin in (lin_d, run.lin_64):
+            if lin is not None:
+                lin.release()
+        run.eff = self.precision.of(args, run) if run.lin_64 is not None else (self.precision.dtype if deferred else None)
+        self._op_domain(run, regime)
+        return Suite(args=args, regime=regime, spec=spec, run=run, all64=all64, deferred=deferred, g_cmp=g_d,
+                     shared=list(range(len(lin_d.out_names))))
+
+    def _op_domain(self, run: Run, regime: str) -> None:
+        """What the given inputs' run says for the regimes; a regime where fn's float64 outputs are not finite and no
+        reference says whether they should be: not applicable."""
+        if regime == "given":
+            self.given_has_64 = run.lin_64 is not None
+            self.given_finite = all(np.all(np.isfinite(o)) for o in (run.lin_64 or run.lin_d).outputs)
+        elif self.op.reference is None and run.lin_64 is not None and self.given_finite and \
+                not all(np.all(np.isfinite(o)) for o in run.lin_64.outputs):
+            # NOTE [Outside the domain]: fn's own float64 outputs are NaN/inf here (log-probabilities x1000 are no
+            # log-probabilities): backward and finite differences are both NaN, and without a reference nothing says
+            # whether the op should have handled these inputs; with one, the reference decides (NOTE [Regime not
+            # applicable])
+            raise NotApplicable("outside fn's domain: its float64 outputs are NaN/inf on these inputs, and there is no "
+                                "reference to say whether they should be finite")
+
+    def op64_late(self, s: Suite) -> None:
+        """The op's float64 run that ``deferred`` put off, made once when a disagreement needs it."""
+        run = s.run
+        if s.deferred and run.lin_64 is None:
+            run.lin_64, run.g_64 = self._run64(self.op.fn, s.args, run.U, "fn", run.notes)
+            if run.lin_64 is not None:
+                run.lin_64.release()
+
+    def of_reference(self, s: Suite) -> None:
+        """The reference's runs on the regime's inputs, into ``s``; the regime is not applicable where the reference
+        itself returns NaN/inf (NOTE [Regime not applicable])."""
+        try:
+            self._reference_linearized(s)
+        except OpRaised as exc:
+            raise ReferenceRaised(exc) from exc
+        for lin in (s.lin_rd, s.lin_r64):
+            if lin is not None:
+                lin.release()
+        if s.regime != "given":
+            # NOTE [Regime not applicable]: inputs the reference itself cannot handle (every label ignored, a
+            # log of 0) say nothing about the op: the regime is skipped, not failed.
+            truth_vals = list((s.lin_r64 or s.lin_rd).outputs) + [g for gs in (s.g_r64 or s.g_rd) for g in gs]
+            truth_vals += list(s.lin_rd.outputs) + [g for gs in s.g_rd for g in gs]  # overflow in the op's dtype too
+            given_finite = all(np.all(np.isfinite(o)) for o in self.given_ref_outputs)
+            if given_finite and not all(np.all(np.isfinite(v)) for v in truth_vals):
+                raise NotApplicable("the reference returns NaN/inf on these inputs (in float64 or in the op's dtype)")
+        else:
+            self.given_ref_outputs = list((s.lin_r64 or s.lin_rd).outputs)
+
+    def _reference_linearized(self, s: Suite) -> None:
+        op = self.op
+        B, fn, ref, args, run = op.B, op.fn, op.reference, s.args, s.run
+        lin_d, U = run.lin_d, run.U
+        lin_rd = B.linearize(ref, args, op.kwargs, op.wrt)
+        check_outputs(B, lin_rd, "reference")
+        pairs = reference_pairs(B, lin_d, lin_rd)
+        s.shared, native = [j for j, _ in pairs], [n for _, n in pairs]
+        reorder(lin_rd, native)
+        U_r = [[us[j] for j in s.shared] for us in U]
+        g_rd = self._vjps(ref, args, U_r, lin_rd, native)
+        if len(s.shared) < len(lin_d.out_names):
+            # NOTE [Partial references]: a reference that returns fewer outputs (a fused add+norm's reference
+            # without the residual; or, with one input requiring grad, outputs that do not depend on it) is
+            # compared on what it returns: the op's VJP with zero cotangents on the other outputs
+            U_m = [[u if j in s.shared else np.zeros_like(u) for j, u in enumerate(us)] for us in U]
+            s.g_cmp = self._vjps(fn, args, U_m, B.linearize(fn, args, op.kwargs, op.wrt))
+        if s.all64 and run.eff not in (None, "float64"):
+            # float64 declared, lower precision computed: the reference's own error in that precision sets the tolerance
+            s.lin_r64, s.g_r64 = lin_rd, g_rd
+            low_args = [B.from_numpy(B.to_numpy(a), a, run.eff) if i in op.wrt else a for i, a in enumerate(args)]
+            lin_rd = B.linearize(ref, low_args, op.kwargs, op.wrt)
+            reorder(lin_rd, native)
+            g_rd = self._vjps(ref, low_args, U_r, lin_rd, native)
+        elif s.all64:
+            s.lin_r64, s.g_r64 = lin_rd, g_rd
+        else:
+            s.lin_r64, s.g_r64 = self._run64(ref, args, U_r, "reference", run.notes, native)
+        s.lin_rd, s.g_rd = lin_rd, g_rd

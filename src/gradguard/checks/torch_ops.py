@@ -26,8 +26,7 @@ import numpy as np
 import torch
 import xxhash
 
-from .adapter_base import AdapterBase, Linearization
-from .op_raised import OpRaised
+from .adapter_base import AdapterBase
 from .report import CheckResult, Failure
 
 __all__ = ["TorchBackend", "TORCH", "SMALL_INPUT_NUMEL", "is_library_op", "audit_opcheck", "OPCHECK_TESTS"]
@@ -54,7 +53,6 @@ class TorchBackend(AdapterBase):
     name = "torch"
     opcheck = True
     no_grad_hint = "torch.no_grad()"
-    tensor_type = torch.Tensor
 
     def is_tensor(self, x: Any) -> bool:
         return isinstance(x, torch.Tensor)
@@ -114,30 +112,13 @@ class TorchBackend(AdapterBase):
     def leaf(self, t: torch.Tensor) -> torch.Tensor:
         return t.requires_grad_(True)
 
-    def linearize(
-        self, fn: Callable, args: Sequence[Any], kwargs: dict, wrt: Sequence[int], prepared: tuple | None = None
-    ) -> Linearization:
-        """Run ``fn`` on fresh copies of ``args`` with the ``wrt`` positions as leaves requiring grad."""
-        fed, leaves = prepared if prepared is not None else self.prepare(args, wrt)
-        try:
-            with torch.enable_grad():
-                result = fn(*fed, **kwargs)
-        except Exception as exc:
-            raise OpRaised("forward", exc, self._float_dtypes(fed)) from exc
-        return self.linearization(fed, leaves, self.outputs(result), lambda o: o.requires_grad)
-
     autograd_off_phase = "forward under torch.no_grad()"
+    autograd_off = staticmethod(torch.no_grad)
+    grad_mode = staticmethod(torch.enable_grad)
+    zeros_like = staticmethod(torch.zeros_like)
 
-    def autograd_off(self):
-        return torch.no_grad()
-
-    def vjp_tensors(self, lin: Linearization, cots: list[torch.Tensor]) -> list[torch.Tensor]:
-        try:
-            with torch.enable_grad():
-                grads = torch.autograd.grad(lin.out_tensors, lin.leaves, cots, retain_graph=True, allow_unused=True)
-        except Exception as exc:
-            raise OpRaised("backward", exc, lin.out_dtypes[0] if lin.out_dtypes else None) from exc
-        return [torch.zeros_like(leaf) if g is None else g for leaf, g in zip(lin.leaves, grads)]
+    def autograd_grad(self, outputs: list, inputs: list, cots: list, retain_graph: bool | None) -> Sequence[Any]:
+        return torch.autograd.grad(outputs, inputs, cots, retain_graph=retain_graph, allow_unused=True)
 
     def version(self, t: torch.Tensor) -> int:
         return int(t._version)
@@ -185,29 +166,9 @@ class TorchBackend(AdapterBase):
             "relu": torch.relu,
         }
 
-    def call_producer(self, producer: Callable, base: torch.Tensor, isolate: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        """(leaf, producer(leaf)); with ``isolate`` the op gets a clone, so it cannot corrupt the producer."""
-        leaf = self.clone(base).requires_grad_(True)
-        with torch.enable_grad():
-            y = producer(leaf)
-            if isolate:
-                y = y.clone()
-        return leaf, y
-
-    def run_graph(self, fn: Callable, fed: Sequence[Any], kwargs: dict) -> list[tuple[str, torch.Tensor]]:
-        """Differentiable outputs of ``fn(*fed)``, fed exactly as given (no copies)."""
-        with torch.enable_grad():
-            outs = self.outputs(fn(*fed, **kwargs))
-        return [(n, o) for n, o in outs if o.requires_grad]
-
     def literal(self, t: torch.Tensor) -> str:
         """Python source that rebuilds ``t`` exactly (for small tensors)."""
         return f"torch.tensor({self.literal_values(t, t.dtype == torch.float64)}, dtype=torch.{self.dtype_name(t)})"
-
-    def grad_of(self, outputs: list[torch.Tensor], leaf: torch.Tensor, cot_tensors: list[torch.Tensor]) -> np.ndarray:
-        with torch.enable_grad():
-            (g,) = torch.autograd.grad(outputs, [leaf], cot_tensors, allow_unused=True)
-        return np.zeros(tuple(leaf.shape)) if g is None else self.to_numpy(g)
 
     @contextlib.contextmanager
     def audit_threads(self, args: Sequence[Any]):

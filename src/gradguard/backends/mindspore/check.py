@@ -35,8 +35,7 @@ import mindspore as ms
 from mindspore import nn, ops
 
 from ..._errors import InvalidArgument
-from ...checks.adapter_base import AdapterBase, Linearization
-from ...checks.op_raised import OpRaised
+from ...checks.adapter_base import AdapterBase, Linearization, OpRaised
 from ...core.internal import log_fallback
 from .check_bprop import FRAMEWORK_CHECKS
 
@@ -89,10 +88,7 @@ class MindSporeCheckAdapter(AdapterBase):
     def to_float64(self, t):
         return t.astype(ms.float64)
 
-    def clone(self, t):
-        """A private copy; a non-contiguous tensor stays non-contiguous (the ``noncontiguous`` regime)."""
-        if self.numel(t) > 1 and not t.is_contiguous():
-            return self.noncontiguous_copy(t)
+    def copy(self, t):
         return t.copy()
 
     def noncontiguous_copy(self, t):
@@ -133,19 +129,17 @@ class MindSporeCheckAdapter(AdapterBase):
         diff = seen["diff"]
         return self.linearization(fed, leaves, seen["all"], lambda o: True, state=(pullback, [n for n, _ in diff]))
 
-    def vjp_tensors(self, lin: Linearization, cots: list) -> list:
+    zeros_like = staticmethod(ops.zeros_like)
+
+    def pull(self, lin: Linearization, cots: list) -> list:
         pullback, names = lin.state
         by_name, outputs = dict(zip(lin.out_names, cots)), dict(lin.all_outputs)
         # zeros for the outputs the engine dropped
         full = [by_name[n] if n in by_name else ops.zeros_like(outputs[n]) for n in names]
-        try:
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message="vjp_fn has been called multiple times")
-                grads = pullback(tuple(full))
-        except Exception as exc:
-            raise OpRaised("backward", exc, lin.out_dtypes[0] if lin.out_dtypes else None) from exc
-        grads = list(grads) if isinstance(grads, (tuple, list)) else [grads]
-        return [ops.zeros_like(leaf) if g is None else g for leaf, g in zip(lin.leaves, grads)]
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="vjp_fn has been called multiple times")
+            grads = pullback(tuple(full))
+        return list(grads) if isinstance(grads, (tuple, list)) else [grads]
 
     autograd_off_phase = "forward outside ms.vjp"  # forward64 runs fn plainly: MindSpore records only in ms.vjp
 
@@ -231,6 +225,7 @@ class MindSporeCheckAdapter(AdapterBase):
     }
     message_phrases = (("mutation.backward_not_repeatable", "(retain_graph=True)",
                         "(a second call of the ms.vjp pullback)"),)
+    composition_vjp = "y, producer_vjp = ms.vjp(ops.{}, a)"
 
     def reword(self, report) -> None:
         # NOTE [MindSpore wording]
@@ -238,17 +233,12 @@ class MindSporeCheckAdapter(AdapterBase):
         # torch ops, ``retain_graph``, ``increment_version``, ``.clone()``). The facts hold on MindSpore
         # (``Tensor._version``; ``ops.assign`` and ``__setitem__`` write without bumping it) but the advice does
         # not, so the texts are restated after the engine ran: fixed texts by the adapter's ``phrasebook``, the ones
-        # built from the finding here (and MindSpore's C++ call stack is cut from quoted errors). Only the wording
-        # changes, never a verdict.
+        # built from the finding by ``composition_vjp`` (and MindSpore's C++ call stack is cut from quoted errors
+        # here). Only the wording changes, never a verdict.
         super().reword(report)
         report.notes = [_without_cpp_stack(n) for n in report.notes]
         for f in report.findings:
             f.message = _without_cpp_stack(f.message)
-            if f.check.startswith("composition."):
-                f.fix = f.fix.replace(".clone()", ".copy()")
-                producer = f.check.split(".", 1)[1]
-                f.repro = (f"a = {f.input}.copy()\ny, producer_vjp = ms.vjp(ops.{producer}, a)\n"
-                           f"# the gradient of a through op(y) differs from the one through op(y.copy())")
 
 
 def _as_tensor(x: Any) -> Any:

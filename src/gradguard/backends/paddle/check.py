@@ -11,13 +11,13 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, Sequence
 
 import numpy as np
 import paddle
 
-from ...checks.adapter_base import AdapterBase, Linearization
-from ...checks.op_raised import OpRaised
+from ...checks.adapter_base import AdapterBase, OpRaised
 from ...checks.report import CheckResult, Failure
 
 __all__ = ["check_op", "PaddleCheckAdapter", "PADDLE"]
@@ -125,28 +125,13 @@ class PaddleCheckAdapter(AdapterBase):
         t.stop_gradient = False  # a detached clone stops gradient until marked
         return t
 
-    def linearize(self, fn: Callable, args: Sequence[Any], kwargs: dict, wrt: Sequence[int],
-                  prepared: tuple | None = None) -> Linearization:
-        fed, leaves = prepared if prepared is not None else self.prepare(args, wrt)
-        try:
-            with paddle.set_grad_enabled(True):
-                result = fn(*fed, **kwargs)
-        except Exception as exc:
-            raise OpRaised("forward", exc, self._float_dtypes(fed)) from exc
-        return self.linearization(fed, leaves, self.outputs(result), lambda o: not o.stop_gradient)
-
-    def vjp_tensors(self, lin: Linearization, cots: list) -> list:
-        try:
-            with paddle.set_grad_enabled(True):
-                grads = paddle.grad(lin.out_tensors, lin.leaves, cots, retain_graph=True, allow_unused=True)
-        except Exception as exc:
-            raise OpRaised("backward", exc, lin.out_dtypes[0] if lin.out_dtypes else None) from exc
-        return [paddle.zeros_like(leaf) if g is None else g for leaf, g in zip(lin.leaves, grads)]
-
     autograd_off_phase = "forward under paddle.no_grad()"
+    autograd_off = staticmethod(paddle.no_grad)
+    grad_mode = staticmethod(functools.partial(paddle.set_grad_enabled, True))
+    zeros_like = staticmethod(paddle.zeros_like)
 
-    def autograd_off(self):
-        return paddle.no_grad()
+    def autograd_grad(self, outputs: list, inputs: list, cots: list, retain_graph: bool | None) -> Sequence[Any]:
+        return paddle.grad(outputs, inputs, cots, retain_graph=retain_graph, allow_unused=True)
 
     def version(self, t) -> int:
         return int(t.inplace_version)
@@ -157,24 +142,6 @@ class PaddleCheckAdapter(AdapterBase):
     def producers(self) -> dict[str, Callable]:
         F = paddle.nn.functional
         return {"exp": paddle.exp, "sigmoid": F.sigmoid, "softmax": lambda a: F.softmax(a, axis=-1), "relu": F.relu}
-
-    def call_producer(self, producer: Callable, base, isolate: bool):
-        leaf = self.leaf(self.clone(base))
-        with paddle.set_grad_enabled(True):
-            y = producer(leaf)
-            if isolate:
-                y = y.clone()
-        return leaf, y
-
-    def run_graph(self, fn: Callable, fed: Sequence[Any], kwargs: dict) -> list[tuple[str, Any]]:
-        with paddle.set_grad_enabled(True):
-            outs = self.outputs(fn(*fed, **kwargs))
-        return [(n, o) for n, o in outs if not o.stop_gradient]
-
-    def grad_of(self, outputs: list, leaf, cot_tensors: list) -> np.ndarray:
-        with paddle.set_grad_enabled(True):
-            (g,) = paddle.grad(outputs, [leaf], cot_tensors, allow_unused=True)
-        return np.zeros(self.shape(leaf)) if g is None else self.to_numpy(g)
 
     def literal(self, t) -> str:
         dt = self.dtype_name(t)
