@@ -10,9 +10,10 @@
 #   * ``adapter.py`` (``ADAPTER``: ``new_guard_session``, ``enrich_error``, ``check_op``, and ``advise`` where the
 #     framework has its own advisor) and its line in ``backends.KNOWN`` (module names and typed capabilities)
 #     and ``backends.INSTALL``;
-#   * ``session.py``: the guard probe (a :class:`ProbeBase`), returned by ``ADAPTER.new_guard_session``;
-#   * ``eager.py``: the explanation of the framework's own in-place errors (``ADAPTER.enrich_error``);
-#   * ``naming.py``: tensor names (parameter and variable names, from memory ranges);
+#   * ``session.py``: the guard probe (a :class:`ProbeBase`), returned by ``ADAPTER.new_guard_session``, and
+#     tensor names (parameter and variable names, from memory ranges);
+#   * ``eager.py``: the explanation of the framework's own in-place errors (``ADAPTER.enrich_error``; MindSpore's,
+#     one regular expression, lives in its ``adapter.py``);
 #   * ``check.py``: ``check_op``'s adapter (a ``checks.adapter_base.AdapterBase``);
 #   * a kit in ``tests/conformance/test_framework_contract.py`` and a column in ``tests/conformance/hazards.py``.
 # Every entry point (``guard``, ``check_op``, ``advise``, ``gradguard run``) gets the framework from
@@ -23,11 +24,14 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 from typing import Any, Callable, ContextManager, Protocol, Sequence, runtime_checkable
 from ..core.internal import log_fallback
 from ..core.patching import Patch, apply_patch, restore_patch
 
 __all__ = ["BackendAdapter", "GuardSession", "ProbeBase", "name_by_memory"]
+
+_COPIES = ("set_value", "copy_", "InplaceCopy", "assign", "Assign", "assign_value")  # write entry points that copy in
 
 
 @runtime_checkable
@@ -180,6 +184,14 @@ class ProbeBase:
     def restore_after_error(self) -> None:
         return None
 
+    def exit(self) -> None:
+        """Remove the wrappers and the saved-tensor hooks, then stop the engine (it raises what is pending)."""
+        self._unpatch_all()
+        if self._hooks is not None:
+            self._hooks.__exit__(None, None, None)
+            self._hooks = None
+        self.engine.stop()
+
     unnamed_role = "tensor"  # the role of a tensor no layer owns, before the engine reads its producer
 
     def describe(self, t):
@@ -194,8 +206,28 @@ class ProbeBase:
                           name=name, role=role or self.unnamed_role)
 
     def name_by_variable(self, t) -> str | None:
-        """The user variable holding a tensor with exactly ``t``'s memory and shape (``y`` for ``y = x * 2``)."""
-        return name_by_variable_memory(t, self.tensor_type, self.memory_range)
+        """The user variable (innermost user frame first, locals then globals) holding a tensor with exactly ``t``'s
+        memory and shape: ``y`` for ``y = x * 2``, a Paddle or MindSpore activation that no layer owns, as the torch
+        backend names ``out``. Error paths only: reads every user frame's variables."""
+        import sys
+
+        from ..core.frames import user_frames
+
+        target = self.memory_range(t)
+        if target is None:
+            return None
+        shape = tuple(int(s) for s in t.shape)
+        for frame in user_frames(sys._getframe(1)):
+            for scope in (frame.f_locals, frame.f_globals):
+                for var, value in list(scope.items()):
+                    if var.startswith("_") or not isinstance(value, self.tensor_type):
+                        continue
+                    try:
+                        if self.memory_range(value) == target and tuple(int(s) for s in value.shape) == shape:
+                            return var
+                    except Exception as error:  # a tensor without memory (lazy, freed): not this one
+                        log_fallback("backends", "comparing a variable's memory", error)
+        return None
 
     def saver(self, record, tensor) -> tuple[str | None, str | None]:
         """(the op that saved it, its argument): frameworks without named node arguments name the op only."""
@@ -223,6 +255,47 @@ class ProbeBase:
                                        via=via, span=span))
         return out
 
+    def _writer(self, original, op: str, category: str, target_of: Callable, via: str | None = None):
+        """``original``, a write entry point, wrapped: while something is saved, its write into
+        ``target_of(args, kwargs)`` is measured and logged (``_logged_write``)."""
+        engine = self.engine
+
+        def write(*args, **kwargs):
+            if not len(engine.ledger):
+                return original(*args, **kwargs)
+            return self._logged_write(target_of(args, kwargs), lambda: original(*args, **kwargs), op=op,
+                                      category=category, via=via, skip=3)
+
+        write.__wrapped__ = original
+        write.__name__ = getattr(original, "__name__", op.rsplit(".", 1)[-1])
+        return write
+
+    def _updater(self, original, prefix: str, label: str, parameters: Callable, flag: str):
+        """``original``, an optimizer's update, wrapped as a write boundary (``engine.watch_update`` on
+        ``parameters(optimizer)``; ``label``: what the user called, ``{}`` for the optimizer's class), with
+        ``self._local.<flag>`` set while it runs. An update inside one of our wrappers is part of that one."""
+        engine = self.engine
+        local = self._local
+
+        @functools.wraps(original)
+        def update(optimizer, *args, **kwargs):
+            if getattr(local, "busy", False) or not len(engine.ledger):
+                return original(optimizer, *args, **kwargs)
+            via = label.format(type(optimizer).__name__)
+            setattr(local, flag, True)
+            try:
+                return engine.watch_update(parameters(optimizer), lambda: original(optimizer, *args, **kwargs),
+                                           op=prefix + via, category="optimizer", via=via)
+            finally:
+                setattr(local, flag, False)
+
+        return update
+
+    @staticmethod
+    def _write_category(short: str) -> str:
+        """A write entry point's ``WriteRecord.category``, by its name (``__setitem__``, ``copy_``, ``Assign``)."""
+        return "index_assign" if short == "__setitem__" else "copy" if short in _COPIES else "other"
+
     # -- patches that live exactly as long as the guard --------------------------------------------
     def _patch(self, owner, name: str, wrapper) -> None:
         # NOTE [One way to patch] in core/patching.py: inherited attributes, patches stacked on ours
@@ -238,31 +311,6 @@ class ProbeBase:
     def _unpatch(patches: list) -> None:
         for patch in reversed(patches):
             restore_patch(patch)
-
-
-def name_by_variable_memory(t, tensor_type: type, memory_range: Callable) -> str | None:
-    """The user variable (innermost user frame first, locals then globals) holding a ``tensor_type`` with exactly
-    ``t``'s memory (``memory_range``) and shape: ``y`` for a Paddle or MindSpore activation that no layer owns, as
-    the torch backend names ``out``. Error paths only: reads every user frame's variables."""
-    import sys
-
-    from ..core.frames import user_frames
-
-    target = memory_range(t)
-    if target is None:
-        return None
-    shape = tuple(int(s) for s in t.shape)
-    for frame in user_frames(sys._getframe(1)):
-        for scope in (frame.f_locals, frame.f_globals):
-            for var, value in list(scope.items()):
-                if var.startswith("_") or not isinstance(value, tensor_type):
-                    continue
-                try:
-                    if memory_range(value) == target and tuple(int(s) for s in value.shape) == shape:
-                        return var
-                except Exception as error:  # a tensor without memory (lazy, freed): not this one
-                    log_fallback("backends", "comparing a variable's memory", error)
-    return None
 
 
 def name_by_memory(layer_type: type, children: Callable, named_tensors: Callable, same_memory: Callable):

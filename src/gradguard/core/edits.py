@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, TypeAlias, TypeGuard, cast
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from .framework_methods import out_of_place_method
-from .intents import FixIntent
+from .intents import FixIntent, out_of_place_method
 
 __all__ = ["EditNotApplicable", "apply_intent", "apply_intents"]
 

@@ -47,9 +47,8 @@ from .events import (BackwardEnded, BackwardStarted, FunctionBoundary, LineReach
                      TensorWritten)
 from .facts import Facts
 from .findings import Finding, SaveSite, SourceLocation, TensorInfo, WriteRecord
-from .frames import LIBRARY_PATHS, caller_context
+from .frames import LIBRARY_PATHS, caller_context, notice
 from .ledger import SavedLedger
-from .notices import notice
 
 if TYPE_CHECKING:
     # a function for sys.settrace (typeshed's _typeshed.TraceFunction; core imports only the standard library)
@@ -302,9 +301,9 @@ class GuardEngine:
             TensorWritten: self._written,
             TensorUnpacked: lambda e: self.unpacked(e.record),
             BackwardStarted: self._backward_started,
-            BackwardEnded: self._backward_ended,
+            BackwardEnded: lambda e: self.raise_pending() if self._pending and not e.failed else None,
             FunctionBoundary: lambda event: None,  # for subscribers only (no probe emits it yet)
-            LineReached: self._line_reached,
+            LineReached: lambda e: self._bisect.check(e.location) if self._bisect is not None else None,
         }
 
     # -- the event entry point --------------------------------------------------------------------
@@ -390,12 +389,10 @@ class GuardEngine:
         # event and without ``emit``'s dispatch when ``subscribers`` is empty (events exist for subscribers).
         mode, own = self.fingerprint_mode, self._own_fingerprint
         fp = None if mode == "off" else own(t, mode) if own is not None else self.fingerprint(t)
-        if not self.track_writes:
-            return SavedRecord(t, self._version(t), fp, location, saver, producer, custom_function, caller, kept_on,
-                               self.ledger.backward_passes)
-        record = LedgerRecord(t, self._version(t), fp, location, saver, producer, custom_function, caller, kept_on,
-                              self.ledger.backward_passes)
-        span = self.probe.span(t)
+        record = (LedgerRecord if self.track_writes else SavedRecord)(
+            t, self._version(t), fp, location, saver, producer, custom_function, caller, kept_on,
+            self.ledger.backward_passes)
+        span = self.probe.span(t) if self.track_writes else None
         if span is not None:
             self.ledger.add(record, *span)
         return record
@@ -476,14 +473,6 @@ class GuardEngine:
     def _backward_started(self, event: BackwardStarted) -> None:
         if event.location is not None:
             self.backward_sites = (self.backward_sites + [event.location])[-8:]
-
-    def _backward_ended(self, event: BackwardEnded) -> None:
-        if self._pending and not event.failed:
-            self.raise_pending()
-
-    def _line_reached(self, event: LineReached) -> None:
-        if self._bisect is not None:
-            self._bisect.check(event.location)
 
     # -- ctx tensors ------------------------------------------------------------------------------
     def check_kept(self, record: SavedRecord) -> None:

@@ -6,17 +6,30 @@ import dataclasses
 import linecache
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from .facts import Facts
 from .intents import FixIntent
 from .internal import log_fallback
-from .views import html_view, text_view
 
 __all__ = ["SourceLocation", "TensorInfo", "SaveSite", "WriteRecord", "Finding", "JSON_FORMAT_VERSION", "SAVED_TENSOR_KINDS",
-           "SILENT_KINDS"]
+           "SILENT_KINDS", "register_views"]
 
 JSON_FORMAT_VERSION = 1
+
+# NOTE [Findings do not import report]
+# Data flows one way: findings are built in ``core`` and shown by ``report``. ``Finding.__str__`` and
+# ``_repr_mimebundle_`` still need the renderers, so ``report`` registers them here when it is imported, and the
+# top-level package imports ``report`` (``gradguard/__init__.py``): core never names the renderers. If they
+# failed to load, a finding shows a one-line summary.
+_text: Callable[[Finding], str] | None = None
+_html: Callable[[Finding], str | None] | None = None
+
+
+def register_views(text: Callable[[Finding], str], html: Callable[[Finding], str | None]) -> None:
+    """Called by ``gradguard.report``: ``text(finding) -> str`` and ``html(finding) -> str``."""
+    global _text, _html
+    _text, _html = text, html
 
 
 # Findings about a tensor saved for backward (or kept for it on a Function's ctx): they list the writes.
@@ -197,12 +210,14 @@ class Finding:
         )
 
     def __str__(self) -> str:
-        return text_view(self)
+        if _text is None:
+            return f"gradguard finding: {self.kind} ({self.headline or self.rule})"
+        return _text(self)
 
     def _repr_mimebundle_(self, include: object = None, exclude: object = None) -> dict[str, str]:
-        text = text_view(self)
+        text = str(self)
         try:
-            html = html_view(self)
+            html = None if _html is None else _html(self)
         except Exception as internal:  # the text view must always work
             log_fallback("report.html", "the notebook HTML view of a finding", internal)
             html = None

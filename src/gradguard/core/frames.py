@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import warnings
 from dataclasses import dataclass
 from types import CodeType, FrameType, TracebackType
 from typing import Callable, Iterator
@@ -20,7 +21,7 @@ from .findings import SourceLocation
 
 __all__ = ["LibraryPaths", "user_location", "user_location_and_caller", "location_of", "caller_context",
            "CallerContext", "LIBRARY_PATHS", "user_variable_names", "user_frames", "innermost_user_entry", "is_plumbing",
-           "is_gradguard_file"]
+           "is_gradguard_file", "notice"]
 
 _GRADGUARD_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -224,3 +225,36 @@ def innermost_user_entry(tb: TracebackType | None, paths: LibraryPaths = LIBRARY
             found = tb
         tb = tb.tb_next
     return found
+
+
+def notice(message: str, category: type[Warning], stacklevel: int | None = None) -> None:
+    """``warnings.warn`` that never raises, attributed to the user's line (``stacklevel``: None for the innermost
+    frame outside gradguard, torch and the standard library's context managers).
+
+    # NOTE [A notice never raises inside torch]
+    # Notices are emitted from saved-tensor hooks and from torch.func's hook switch. Under ``-W error`` or
+    # ``PYTHONWARNINGS=error`` the user's filters turn a warning into an exception, which then unwinds through
+    # PyTorch's hook stack (an INTERNAL ASSERT in SavedTensorHooks.cpp) and fails a legal program. The user's
+    # filters still decide ("ignore" hides the notice); an "error" filter is shown as the warning it is, on
+    # stderr, instead of raising.
+    """
+    frame: FrameType | None
+    if stacklevel is None:
+        stacklevel, frame = 2, sys._getframe(1)  # stacklevel 1 is this function
+        while frame is not None and LIBRARY_PATHS.is_library(frame.f_code.co_filename):
+            stacklevel, frame = stacklevel + 1, frame.f_back
+        if frame is None:
+            stacklevel = 2
+    try:
+        warnings.warn(message, category, stacklevel=stacklevel)
+    except Warning as raised:
+        frame = sys._getframe(min(stacklevel - 1, _depth() - 1))
+        warnings.showwarning(raised, category, frame.f_code.co_filename, frame.f_lineno)
+
+
+def _depth() -> int:
+    frame: FrameType | None
+    depth, frame = 0, sys._getframe(1)
+    while frame is not None:
+        depth, frame = depth + 1, frame.f_back
+    return depth

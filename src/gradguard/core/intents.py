@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["FixIntent", "ACTIONS", "Verdict"]
+__all__ = ["FixIntent", "ACTIONS", "Verdict", "out_of_place_method"]
 
 # NOTE [Fix actions]
 # Each action names one minimal, formatting-preserving edit of one statement (or two, for moves).
@@ -99,3 +99,31 @@ class Verdict:
     suggestion: str
     fixes: list[FixIntent] = field(default_factory=list)
     display: list[tuple[str, str]] = field(default_factory=list)  # (label, text) lines shown before the probe's
+
+
+# NOTE [Out-of-place methods come from the framework]
+# `x.div_(n)` becomes `x = x.div(n)` (the ``inplace_to_out_of_place`` edit, core.edits) only when the tensor type
+# has a method `div`: the table is the framework itself, not a list kept here. `normal_`, `uniform_`, `zero_`,
+# `fill_`, `copy_` have no out-of-place method, so the repair for them writes into a clone instead (`x = x.clone()`
+# first). `bernoulli_(p)` has a namesake with another meaning (`x.bernoulli()` draws with x as the probabilities), so
+# it is treated as having none.
+_OTHER_MEANING = {"bernoulli_"}
+
+
+def out_of_place_method(name: str, namespace: bool = False) -> str | None:
+    """``div_`` -> ``div``; None when the framework has no out-of-place method of that name (``normal_``).
+    ``namespace``: look for a function of the module (``torch.relu`` for ``torch.relu_``) instead. The frameworks
+    asked are those loaded in this process (core imports none: ``gradguard fix`` loads the script's framework
+    before it edits, fix/_verify.load_frameworks)."""
+    import sys
+
+    if not name.endswith("_") or name.endswith("__") or name in _OTHER_MEANING:
+        return None
+    base = name[:-1]
+    frameworks = [(sys.modules[m], getattr(sys.modules[m], "Tensor", None)) for m in ("torch", "paddle", "mindspore")
+                  if m in sys.modules]
+    if not frameworks:
+        return base  # no framework to ask: trust the naming convention
+    if any(callable(getattr(module if namespace else tensor, base, None)) for module, tensor in frameworks):
+        return base
+    return None

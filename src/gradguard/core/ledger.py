@@ -151,21 +151,20 @@ class SavedLedger:
         self._deferred.settle()
         return bool(self._by_storage)
 
-    def live_records(self) -> Iterator[SavedRecord]:
+    def _all_entries(self) -> list[_Entry]:
         with self._lock:
             self._deferred.drain()
-            entries = [entry for bucket in self._by_storage.values() for entry in _entries(bucket)]
-        for entry in entries:
+            return [entry for bucket in self._by_storage.values() for entry in _entries(bucket)]
+
+    def live_records(self) -> Iterator[SavedRecord]:
+        for entry in self._all_entries():
             record = entry()
             if record is not None:
                 yield record
 
     def storage_key_of(self, record: SavedRecord) -> int | None:
         """The storage key ``record`` was saved under (a scan: for building a finding, never per tensor)."""
-        with self._lock:
-            self._deferred.drain()
-            entries = [entry for bucket in self._by_storage.values() for entry in _entries(bucket)]
-        return next((entry.key for entry in entries if entry() is record), None)
+        return next((entry.key for entry in self._all_entries() if entry() is record), None)
 
     def __len__(self) -> int:
         with self._lock:

@@ -140,19 +140,20 @@ def _constructions(file: str, expr: ast.expr, kind: str, trees: dict[str, ast.Mo
             for call in _preorder(function) if isinstance(call, ast.Call) and _callee(call) == kind]
 
 
-def _assigned_to(stmt: ast.stmt, attribute: str) -> ast.expr | None:
-    """The value ``stmt`` assigns to ``self.attribute`` (any receiver) or to the name ``attribute``."""
-    if isinstance(stmt, ast.Assign):
-        targets, value = stmt.targets, stmt.value
-    elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
-        targets, value = [stmt.target], stmt.value
-    else:
-        return None
-    for target in targets:
-        if (isinstance(target, ast.Attribute) and target.attr == attribute) or (
-                isinstance(target, ast.Name) and target.id == attribute):
-            return value
-    return None
+def _assignments(trees: dict[str, ast.Module], attribute: str) -> Iterator[tuple[str, ast.Module, ast.expr]]:
+    """(file, tree, value) of each statement that assigns ``value`` to ``self.attribute`` (any receiver) or to the
+    name ``attribute``."""
+    for file, tree in trees.items():
+        for stmt in _statements(tree):
+            if isinstance(stmt, ast.Assign):
+                targets, value = stmt.targets, stmt.value
+            elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
+                targets, value = [stmt.target], stmt.value
+            else:
+                continue
+            if any((isinstance(t, ast.Attribute) and t.attr == attribute) or (isinstance(t, ast.Name) and t.id == attribute)
+                   for t in targets):
+                yield file, tree, value
 
 
 def _split_path(path: str) -> tuple[str, list[int]] | None:
@@ -174,16 +175,12 @@ def instance_sites(files: list[str], path: str, kind: str) -> list[ModuleSite]:
     trees = {f: t for f in dict.fromkeys(files) if (t := parse_file(f)) is not None}
     functions = _functions(trees)
     sites: list[ModuleSite] = []
-    for file, tree in trees.items():
-        for stmt in _statements(tree):
-            value = _assigned_to(stmt, attribute)
-            if value is None:
-                continue
-            for expr in _select(value, indices):
-                for where, call in _constructions(file, expr, kind, trees, functions):
-                    site = _site(where, trees[where], call, kind)
-                    if site is not None and site not in sites:
-                        sites.append(site)
+    for file, _tree, value in _assignments(trees, attribute):
+        for expr in _select(value, indices):
+            for where, call in _constructions(file, expr, kind, trees, functions):
+                site = _site(where, trees[where], call, kind)
+                if site is not None and site not in sites:
+                    sites.append(site)
     return sites
 
 
@@ -355,16 +352,14 @@ def called_inplace_modules(files: list[str], file: str,
     trees = {f: t for f in dict.fromkeys(files) if (t := parse_file(f)) is not None}
     found: list[tuple[ModuleSite, str | None, ast.Call]] = []
     for node in _preorder(stmt):
-        if not isinstance(node, ast.Call) or not isinstance(node.func, (ast.Attribute, ast.Name)):
+        attribute = _callee(node)
+        if not isinstance(node, ast.Call) or attribute is None:
             continue
-        attribute = node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id
-        for where, tree in trees.items():
-            for assignment in _statements(tree):
-                value = _assigned_to(assignment, attribute)
-                if value is None or not any(k.arg == "inplace" and isinstance(k.value, ast.Constant)
-                                            and k.value.value is True for k in getattr(value, "keywords", ())):
-                    continue
-                site = _site(where, tree, value, _callee(value))
-                if site is not None and all(site != s for s, _, _ in found):
-                    found.append((site, _callee(value), node))
+        for where, tree, value in _assignments(trees, attribute):
+            if not any(k.arg == "inplace" and isinstance(k.value, ast.Constant) and k.value.value is True
+                       for k in getattr(value, "keywords", ())):
+                continue
+            site = _site(where, tree, value, _callee(value))
+            if site is not None and all(site != s for s, _, _ in found):
+                found.append((site, _callee(value), node))
     return found

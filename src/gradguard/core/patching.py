@@ -106,13 +106,10 @@ class SharedPatches:
         """Patch one more entry point now, while held (a library imported after the first guard started);
         undone with the rest. False when not held or already patched."""
         with self.lock:
-            if not self._holders or self.patched(owner, name):
+            if not self._holders or any(p.owner is owner and p.name == name for p in self._patches):
                 return False
             self._install([(owner, name, wrap)])
             return True
-
-    def patched(self, owner: Any, name: str) -> bool:
-        return any(p.owner is owner and p.name == name for p in self._patches)
 
     def names(self) -> list[str]:
         return [p.name for p in self._patches]

@@ -1,6 +1,6 @@
 """Renderers: one finding, many views (plain text, rich terminal, JSON, HTML)."""
 
-from ..core.views import register_views
+from ..core.findings import register_views
 from .json import FORMAT_VERSION, dumps, envelope, findings_to_json, read_findings
 from .text import render_finding
 

@@ -2,7 +2,7 @@
 (saved-tensor hooks in PyNative + MsDispatchMode write log)."""
 
 from .check import check_op
-from .eager import enrich_mindspore_error
+from .adapter import enrich_mindspore_error
 from .session import GraphModeNotWatched, MindSporeGuardSession
 
 __all__ = ["check_op", "MindSporeGuardSession", "enrich_mindspore_error", "GraphModeNotWatched"]

@@ -1,18 +1,42 @@
-"""The MindSpore adapter (PyNative by default; ``check_op`` also runs graph mode)."""
+"""The MindSpore adapter (PyNative by default; ``check_op`` also runs graph mode), and the explanation of MindSpore's
+own in-place error (its ``eager.py``, NOTE [One folder per framework])."""
 
 from __future__ import annotations
+
+import re
 
 import numpy as np
 import mindspore as ms
 
 from ..adapter import AdapterBase
+from ..._errors import InplaceModificationError
+from ...core.diagnosis import diagnose
+from ...core.facts import Facts
+from ...core.findings import Finding, SaveSite, TensorInfo
 from ...core.internal import log_fallback
 from .check import check_op
-from .naming import current_mode, memory_range
-from .eager import enrich_mindspore_error
-from .session import MindSporeGuardSession
+from .session import MindSporeGuardSession, current_mode, memory_range, mindspore_fix
 
-__all__ = ["MindSporeAdapter", "ADAPTER", "memory_range", "current_mode"]
+__all__ = ["MindSporeAdapter", "ADAPTER", "memory_range", "current_mode", "enrich_mindspore_error"]
+
+_VERSION = re.compile(r"One of the Tensor needed for gradient computation has been modified by an inplace operation, "
+                      r"which is the (\d+) 's (input|output|custom saved tensor) of (\w+); and its version is (\d+) , "
+                      r"expected version (\d+)")
+
+
+def enrich_mindspore_error(error, session=None):
+    """MindSpore's own version-check error (raised when hooks did not see the save) with a diagnosis."""
+    match = _VERSION.search(str(error))
+    if match is None or not isinstance(error, RuntimeError):
+        return None
+    index, what, op, now, expected = match.groups()
+    finding = Finding(
+        kind="inplace_modification", tensor=TensorInfo(shape=(), dtype="?", role="tensor"),
+        saved_at=SaveSite(node=op, argument=f"{what}[{index}]"), versions={"saved": int(expected), "now": int(now)},
+        backend="mindspore", facts=Facts(mode=current_mode(), mindspore_message=str(error).split("\n")[0]),
+    )
+    diagnose(finding)
+    return InplaceModificationError(mindspore_fix(finding))
 
 
 class MindSporeAdapter(AdapterBase):
@@ -36,12 +60,8 @@ class MindSporeAdapter(AdapterBase):
         return ms.saved_tensors_hooks(pack, unpack)
 
     memory_range = staticmethod(memory_range)
-
-    def dtype_name(self, t) -> str:
-        return str(t.dtype).lower()
-
-    def to_numpy(self, t):
-        return t.asnumpy()
+    dtype_name = staticmethod(MindSporeGuardSession.dtype_name)
+    to_numpy = staticmethod(MindSporeGuardSession.to_numpy)
 
     def from_numpy(self, a, *, requires_grad: bool = True):
         return ms.Tensor(np.array(a, copy=True), ms.float64 if np.asarray(a).dtype == np.float64 else None)

@@ -22,20 +22,50 @@ import functools
 import warnings
 
 import mindspore as ms
-from mindspore import ops
+from mindspore import nn, ops
 
 from ...core.facts import Facts
 from ...core.engine import phrase_fix
 from ...core.events import TensorSaved
 from ...core.findings import Finding, TensorInfo
 from ...core.frames import LIBRARY_PATHS, user_location
+from ...core.internal import log_fallback
 from ...core.source_ast import call_name
-from ..adapter import ProbeBase
-from .naming import current_mode, memory_range, name_tensor
+from ..adapter import ProbeBase, name_by_memory
 
-__all__ = ["MindSporeGuardSession", "GraphModeNotWatched", "mindspore_fix"]
+__all__ = ["MindSporeGuardSession", "GraphModeNotWatched", "mindspore_fix", "name_tensor", "memory_range",
+           "current_mode"]
 
 LIBRARY_PATHS.add(ms.__path__[0])
+
+
+def current_mode() -> str:
+    """``"graph"`` (GRAPH_MODE) or ``"pynative"``."""
+    return "graph" if ms.get_context("mode") == ms.GRAPH_MODE else "pynative"
+
+
+def memory_range(t):
+    try:
+        ptr = int(t.data_ptr())
+        n = int(t.nbytes)
+    except Exception as error:
+        log_fallback("backends.mindspore", "reading data_ptr/nbytes", error)
+        return None
+    if not ptr or n <= 0:
+        return None
+    return 0, ptr, ptr + n
+
+
+def name_tensor(t) -> tuple[str | None, str | None]:
+    """(qualified name, "parameter") of the Cell parameter sharing ``t``'s memory, or (None, None): ``net.w`` rather
+    than ``float64[3]``. A heap scan for ``nn.Cell`` objects, only when a finding is built (as the torch and Paddle
+    backends do, :func:`gradguard.backends.adapter.name_by_memory`)."""
+    target = memory_range(t)
+    if target is None:
+        return None, None
+    return name_by_memory(nn.Cell, lambda cell: cell.cells(),
+                          lambda cell: (("parameter", name, p) for name, p in cell.parameters_and_names()),
+                          lambda value: memory_range(value) == target)
 
 
 class GraphModeNotWatched(UserWarning):
@@ -68,7 +98,8 @@ class _WriteMode(ms.MsDispatchMode):
         if (name.startswith("Inplace") or name.startswith("Assign")) and len(self._session.engine.ledger):
             target = next((a for a in args if isinstance(a, ms.Tensor)), None)
             if target is not None:
-                return self._session._logged(func, args, kwargs, target, f"mindspore.ops.{name}", name)
+                return self._session._logged_write(target, lambda: func(*args, **kwargs), op=f"mindspore.ops.{name}",
+                                                   category=ProbeBase._write_category(name), skip=3)
         return func(*args, **kwargs)
 
 
@@ -104,7 +135,8 @@ class MindSporeGuardSession(ProbeBase):
                                            (ops, "assign_sub", "ops.assign_sub")):
                     original = getattr(owner, name, None)
                     if original is not None:
-                        self._patch(owner, name, self._wrap(original, f"mindspore.{label}", name))
+                        self._patch(owner, name, self._writer(original, f"mindspore.{label}",
+                                                              self._write_category(name), _first_argument))
                 mode = _WriteMode(self)
                 mode.__enter__()
                 self._mode = mode  # only once entered: exit() must not exit a mode that never entered
@@ -117,33 +149,16 @@ class MindSporeGuardSession(ProbeBase):
         if self._mode is not None:
             self._mode.__exit__(None, None, None)
             self._mode = None
-        self._unpatch_all()
-        if self._hooks is not None:
-            self._hooks.__exit__(None, None, None)
-            self._hooks = None
-        self.engine.stop()
+        super().exit()
 
     def _watch_optimizers(self) -> None:
         """A MindSpore optimizer call is a write boundary: its ``construct`` is compiled (``ms.jit``), so neither
         the dispatch mode nor the wrappers see it update the parameters, and the update does not bump
-        ``_version`` (measured on 2.10: a step between forward and backward is silently wrong)."""
-        engine = self.engine
-        local = self._local
-        original = ms.nn.Optimizer.__call__
-
-        @functools.wraps(original)
-        def call(optimizer, *args, **kwargs):
-            if not len(engine.ledger):
-                return original(optimizer, *args, **kwargs)
-            label = f"{type(optimizer).__name__}(grads)"
-            local.optimizer = True  # its compiled construct is watched here: no "not watched" line for it
-            try:
-                return engine.watch_update(list(optimizer.parameters), lambda: original(optimizer, *args, **kwargs),
-                                           op=f"mindspore.nn.{label}", category="optimizer", via=label)
-            finally:
-                local.optimizer = False
-
-        self._patch(ms.nn.Optimizer, "__call__", call)
+        ``_version`` (measured on 2.10: a step between forward and backward is silently wrong). While it runs,
+        ``_local.optimizer`` is set: its compiled construct is watched here, so no "not watched" line for it."""
+        self._patch(ms.nn.Optimizer, "__call__", self._updater(ms.nn.Optimizer.__call__, "mindspore.nn.", "{}(grads)",
+                                                               lambda optimizer: list(optimizer.parameters),
+                                                               "optimizer"))
 
     # -- hooks -> events -----------------------------------------------------------------------
     def _pack(self, t):
@@ -203,21 +218,10 @@ class MindSporeGuardSession(ProbeBase):
                                  "gradient would be silently wrong.")
         mindspore_fix(finding)
 
-    # -- writes -> TensorWritten ---------------------------------------------------------------
-    def _wrap(self, original, op, short):
-        def write(*args, **kwargs):
-            target = args[0] if args else None
-            if not isinstance(target, ms.Tensor) or not len(self.engine.ledger):
-                return original(*args, **kwargs)
-            return self._logged(original, args, kwargs, target, op, short)
 
-        write.__wrapped__ = original
-        return write
-
-    def _logged(self, func, args, kwargs, target, op, short):
-        category = "index_assign" if short == "__setitem__" else (
-            "copy" if short in ("copy_", "InplaceCopy", "assign", "Assign", "assign_value") else "other")
-        return self._logged_write(target, lambda: func(*args, **kwargs), op=op, category=category, skip=4)
+def _first_argument(args, kwargs):
+    """What the wrapped write entry points write: their first argument (a non-tensor is not logged)."""
+    return args[0] if args else None
 
 
 _FIXES = {

@@ -8,8 +8,7 @@ import paddle
 from ..adapter import AdapterBase
 from .check import check_op
 from .eager import enrich_paddle_error
-from .naming import memory_range, name_tensor
-from .session import PaddleGuardSession
+from .session import PaddleGuardSession, memory_range, name_tensor
 from ...core.internal import log_fallback
 
 __all__ = ["PaddleAdapter", "ADAPTER"]
@@ -37,9 +36,7 @@ class PaddleAdapter(AdapterBase):
 
     memory_range = staticmethod(memory_range)
     name_tensor = staticmethod(name_tensor)
-
-    def dtype_name(self, t) -> str:
-        return str(t.dtype).replace("paddle.", "")
+    dtype_name = staticmethod(PaddleGuardSession.dtype_name)
 
     def to_numpy(self, t):
         return np.asarray(t.detach().numpy() if not t.stop_gradient else t.numpy())

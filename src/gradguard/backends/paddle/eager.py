@@ -21,8 +21,7 @@ from ...core.findings import Finding, SaveSite, SourceLocation, TensorInfo, Writ
 from ...core.frames import innermost_user_entry
 from ...core.source_ast import assignment_before, written_expression
 from ...core.internal import log_fallback
-from .naming import name_tensor
-from .session import paddle_fix
+from .session import name_tensor, paddle_fix
 
 __all__ = ["enrich_paddle_error", "explain", "PaddleLeafInplaceError"]
 

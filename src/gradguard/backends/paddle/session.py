@@ -37,11 +37,10 @@ from ...core.facts import Facts
 from ...core.findings import Finding, TensorInfo
 from ...core.frames import LIBRARY_PATHS, user_location
 from ...core.source_ast import call_name
-from ..adapter import ProbeBase
-from .naming import memory_range, name_tensor
+from ..adapter import ProbeBase, name_by_memory
 from ...core.internal import log_fallback
 
-__all__ = ["PaddleGuardSession", "paddle_fix"]
+__all__ = ["PaddleGuardSession", "paddle_fix", "name_tensor", "memory_range"]
 
 LIBRARY_PATHS.add(paddle.__path__[0])
 
@@ -49,6 +48,39 @@ _ACTIVATIONS = {"relu_", "tanh_", "sigmoid_", "elu_", "leaky_relu_", "hardtanh_"
                 "celu_", "selu_", "silu_", "gelu_", "hardsigmoid_", "hardswish_", "mish_", "clip_", "exp_"}
 _NOT_WRITES = {"requires_grad_", "grad_", "stop_gradient_", "retain_grads", "register_hook"}
 _active: list["PaddleGuardSession"] = []  # sessions whose hooks are installed (Paddle allows one pair)
+
+
+def memory_range(t) -> tuple[int, int, int] | None:
+    """(storage key, start, end): Paddle exposes no storage object, so one address space (key 0) with
+    absolute byte addresses. Views (slices, reshapes) fall inside their base's range."""
+    try:
+        ptr = t.data_ptr()
+        n = int(t.size) * t.element_size()
+    except Exception as error:
+        log_fallback("backends.paddle", "reading data_ptr/size", error)
+        return None
+    if not ptr or n <= 0:
+        return None
+    return 0, ptr, ptr + n
+
+
+def name_tensor(t) -> tuple[str | None, str | None]:
+    """(qualified name, "parameter" | "buffer") of the layer tensor sharing ``t``'s memory, or (None, None):
+    "net.fc.weight" rather than "linear_0.w_0". A heap scan for ``paddle.nn.Layer`` objects on the error path, as
+    the torch backend does (its NOTE [Why a heap scan, only on the error path])."""
+    rng = memory_range(t)
+    if rng is None:
+        return None, None
+    ptr = rng[1]
+    return name_by_memory(paddle.nn.Layer, lambda layer: layer.children(), _named_tensors,
+                          lambda value: value.data_ptr() == ptr)
+
+
+def _named_tensors(layer):
+    for name, value in layer.named_parameters():
+        yield "parameter", name, value
+    for name, value in layer.named_buffers():
+        yield "buffer", name, value
 
 
 def _pylayer_saver(skip: int) -> str | None:
@@ -124,13 +156,9 @@ class PaddleGuardSession(ProbeBase):
                 self._outer._writes_on = self._outer.engine.track_writes = False
                 self._lent = []
             return
-        self._unpatch_all()
-        if self._hooks is not None:
-            self._hooks.__exit__(None, None, None)
-            self._hooks = None
         if self in _active:
             _active.remove(self)
-        self.engine.stop()
+        super().exit()
 
     # -- hooks -> events (never raise: see NOTE) ----------------------------------------------
     def _pack(self, t):
@@ -213,50 +241,20 @@ class PaddleGuardSession(ProbeBase):
 
     # -- write wrappers -> TensorWritten -------------------------------------------------------
     def _patch_writes(self) -> None:
-        for owner, name in _write_entry_points():
-            target = _target(0, "self" if owner is paddle.Tensor else "x")
-            self._patch(owner, name, self._writer(getattr(owner, name), f"{_prefix(owner)}.{name}", name, target))
-        self._patch(paddle, "assign", self._writer(paddle.assign, "paddle.assign(..., output)", "assign",
-                                                   _target(1, "output")))
+        entries = [(owner, name, f"{_prefix(owner)}.{name}", _target(0, "self" if owner is paddle.Tensor else "x"))
+                   for owner, name in _write_entry_points()]
+        for owner, name, op, target_of in [*entries, (paddle, "assign", "paddle.assign(..., output)",
+                                                      _target(1, "output"))]:
+            category = _category(op, name)
+            self._patch(owner, name, self._writer(getattr(owner, name), op, category, target_of,
+                                                  via=op if category == "activation" else None))
+        # ``Optimizer.step`` is a write boundary: Paddle's optimizer kernels (``_C_ops.sgd_``, ``adam_``) update
+        # parameters WITHOUT bumping ``inplace_version`` (measured on 3.3.1), so a step between a forward and its
+        # backward is silently wrong in plain Paddle. Only parameters saved for backward are compared.
         for cls in [paddle.optimizer.Optimizer, *_subclasses(paddle.optimizer.Optimizer)]:
             if "step" in cls.__dict__:
-                self._patch(cls, "step", self._stepper(cls.__dict__["step"]))
-
-    def _stepper(self, original):
-        """``Optimizer.step`` as a write boundary. Paddle's optimizer kernels (``_C_ops.sgd_``, ``adam_``) update
-        parameters WITHOUT bumping ``inplace_version`` (measured on 3.3.1): a step between a forward and its
-        backward is silently wrong in plain Paddle. Only parameters saved for backward are compared."""
-        engine = self.engine
-        local = self._local
-
-        def step(optimizer, *args, **kwargs):
-            if getattr(local, "busy", False) or not len(engine.ledger):
-                return original(optimizer, *args, **kwargs)
-            label = f"{type(optimizer).__name__}.step()"
-            local.busy = True
-            try:
-                return engine.watch_update(_parameters(optimizer), lambda: original(optimizer, *args, **kwargs),
-                                           op=f"paddle.optimizer.{label}", category="optimizer", via=label)
-            finally:
-                local.busy = False
-
-        step.__wrapped__ = original
-        return step
-
-    def _writer(self, original, op: str, short: str, target_of):
-        engine = self.engine
-        category = _category(op, short)
-        via = op if category == "activation" else None
-
-        def write(*args, **kwargs):
-            if not len(engine.ledger):
-                return original(*args, **kwargs)
-            return self._logged_write(target_of(args, kwargs), lambda: original(*args, **kwargs), op=op,
-                                      category=category, via=via, skip=3)
-
-        write.__wrapped__ = original
-        write.__name__ = getattr(original, "__name__", short)
-        return write
+                self._patch(cls, "step", self._updater(cls.__dict__["step"], "paddle.optimizer.", "{}.step()",
+                                                       _parameters, "busy"))
 
 
 def _prefix(owner) -> str:
@@ -265,16 +263,15 @@ def _prefix(owner) -> str:
 
 def _write_entry_points() -> list[tuple[Any, str]]:
     """(owner, name) of the public in-place entry points (NOTE [Seeing writes without a dispatch mode])."""
-    found = [(paddle.Tensor, n) for n in dir(paddle.Tensor)
-             if n.endswith("_") and not n.startswith("_") and n not in _NOT_WRITES
-             and callable(getattr(paddle.Tensor, n, None))]
-    found += [(paddle.Tensor, "__setitem__"), (paddle.Tensor, "set_value")]
-    for module in (paddle, paddle.nn.functional):
-        for name in dir(module):
-            value = getattr(module, name, None)
+    found: list[tuple[Any, str]] = []
+    for owner in (paddle.Tensor, paddle, paddle.nn.functional):
+        for name in dir(owner):
+            value = getattr(owner, name, None)
             if (name.endswith("_") and not name.startswith("_") and name not in _NOT_WRITES and callable(value)
-                    and not isinstance(value, type)):
-                found.append((module, name))
+                    and (owner is paddle.Tensor or not isinstance(value, type))):
+                found.append((owner, name))
+        if owner is paddle.Tensor:
+            found += [(paddle.Tensor, "__setitem__"), (paddle.Tensor, "set_value")]
     return found
 
 
@@ -293,13 +290,9 @@ def _parameters(optimizer) -> list:
 
 
 def _category(op: str, short: str) -> str:
-    if short == "__setitem__":
-        return "index_assign"
-    if short in ("set_value", "copy_", "assign"):
-        return "copy"
     if short in _ACTIVATIONS and not op.startswith("paddle.Tensor."):
         return "activation"
-    return "other"
+    return ProbeBase._write_category(short)
 
 
 _FIXES = {
