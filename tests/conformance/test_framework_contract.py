@@ -66,13 +66,13 @@ class TorchKit:
         from torch.overrides import _get_current_function_mode_stack
         from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
-        from gradguard.backends.torch.compat import saved_tensors_hooks_active
+        from gradguard.backends.torch.user_hooks import saved_tensors_hooks_active
 
         left = ["saved-tensor hooks"] if saved_tensors_hooks_active() else []
         return left + [repr(m) for m in [*_get_current_dispatch_mode_stack(), *_get_current_function_mode_stack()]]
 
     def fail_midway(self, monkeypatch, error):
-        from gradguard.backends.torch import compat as _compat, session as _session
+        from gradguard.backends.torch import session as _session, user_hooks as _compat
 
         # the call gate's install is enter's last step (hooks, user hooks, attribution and the op stream are in);
         # torch 2.4 has no call gate: attribution's install, after the hooks

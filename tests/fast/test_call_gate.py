@@ -1,4 +1,4 @@
-"""The write log's call gate (NOTE [Ops at the price of calls], backends/torch/call_gate.py): the op stream runs
+"""The write log's call gate (NOTE [Ops at the price of calls], backends/torch/writes.py): the op stream runs
 only inside in-place calls that may touch saved memory; every other write into saved memory is still named."""
 
 import pytest
@@ -8,7 +8,7 @@ from torch.overrides import TorchFunctionMode, handle_torch_function, has_torch_
 import gradguard
 from _markers import Markers
 from gradguard import InplaceModificationError
-from gradguard.backends.torch import call_gate as _call_gate, compat as _compat
+from gradguard.backends.torch import user_hooks as _compat, writes as _call_gate
 
 # On torch 2.4 the write log keeps its op stream on for the whole guard (no gate): the behaviour tests below run
 # there too; the ones about the gate's own mechanics do not apply.

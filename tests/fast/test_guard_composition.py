@@ -7,10 +7,10 @@ import torch
 from torch.autograd.graph import save_on_cpu, saved_tensors_hooks
 
 import gradguard
-from gradguard.backends.torch.compat import TOP_HOOKS
+from gradguard.backends.torch.user_hooks import TOP_HOOKS
 
 # torch 2.4 cannot hand a guard the user's hooks entered before it: the guard steps aside for saved tensors
-# there (one NotWatched line) instead of replacing them (NOTE in backends/torch/compat.py).
+# there (one NotWatched line) instead of replacing them (NOTE in backends/torch/user_hooks.py).
 UNLISTABLE = TOP_HOOKS is None
 
 

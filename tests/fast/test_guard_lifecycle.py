@@ -15,7 +15,7 @@ import gradguard
 def _hooks_and_modes():
     # (whether saved-tensor hooks are active, dispatch and function modes on the stacks: the write log is one of
     # them, the call gate or, on torch 2.4, the op stream); torch 2.4 cannot list the hooks
-    from gradguard.backends.torch.compat import saved_tensors_hooks_active
+    from gradguard.backends.torch.user_hooks import saved_tensors_hooks_active
 
     return (True if saved_tensors_hooks_active() else None), (
         torch._C._len_torch_dispatch_stack() + torch._C._len_torch_function_stack())

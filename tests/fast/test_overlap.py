@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import gradguard
-from gradguard.backends.torch.overlap import share_elements
+from gradguard.backends.torch.fingerprint import share_elements
 
 
 def test_interleaved_column_blocks_share_no_element():

@@ -155,7 +155,7 @@ def test_the_wrapper_is_removed_on_exit():
 def test_a_leaf_dying_while_the_entries_lock_is_held_never_deadlocks():
     import threading
 
-    from gradguard.backends.torch import second_order as so
+    from gradguard.backends.torch import attribution as so
 
     leaf = torch.ones(2, requires_grad=True)
     key = -12345  # not a real address: no other entry uses it

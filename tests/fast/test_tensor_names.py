@@ -46,7 +46,7 @@ def test_the_numpy_buffer_a_saved_tensor_shares_names_it():
 
 
 def test_a_variable_holding_a_different_view_of_the_memory_does_not_name_it():
-    from gradguard.backends.torch.naming import name_by_variable
+    from gradguard.backends.torch.graph import name_by_variable
 
     buffer = torch.zeros(3, 4)
     row = buffer[1]  # noqa: F841 - the variable name is what is looked up

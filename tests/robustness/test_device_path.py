@@ -17,7 +17,7 @@ import torch
 
 import gradguard
 from gradguard import SilentModificationError
-from gradguard.backends.torch import fingerprint as _fingerprint, sampling as _sampling
+from gradguard.backends.torch import fingerprint as _fingerprint, user_hooks as _sampling
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 SYNCS = {"aten::_local_scalar_dense", "aten::is_nonzero", "aten::equal", "aten::item"}

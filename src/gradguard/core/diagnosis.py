@@ -440,7 +440,7 @@ def _refilled_name(code: str) -> str | None:
     return None
 
 
-# -- custom Function and tensor-hook hygiene (backends/torch/function_hygiene.py) ------------------------
+# -- custom Function and tensor-hook hygiene (backends/torch/attribution.py) ---------------------------
 
 def _kind(kind: str) -> Callable[[Finding], bool | None]:
     return lambda f: True if f.kind == kind else None
@@ -550,7 +550,7 @@ def _module_writes_caller_input(f: Finding, _: object) -> Verdict:
 
 def _write_inside(f: Finding) -> tuple[str, str, list[FixIntent]] | None:
     """(where, the rewritten statement, its intent) for a module input written by a statement of the user's own
-    forward (the write log keeps it after the call: module_inputs.py), when it has an out-of-place form."""
+    forward (the write log keeps it after the call: backends/torch/forward_hooks.py), when it has an out-of-place form."""
     inside = next((w for w in f.modified_at[1:] if w.category == "module_input" and w.location is not None), None)
     if inside is None or inside.location is None:
         return None

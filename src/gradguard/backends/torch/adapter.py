@@ -6,9 +6,9 @@ import torch
 
 from ..adapter import AdapterBase
 from .coverage import install_coverage_probe
-from .fingerprint import fingerprint
-from .function_hygiene import tensor_version
-from .naming import name_tensor
+from .fingerprint import byte_range, fingerprint
+from .attribution import tensor_version
+from .graph import name_tensor
 
 __all__ = ["TorchAdapter", "ADAPTER"]
 
@@ -27,9 +27,7 @@ class TorchAdapter(AdapterBase):
         return isinstance(obj, torch.Tensor)
 
     def memory_range(self, t):
-        from .session import _byte_range
-
-        return _byte_range(t)
+        return byte_range(t)
 
     def to_numpy(self, t):
         return t.detach().cpu().numpy()

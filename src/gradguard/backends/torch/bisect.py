@@ -1,11 +1,11 @@
 """Bisect mode in one call: :func:`bisect` re-runs a function with ``TorchGuardSession(bisect=True)`` and returns
-gradguard's findings. What bisect mode checks, and how it pins a write: :class:`Bisector` (bisector.py)."""
+gradguard's findings. What bisect mode checks, and how it pins a write: :class:`Bisector` (writes.py)."""
 
 from __future__ import annotations
 
 from ..._errors import GradientHazardError
-from .bisector import Bisector
 from .session import TorchGuardSession
+from .writes import Bisector
 
 __all__ = ["Bisector", "bisect"]
 

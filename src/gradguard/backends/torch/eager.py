@@ -27,7 +27,7 @@ from .backward_calls import _backward_receiver, _lookup, loss_of, raised_chain, 
 from .crossing import Crossing, find_crossing
 from .graph import _reaches_any, walk_nodes
 from .loss_site import forward_before_loop, innermost_loop
-from .naming import first_tensor_step, name_tensor, tensor_info
+from .graph import first_tensor_step, name_tensor, tensor_info
 from ...core.internal import log_fallback
 
 __all__ = ["enrich_eager_error"]

@@ -51,17 +51,14 @@ from ...core.module_sites import path_in_user_self
 from ...core.internal import log_fallback
 from ...core.data_statements import may_write_data
 from ..adapter import ProbeBase
-from . import (attribution as _attribution, backward_calls as _backward_calls, call_gate as _call_gate, compat as _compat, data_in_forward as _data_in_forward, forward_hooks as _forward_hooks, function_hygiene as _function_hygiene, module_inputs as _module_inputs, second_order as _second_order, step_aside as _step_aside, user_hooks as _user_hooks)
-from . import device_check as _device_check
-from .bisector import Bisector
-from .fingerprint import fingerprint as _fingerprint
+from . import attribution as _attribution, backward_calls as _backward_calls, forward_hooks as _forward_hooks
+from . import user_hooks as _user_hooks
+from .fingerprint import bits, byte_range as _byte_range, fingerprint as _fingerprint, share_elements
 from .fingerprint import same as _same_fingerprint
-from .graph import NODE_NAMES as _NODE_NAMES, _unpacking_argument, capture_graph, iter_saved, node_name
+from .graph import NODE_NAMES as _NODE_NAMES, _unpacking_argument, capture_graph, iter_saved, name_by_variable
+from .graph import name_in_writing_frame, name_tensor, node_name, one_heap_scan, storage_key
 from .loss_site import loss_made_before_steps, recompute_in_loop
-from .naming import name_by_variable, name_in_writing_frame, name_tensor, one_heap_scan
-from .overlap import share_elements
-from .call_gate import CallGate, install, python_op_name, uninstall
-from .writes import OpStream, WriteLog, dynamo_safe
+from .writes import Bisector, CallGate, OpStream, WriteLog, dynamo_safe, install, lifted, python_op_name, uninstall
 
 __all__ = ["TorchGuardSession", "FINGERPRINT_MODES"]
 
@@ -99,35 +96,11 @@ def _aten_name(func) -> str:
     return func.name().replace("::", ".")  # "aten.add_.Tensor"
 
 
-def _storage_key(t: torch.Tensor) -> int:
-    """The ledger's key for ``t``'s memory, its storage's base address: ``data_ptr()`` less the offset, without
-    building a storage object (0.9 -> 0.4 us); an empty tensor's data_ptr may be null, so its storage is asked."""
-    if t.numel() == 0:
-        return t.untyped_storage().data_ptr()
-    return t.data_ptr() - t.storage_offset() * t.element_size()
-
-
-def _byte_range(t: torch.Tensor) -> tuple[int, int, int]:
-    """(storage key, first byte, end byte) of the memory ``t`` spans; an empty tensor spans nothing."""
-    itemsize = t.element_size()
-    start = t.storage_offset() * itemsize
-    n = t.numel()
-    if n == 0:
-        return t.untyped_storage().data_ptr(), start, start
-    if t.is_contiguous():
-        span = n
-    else:
-        span = 1
-        for size, stride in zip(t.shape, t.stride()):  # a loop: ~0.25 us less than sum() over a generator
-            span += (size - 1) * stride
-    return t.data_ptr() - start, start, start + span * itemsize
-
-
 _OWNERS = (torch.optim.Optimizer, torch.nn.Module)  # what a write's frames may name as its owner
 
 _STRIDED = torch.strided
-_DYNAMO_TRACES_HOOKS = _compat.DYNAMO_TRACES_HOOKS
-_SAVED_TENSOR_DATA = _compat.SAVED_TENSOR_DATA
+_DYNAMO_TRACES_HOOKS = _user_hooks.DYNAMO_TRACES_HOOKS
+_SAVED_TENSOR_DATA = _user_hooks.SAVED_TENSOR_DATA
 _current_graph_task_id = torch._C._current_graph_task_id
 _current_autograd_node = torch._C._current_autograd_node
 _NODE_SITES = 65536  # entries kept before the map starts over (diagnosis only: losing old ones is harmless)
@@ -161,7 +134,7 @@ class _VersionOnly:
     def unpack(self) -> torch.Tensor:
         now = self.tensor._version
         if now != self.version:
-            layout = _step_aside.unreadable_layout(self.tensor)
+            layout = _user_hooks.unreadable_layout(self.tensor)
             raise RuntimeError(
                 "one of the variables needed for gradient computation has been modified by an inplace operation: "
                 f"[a {layout.replace(' tensors', '')} {str(self.tensor.dtype).replace('torch.', '')} tensor] is at "
@@ -189,6 +162,142 @@ def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
     return bool(torch.allclose(a, b, rtol=1e-2, atol=1e-3 * float(a.abs().max()) + 1e-6, equal_nan=True))
 
 
+# -- saved tensors on a GPU: fingerprints compared on the device, one host read per backward pass ------------
+# NOTE [No host sync per saved tensor]
+# Comparing a device fingerprint at unpack needs its answer on the host (``torch.equal`` is a synchronisation:
+# the CPU waits until the GPU has run everything queued before it). Doing that for every saved tensor, inside
+# the autograd engine's backward, drains the launch queue hundreds of times per step. So on a device:
+#   * pack takes the fingerprint in one launch and never waits for it (``device_sample``, fingerprint.py);
+#   * unpack checks the version counter at once (a host integer: loud findings stay immediate), takes the
+#     fingerprint again, and only queues the pair; it never waits either;
+#   * when the backward pass ends (an autograd engine callback, before ``backward()`` returns and so before
+#     any optimizer step can use the gradients), the queued pairs are compared in a few batched launches per
+#     dtype, and one value is read on the host: the pass's "something changed" flag;
+#   * only when that flag is set does gradguard look (with syncs) for which saved tensor changed, and raise
+#     the same ``SilentModificationError`` as at unpack on a CPU.
+# What the finding loses against a CPU tensor's: the error is raised at the end of the backward pass rather
+# than inside the node that unpacked it, so the graph picture is not drawn; the saver node is still named.
+# A saved tensor the node released before the end is not kept alive for this (the pass would hold every
+# activation until its end): the finding then describes it from its shape and dtype.
+_queue_callback = torch.autograd.Variable._execution_engine.queue_callback
+_MAX_PASSES = 8  # passes with queued pairs kept at once (nested backward passes; a pass that failed never flushes)
+
+
+class _Pass:
+    """The pairs one backward pass queued: (saved fingerprint, fingerprint now, the record or None, the saver node's
+    name and argument, then, without the record, what rebuilds it: its class, version, place, rarely set fields, and
+    the tensor's shape, dtype and device)."""
+
+    __slots__ = ("task", "entries")
+
+    def __init__(self, task: int):
+        self.task = task
+        self.entries: list = []
+
+
+def _defer(session, record, now) -> bool:
+    """Queue the comparison of ``record``'s device fingerprint with ``now`` until backward ends. Returns False when
+    it cannot be deferred (no backward pass running: compare now)."""
+    # Once per saved tensor at unpack: the pass of the previous unpack is kept at hand, and a node's name per class
+    # (NOTE [The pack and unpack hooks' own cost]).
+    task = _current_graph_task_id()
+    if task < 0:
+        return False
+    pending = session.__dict__.get("_device_pass")
+    if pending is None or pending.task != task:
+        pending = _pass_of(session, task)
+    unpacking = session._unpacking
+    if unpacking is not None and unpacking[0] is record:  # the node the session's unpack has just asked for
+        node, name = unpacking[1], unpacking[2]
+    elif (node := _current_autograd_node()) is None:
+        name = None
+    else:
+        name = node_name(node)
+    argument = None
+    if name is not None and "BatchNorm" in name:  # NOTE [Running stats saved in eval mode]
+        argument = _unpacking_argument(node, record)
+        if _training_running_stat(node, name, argument):
+            return True  # a training-mode BatchNorm's running stats: a change is allowed, nothing to compare
+    # A leaf stays alive anyway, and the write log's records must keep their writes: keep the record. An
+    # activation's record would keep its memory alive to the end of the pass: keep what the finding needs of it
+    # (see _Pass), in the entry's own tuple (one object per entry: NOTE [Few objects per saved tensor]).
+    if record.where.producer == "leaf" or session.track_writes or record.writes is not None:
+        pending.entries.append((record.fp, now, record, name, argument))
+    else:
+        t = record.tensor
+        pending.entries.append((record.fp, now, None, name, argument, type(record), record.version, record.where,
+                                record._seldom, t.shape, t.dtype, t.device))
+    return True
+
+
+def _training_running_stat(node, name: str, argument: str | None) -> bool:
+    """A running stat a BatchNorm node saved in training mode (a node that does not say counts as one)."""
+    return saves_running_stat(name, argument) and getattr(node, "_saved_training", True) is not False
+
+
+def _pass_of(session, task: int) -> _Pass:
+    """The queue of backward pass ``task`` (made, with its end-of-pass callback, on the pass's first unpack)."""
+    passes = session.__dict__.setdefault("_device_passes", {})
+    pending = passes.get(task)
+    if pending is None:
+        if len(passes) >= _MAX_PASSES:
+            passes.pop(next(iter(passes)))
+        pending = passes[task] = _Pass(task)
+        _queue_callback(lambda: _flush(session, task))
+    session._device_pass = pending
+    return pending
+
+
+def _flush(session, task: int) -> None:
+    """The end of one backward pass: compare its queued pairs with one host read; raise for the first changed."""
+    pending = session.__dict__.get("_device_passes", {}).pop(task, None)
+    if session.__dict__.get("_device_pass") is pending:
+        session._device_pass = None
+    if pending is None or not pending.entries:
+        return
+    entries, pending.entries = pending.entries, []
+    changed = _changed(entries)
+    if not changed:
+        return
+    entry = changed[0]
+    old, record, name, argument = entry[0], entry[2], entry[3], entry[4]
+    if record is None:  # released by backward: a stand-in record over one element expanded to the tensor's shape
+        kind, version, where, seldom, shape, dtype, device = entry[5:]
+        record = SavedRecord.__new__(kind)
+        record.tensor = torch.empty((), dtype=dtype, device=device).expand(shape)
+        record.version, record.fp = version, old
+        record.where, record._seldom = where, seldom
+    note = None
+    if len(changed) > 1:
+        note = f"{len(changed) - 1} more saved tensor(s) of this backward pass were also modified"
+    facts = Facts(checked="at the end of the backward pass (device fingerprints are compared there, with one "
+                          "host read per pass)")
+    session.engine.raise_record(record, "silent_write", note=note, facts=facts, saver=(name, argument))
+
+
+def _changed(entries: list) -> list:
+    """The entries whose fingerprint changed. One host read when none did (the common case); more only then."""
+    groups: dict = {}
+    for entry in entries:
+        old, now = entry[0], entry[1]
+        dtype, shape = old.dtype, old.shape
+        if dtype != now.dtype or shape != now.shape:  # another layout came back: changed, no read needed
+            return [entry] + [e for e in entries if e is not entry and not _same_fingerprint(e[0], e[1])]
+        key = (old.device, dtype, shape[1:])  # torch.cat joins tensors alike but in their first dimension
+        olds, nows = groups.setdefault(key, ([], []))
+        olds.append(old)
+        nows.append(now)
+    flags: dict = {}  # device -> one flag per dtype
+    with torch._C._DisableTorchDispatch():
+        for (device, _dtype, _rest), (olds, nows) in groups.items():
+            flags.setdefault(device, []).append(torch.ne(bits(torch.cat(olds)), bits(torch.cat(nows))).any())
+        for per_dtype in flags.values():
+            flag = per_dtype[0] if len(per_dtype) == 1 else torch.stack(per_dtype).any()  # one read per device
+            if flag.item():  # the pass's single host read (one per device the pass saved on)
+                return [entry for entry in entries if not _same_fingerprint(entry[0], entry[1])]
+    return []
+
+
 class TorchGuardSession(ProbeBase):
     """The torch probe: installs the hooks (and, with ``track_writes``, the write log) between ``enter()`` and
     ``exit()``; its :class:`~gradguard.core.engine.GuardEngine` checks and raises."""
@@ -205,8 +314,8 @@ class TorchGuardSession(ProbeBase):
         self._bisect = None
         self.backward_calls: list = []  # _backward_calls.BackwardCall of the backward passes
         self._mode = None  # the op stream (write log, bisect), or the call gate in front of it, while entered
-        # no call gate in bisect mode (the bisector checks around every op) or on torch 2.4 (_compat.GATE_CALLS)
-        self._gate_calls = self.track_writes and not self.bisect and _compat.GATE_CALLS
+        # no call gate in bisect mode (the bisector checks around every op) or on torch 2.4 (_user_hooks.GATE_CALLS)
+        self._gate_calls = self.track_writes and not self.bisect and _user_hooks.GATE_CALLS
         self._write_log = None
         self._forward_hooks = None  # the sentinel's module hooks (forward_hooks.py)
         # writer attribution at Function / Triton boundaries hashes saved memory (attribution.py)
@@ -221,8 +330,8 @@ class TorchGuardSession(ProbeBase):
         self._unpacking: tuple | None = None  # (record, its node, the node's name) of the unpack running
         # (node name, sequence number) -> (forward line, pass, caller): NOTE [Where a freed graph was made]
         self.node_sites: dict = {}
-        # id(tensor) -> reads of it a module's caller has still to make (module_inputs.py)
-        self._pending_reads: dict[int, _module_inputs.PendingRead] = {}
+        # id(tensor) -> reads of it a module's caller has still to make (forward_hooks.py)
+        self._pending_reads: dict[int, _forward_hooks.PendingRead] = {}
         self._emit = self.engine.emit
         self._ledger = self.engine.ledger
 
@@ -238,12 +347,12 @@ class TorchGuardSession(ProbeBase):
         # (activation offloading, compression) are therefore called from the guard's own hooks; hooks the
         # user enters inside the guard are wrapped the same way (user_hooks.py). What goes through user
         # hooks is checked on the way back: unpack must return what pack was given (shape, dtype, values).
-        _function_hygiene.baselines()  # measured before any hook of ours is installed
+        _attribution.baselines()  # measured before any hook of ours is installed
         outer = _user_hooks.top_hooks()
-        if (outer is None and _compat.TOP_HOOKS is None and _compat.saved_tensors_hooks_active()
+        if (outer is None and _user_hooks.TOP_HOOKS is None and _user_hooks.saved_tensors_hooks_active()
                 and not _user_hooks.guard_hooks_on_top()):
             # torch 2.4 cannot hand the user's hooks back: keep them, watch no saved tensor in this guard
-            _step_aside.not_watched(self, "hooks", "not watching saved tensors: your saved_tensors_hooks are "
+            _user_hooks.not_watched(self, "hooks", "not watching saved tensors: your saved_tensors_hooks are "
                                     "active and torch < 2.5 cannot show them to gradguard (enter the guard first)")
         else:
             if outer is not None:
@@ -255,39 +364,34 @@ class TorchGuardSession(ProbeBase):
             self._hooks = saved_tensors_hooks(pack, unpack)
             self._hooks.__enter__()
             _user_hooks.install(self)
-            _step_aside.install(self)
             self._user_hooks = True
         try:  # Function and tensor-hook boundaries: hygiene in every mode, writer attribution with the write log
             _attribution.install(self)
             self._attribution = True
-        except BaseException:
-            self.exit()
-            raise
-        if not self.track_writes:  # NOTE [Silent classes without the write log] (forward_hooks.py)
-            self._forward_hooks = _forward_hooks.ForwardHooks(self.report_extra)
-            self._forward_hooks.install()
-        else:
+            if not self.track_writes:  # NOTE [Silent classes without the write log] (forward_hooks.py)
+                self._forward_hooks = _forward_hooks.ForwardHooks(self.report_extra)
+                self._forward_hooks.install()
+                return
             self._write_log = WriteLog(self._on_write)
             subscribers = [self._write_log]
             if self.bisect:
                 self._bisect = Bisector(self)
                 subscribers.insert(0, self._bisect)  # outermost: it checks around the write log's work too
             mode = dynamo_safe(OpStream)(subscribers)
-            if self._gate_calls:  # NOTE [Ops at the price of calls] (call_gate.py)
+            if self._gate_calls:  # NOTE [Ops at the price of calls] (writes.py)
                 mode = CallGate(mode, self._write_log, self._wants_ops, self._ledger.any_alive, self._write_seen_after)
-            try:
-                mode.__enter__()
-                self._mode = mode  # only once entered: exit() must not exit a mode that never entered
-                if isinstance(mode, CallGate):
-                    install(mode)
-                if self.boundary_mode is not None:
-                    self._triton_pending = not _attribution.triton_wrapped()
-                if self._bisect is not None:
-                    self._bisect.start()
-                    self.engine.attach_bisector(self._bisect)
-            except BaseException:
-                self.exit()
-                raise
+            mode.__enter__()
+            self._mode = mode  # only once entered: exit() must not exit a mode that never entered
+            if isinstance(mode, CallGate):
+                install(mode)
+            if self.boundary_mode is not None:
+                self._triton_pending = not _attribution.triton_wrapped()
+            if self._bisect is not None:
+                self._bisect.start()
+                self.engine.attach_bisector(self._bisect)
+        except BaseException:  # undo what was installed
+            self.exit()
+            raise
 
     def exit(self) -> None:
         try:
@@ -309,14 +413,13 @@ class TorchGuardSession(ProbeBase):
             self._mode = None
             if self._user_hooks:
                 self._user_hooks = False
-                _step_aside.uninstall(self)
                 _user_hooks.uninstall(self)
             if self._hooks is not None:
                 self._hooks.__exit__(None, None, None)
                 self._hooks = None
 
     # -- hooks -> events -----------------------------------------------------------------------
-    @_step_aside.guard_pack
+    @_user_hooks.guard_pack
     def _pack(self, t: torch.Tensor):
         # NOTE [The pack and unpack hooks' own cost]
         # Both hooks run once per saved tensor (~700 times per step in an LSTMCell loop), where each Python call or
@@ -330,12 +433,12 @@ class TorchGuardSession(ProbeBase):
         # survivors of those pushed into the old generation, whose full collections walk every object of the
         # process (~300k with torch imported: ~250 ms each on the benchmark machine). Plain PyTorch keeps its saved
         # tensors in C++ and makes none. So the hooks keep as few as they can: no event object, one node_sites value
-        # per place and pass, one tuple per deferred device comparison (device_check.py). Measured on the LSTMCell
+        # per place and pass, one tuple per deferred device comparison (_defer). Measured on the LSTMCell
         # loop (device path, 20 steps, gc.callbacks): 8.3 young and 0.75 middle collections per step and a full one
         # every 20 steps, before; 3.7 and 0.3 and none in 20 steps, after.
         if t.layout is not _STRIDED or t.is_nested:  # NOTE [Tensors the fingerprint cannot read]
             return self._version_only(t)
-        if _DYNAMO_TRACES_HOOKS and torch.compiler.is_compiling():  # NOTE in compat.py (torch 2.4)
+        if _DYNAMO_TRACES_HOOKS and torch.compiler.is_compiling():  # NOTE in user_hooks.py (torch 2.4)
             return t
         site, caller = user_location_and_caller(2)
         engine = self.engine
@@ -357,20 +460,17 @@ class TorchGuardSession(ProbeBase):
             record = engine.save(alias, site, producer, caller)
         if (self.track_writes and site is not None and site.function == "forward" and t.requires_grad
                 and may_write_data(site.file, "forward")):
-            parameter = _data_in_forward.parameter_of(t)
-            if parameter is not None:
-                self._check_data_in_forward(parameter)
+            self._check_data_in_forward(t)
         if self._triton_pending and "triton" in sys.modules:  # imported after the guard was entered
             self._triton_pending = not _attribution.maybe_wrap_triton()
         return record
 
-    def _check_data_in_forward(self, parameter: torch.Tensor) -> None:
-        """A forward saving its parameter after changing it through ``.data`` (data_in_forward.py)."""
-        try:
-            finding = _data_in_forward.data_write_before_save(parameter, skip=3)
-        except Exception as error:
-            log_fallback("torch.data_in_forward", "reading the forward that saves a parameter", error)
-            return
+    def _check_data_in_forward(self, t: torch.Tensor) -> None:
+        """A forward saving its parameter after changing it through ``.data`` (forward_hooks.py)."""
+        parameter = _forward_hooks.parameter_of(t)
+        finding = None if parameter is None else _attribution.quietly(
+            "torch.data_in_forward", "reading the forward that saves a parameter",
+            _forward_hooks.data_write_before_save, parameter, 4)
         if finding is not None:
             self.report_extra(finding)
 
@@ -388,28 +488,22 @@ class TorchGuardSession(ProbeBase):
     def saved_before(self, t: torch.Tensor, version: int) -> bool:
         """Whether memory of ``t`` was saved for backward at ``version`` or earlier: backward's own version
         check then raises at a later write (loud), so a boundary check must not call that write silent."""
-        if not _plain(t) or t.numel() == 0:
+        span = self.span(t)
+        if span is None:
             return False
         if self.track_writes:
-            key, start, end = _byte_range(t)
-            return any(r.version is not None and r.version <= version for r in self.engine.ledger.overlapping(key, start, end))
+            return any(r.version is not None and r.version <= version for r in self._ledger.overlapping(*span))
         node = t.grad_fn  # the sentinel keeps no ledger: the producer's own saved result (exp, sigmoid, tanh)
-        if node is None:
-            return False
-        pointer = t.untyped_storage().data_ptr()
-        for _argument, data in iter_saved(node):
-            saved = getattr(data, "tensor", None)
-            if (saved is not None and data.version is not None and data.version <= version
-                    and saved.untyped_storage().data_ptr() == pointer):
-                return True
-        return False
+        return node is not None and any(
+            getattr(data, "tensor", None) is not None and data.version is not None and data.version <= version
+            and storage_key(data.tensor) == span[0] for _argument, data in iter_saved(node))
 
     def report_extra(self, finding: Finding) -> None:
         """A hazard outside saved tensors, found by a torch-only check (GuardEngine.report_extra)."""
         self.engine.report_extra(finding)
 
     def raise_finding(self, finding: Finding):
-        """Diagnose and raise a finding built by a boundary check (function_hygiene.py)."""
+        """Diagnose and raise a finding built by a boundary check (attribution.py)."""
         self.engine.raise_finding(finding)
 
     def _producer(self, t: torch.Tensor) -> str | None:
@@ -427,8 +521,8 @@ class TorchGuardSession(ProbeBase):
         return _NODE_NAMES.get(type(grad_fn)) or node_name(grad_fn)
 
     def _unwatched(self, t: torch.Tensor, how: str) -> None:
-        kind = _step_aside.unreadable_layout(t)
-        _step_aside.not_watched(self, kind, f"not watching {kind} saved for backward (no strided memory to "
+        kind = _user_hooks.unreadable_layout(t)
+        _user_hooks.not_watched(self, kind, f"not watching {kind} saved for backward (no strided memory to "
                                 f"fingerprint or match writes to): {how}")
 
     def _version_only(self, t: torch.Tensor) -> "_VersionOnly":
@@ -444,7 +538,7 @@ class TorchGuardSession(ProbeBase):
                 return record.unpack()
             if isinstance(record, torch.Tensor):  # stepped aside at pack time
                 return record
-        if not _SAVED_TENSOR_DATA and _compat.probing_unpack(record):  # torch 2.4 naming a saved argument
+        if not _SAVED_TENSOR_DATA and _user_hooks.probing_unpack(record):  # torch 2.4 naming a saved argument
             return record.tensor
         engine = self.engine
         ledger = engine.ledger
@@ -490,34 +584,29 @@ class TorchGuardSession(ProbeBase):
         finally:
             self._unpacking = None
 
-    @_step_aside.guard_pack
+    @_user_hooks.guard_pack
     def _pack_past_the_gate(self, t: torch.Tensor):
         # A custom Function's saves and backward's unpacks run under the call gate (NOTE [Ops at the price of
         # calls]); the guard's own reads of the tensor must not pay it (~1 us each). A subclass's own
         # __torch_function__ still runs.
-        with _call_gate.lifted(self._mode):
+        with lifted(self._mode):
             return self._pack(t)
 
     def _unpack_past_the_gate(self, record: SavedRecord) -> torch.Tensor:
-        with _call_gate.lifted(self._mode):
+        with lifted(self._mode):
             return self._unpack(record)
 
     def _backward_pass_started(self) -> None:
         """The first unpack of a backward pass: where it was called, and the checks that wait for it."""
-        if _second_order.entries:  # NOTE [Seeing a dropped inner update]
-            try:
-                _second_order.watch_backward(self.report_extra, user_location(3))
-            except Exception as error:
-                log_fallback("torch.second_order", "watching a backward for a dropped inner update", error)
+        if _attribution.entries:  # NOTE [Seeing a dropped inner update]
+            _attribution.quietly("torch.second_order", "watching a backward for a dropped inner update",
+                                 _attribution.watch_backward, self.report_extra, user_location(3))
         site = user_location(3)
         if site is None:
             return
         self._emit(BackwardStarted(site))
-        try:
-            call = _backward_calls.backward_call(3)
-        except Exception as error:  # only a diagnosis detail: the check must run
-            log_fallback("torch.backward_calls", "recording the receiver of a backward call", error)
-            call = None
+        call = _attribution.quietly("torch.backward_calls", "recording the receiver of a backward call",
+                                    _backward_calls.backward_call, 4)
         if call is not None:
             self.backward_calls = (self.backward_calls + [call])[-8:]
 
@@ -528,7 +617,7 @@ class TorchGuardSession(ProbeBase):
             if t.layout != torch.strided or t.is_nested:  # NOTE [Tensors the fingerprint cannot read]
                 self._unwatched(t, "your saved_tensors_hooks keep them as they choose")
                 return user_pack(t)
-            version = _function_hygiene.tensor_version(t)
+            version = _attribution.tensor_version(t)
             plain = _plain(t)
             fp = _fingerprint(t.detach(), self.fingerprint_mode) if plain and self.fingerprint_mode != "off" else None
             record = _UserHookRecord(None, tuple(t.shape), t.stride(), t.dtype, fp, _samples(t) if plain else None,
@@ -539,7 +628,7 @@ class TorchGuardSession(ProbeBase):
         def unpack(record):
             if not isinstance(record, _UserHookRecord):  # packed before the guard entered
                 return user_unpack(record)
-            if not _compat.SAVED_TENSOR_DATA and _compat.probing_unpack(record):  # torch 2.4 reading the record:
+            if not _SAVED_TENSOR_DATA and _user_hooks.probing_unpack(record):  # torch 2.4 reading the record:
                 return torch.empty(0)  # the user's unpack runs once per real unpack, never for gradguard's reads
             out = user_unpack(record.packed)
             if isinstance(out, torch.Tensor) and not self._round_trip_ok(record, out):
@@ -580,11 +669,12 @@ class TorchGuardSession(ProbeBase):
         if _attribution.in_kernel():  # the Triton launch boundary reports the kernel's writes itself
             return None
         if torch.is_grad_enabled():
-            self._watch_module_inputs(func, targets)
-        if _second_order.entries:  # the line of a parameter update that drops a create_graph gradient
+            _attribution.quietly("torch.module_inputs", "looking for the caller of a module's in-place write",
+                                 self._watch_module_inputs, func, targets)
+        if _attribution.entries:  # the line of a parameter update that drops a create_graph gradient
             for target in targets:
                 if _plain(target):
-                    _second_order.note_write(target)
+                    _attribution.note_write(target)
         for target in targets:
             key, records = self._saved_records_under(target)
             if key is None:
@@ -596,66 +686,51 @@ class TorchGuardSession(ProbeBase):
                 alias = None
                 impl = target.untyped_storage()._cdata
                 for record in records:
-                    if record.tensor.untyped_storage()._cdata != impl and write.category in ("other", "copy"):
-                        # another storage object on the same memory (torch.from_numpy, DLPack): its own version
-                        if alias is None:
-                            alias = dataclasses.replace(write, category="numpy", via=write.via or "a NumPy/DLPack alias")
-                        self.record_write([record], alias, target)
-                    else:
-                        self.record_write([record], write, target)
+                    # another storage object on the same memory (torch.from_numpy, DLPack): its own version
+                    numpy = record.tensor.untyped_storage()._cdata != impl and write.category in ("other", "copy")
+                    if numpy and alias is None:
+                        alias = dataclasses.replace(write, category="numpy", via=write.via or "a NumPy/DLPack alias")
+                    self.record_write([record], alias if numpy else write, target)
         return None
 
     def _wants_ops(self, args, kwargs) -> bool:
         """Whether an in-place call needs the op stream (NOTE [Ops at the price of calls]): something listens to
         every write, or one of its tensor arguments shares storage with a saved tensor."""
-        if torch.is_grad_enabled() or _second_order.entries or self._write_log.on_read is not None:
+        if torch.is_grad_enabled() or _attribution.entries or self._write_log.on_read is not None:
             return True
         ledger = self._ledger
         if not ledger.any_alive():
             return False
-
-        def on_saved_storage(t) -> bool:  # a subclass or meta tensor: the op stream decides, as before the gate
-            return not _plain(t) or ledger.has_storage(_storage_key(t))
-
-        for values in (args, kwargs.values()):
-            for value in values:
-                items = value if isinstance(value, (list, tuple)) else (value,)
-                if any(isinstance(item, torch.Tensor) and on_saved_storage(item) for item in items):
-                    return True
-        return False
+        items = (item for value in (*args, *kwargs.values())
+                 for item in (value if isinstance(value, (list, tuple)) else (value,)))
+        # a subclass or meta tensor: the op stream decides, as before the gate
+        return any(isinstance(t, torch.Tensor) and (not _plain(t) or ledger.has_storage(storage_key(t))) for t in items)
 
     def _saved_records_under(self, target) -> tuple[int | None, list]:
         """(storage key, the saved records whose elements ``target`` shares); (None, []) when no saved tensor is
         on its storage (or it is not a plain, non-empty tensor)."""
-        if not _plain(target) or target.numel() == 0:
+        span = self.span(target)
+        if span is None or not self._ledger.has_storage(span[0]):
             return None, []
-        key, start, end = _byte_range(target)
-        if not self._ledger.has_storage(key):
-            return None, []
-        return key, [r for r in self._ledger.overlapping(key, start, end) if share_elements(r.tensor, target)]
+        return span[0], [r for r in self._ledger.overlapping(*span) if share_elements(r.tensor, target)]
 
     def _write_seen_after(self, func, target, before: int, after: int) -> None:
         """A call the gate did not class as in-place moved ``target``'s version: log the write under the call's
         Python name, with the versions around it."""
         _key, records = self._saved_records_under(target)
         if records:
-            write = self._describe_write(python_op_name(func), target)
-            self._emit(TensorWritten(target, write.op, write.category, write.location, write.library_frame,
-                                     before, after, via=write.via, records=records))
+            self.record_write(records, self._describe_write(python_op_name(func), target), target, before, after)
 
     def _watch_module_inputs(self, func, targets) -> None:
         """A write by a module into its caller's variable that the caller reads again: wait for that read."""
-        try:
-            for target in targets:
-                pending = _module_inputs.written_input(func, target, skip=3)
-                if pending is not None:
-                    reads = self._pending_reads
-                    if len(reads) >= _module_inputs.MAX_PENDING:
-                        reads.pop(next(iter(reads)))
-                    reads[id(target)] = pending
-                    self._write_log.on_read = self._on_read
-        except Exception as error:  # a diagnosis aid: the write itself goes on
-            log_fallback("torch.module_inputs", "looking for the caller of a module's in-place write", error)
+        for target in targets:
+            pending = _forward_hooks.written_input(func, target, skip=4)
+            if pending is not None:
+                reads = self._pending_reads
+                if len(reads) >= _forward_hooks.MAX_PENDING:
+                    reads.pop(next(iter(reads)))
+                reads[id(target)] = pending
+                self._write_log.on_read = self._on_read
 
     def _on_read(self, func, args) -> None:
         reads = self._pending_reads
@@ -667,11 +742,8 @@ class TorchGuardSession(ProbeBase):
     def _check_read(self, reads: dict, t) -> None:
         pending = reads[id(t)]
         if pending.tensor() is t:
-            try:
-                read = _module_inputs.read_of(pending, skip=4)
-            except Exception as error:
-                log_fallback("torch.module_inputs", "matching an op to the caller's read", error)
-                read = None
+            read = _attribution.quietly("torch.module_inputs", "matching an op to the caller's read",
+                                        _forward_hooks.read_of, pending, 5)
             if read is None:
                 return  # the module's own ops, or another use of the tensor: not the read
         else:  # another tensor at a freed one's address
@@ -680,7 +752,7 @@ class TorchGuardSession(ProbeBase):
         if not reads and self._write_log is not None:
             self._write_log.on_read = None
         if read is not None:
-            self.report_extra(_module_inputs.finding(pending, t, read))
+            self.report_extra(_forward_hooks.finding(pending, t, read))
 
     def _note_shared_counter(self, func, target, key) -> None:
         """A write into another part of a storage that holds saved tensors (slot t of a preallocated buffer
@@ -693,10 +765,12 @@ class TorchGuardSession(ProbeBase):
             write = dataclasses.replace(self._describe_write(_aten_name(func), target), category="shared_counter")
             self.record_write(stale, write, target)
 
-    def record_write(self, records, write: WriteRecord, target=None) -> None:
+    def record_write(self, records, write: WriteRecord, target=None, before: int | None = None,
+                     after: int | None = None) -> None:
         """Log ``write`` into saved records this probe matched itself (element-wise, for strided views): one
-        TensorWritten, logged before the write runs (the engine reads each record's version then)."""
-        self._emit(TensorWritten(target, write.op, write.category, write.location, write.library_frame,
+        TensorWritten, logged before the write runs (the engine reads each record's version then), or after it
+        with the versions around it (a write the call gate saw only as a version delta)."""
+        self._emit(TensorWritten(target, write.op, write.category, write.location, write.library_frame, before, after,
                                  via=write.via, records=records))
 
     def _describe_write(self, op: str, target) -> WriteRecord:
@@ -718,7 +792,7 @@ class TorchGuardSession(ProbeBase):
                            category=category)
 
     # -- the engine's questions ----------------------------------------------------------------
-    version = staticmethod(_function_hygiene.tensor_version)  # None for inference tensors (no version counter)
+    version = staticmethod(_attribution.tensor_version)  # None for inference tensors (no version counter)
 
     @staticmethod
     def span(t: torch.Tensor) -> tuple[int, int, int] | None:
@@ -733,7 +807,7 @@ class TorchGuardSession(ProbeBase):
         return None
 
     same_fingerprint = staticmethod(_same_fingerprint)
-    defer_fingerprint_check = _device_check.defer  # NOTE [No host sync per saved tensor] (device_check.py)
+    defer_fingerprint_check = _defer  # NOTE [No host sync per saved tensor]
     name_at_write = staticmethod(name_in_writing_frame)  # NOTE [Naming a tensor where it is written]
 
     # describe(): ProbeBase's (a module's parameter or buffer, else the user variable holding it: `out`, `labels`)
@@ -774,9 +848,7 @@ class TorchGuardSession(ProbeBase):
         # in training mode (``_saved_training``) is exempt; where the node does not say, it stays exempt.
         """
         node = torch._C._current_autograd_node()
-        if node is None or not saves_running_stat(node.name(), _unpacking_argument(node, record)):
-            return False
-        return getattr(node, "_saved_training", True) is not False
+        return node is not None and _training_running_stat(node, node.name(), _unpacking_argument(node, record))
 
     def annotate(self, finding: Finding, record: SavedRecord, current: bool) -> None:
         """Torch facts the diagnosis reads: backward passes since the save, ``retain_graph``, where the loss was
@@ -809,7 +881,7 @@ class TorchGuardSession(ProbeBase):
                 w.category = "optimizer"
         if self.track_writes and _plain(record.tensor) and record.tensor.is_leaf:
             saved_in = self._ledger.storage_key_of(record)
-            if saved_in is not None and record.tensor.numel() and saved_in != _storage_key(record.tensor):
+            if saved_in is not None and record.tensor.numel() and saved_in != storage_key(record.tensor):
                 finding.notes.append(  # NOTE [What pack keeps]
                     "this tensor has other memory than when it was saved (a `.data = ...` assignment after the "
                     "forward): backward reads the new values, as PyTorch does without gradguard, and no version "
