@@ -1,12 +1,13 @@
-"""Argument checks shared by ``gradguard run``, ``fix`` and ``advise``, made before anything runs: a typo in a
-report path must cost no training run, and a report must never be written over the user's own files."""
+"""Argument checks and usage errors shared by ``gradguard run``, ``fix`` and ``advise``, made before anything runs:
+a typo in a report path must cost no training run, and a report must never be written over the user's own files."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 
-__all__ = ["seconds", "report_path_problem"]
+__all__ = ["seconds", "report_path_problem", "program_target", "load", "syntax_error", "usage_error"]
 
 
 def seconds(text: str) -> float:
@@ -20,10 +21,13 @@ def seconds(text: str) -> float:
     return value
 
 
-def report_path_problem(targets: list[tuple[str, str]], inputs: list[str]) -> str | None:
-    """Why one of the report files ``targets`` ((flag, path) pairs) cannot be written, naming the argument, what
-    it expects and what it was given; None when all can. ``inputs`` are the files the program reads (the script
-    and the files named among its arguments): a report never overwrites one."""
+def report_path_problem(options, files: list[str], args: list[str], rename=None) -> str | None:
+    """Why one of the report files ``options.json`` and ``options.html`` (each through ``rename``) cannot be
+    written, naming the argument, what it expects and what it was given; None when all can. A report never
+    overwrites a file the program reads: its ``files`` (the script) and the files among its ``args``."""
+    targets = [(f"--{name}", rename(path) if rename else path) for name in ("json", "html")
+               if (path := getattr(options, name, None))]
+    inputs = [*files, *(arg for arg in args if os.path.isfile(arg))]
     if len(targets) == 2 and os.path.abspath(targets[0][1]) == os.path.abspath(targets[1][1]):
         return (f"{targets[0][0]} and {targets[1][0]} name the same file {targets[0][1]!r}: each report needs its "
                 "own file")
@@ -43,3 +47,44 @@ def report_path_problem(targets: list[tuple[str, str]], inputs: list[str]) -> st
                         "or one of its arguments; gradguard never writes a report over an input file (did you "
                         "swap the arguments?)")
     return None
+
+
+def program_target(options) -> tuple[str, list[str], bool] | str:
+    """(target, its arguments, is_module) from ``script [args]`` or ``-m MODULE [args]``, else the usage error."""
+    if options.module is not None:
+        if not options.module:
+            return "argument -m: expected a module name"
+        return options.module[0], options.module[1:], True
+    if options.script is None:
+        return "the following arguments are required: script (or -m MODULE)"
+    return options.script, list(options.args), False
+
+
+def syntax_error(error: SyntaxError, message: str | None = None) -> int:
+    """Say on stderr that the program does not compile (Python's own words unless ``message``); exit status 1."""
+    import traceback
+
+    sys.stderr.write("".join(traceback.format_exception_only(type(error), error)) if message is None else message)
+    return 1
+
+
+def load(target: str, is_module: bool, syntax_message=None):
+    """The loaded program, or the exit status after saying why it cannot start: Python's own words (the same
+    "can't open file" as ``python``), or ``syntax_message(error)`` for a SyntaxError when given."""
+    from ._script import ProgramError, load_program
+
+    try:
+        return load_program(target, is_module)
+    except ProgramError as error:
+        print(error, file=sys.stderr)
+        return error.exit_code
+    except SyntaxError as error:
+        return syntax_error(error, syntax_message(error) if syntax_message else None)
+
+
+def usage_error(usage: str, prog: str, message: str) -> int:
+    """The ``usage`` line and ``PROG: error: MESSAGE`` on stderr, as argparse says a usage error; exit status 2."""
+    from .report.text import wrap_notice
+
+    sys.stderr.write(usage + wrap_notice(message, prefix=f"{prog}: error: "))
+    return 2

@@ -59,10 +59,9 @@ class guard(contextlib.ContextDecorator):
                 f"guard(fingerprint=...) must be one of {', '.join(map(repr, _FINGERPRINT_MODES))}; "
                 f"got {fingerprint!r}"
             )
-        if not isinstance(track_writes, bool):
-            raise InvalidArgument(f"guard(track_writes=...) must be True or False; got {track_writes!r}")
-        if not isinstance(bisect, bool):
-            raise InvalidArgument(f"guard(bisect=...) must be True or False; got {bisect!r}")
+        for name, flag in (("track_writes", track_writes), ("bisect", bisect)):
+            if not isinstance(flag, bool):
+                raise InvalidArgument(f"guard({name}=...) must be True or False; got {flag!r}")
         if sample_steps is not None and (isinstance(sample_steps, bool) or not isinstance(sample_steps, int)
                                          or sample_steps < 1):
             raise InvalidArgument(f"guard(sample_steps=...) must be None (check every backward pass) or an int >= 1 "
@@ -97,8 +96,8 @@ class guard(contextlib.ContextDecorator):
         session = framework.new_guard_session(fingerprint=self.fingerprint, track_writes=self.track_writes,
                                               bisect=self.bisect)
         session.enter()
-        if self.sample_steps is not None and self.sample_steps > 1:  # NOTE [Sampled guard] (backends/torch/sampling.py)
-            from .backends.torch.sampling import Cycles
+        if self.sample_steps is not None and self.sample_steps > 1:  # NOTE [Sampled guard], torch/user_hooks.py
+            from .backends.torch.user_hooks import Cycles
 
             session.cycles = Cycles(session, self.sample_steps)
             session.cycles.start()

@@ -7,10 +7,20 @@ import argparse
 import contextlib
 import os
 import sys
+import threading
+import traceback
 
-from ._cli_args import report_path_problem, seconds
-from ._overlay import COVERAGE_ENV
-from ._rerun import DEFAULT_RERUN_TIMEOUT
+from ._cli_args import load, program_target, report_path_problem, seconds, usage_error
+from ._errors import GradientHazardError
+from ._guard import guard
+from ._overlay import COVERAGE_ENV, install_overlay
+from ._rerun import DEFAULT_RERUN_TIMEOUT, RerunInterrupted, diagnose_by_rerun
+from ._script import call_users_excepthook, format_user_exception, trim_traceback
+from ._version import __version__
+from .core.findings import SAVED_TENSOR_KINDS
+from .integrations.distributed import leave, rank_info, rank_path, report_on_termination, tag_findings
+from .report.json import findings_to_json
+from .report.text import printable, wrap_notice  # printable: a quoted source line must not drive the terminal
 
 __all__ = ["main"]
 
@@ -31,8 +41,6 @@ def _parser() -> argparse.ArgumentParser:
         prog="gradguard",
         description="Make gradient correctness visible: run training code under gradguard's guard.",
     )
-    from ._version import __version__
-
     parser.add_argument("--version", action="version", version=f"gradguard {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     run = sub.add_parser("run", help="run a Python script under the guard (like `python script.py args...`)")
@@ -93,22 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     return run_script(options)
 
 
-def _check_report_paths(options, program) -> str | None:
-    """Why a report path cannot be used (checked before the script runs, so a typo costs no training run);
-    None when they are fine. A report never overwrites the script or a file named among its arguments."""
-    from .integrations.distributed import rank_info, rank_path
-
-    info = rank_info()  # under torchrun, this rank's file is the one written
-    targets = [(flag, rank_path(path, info)) for flag, path in (("--json", options.json), ("--html", options.html))
-               if path]
-    return report_path_problem(targets, [*program.input_files, *(arg for arg in program.args if os.path.isfile(arg))])
-
-
 def _json_text(findings, script: str) -> str:
     # Under torchrun: findings tagged with the rank, one file per rank (report.rank1.json, report.rank1.html).
-    from .integrations.distributed import rank_info, tag_findings
-    from .report.json import findings_to_json
-
     info = rank_info()
     tag_findings(findings, info)
     extra = {"rank": info.rank, "world_size": info.world_size} if info else {}
@@ -131,15 +125,11 @@ def _replace_file(path: str, text: str) -> None:
 def _report_failed(flag: str, path: str, error: BaseException) -> None:
     # Checked writable before the run; a later failure (disk full, directory removed) costs the report, never the
     # script's exit code, and is said on stderr.
-    from .report.text import wrap_notice
-
     sys.stderr.write(wrap_notice(f"could not write the {flag} report to {path!r} ({type(error).__name__}: "
                                  f"{error}); the run itself is unaffected"))
 
 
 def _write_json(path: str | None, findings, script: str, options=None, exit_code: int | None = None) -> None:
-    from .integrations.distributed import rank_info, rank_path
-
     info = rank_info()
     if path:
         target = rank_path(path, info)
@@ -150,7 +140,6 @@ def _write_json(path: str | None, findings, script: str, options=None, exit_code
     html = getattr(options, "html", None)
     if html:
         from .report.html import render_html
-        from .report.text import wrap_notice
 
         target = rank_path(html, info)
         try:
@@ -184,8 +173,6 @@ class _Recorded(list):
 
 def _live_json(path: str, script: str):
     """The ``on_change`` that writes the JSON report of ``path``; it never raises into the guard's hooks."""
-    from .integrations.distributed import rank_info, rank_path
-
     def write(findings) -> None:
         try:
             _replace_file(rank_path(path, rank_info()), _json_text(list(findings), script))
@@ -207,10 +194,6 @@ class _GuardOnFrameworkImport:
         self._on_finding = on_finding
 
     def _enter(self, backend: str) -> None:
-        import threading
-
-        from .report.text import wrap_notice
-
         if threading.current_thread() is not threading.main_thread():
             sys.stderr.write(wrap_notice(f"{backend} was first imported on thread "
                                          f"{threading.current_thread().name!r}; the guard watches the main thread "
@@ -262,38 +245,8 @@ def _missing_framework_hint(error: BaseException) -> str:
     return ""
 
 
-def _run_target(options):
-    """(target, args, is_module) from the command line, or the usage error's exit status."""
-    if options.module is not None:
-        if not options.module:
-            return _usage_error("argument -m: expected a module name")
-        return options.module[0], [*options.module[1:]], True
-    if options.script is None:
-        return _usage_error("the following arguments are required: script (or -m MODULE)")
-    return options.script, list(options.args), False
-
-
-def _load_program(target, is_module):
-    """The loaded program, or the exit status after printing why it could not be loaded."""
-    from ._script import ProgramError, load_program
-
-    try:
-        return load_program(target, is_module)
-    except ProgramError as error:
-        print(error, file=sys.stderr)
-        return error.exit_code
-    except SyntaxError as error:
-        import traceback
-
-        sys.stderr.write("".join(traceback.format_exception_only(type(error), error)))
-        return 1
-
-
 def _guard_for(options):
     """The run's mode and the guard block configured for it."""
-    from . import guard
-    from .integrations.distributed import rank_info
-
     mode = "sentinel" if options.no_track_writes else options.mode
     if mode == "auto" and rank_info() is not None:  # torchrun: a rank cannot be re-run alone; log writes now
         mode = "forensic"
@@ -306,8 +259,6 @@ def _guard_for(options):
 
 
 def _should_rerun(mode, info, finding, options) -> bool:
-    from .core.findings import SAVED_TENSOR_KINDS
-
     # The sentinel names no writing op: a saved tensor changed with no write seen, or a module's forward changed
     # its caller's input (seen by the forward hook, which knows the call, not the line inside that wrote).
     unnamed = (finding.kind in SAVED_TENSOR_KINDS and not finding.modified_at) or finding.kind == "module_input_write"
@@ -316,8 +267,6 @@ def _should_rerun(mode, info, finding, options) -> bool:
 
 def _report_hazard(error, mode, options, program, args, cwd, guard_block) -> int:
     """Print a GradientHazardError's finding (improved by a re-run when possible); the exit status."""
-    from ._traceback import call_users_excepthook
-    from .integrations.distributed import rank_info, tag_findings
     from .report.rich import print_findings
 
     sys.stdout.flush()
@@ -325,8 +274,6 @@ def _report_hazard(error, mode, options, program, args, cwd, guard_block) -> int
     info = rank_info()
     finding = error.finding
     if _should_rerun(mode, info, finding, options):
-        from ._rerun import RerunInterrupted, diagnose_by_rerun
-
         try:
             better = diagnose_by_rerun(finding, program.command_words, args, options.fingerprint, cwd=cwd,
                                        timeout=options.rerun_timeout, stdin_source=program.stdin_source)
@@ -344,32 +291,26 @@ def _report_hazard(error, mode, options, program, args, cwd, guard_block) -> int
 
 
 def run_script(options) -> int:
-    from ._overlay import install_overlay
-
     install_overlay()
 
-    target_args = _run_target(options)
-    if isinstance(target_args, int):
-        return target_args
+    target_args = program_target(options)
+    if isinstance(target_args, str):
+        return _usage_error(target_args)
     target, args, is_module = target_args
     cwd = os.getcwd()
-    program = _load_program(target, is_module)
+    program = load(target, is_module)
     if isinstance(program, int):
         return program
     program.args = args
-    problem = _check_report_paths(options, program)
+    info = rank_info()  # under torchrun, this rank's file is the one written
+    problem = report_path_problem(options, program.input_files, args, lambda path: rank_path(path, info))
     if problem:
         return _usage_error(problem)
     # Reports go where the user asked from where they asked, even if the script changes directory.
     options.json, options.html = (os.path.abspath(p) if p else p for p in (options.json, options.html))
 
-    from ._errors import GradientHazardError
-    from ._traceback import call_users_excepthook, format_user_exception
-
     mode, guard_block = _guard_for(options)
     exit_code = 0
-    from .integrations.distributed import leave, rank_info, report_on_termination
-
     if rank_info() is not None:  # the SIGTERM handler must not import (NOTE [A SIGTERM during the report])
         from .report import html as _html, json as _json  # noqa: F401
     rank_report = report_on_termination(
@@ -402,20 +343,11 @@ def _usage_error(message: str) -> int:
     """``gradguard run: error: ...`` with the usage line, exit status 2 (argparse's convention)."""
     parser = _parser()
     run = next(action for action in parser._subparsers._group_actions).choices["run"]
-    from .report.text import wrap_notice
-
-    run.print_usage(sys.stderr)
-    sys.stderr.write(wrap_notice(message, prefix=f"{run.prog}: error: "))
-    return 2
+    return usage_error(run.format_usage(), run.prog, message)
 
 
 def _traceback_head(error) -> str:
     """Where the error surfaced (the user's frames), without repeating the message the panel shows."""
-    import traceback
-
-    from ._traceback import trim_traceback
-    from .report.text import printable  # a quoted source line must not drive the terminal
-
     user = traceback.walk_tb(trim_traceback(error.__traceback__, drop_library=True))
     frames = traceback.format_list([traceback.FrameSummary(f.f_code.co_filename, line, f.f_code.co_name)
                                     for f, line in user])

@@ -255,7 +255,7 @@ def test_a_rerun_that_does_not_reproduce_keeps_the_sentinels_finding(pytester):
 
 def test_the_plugin_and_gradguard_fix_name_the_same_report_variable():
     # the plugin spells the name out (it loads without the library); gradguard fix sets it for verification runs
-    from gradguard.fix.for_pytest import FIX_PYTEST_REPORT_ENV
+    from gradguard.fix.pytest_run import FIX_PYTEST_REPORT_ENV
     from gradguard.integrations import pytest_plugin
 
     assert pytest_plugin._FIX_REPORT_ENV == FIX_PYTEST_REPORT_ENV == "GRADGUARD_FIX_PYTEST_REPORT"

@@ -65,7 +65,7 @@ class ScriptStep:
 
 
 def advise_script(options) -> int:
-    from .._cli_args import report_path_problem
+    from .._cli_args import report_path_problem, syntax_error, usage_error
     from .._errors import InvalidArgument
     from ..report.text import fit_lines, output_width, wrap_notice
     from .api import run_advisor
@@ -78,19 +78,13 @@ def advise_script(options) -> int:
         raise InvalidArgument(f"gradguard advise: '--steps' must be >= 1, got {options.steps}")
     if options.repeats < 0:
         raise InvalidArgument(f"gradguard advise: '--repeats' must be >= 0, got {options.repeats}")
-    problem = report_path_problem([("--json", options.json)] if options.json else [],
-                                  [options.script, *(a for a in options.args if os.path.isfile(a))])
+    problem = report_path_problem(options, [options.script], options.args)
     if problem:
-        sys.stderr.write("usage: gradguard advise [options] script.py [args...]\n"
-                         + wrap_notice(problem, prefix="gradguard advise: error: "))
-        return 2
+        return usage_error("usage: gradguard advise [options] script.py [args...]\n", "gradguard advise", problem)
     try:
         step = ScriptStep(options.script, options.args, options.steps)
     except SyntaxError as error:
-        import traceback
-
-        sys.stderr.write("".join(traceback.format_exception_only(type(error), error)))
-        return 1
+        return syntax_error(error)
     saved_argv, saved_path0 = list(sys.argv), sys.path[0]
     try:
         report = run_advisor(step, per_proposal=not options.no_per_proposal, repeats=options.repeats,

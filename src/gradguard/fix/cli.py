@@ -1,4 +1,9 @@
-"""``gradguard fix [--apply] [--json FILE] script.py [args...]``: verified repairs of the hazards a run hits."""
+"""``gradguard fix [--apply] [--json FILE] script.py [args...]``: verified repairs of the hazards a run hits.
+
+The unified diff it prints is what ``git apply`` / ``patch -p1`` take, one reason per hunk: the reason goes after
+the hunk's second ``@@`` (the "section heading" slot of a unified diff, which both tools ignore), so the diff stays
+applicable and each hunk says why it is there.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +13,10 @@ import os
 import re
 import sys
 
-__all__ = ["add_fix_parser", "fix_script"]
+__all__ = ["add_fix_parser", "fix_script", "unified_diff", "verified_fix_text"]
 
 DEFAULT_RUN_TIMEOUT = 900.0
+_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 
 
 def add_fix_parser(sub) -> None:
@@ -40,11 +46,10 @@ def add_fix_parser(sub) -> None:
 
 
 def _usage(message: str) -> int:
-    from ..report.text import wrap_notice
+    from .._cli_args import usage_error
 
-    sys.stderr.write("usage: gradguard fix [--apply] [--backup] [--json FILE] [--html FILE] script.py [args...]\n"
-                     + wrap_notice(message, prefix="gradguard fix: error: "))
-    return 2
+    return usage_error("usage: gradguard fix [--apply] [--backup] [--json FILE] [--html FILE] script.py [args...]\n",
+                       "gradguard fix", message)
 
 
 def _original_line(base: str, original: str, line: int) -> int:
@@ -92,6 +97,47 @@ def _reasons(outcome) -> dict[str, list[tuple[int, str]]]:
     return reasons
 
 
+def _display(path: str, cwd: str) -> str:
+    relative = os.path.relpath(path, cwd)
+    return path if relative.startswith("..") else relative
+
+
+def _one_per_reason(texts: list[str]) -> list[str]:
+    """``label: why`` texts with one label per why: a move whose origin and destination are in one hunk is named
+    once, by its origin ("line 17 (moved after line 18)"), not also as "line 17 moved here"."""
+    chosen: dict[str, str] = {}
+    for text in texts:
+        label, _, why = text.partition(": ")
+        if why not in chosen or chosen[why].endswith("moved here"):
+            chosen[why] = label
+    return [f"{label}: {why}" for why, label in chosen.items()]
+
+
+def unified_diff(original: dict[str, str], edited: dict[str, str], reasons: dict[str, list[tuple[int, str]]],
+                 cwd: str) -> str:
+    """The diff of every edited file; ``reasons[path]`` lists (original line, reason) for the hunk headers."""
+    chunks: list[str] = []
+    for path in sorted(edited):
+        before, after = original[path], edited[path]
+        if before == after:
+            continue
+        name = _display(path, cwd)
+        lines = list(difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
+                                          f"a/{name}", f"b/{name}", n=3))
+        for index, line in enumerate(lines):
+            match = _HUNK.match(line)
+            if match:
+                start = int(match.group(1))
+                length = int(match.group(2)) if match.group(2) is not None else 1
+                why = _one_per_reason([text for at, text in reasons.get(path, ()) if start <= at < start + max(length, 1)])
+                header = match.group(0)
+                lines[index] = header + (" " + "; ".join(why) if why else "") + "\n"
+            elif not line.endswith("\n"):
+                lines[index] = line + "\n\\ No newline at end of file\n"
+        chunks.append("".join(lines))
+    return "".join(chunks)
+
+
 def _summary(finding: dict) -> str:
     if not finding:
         return "the run"
@@ -129,7 +175,6 @@ def _write_html(path: str, script: str, outcome, cwd: str) -> None:
     """The HTML report of the findings met, each with the diff of the edit that removed it."""
     from ..core.findings import Finding
     from ..report.html import render_html
-    from .diff import unified_diff
 
     findings = []
     for index, edit in enumerate(outcome.accepted):
@@ -147,43 +192,25 @@ def _write_html(path: str, script: str, outcome, cwd: str) -> None:
         handle.write(render_html(findings, script=script))
 
 
-def _target(options) -> tuple[list[str], str, bool] | str:
-    """(command, target, is_module) from the arguments, or the usage error that stops the fix."""
-    if options.module is not None:
-        if not options.module:
-            return "argument -m: expected a module name"
-        command, target, is_module = ["-m", *options.module], options.module[0], True
-    elif options.script is None:
-        return "the following arguments are required: script (or -m MODULE)"
-    else:
-        command, target, is_module = [options.script, *options.args], options.script, False
+def _target(options) -> tuple[str, list[str], bool] | str:
+    """(target, args, is_module) from the arguments, or the usage error that stops the fix."""
+    from .._cli_args import program_target
+
+    parsed = program_target(options)
+    if isinstance(parsed, str):
+        return parsed
     if options.max_rounds < 1:
         return f"argument --max-rounds: expected a positive number of rounds, got {options.max_rounds}"
     if options.backup and not options.apply:
         return "argument --backup: only meaningful with --apply"
-    if target == "-" and not is_module:
+    if parsed[0] == "-" and not parsed[2]:
         return "expected a script file to edit, got '-' (stdin): save the program to a file first"
-    return command, target, is_module
-
-
-def _load(target: str, is_module: bool):
-    """The program to fix, or the exit code after its error is printed."""
-    from .._script import ProgramError, load_program
-
-    try:
-        return load_program(target, is_module)  # the same "can't open file" words as gradguard run, before any run
-    except ProgramError as error:
-        print(error, file=sys.stderr)
-        return error.exit_code
-    except SyntaxError as error:
-        print(f"gradguard fix: {target} does not parse ({error.msg}, line {error.lineno})", file=sys.stderr)
-        return 1
+    return parsed
 
 
 def _show(first, outcome, cwd: str, say) -> str:
     """Print the first run's findings, the diff (returned) and what each edit did."""
     from ..report.text import stated_width
-    from .diff import unified_diff
 
     if first.findings:  # what the diff repairs, as `gradguard run` shows it
         from ..core.findings import Finding
@@ -240,15 +267,15 @@ def fix_script(options) -> int:
     parsed = _target(options)
     if isinstance(parsed, str):
         return _usage(parsed)
-    command, target, is_module = parsed
-    program = _load(target, is_module)
+    target, args, is_module = parsed
+    command = (["-m"] if is_module else []) + [target, *args]
+    from .._cli_args import load, report_path_problem
+
+    program = load(target, is_module, lambda error: f"gradguard fix: {target} does not parse ({error.msg}, "
+                                                    f"line {error.lineno})\n")
     if isinstance(program, int):
         return program
-    from .._cli_args import report_path_problem
-
-    inputs = [*program.input_files, *(a for a in command[2 if is_module else 1:] if os.path.isfile(a))]
-    problem = report_path_problem([(flag, path) for flag, path in (("--json", options.json), ("--html", options.html))
-                                   if path], inputs)
+    problem = report_path_problem(options, program.input_files, args)
     if problem:
         return _usage(problem)
     cwd = os.getcwd()
@@ -276,3 +303,25 @@ def fix_script(options) -> int:
         say(f"the script now runs clean ({outcome.runs} runs)")
         return 0
     return 1
+
+
+def verified_fix_text(nodeid: str, rootdir: str, timeout: float) -> str:
+    """The report section (``pytest --gradguard-fix``) for a test that failed at a hazard: the verified diff and its
+    reasons, or why no edit verified. Never raises for a failed repair: the test's own failure is what the user
+    came for."""
+    from .verify import repair
+
+    first, outcome = repair(["-m", "pytest", "-q", nodeid, "--rootdir", rootdir], rootdir, timeout=timeout)
+    lines = []
+    if outcome.accepted:
+        state = ("this test then passes with no finding" if outcome.clean
+                 else "it removes the hazards below; others remain")
+        lines.append(f"verified edit ({state}; {outcome.runs} runs of this test; `git apply` takes it):")
+        lines.append(unified_diff(outcome.original, outcome.edited, _reasons(outcome), rootdir).rstrip("\n"))
+        lines.extend(f"verified: {edit.reason} (removes: {_summary(edit.finding)})" for edit in outcome.accepted)
+    for item in outcome.unfixed:
+        lines.append(f"not fixed: {_summary(item.finding)}: {item.why}")
+    if not lines:
+        lines.append("no hazard when this test runs alone: nothing to verify an edit against"
+                     if not first.findings else "no edit verified")
+    return "\n".join(lines) + "\n"

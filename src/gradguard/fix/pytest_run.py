@@ -1,7 +1,7 @@
 """How ``gradguard fix`` re-runs one pytest test to verify an edit: the command line and the report's channel.
 
 Its own module because the verify loop (fix.verify.run_guarded) makes these runs, and the pytest plugin's
-report section (fix.for_pytest.verified_fix_text) drives that loop: both import this, neither imports the other
+report section (fix.cli.verified_fix_text) drives that loop: both import this, neither imports the other
 for it.
 
 # NOTE [Verifying an edit by re-running one test]

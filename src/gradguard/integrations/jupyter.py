@@ -22,7 +22,7 @@ import warnings
 from typing import Any
 
 from .._errors import GradientHazardError, InvalidArgument
-from .._traceback import trim_traceback
+from .._script import trim_traceback
 from ..core.findings import Finding, display_path
 from ..report.text import render_finding
 

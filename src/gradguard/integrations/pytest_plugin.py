@@ -37,7 +37,7 @@ _all_key = pytest.StashKey[list]()  # config -> [(nodeid, finding), ...]
 _aside_key = pytest.StashKey[list]()  # config -> [(nodeid, reason), ...]: tests the guard stepped aside for
 _fix_key = pytest.StashKey[dict]()  # config -> {nodeid: the "gradguard fix" section's text}
 # Set when this pytest verifies an edit for `gradguard fix` (NOTE [Verifying an edit by re-running one test]):
-# the report path for its findings. The same name as gradguard.fix.for_pytest.FIX_PYTEST_REPORT_ENV, written
+# the report path for its findings. The same name as gradguard.fix.pytest_run.FIX_PYTEST_REPORT_ENV, written
 # out because this module loads without the library (a test holds the two equal).
 _FIX_REPORT_ENV = "GRADGUARD_FIX_PYTEST_REPORT"
 
@@ -282,7 +282,7 @@ def _verified_fix(item) -> str:
     from gradguard._rerun import DEFAULT_RERUN_TIMEOUT
 
     try:
-        from gradguard.fix.for_pytest import verified_fix_text
+        from gradguard.fix.cli import verified_fix_text
 
         return verified_fix_text(item.nodeid, str(item.config.rootpath), DEFAULT_RERUN_TIMEOUT)
     except Exception as error:

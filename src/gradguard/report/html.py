@@ -19,7 +19,7 @@ from typing import Any, Iterable
 from .._version import __version__
 from ..core.findings import SAVED_TENSOR_KINDS, Finding, WriteRecord
 from .json import dumps
-from .text import _no_write, _saver
+from .text import _no_write, _saver_rows
 
 __all__ = ["render_html", "finding_html", "notebook_html", "graph_svg", "OP_REPORT_CSS"]
 
@@ -303,14 +303,6 @@ def _diff(text: str) -> str:
     return '<pre class="diff">' + "\n".join(lines) + "</pre>"
 
 
-def _saver_rows(f: Finding, row) -> None:
-    if not (f.saved_at.node or f.saved_at.location):
-        return
-    row("saved by", _saver(f, lambda name: f"<code>{_h(name)}</code>") + _src(f.saved_at.location))
-    for call in f.saved_at.chain:
-        row("called from", f"<code>{_h(call.short)}</code>" + _src(call))
-
-
 def _write_rows(f: Finding, row) -> None:
     writes = [w for w in f.modified_at if w.category != "backward"]  # a freeing backward: the "freed by" row
     if writes:
@@ -329,7 +321,8 @@ def finding_html(finding: Finding, *, graph: bool = True, raw: bool = False) -> 
         rows.append(f'<tr class="{cls}"><th>{_h(label)}</th><td>{body}</td></tr>')
 
     row("tensor", f"<b>{_h(f.tensor.label)}</b>")
-    _saver_rows(f, row)
+    for label, text, location in _saver_rows(f, lambda name: f"<code>{_h(name)}</code>"):
+        row(label, text + _src(location))
     if f.versions:
         row("versions", f"saved at {_h(f.versions.get('saved'))}, now {_h(f.versions.get('now'))}")
     _write_rows(f, row)

@@ -6,6 +6,7 @@ import os
 import re
 import sys
 import textwrap
+from typing import Any
 
 from ..core.findings import SAVED_TENSOR_KINDS, Finding, WriteRecord
 
@@ -109,13 +110,13 @@ def _saver(f: Finding, code=str) -> str:
     return code(f.saved_at.op) + (f", saved in the forward call at {code(where.short)}" if where else "")
 
 
-def _saver_lines(f: Finding, width: int) -> list[str]:
+def _saver_rows(f: Finding, code=str) -> list[tuple[str, str, Any]]:
+    """The "saved by" row, then a "called from" row per user's call of the model whose forward saved it: (label,
+    text with each name or place set by ``code``, the location whose code line goes under it)."""
     if not (f.saved_at.node or f.saved_at.location):
         return []
-    lines = _field("saved by", _saver(f), width) + _code(f.saved_at.location, 17)
-    for call in f.saved_at.chain:  # the user's call of the model whose forward saved it
-        lines += _field("called from", call.short, width) + _code(call, 17)
-    return lines
+    return [("saved by", _saver(f, code), f.saved_at.location),
+            *(("called from", code(call.short), call) for call in f.saved_at.chain)]
 
 
 def _modified_lines(f: Finding, width: int) -> list[str]:
@@ -139,7 +140,8 @@ def render_finding(f: Finding, width: int = _WIDTH) -> str:
     width = max(int(width), _MIN_WIDTH)
     lines = [f"{f.headline or f.kind}"]
     lines += _field("tensor", f.tensor.label, width)
-    lines += _saver_lines(f, width)
+    for label, text, location in _saver_rows(f):
+        lines += _field(label, text, width) + _code(location, 17)
     if f.versions:
         saved, now = f.versions.get("saved"), f.versions.get("now")
         lines += _field("versions", f"saved at {saved}, now {now}", width)

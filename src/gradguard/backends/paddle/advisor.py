@@ -27,19 +27,621 @@ of candidates (results bit-identical to the baseline), then measured rewrites (m
 
 from __future__ import annotations
 
+import contextlib
+import copy
+import functools
+import gc
+import itertools
+import os
+import random
 import statistics
+import sys
+import time
+import types
+import weakref
 from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+import paddle
+from paddle.base import core
 
 from ..._errors import InvalidArgument
 from ...advisor import pipeline
-from ...advisor.pipeline import Measured, advise_runs, plan_of, ranges_overlap
+from ...advisor.pipeline import Measured, advise_runs, closure_values, plan_of, ranges_overlap
 from ...advisor.report import AdviceReport, Proposal, UnsafeInplaceOp
 from ...checks.adapter_base import first_line
 from ...core.findings import SourceLocation
-from .advisor_record import MEMORY_METHOD_CPU, MEMORY_METHOD_GPU, _Call, _Operand, _Patches, _Run, candidate_ops
-from .advisor_state import _difference, _Outcome, _State, _Step
+from ...core.frames import LIBRARY_PATHS, location_of, user_frames, user_location
+from ...core.internal import log_fallback
+from ...core.patching import Patch, apply_patch, restore_patch
+from .session import _parameters as _optimizer_parameters
+from .session import _prefix, _pylayer_saver, _subclasses, _write_entry_points, memory_range
 
-__all__ = ["advise_paddle", "candidate_ops"]
+__all__ = ["advise_paddle", "candidate_ops", "Twin"]
+
+
+# -- recording: the candidate ops and their in-place twins, the wrappers that log calls, reads, writes and saves
+# while ``advise`` runs (NOTE [Recording Paddle without a dispatch mode]), and the log they fill (``_Run``)
+_LAYER_DIR = os.path.join(os.path.abspath(paddle.__path__[0]), "nn", "layer") + os.sep
+
+MEMORY_METHOD_CPU = ("Paddle host allocator peak above the step's starting level "
+                     "(paddle.base.core.host_memory_stat_peak_value('Allocated', 0)), median of the runs")
+MEMORY_METHOD_GPU = ("Paddle GPU allocator peak above the step's starting level "
+                     "(paddle.device.cuda.max_memory_allocated), median of the runs")
+
+
+@dataclass(frozen=True)
+class Twin:
+    """One patched out-of-place entry point and how to make a call of it in place."""
+
+    op: str  # "paddle.nn.functional.relu"
+    inplace_op: str  # "paddle.nn.functional.relu_"
+    owner: Any  # the module or class the entry point is an attribute of
+    attr: str
+    operands: tuple  # argument positions that may be overwritten: (0,) or (0, 1)
+    rewrite: Callable  # (args, kwargs, operand position) -> the in-place call's result
+    spelling: str  # suggestion, {a} = operand, {b} = the other one
+
+
+def _unary(inplace: Callable) -> Callable:
+    def rewrite(args, kwargs, position):
+        kwargs = {k: v for k, v in kwargs.items() if k != "name"}
+        return inplace(*args, **kwargs)
+
+    return rewrite
+
+
+def _binary(inplace: Callable, scalar: Callable | None) -> Callable:
+    """``x op y`` in place on ``x`` (position 0) or, for commutative ops, on ``y`` (position 1).
+
+    NOTE [Python scalars]: Paddle computes ``x + 2.0`` / ``x * 2.0`` with its ``scale`` kernel, so the twin of a
+    scalar call is ``scale_`` with the same arguments; verification decides whether it is bit-identical."""
+
+    def rewrite(args, kwargs, position):
+        x, y = args[0], (args[1] if len(args) > 1 else kwargs.get("y"))
+        if position == 1:
+            x, y = y, x
+        if not isinstance(y, paddle.Tensor) and scalar is not None:
+            return scalar(x, y)
+        return inplace(x, y if isinstance(y, paddle.Tensor) else paddle.full([], y, x.dtype))
+
+    return rewrite
+
+
+def candidate_ops() -> list[Twin]:
+    """The entry points the advisor can rewrite, as present in this Paddle (checked by attribute)."""
+    T, F = paddle.Tensor, paddle.nn.functional
+    add = _binary(T.add_, lambda x, y: T.scale_(x, 1.0, y))
+    mul = _binary(T.multiply_, lambda x, y: T.scale_(x, y))
+    sub = _binary(T.subtract_, lambda x, y: T.scale_(x, 1.0, -y))
+    div = _binary(T.divide_, None)
+    # (owners, attributes, in-place twin, operands, rewrite, spelling): every owner's every attribute that exists
+    # (the modules have no dunders: only paddle.Tensor has __add__)
+    table = [
+        ((F,), ("relu",), "paddle.nn.functional.relu_", (0,), _unary(F.relu_), "F.relu_({a})"),
+        ((F,), ("leaky_relu",), "paddle.nn.functional.leaky_relu_", (0,), _unary(F.leaky_relu_),
+         "F.leaky_relu_({a}, ...)"),
+        ((F,), ("elu",), "paddle.nn.functional.elu_", (0,), _unary(F.elu_), "F.elu_({a}, ...)"),
+        ((F, paddle, T), ("sigmoid",), "paddle.Tensor.sigmoid_", (0,), _unary(T.sigmoid_), "{a}.sigmoid_()"),
+        ((F, paddle), ("tanh",), "paddle.tanh_", (0,), _unary(paddle.tanh_), "paddle.tanh_({a})"),
+        ((T,), ("tanh",), "paddle.Tensor.tanh_", (0,), _unary(T.tanh_), "{a}.tanh_()"),
+        ((paddle, T), ("exp",), "paddle.Tensor.exp_", (0,), _unary(T.exp_), "{a}.exp_()"),
+        ((paddle, T), ("scale",), "paddle.Tensor.scale_", (0,), _unary(T.scale_), "{a}.scale_(...)"),
+        ((paddle, T), ("clip",), "paddle.Tensor.clip_", (0,), _unary(T.clip_), "{a}.clip_(min, max)"),
+        ((paddle, T), ("add", "__add__"), "paddle.Tensor.add_", (0, 1), add, "{a}.add_({b})"),
+        ((T,), ("__radd__",), "paddle.Tensor.add_", (0,), add, "{a}.add_({b})"),
+        ((paddle, T), ("multiply", "__mul__"), "paddle.Tensor.multiply_", (0, 1), mul, "{a}.multiply_({b})"),
+        ((T,), ("__rmul__",), "paddle.Tensor.multiply_", (0,), mul, "{a}.multiply_({b})"),
+        ((paddle, T), ("subtract", "__sub__"), "paddle.Tensor.subtract_", (0,), sub, "{a}.subtract_({b})"),
+        ((paddle, T), ("divide", "__truediv__"), "paddle.Tensor.divide_", (0,), div, "{a}.divide_({b})"),
+    ]
+    out = []
+    for owners, attrs, inplace, operands, rewrite, spelling in table:
+        for owner, attr in itertools.product(owners, attrs):
+            if callable(getattr(owner, attr, None)):
+                out.append(Twin(f"{_prefix(owner)}.{attr}", inplace, owner, attr, operands, rewrite, spelling))
+    return out
+
+
+# Read-only entry points: their tensor arguments count as reads for the "used later" rule.
+_OP_MODULE_PREFIXES = ("paddle.tensor", "paddle.nn.functional", "paddle.base.dygraph.generated")
+_READ_DUNDERS = ("__sub__", "__rsub__", "__truediv__", "__rtruediv__", "__matmul__", "__rmatmul__", "__pow__",
+                 "__rpow__", "__neg__", "__getitem__", "__mod__", "__floordiv__", "__abs__")
+
+
+def _read_entry_points(skip: set) -> list[tuple[Any, str]]:
+    found = []
+    for owner in (paddle, paddle.nn.functional, paddle.linalg, paddle.Tensor):
+        for name in dir(owner):
+            value = getattr(owner, name, None)
+            if (owner, name) in skip or not callable(value):
+                continue
+            if (owner is paddle.Tensor and name in _READ_DUNDERS) or (
+                    not name.startswith("_") and not name.endswith("_") and isinstance(value, types.FunctionType)
+                    and (value.__module__ or "").startswith(_OP_MODULE_PREFIXES)):
+                found.append((owner, name))
+    return found
+
+
+@dataclass
+class _Operand:
+    position: int
+    ref: Any  # weakref to the operand tensor
+    range: tuple | None
+    shape: tuple
+    dtype: str
+    nbytes: int
+    leaf_requires_grad: bool
+    same_shape: bool
+    alive_after: bool = False
+
+
+@dataclass
+class _Call:
+    start: int
+    end: int
+    key: tuple  # (file, line, op, occurrence)
+    location: SourceLocation
+    module: str | None
+    twin: Twin
+    operands: list
+
+
+@dataclass
+class _Saved:
+    clock: int
+    range: tuple
+    saver: str | None
+    location: SourceLocation | None
+    pylayer: bool
+
+
+@dataclass
+class _Write:
+    start: int
+    end: int
+    op: str
+    range: tuple | None
+    bumped: bool
+    location: SourceLocation | None
+
+
+class _Run:
+    """What one execution of the step does: plain, record, rewrite(plan) or poison(plan)."""
+
+    def __init__(self, kind: str, plan: dict | None = None):
+        self.kind = kind
+        self.plan = plan or {}  # call key -> operand position
+        self.record = kind == "record"
+        self.clock = 0
+        self.depth = 0
+        self.counts: dict = {}
+        self.stack: list[str] = []
+        self.calls: list[_Call] = []
+        self.reads: list[tuple[int, tuple]] = []
+        self.saved: list[_Saved] = []
+        self.writes: list[_Write] = []
+        self.backwards: list[int] = []
+        self.applied: set = set()
+        self.optimizers: list = []
+
+    def tick(self) -> int:
+        self.clock += 1
+        return self.clock
+
+    def note_reads(self, args, kwargs, clock: int | None = None) -> None:
+        clock = self.tick() if clock is None else clock
+        for t in _tensors(args, kwargs):
+            rng = memory_range(t)
+            if rng is not None:
+                self.reads.append((clock, rng))
+
+
+_RUN: _Run | None = None
+
+
+def _tensors(args, kwargs):
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, paddle.Tensor):
+            yield value
+        elif isinstance(value, (list, tuple)):
+            yield from (v for v in value if isinstance(v, paddle.Tensor))
+
+
+def _site(frame) -> tuple[SourceLocation, str | None] | None:
+    """Where a call may be rewritten: the user's own line, or a ``paddle.nn`` layer's ``forward`` (the line is
+    then the user's call of the layer). None for calls inside other Paddle code."""
+    filename = frame.f_code.co_filename
+    if not LIBRARY_PATHS.is_library(filename):
+        return location_of(frame), None
+    if frame.f_code.co_name == "forward" and os.path.abspath(filename).startswith(_LAYER_DIR):
+        layer = frame.f_locals.get("self")
+        user = next(user_frames(frame.f_back), None)
+        if user is not None and layer is not None:
+            return location_of(user), type(layer).__name__
+    return None
+
+
+def _wrapper(original: Callable, call: Callable, extra=None) -> Callable:
+    """``original`` as patched: ``call(run, original, args, kwargs, extra)`` while a run is under way, else as is."""
+    def wrapper(*args, **kwargs):
+        run = _RUN
+        if run is None:
+            return original(*args, **kwargs)
+        return call(run, original, args, kwargs, extra)
+
+    return functools.wraps(original)(wrapper) if isinstance(original, types.FunctionType) else wrapper
+
+
+def _candidate_call(run: _Run, original, args, kwargs, twin: Twin):
+    if run.depth or "out" in kwargs:
+        if run.record:
+            run.note_reads(args, kwargs)
+        return original(*args, **kwargs)
+    site = _site(sys._getframe(2))
+    if site is None:
+        return _read_call(run, original, args, kwargs, twin.op)
+    location, module = site
+    base = (location.file, location.line, twin.op)
+    occurrence = run.counts[base] = run.counts.get(base, 0) + 1
+    key = (*base, occurrence)
+    position = run.plan.get(key)
+    run.depth += 1
+    run.stack.append(twin.op)
+    start = run.tick()
+    try:
+        if position is not None and run.kind == "rewrite":
+            run.applied.add(key)
+            return twin.rewrite(args, kwargs, position)
+        out = original(*args, **kwargs)
+        if position is not None and run.kind == "poison":
+            run.applied.add(key)
+            _poison(_operand_of(args, kwargs, position))
+        if run.record:
+            _record_call(run, twin, key, location, module, args, kwargs, out, start)
+        return out
+    finally:
+        run.stack.pop()
+        run.depth -= 1
+
+
+def _read_call(run: _Run, original, args, kwargs, op: str):
+    if run.record:
+        run.note_reads(args, kwargs)
+    run.depth += 1
+    run.stack.append(op)
+    try:
+        return original(*args, **kwargs)
+    finally:
+        run.stack.pop()
+        run.depth -= 1
+
+
+def _write_call(run: _Run, original, args, kwargs, op: str):
+    if not run.record:
+        return original(*args, **kwargs)
+    target = args[0] if args else next(iter(kwargs.values()), None)
+    if not isinstance(target, paddle.Tensor):
+        return _read_call(run, original, args, kwargs, op)
+    run.note_reads(args, kwargs)
+    start = run.clock
+    before = target.inplace_version
+    out = _read_call(run, original, args, kwargs, op)
+    run.writes.append(_Write(start, run.tick(), op, memory_range(target), target.inplace_version != before,
+                             user_location(3)))
+    return out
+
+
+def _backward_call(run: _Run, original, args, kwargs, _):
+    run.backwards.append(run.tick())
+    return original(*args, **kwargs)
+
+
+def _step_wrapper(original: Callable) -> Callable:
+    def step(optimizer, *args, **kwargs):
+        run = _RUN
+        if run is not None and all(o is not optimizer for o in run.optimizers):
+            run.optimizers.append(optimizer)
+        return original(optimizer, *args, **kwargs)
+
+    return functools.wraps(original)(step)
+
+
+def _operand_of(args, kwargs, position):
+    if position < len(args):
+        return args[position]
+    return kwargs.get(("x", "y")[position])
+
+
+def _poison(t) -> None:
+    if isinstance(t, paddle.Tensor):
+        with paddle.no_grad():
+            t.set_value(paddle.full_like(t, float("nan")))
+
+
+def _record_call(run: _Run, twin: Twin, key, location, module, args, kwargs, out, start) -> None:
+    run.note_reads(args, kwargs, start)
+    operands = []
+    if isinstance(out, paddle.Tensor):
+        for position in twin.operands:
+            t = _operand_of(args, kwargs, position)
+            if not isinstance(t, paddle.Tensor) or "float" not in str(t.dtype):
+                continue  # only floating tensors: poisoning with NaN needs them, and they hold the activations
+            operands.append(_Operand(
+                position=position, ref=weakref.ref(t), range=memory_range(t), shape=tuple(t.shape),
+                dtype=str(t.dtype).replace("paddle.", ""), nbytes=int(t.size) * t.element_size(),
+                leaf_requires_grad=bool(t.is_leaf and not t.stop_gradient),
+                same_shape=tuple(t.shape) == tuple(out.shape) and t.dtype == out.dtype))
+    run.calls.append(_Call(start, run.tick(), key, location, module, twin, operands))
+
+
+class _Patches:
+    """Every patched entry point, installed for the whole ``advise`` call and always undone."""
+
+    def __init__(self, twins: list[Twin]):
+        self._saved: list[Patch] = []
+        done: set = set()
+        for twin in twins:
+            self._patch(twin.owner, twin.attr, _wrapper(getattr(twin.owner, twin.attr), _candidate_call, twin), done)
+        for owner, name in _write_entry_points():
+            self._patch(owner, name, _wrapper(getattr(owner, name), _write_call, f"{_prefix(owner)}.{name}"), done)
+        for owner, name in _read_entry_points(done):
+            self._patch(owner, name, _wrapper(getattr(owner, name), _read_call, f"{_prefix(owner)}.{name}"), done)
+        for owner in (paddle.Tensor, paddle.autograd):
+            self._patch(owner, "backward", _wrapper(owner.backward, _backward_call), done)
+        for cls in [paddle.optimizer.Optimizer, *_subclasses(paddle.optimizer.Optimizer)]:
+            if "step" in cls.__dict__:
+                self._patch(cls, "step", _step_wrapper(cls.__dict__["step"]), done)
+
+    def _patch(self, owner, name, wrapper, done: set) -> None:
+        if (owner, name) in done:
+            return
+        done.add((owner, name))
+        patch = apply_patch(owner, name, lambda _original: wrapper)  # NOTE [One way to patch]
+        if patch is not None:
+            self._saved.append(patch)
+
+    def undo(self) -> None:
+        for patch in reversed(self._saved):
+            restore_patch(patch)
+        self._saved = []
+
+
+# -- saved-tensor hooks (record run only) -----------------------------------------------------------------
+def _pack(t):
+    # NOTE: never raise here (an exception in Paddle's hooks leaves autograd disabled; see session.py)
+    run = _RUN
+    try:
+        if run is not None and isinstance(t, paddle.Tensor):
+            rng = memory_range(t)
+            if rng is not None:
+                run.saved.append(_Saved(run.tick(), rng, run.stack[-1] if run.stack else None, user_location(2),
+                                        _pylayer_saver(2) is not None))
+    except Exception as error:  # a missed save only makes the rules less strict; verification remains
+        log_fallback("paddle.advisor", "recording a tensor saved for backward", error)
+    return t
+
+
+def _unpack(t):
+    return t
+
+
+# -- running the step again and again from one state: what it reaches (models, optimizers, schedulers), snapshots
+# and restores of their state and the RNGs, the peak-memory meter, and one run of the step (``_Step.execute``)
+_SKIP_MODULES = ("builtins", "numpy", "paddle", "typing", "functools", "collections")
+
+
+def _discover(roots) -> list[list]:
+    """Loose tensors, layers, optimizers and LR schedulers reachable from ``fn``, its arguments, closure cells
+    and the globals its code names (bounded walk, depth 5; it stops at each of these)."""
+    kinds = (paddle.Tensor, paddle.nn.Layer, paddle.optimizer.Optimizer, paddle.optimizer.lr.LRScheduler)
+    found: list[dict] = [{} for _ in kinds]
+    seen: set = set()
+    todo = [(r, 0) for r in roots]
+    while todo:
+        obj, depth = todo.pop()
+        if id(obj) in seen or depth > 5:
+            continue
+        seen.add(id(obj))
+        kind = next((i for i, k in enumerate(kinds) if isinstance(obj, k)), None)
+        if kind is None:
+            todo += [(v, depth + 1) for v in _children(obj)]
+            continue
+        found[kind][id(obj)] = obj
+        lr = getattr(obj, "_learning_rate", None) if kind == 2 else None  # an optimizer's LR scheduler
+        if isinstance(lr, kinds[3]):
+            found[3][id(lr)] = lr
+    return [list(f.values()) for f in found]
+
+
+def _children(obj) -> list:
+    """What the walk visits next from ``obj`` (nothing inside modules, classes and library objects)."""
+    if isinstance(obj, (list, tuple, set, frozenset, dict)):
+        return list(obj.values() if isinstance(obj, dict) else obj) if len(obj) <= 10000 else []
+    if isinstance(obj, types.MethodType):
+        return [obj.__self__, obj.__func__]
+    if isinstance(obj, functools.partial):
+        return [obj.func, obj.args, obj.keywords]
+    if isinstance(obj, types.FunctionType):
+        return [*closure_values(obj),
+                obj.__defaults__ or (),
+                *(obj.__globals__[n] for n in _global_names(obj.__code__) if n in obj.__globals__)]
+    if isinstance(obj, (types.ModuleType, type)) or type(obj).__module__.split(".")[0] in _SKIP_MODULES:
+        return []
+    if hasattr(obj, "__dict__"):
+        return list(vars(obj).values())
+    return []
+
+
+def _global_names(code) -> set:
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _global_names(const)
+    return names
+
+
+def _copy_containers(value, depth: int = 3):
+    if depth == 0:
+        return value
+    if isinstance(value, dict):
+        out = copy.copy(value)
+        for k, v in value.items():
+            out[k] = _copy_containers(v, depth - 1)
+        return out
+    if isinstance(value, list):
+        return [_copy_containers(v, depth - 1) for v in value]
+    if isinstance(value, set):
+        return set(value)
+    return value
+
+
+def _tensors_in(value, depth: int = 3):
+    if isinstance(value, paddle.Tensor):
+        yield value
+    elif depth and isinstance(value, (dict, list, tuple)):
+        for v in value.values() if isinstance(value, dict) else value:
+            yield from _tensors_in(v, depth - 1)
+
+
+def _numpy(t) -> np.ndarray:
+    return np.array(t.numpy(), copy=True)
+
+
+class _State:
+    """The step's state, restored before every run; parameters and buffers are what runs are compared on."""
+
+    def __init__(self, roots):
+        loose, layers, self.optimizers, self.schedulers = _discover(roots)
+        params: dict = {}
+        buffers: dict = {}
+        for layer in layers:
+            for name, p in layer.named_parameters():
+                params.setdefault(id(p), (f"{type(layer).__name__}.{name}", p))
+            for name, b in layer.named_buffers():
+                buffers.setdefault(id(b), (f"{type(layer).__name__}.{name}", b))
+        for opt in self.optimizers:
+            for i, p in enumerate(_optimizer_parameters(opt)):
+                params.setdefault(id(p), (getattr(p, "name", f"param{i}"), p))
+        self.params = list(params.values())
+        self.buffers = list(buffers.values())
+        self.loose = [t for t in loose if id(t) not in params and id(t) not in buffers]
+        self._snapshot()
+
+    def _snapshot(self) -> None:
+        self.opt_dicts = [(opt, _copy_containers(dict(opt.__dict__))) for opt in self.optimizers]
+        opt_tensors = [t for _, d in self.opt_dicts for t in _tensors_in(d)]
+        everything = {id(t): t for t in [p for _, p in self.params] + [b for _, b in self.buffers]
+                      + self.loose + opt_tensors}
+        self.values = [(t, _numpy(t)) for t in everything.values() if t._is_initialized()]
+        self.grads = [(p, None if p.grad is None else _numpy(p.grad)) for _, p in self.params]
+        self.sched = [(s, copy.deepcopy(s.state_dict())) for s in self.schedulers]
+        self.rng = paddle.get_rng_state()
+        self.np_rng = np.random.get_state()
+        self.py_rng = random.getstate()
+
+    def restore(self) -> None:
+        for opt, saved in self.opt_dicts:
+            opt.__dict__.clear()
+            opt.__dict__.update(_copy_containers(saved))
+        for t, value in self.values:
+            t.set_value(value)
+        for p, g in self.grads:
+            if g is None:
+                p.clear_gradient(False)
+            elif p.grad is None:
+                p.grad = paddle.to_tensor(g, place=p.place)
+            else:
+                p.grad.set_value(g)
+        for s, saved in self.sched:
+            s.set_state_dict(copy.deepcopy(saved))
+        paddle.set_rng_state(self.rng)
+        np.random.set_state(self.np_rng)
+        random.setstate(self.py_rng)
+
+    def capture(self) -> list[tuple[str, np.ndarray | None]]:
+        out = []
+        for name, p in self.params:
+            out.append((f"{name}.grad", None if p.grad is None else _numpy(p.grad)))
+            out.append((name, _numpy(p)))
+        for name, b in self.buffers:
+            out.append((name, _numpy(b)))
+        return out
+
+
+def _difference(a: list, b: list) -> str | None:
+    """None when ``a`` and ``b`` are bit-identical; else the first tensor that differs."""
+    if len(a) != len(b):
+        return "a different number of tensors"
+    for (name, x), (_, y) in zip(a, b):
+        if (x is None) != (y is None):
+            return f"{name} is None in one run only"
+        if x is not None and (x.shape != y.shape or x.dtype != y.dtype or x.tobytes() != y.tobytes()):
+            return f"{name} differs"
+    return None
+
+
+@dataclass
+class _Outcome:
+    run: _Run
+    peak: int
+    seconds: float
+    error: BaseException | None
+    results: list = field(default_factory=list)
+
+
+class _Step:
+    def __init__(self, fn, args, kwargs, state: _State):
+        self.fn, self.args, self.kwargs, self.state = fn, args, kwargs, state
+        self.gpu = any(p.place.is_gpu_place() for _, p in state.params)
+
+    def _meter_start(self) -> None:
+        if self.gpu:
+            paddle.device.synchronize()
+            paddle.device.cuda.reset_max_memory_allocated()
+            self.base = paddle.device.cuda.memory_allocated()
+        else:
+            core.host_memory_stat_reset_peak_value("Allocated", 0)
+            self.base = core.host_memory_stat_current_value("Allocated", 0)
+
+    def _meter_stop(self) -> int:
+        if self.gpu:
+            paddle.device.synchronize()
+            return int(paddle.device.cuda.max_memory_allocated()) - self.base
+        return int(core.host_memory_stat_peak_value("Allocated", 0)) - self.base
+
+    def execute(self, run: _Run) -> _Outcome:
+        global _RUN
+        self.state.restore()
+        gc.collect()
+        hooks = paddle.autograd.saved_tensors_hooks(_pack, _unpack) if run.record else contextlib.nullcontext()
+        error, returned = None, []
+        self._meter_start()
+        start = time.perf_counter()
+        _RUN = run
+        try:
+            with hooks:
+                result = self.fn(*self.args, **self.kwargs)
+                returned = [(f"the step's return value #{i}", _numpy(t)) for i, t in enumerate(_tensors_in(result))]
+                del result
+        except Exception as exc:  # noqa: BLE001 - reported (or re-raised by the caller for the baseline)
+            error = exc
+        finally:
+            _RUN = None
+        seconds = time.perf_counter() - start
+        peak = self._meter_stop()
+        if not paddle.is_grad_enabled():
+            paddle.set_grad_enabled(True)
+        if run.record:
+            gc.collect()
+            for call in run.calls:
+                for operand in call.operands:
+                    operand.alive_after = operand.ref() is not None
+        # NOTE: what the step returns (its loss) is compared too: a poisoned operand read by something the
+        # advisor does not see may change the loss without changing any gradient.
+        results = self.state.capture() + returned if error is None else []
+        return _Outcome(run, peak, seconds, error, results)
 
 
 @dataclass
