@@ -480,6 +480,153 @@ def buffer_cells() -> list[Cell]:
                  BUFFER_PRELUDE + "\n" + ref + "\n" + BUFFER_REPORT) for name, body, ref in BUFFERS]
 
 
+# More write spellings, each on two savers at the top level: shape changes in place (autograd counts them as
+# writes), unary and binary methods, functional in-place calls, augmented item writes. (``out=`` into the operand
+# is refused by autograd itself whenever it records: no cell.)
+MORE_WRITES = [
+    ("unsqueeze_", "X.unsqueeze_(0)"),
+    ("t_", "X.t_()"),
+    ("transpose_", "X.transpose_(0, 1)"),
+    ("abs_", "X.abs_()"),
+    ("neg_", "X.neg_()"),
+    ("sub_", "X.sub_(b)"),
+    ("div_tensor", "X.div_(b.abs() + 1)"),
+    ("clamp_max_", "X.clamp_max_(0.5)"),
+    ("square_", "X.square_()"),
+    ("sign_", "X.sign_()"),
+    ("floor_", "X.floor_()"),
+    ("relu_method", "X.relu_()"),
+    ("index_add_", "X.index_add_(1, idx, b[:, :2])"),
+    ("torch.clamp_", "torch.clamp_(X, 0, 1)"),
+    ("torch.sigmoid_", "torch.sigmoid_(X)"),
+    ("setitem_index_iadd", "X[idx] += 1"),
+    ("setitem_slice_imul", "X[..., :2] *= 2"),
+    ("F.dropout_inplace", "F.dropout(X, 0.5, True, True)"),
+]
+
+
+def more_write_cells() -> list[Cell]:
+    made = []
+    for wname, write in MORE_WRITES:
+        for sname, make, save in (SAVERS[0], SAVERS[2]):
+            body = _place("top", make, save, write)
+            ref = _indented_reference(body, write.replace("X", "h"), "h = h.clone()\n" + write.replace("X", "h"))
+            made.append(Cell(f"top/{sname}/{wname}", PRELUDE + "\n" + body + "\n" + REPORT,
+                             PRELUDE + "\n" + ref + "\n" + REPORT))
+    return made
+
+
+# A backward through a graph an earlier backward already freed, within one step (no state carried across steps):
+# two losses of one forward, micro-batches of one shared feature, autograd.grad then backward, a GAN whose
+# critic loss runs through the generator, a feature computed once before the loop. (name, body, references)
+TWICE_PRELUDE = STEPPED_PRELUDE
+TWICE_REPORT = STEPPED_REPORT
+TWICE = [
+    ("two_losses",
+     "for _ in range(2):\n    out = disc(gen(z))\n    first = out.pow(2).mean()\n    second = out.abs().mean()\n"
+     "    opt_d.zero_grad()\n    first.backward()\n    second.backward()\n    opt_d.step()",
+     ["for _ in range(2):\n    out = disc(gen(z))\n    first = out.pow(2).mean()\n    second = out.abs().mean()\n"
+      "    opt_d.zero_grad()\n    first.backward(retain_graph=True)\n    second.backward()\n    opt_d.step()"]),
+    ("micro_batches",
+     "for _ in range(2):\n    feat = gen(z)\n    opt_g.zero_grad()\n    for i in range(2):\n"
+     "        loss = disc(feat[i::2]).pow(2).mean()\n        loss.backward()\n    opt_g.step()",
+     ["for _ in range(2):\n    feat = gen(z)\n    opt_g.zero_grad()\n    for i in range(2):\n"
+      "        loss = disc(feat[i::2]).pow(2).mean()\n        loss.backward(retain_graph=True)\n    opt_g.step()"]),
+    ("grad_then_backward",
+     "for _ in range(2):\n    loss = disc(gen(z)).pow(2).mean()\n"
+     "    norms = torch.autograd.grad(loss, list(gen.parameters()))\n    opt_g.zero_grad()\n    loss.backward()\n"
+     "    opt_g.step()",
+     ["for _ in range(2):\n    loss = disc(gen(z)).pow(2).mean()\n"
+      "    norms = torch.autograd.grad(loss, list(gen.parameters()), retain_graph=True)\n    opt_g.zero_grad()\n"
+      "    loss.backward()\n    opt_g.step()"]),
+    ("gan_fake_not_detached",
+     "for _ in range(2):\n    fake = gen(z)\n    loss_d = (disc(fake) - disc(real)).mean()\n    opt_d.zero_grad()\n"
+     "    loss_d.backward()\n    opt_d.step()\n    loss_g = -disc(fake).mean()\n    opt_g.zero_grad()\n"
+     "    loss_g.backward()\n    opt_g.step()",
+     ["for _ in range(2):\n    fake = gen(z)\n    loss_d = (disc(fake.detach()) - disc(real)).mean()\n"
+      "    opt_d.zero_grad()\n    loss_d.backward()\n    opt_d.step()\n    loss_g = -disc(fake).mean()\n"
+      "    opt_g.zero_grad()\n    loss_g.backward()\n    opt_g.step()"]),
+    ("feature_before_loop",
+     "feat = gen(z)\nfor _ in range(2):\n    loss = disc(feat).pow(2).mean()\n    opt_g.zero_grad()\n"
+     "    opt_d.zero_grad()\n    loss.backward()\n    opt_g.step()\n    opt_d.step()",
+     ["for _ in range(2):\n    feat = gen(z)\n    loss = disc(feat).pow(2).mean()\n    opt_g.zero_grad()\n"
+      "    opt_d.zero_grad()\n    loss.backward()\n    opt_g.step()\n    opt_d.step()"]),
+    ("penalty_in_helper",
+     "def penalise(out):\n    penalty = out.abs().mean()\n    penalty.backward()\n\n\n"
+     "for _ in range(2):\n    out = disc(gen(z))\n    loss = out.pow(2).mean()\n    opt_d.zero_grad()\n"
+     "    loss.backward()\n    penalise(out)\n    opt_d.step()",
+     ["def penalise(out):\n    penalty = out.abs().mean()\n    penalty.backward()\n\n\n"
+      "for _ in range(2):\n    out = disc(gen(z))\n    loss = out.pow(2).mean()\n    opt_d.zero_grad()\n"
+      "    loss.backward(retain_graph=True)\n    penalise(out)\n    opt_d.step()"]),
+]
+
+# A hand-written in-place update of parameters between a forward and its backward (weight decay, clipping,
+# renormalising by hand, in a helper): the repair moves it after the backward (before or after the step).
+HANDSTEP = [
+    ("decay_loop",
+     "for _ in range(2):\n    loss = disc(gen(z)).pow(2).mean()\n    with torch.no_grad():\n"
+     "        for p in disc.parameters():\n            p.mul_(0.99)\n    opt_d.zero_grad()\n    loss.backward()\n"
+     "    opt_d.step()"),
+    ("clip_critic",
+     "for _ in range(2):\n    loss = (disc(gen(z).detach()) - disc(real)).mean()\n    with torch.no_grad():\n"
+     "        for p in disc.parameters():\n            p.clamp_(-0.3, 0.3)\n    opt_d.zero_grad()\n    loss.backward()\n"
+     "    opt_d.step()"),
+    ("renorm_first_layer",
+     "for _ in range(2):\n    loss = disc(gen(z)).pow(2).mean()\n    with torch.no_grad():\n"
+     "        disc[0].weight.div_(disc[0].weight.norm())\n    opt_d.zero_grad()\n    loss.backward()\n"
+     "    opt_d.step()"),
+    ("decay_helper",
+     "def decay(model):\n    with torch.no_grad():\n        for p in model.parameters():\n            p.mul_(0.99)\n\n\n"
+     "for _ in range(2):\n    loss = disc(gen(z)).pow(2).mean()\n    decay(disc)\n    opt_d.zero_grad()\n"
+     "    loss.backward()\n    opt_d.step()"),
+]
+
+
+def _moved_after(body: str, block: list[str], anchor: str) -> str:
+    """``body`` with the lines ``block`` moved to just after the line ``anchor``."""
+    lines = body.split("\n")
+    start = lines.index(block[0])
+    del lines[start:start + len(block)]
+    at = lines.index(anchor) + 1
+    return "\n".join(lines[:at] + block + lines[at:])
+
+
+def twice_cells() -> list[Cell]:
+    made = [Cell(f"twice/{name}", TWICE_PRELUDE + "\n" + body + "\n" + TWICE_REPORT,
+                 *[TWICE_PRELUDE + "\n" + r + "\n" + TWICE_REPORT for r in refs]) for name, body, refs in TWICE]
+    for name, body in HANDSTEP:
+        lines = body.split("\n")
+        loop = lines.index("for _ in range(2):")
+        first = next(i for i, ln in enumerate(lines) if i > loop and ("no_grad" in ln or ln.strip() == "decay(disc)"))
+        last = first
+        while last + 1 < len(lines) and len(lines[last + 1]) - len(lines[last + 1].lstrip()) > 4:
+            last += 1
+        block = lines[first:last + 1]
+        refs = [_moved_after(body, block, "    loss.backward()"), _moved_after(body, block, "    opt_d.step()")]
+        made.append(Cell(f"handstep/{name}", TWICE_PRELUDE + "\n" + body + "\n" + TWICE_REPORT,
+                         *[TWICE_PRELUDE + "\n" + r + "\n" + TWICE_REPORT for r in refs]))
+    return made
+
+
+# Writes made by a hook, not the forward's own code: a forward hook or a pre-hook writing the tensor the module
+# before saved. The reference returns the new value instead of writing it.
+HOOK_PRELUDE = MODULE_PRELUDE + "net = nn.Sequential(nn.Linear(5, 5), nn.Sigmoid(), nn.Linear(5, 5))\n"
+HOOKS = [
+    ("forward_hook_lambda", "net[1].register_forward_hook(lambda m, i, o: o.mul_(2))",
+     "net[1].register_forward_hook(lambda m, i, o: o.mul(2))"),
+    ("forward_hook_def", "def scale(module, inputs, output):\n    output.mul_(2)\n\n\n"
+                         "net[1].register_forward_hook(scale)",
+     "def scale(module, inputs, output):\n    return output.mul(2)\n\n\nnet[1].register_forward_hook(scale)"),
+    ("pre_hook", "net[2].register_forward_pre_hook(lambda m, i: i[0].clamp_(max=0.5))",
+     "net[2].register_forward_pre_hook(lambda m, i: (i[0].clamp(max=0.5),))"),
+]
+
+
+def hook_cells() -> list[Cell]:
+    return [Cell(f"hooks/{name}", HOOK_PRELUDE + "\n" + body + "\n" + MODULE_REPORT,
+                 HOOK_PRELUDE + "\n" + ref + "\n" + MODULE_REPORT) for name, body, ref in HOOKS]
+
+
 def _env(src: str) -> dict:
     return dict(os.environ, PYTHONPATH=src, OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
 
@@ -543,6 +690,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="")
     args = parser.parse_args(argv)
     chosen = [c for c in cells() + module_cells() + carried_cells() + lstm_cells() + stepped_cells() + leaf_cells() + buffer_cells()
+              + more_write_cells() + twice_cells() + hook_cells()
               if args.only in c.name]
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
         rows = list(pool.map(lambda c: score(c, args.src, args.timeout), chosen))

@@ -352,3 +352,173 @@ def test_a_step_and_backward_inside_a_helper_stand_at_their_calls_for_the_fresh_
                                            "code": "loss.backward(retain_graph=True)"}}}
     fresh = [r for r in general_repairs(finding, {}, lambda path: True) if r[0].action == "insert_after"]
     assert [(r[0].line, r[0].detail["code"]) for r in fresh] == [(9, "score = disc(gen(z))")]
+
+
+def _edited(source: str, tmp_path, finding_of, action=None) -> list[str]:
+    """The whole-file results of ``general_repairs``' candidates (of ``action`` when given) on ``source``."""
+    from gradguard.core.edits import EditNotApplicable, apply_intents
+    from gradguard.fix.search import general_repairs
+
+    script = tmp_path / f"s{len(list(tmp_path.iterdir()))}.py"  # a new name: sources are cached by file name
+    script.write_text(source)
+    finding = finding_of(str(script))
+    edited = []
+    for repair in general_repairs(finding, {}, lambda path: True):
+        try:
+            edited += [apply_intents(source, repair)] if action is None or repair[0].action == action else []
+        except EditNotApplicable:  # a candidate that does not fit this source: verification would say so
+            pass
+    return edited
+
+
+def test_a_hand_written_update_of_weights_moves_after_the_backward_as_the_statement_that_holds_it(tmp_path):
+    """(e) from the write, not from `opt.step()`: a decay by hand under `no_grad` (a write into a parameter) before
+    the backward that needs the old weights moves after it, as the `with` block of the backward's block that holds
+    the write; a write in a helper moves as the helper's call."""
+    source = textwrap.dedent("""
+        import torch
+        def decay(model):
+            with torch.no_grad():
+                for p in model.parameters():
+                    p.mul_(0.99)
+        for _ in range(2):
+            loss = net(x).sum()
+            with torch.no_grad():
+                for p in net.parameters():
+                    p.mul_(0.99)
+            decay(net)
+            loss.backward()
+        """).lstrip()
+
+    def finding(write_line, function):
+        return lambda file: {
+            "kind": "inplace_modification", "rule": "no_such_rule", "tensor": {"name": "net.weight", "role": "parameter"},
+            "saved_at": {"file": file, "line": 7, "function": "<module>"},
+            "modified_at": [{"file": file, "line": write_line, "function": function, "category": "other",
+                             "code": "p.mul_(0.99)"}],
+            "context": {"backward_at": {"file": file, "line": 12, "function": "<module>", "code": "loss.backward()"}}}
+
+    moved = _edited(source, tmp_path, finding(10, "<module>"), "move_statement")
+    assert [m.splitlines()[7:] for m in moved] == [
+        ["    decay(net)", "    loss.backward()", "    with torch.no_grad():", "        for p in net.parameters():",
+         "            p.mul_(0.99)"]]
+    moved = _edited(source, tmp_path, finding(5, "decay"), "move_statement")
+    assert [m.splitlines()[10:] for m in moved] == [["    loss.backward()", "    decay(net)"]]
+    # a write into a tensor that is not a parameter is no update of weights: it does not move
+    assert _edited(source, tmp_path, lambda file: {**finding(10, "<module>")(file), "tensor": {"name": "h"}},
+                   "move_statement") == []
+
+
+def test_retain_graph_goes_to_autograd_grad_and_to_a_backward_a_helper_follows(tmp_path):
+    """(f): `torch.autograd.grad(loss, ...)` frees the graph the later `loss.backward()` needs: retain_graph goes to
+    the `grad` call (it accumulates nothing, so the same loss is no objection). A later backward inside a helper
+    stands at the helper's call in the earlier backward's block."""
+    source = textwrap.dedent("""
+        import torch
+        def penalise(out):
+            out.abs().mean().backward()
+        out = net(x)
+        norms = torch.autograd.grad(out.sum(), params)
+        out.sum().backward()
+        loss = out.pow(2).mean()
+        loss.backward()
+        penalise(out)
+        """).lstrip()
+
+    def finding(earlier, later, function, code):
+        return lambda file: {
+            "kind": "backward_twice", "rule": "no_such_rule", "tensor": {"name": "out"},
+            "saved_at": {"file": file, "line": 4, "function": "<module>"},
+            "modified_at": [{"file": file, "line": earlier, "function": "<module>", "category": "backward",
+                             "code": source.splitlines()[earlier - 1].strip()}],
+            "context": {"backward_at": {"file": file, "line": later, "function": function, "code": code}}}
+
+    kept = _edited(source, tmp_path, finding(5, 6, "<module>", "out.sum().backward()"), "set_keyword")
+    assert [k.splitlines()[4] for k in kept] == ["norms = torch.autograd.grad(out.sum(), params, retain_graph=True)"]
+    kept = _edited(source, tmp_path, finding(8, 3, "penalise", "out.abs().mean().backward()"), "set_keyword")
+    assert [k.splitlines()[7] for k in kept] == ["loss.backward(retain_graph=True)"]
+
+
+def test_a_tensor_made_once_before_the_loop_that_backpropagates_it_is_retained_or_made_again_inside(tmp_path):
+    """(f) and (g): one backward statement in a loop, through `feat` made before the loop: retain_graph on that
+    backward first, then `feat` made again at the top of the loop (for a step in the loop that changes what made
+    it). Not for a state the loop assigns itself (`h = cell(x, h)`: that is (d)'s)."""
+    source = textwrap.dedent("""
+        import torch
+        feat = enc(x)
+        for _ in range(2):
+            loss = head(feat).sum()
+            loss.backward()
+            opt.step()
+        """).lstrip()
+
+    def finding(file):
+        return {"kind": "backward_twice", "rule": "no_such_rule", "tensor": {"name": "feat"},
+                "saved_at": {"file": file, "line": 2, "function": "<module>"},
+                "modified_at": [{"file": file, "line": 5, "function": "<module>", "category": "backward",
+                                 "code": "loss.backward()"}],
+                "context": {"backward_at": {"file": file, "line": 5, "function": "<module>",
+                                            "code": "loss.backward()"}}}
+
+    edits = _edited(source, tmp_path, finding)
+    assert "    loss.backward(retain_graph=True)" in edits[0].splitlines()
+    assert ["import torch", "for _ in range(2):", "    feat = enc(x)", "    loss = head(feat).sum()"] in [
+        e.splitlines()[:4] for e in edits]
+    carried = source.replace("    loss = head(feat).sum()", "    feat = cell(x, feat)\n    loss = head(feat).sum()")
+    carried_edits = _edited(carried, tmp_path, lambda file: {**finding(file), "modified_at": [
+        {**finding(file)["modified_at"][0], "line": 6}], "context": {"backward_at": {
+            **finding(file)["context"]["backward_at"], "line": 6}}})
+    assert carried_edits and not any("retain_graph" in e or "    feat = enc(x)" in e.splitlines()
+                                     for e in carried_edits)
+
+
+def test_a_hook_that_writes_its_output_in_place_returns_the_new_value_instead(tmp_path):
+    """(a) in a hook: `output.mul_(2)` in a function registered as a forward hook becomes `output =
+    output.mul(2)` and `return output` (torch uses the value a hook returns); the same write in a function no
+    hook registration names is not rewritten that way (its rebinding would drop the write)."""
+    source = textwrap.dedent("""
+        import torch
+        def scale(module, inputs, output):
+            output.mul_(2)
+        def helper(module, inputs, output):
+            output.mul_(2)
+        net[1].register_forward_hook(scale)
+        """).lstrip()
+
+    def finding(line, function):
+        return lambda file: {
+            "kind": "inplace_modification", "rule": "no_such_rule", "tensor": {"name": "output"},
+            "saved_at": {"file": file, "line": 6, "function": "<module>"},
+            "modified_at": [{"file": file, "line": line, "function": function, "category": "other",
+                             "code": "output.mul_(2)"}]}
+
+    from gradguard.fix.search import rebinds_a_lost_name
+
+    script = tmp_path / "hooks.py"
+    script.write_text(source)
+    returned = [e.splitlines()[1:4] for e in _edited(source, tmp_path, finding(3, "scale"))
+                if "return output" in e]
+    assert returned == [["def scale(module, inputs, output):", "    output = output.mul(2)", "    return output"]]
+    assert not any("return output" in e for e in _edited(source, tmp_path, finding(5, "helper")))
+    from gradguard.fix.search import general_repairs
+
+    repair = next(r for r in general_repairs(finding(3, "scale")(str(script)), {}, lambda path: True) if len(r) == 2)
+    assert not any(map(rebinds_a_lost_name, repair))
+
+
+def test_a_detach_that_leaves_a_later_step_without_gradients_is_refused_though_the_original_never_stepped():
+    """NOTE [A fix must keep the gradients the optimizer uses]: the original run failed at its second backward,
+    before any step, so its steps used nothing; the edited run's step after that backward updates parameters the
+    original's backward reached and the edited one no longer does (keys from the optimizers' construction)."""
+    from gradguard.fix.verify import RunResult, lost_gradients
+
+    before = RunResult(1, [], "", coverage=[{"used": set(), "reached": {"0:0", "1:0"}},
+                                            {"used": set(), "reached": {"0:0", "1:0"}}])
+    cut = RunResult(0, [], "", coverage=[{"used": set(), "reached": {"1:0"}, "stepped": set()},
+                                         {"used": set(), "reached": {"1:0"}, "stepped": {"0:0"}}])
+    kept = RunResult(0, [], "", coverage=[{"used": set(), "reached": {"0:0", "1:0"}, "stepped": set()},
+                                          {"used": {"0:0"}, "reached": {"0:0", "1:0"}, "stepped": {"0:0"}}])
+    assert lost_gradients(before, cut) == (
+        "backward call 2 no longer reaches 1 of the 1 parameters that the optimizer step after it updates "
+        "(optimizer 1 in the order they are made): the error goes away, but so does their gradient")
+    assert lost_gradients(before, kept) is None

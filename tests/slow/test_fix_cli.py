@@ -458,7 +458,7 @@ def test_an_edit_that_cuts_a_gradient_the_optimizer_uses_is_not_offered(tmp_path
     proc = run(["script.py"], tmp_path)
     assert (proc.returncode, proc.stdout) == (1, "")
     assert ("no proposed edit verified: detach_argument at line 9: backward call 1 no longer reaches 2 of the 4 "
-            "parameters that the optimizer step after it updates (optimizer 1 in the order they first step): the "
+            "parameters that the optimizer step after it updates (optimizer 1 in the order they are made): the "
             "error goes away, but so does their gradient") in proc.stderr
 
 

@@ -7,15 +7,18 @@
 #   (a) the write made out of place: `x.div_(n)` -> `x = x.div(n)` (when the tensor type has that method, see
 #       NOTE [Out-of-place methods come from the framework]), `x += y` -> `x = x + y`, `x[m] = v` ->
 #       `x = x.masked_fill(m, v)`, `F.relu(x, inplace=True)` -> `x = F.relu(x)`; else a clone written into
-#       instead (`x = x.clone()` before the write);
+#       instead (`x = x.clone()` before the write); in a function registered as a hook, the new value returned;
 #   (b) `inplace=False` where the module instance that wrote was constructed (NOTE [Resolving the writing
 #       instance to its construction]), or the later `m.inplace = True` removed;
 #   (c) a copy at the save point (the saved input cloned, or the saved output's variable bound to a clone);
 #   (d) a detach where the tensor crosses into a graph an earlier backward freed (where it is assigned, else where a
 #       call reads it before that backward);
-#   (e) an optimizer step moved after the backward that still needs the weights it updates;
-#   (f) retain_graph=True on an earlier backward whose graph a later loss of the same forward shares (before (d):
-#       it keeps every gradient the code asks for, where a detach drops one).
+#   (e) an update of weights (an optimizer step, or any write into a parameter) moved after the backward that
+#       still needs the values it changed, as the statement of that backward's block that holds it;
+#   (f) retain_graph=True on an earlier backward (or `autograd.grad`) whose graph a later loss of the same forward
+#       shares, or on a backward in a loop through a tensor made once before the loop (before (d): it keeps every
+#       gradient the code asks for, where a detach drops one);
+#   (g) that tensor made again at the top of the loop instead (a step in the loop changed what made it).
 # Each candidate is verified by a run like any rule's intent; none is ever needed by a rule id to exist.
 """
 
@@ -112,7 +115,7 @@ def rebinds_a_lost_name(intent: FixIntent) -> bool:
     clean with other numbers, so such a candidate is not tried (NOTE [Repairs from the mechanism, not the rule
     id])."""
     found = _rebound(intent)
-    if found is None:
+    if found is None or intent.detail.get("returned"):
         return False
     from ..core.source_ast import parse_file
 
@@ -184,6 +187,32 @@ def _write_candidates(write: dict) -> list[list[FixIntent]]:
                                   reason=f"the write then changes a copy of `{receiver}`; backward keeps the "
                                          f"saved values")])
     return repairs
+
+
+def _returned_candidates(write: dict, repairs: list[list[FixIntent]]) -> list[list[FixIntent]]:
+    """(a) in a hook: a function registered as a hook (``net[1].register_forward_hook(scale)``) that writes its
+    argument in place and returns nothing makes the write out of place and returns the new value: torch uses a
+    hook's return value in place of the module's output."""
+    from ..core.source_ast import parse_file
+
+    file, line, function = write.get("file"), write.get("line") or 0, write.get("function")
+    tree = parse_file(file) if file and function else None
+    defs = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == function
+            and n.lineno < line <= (n.end_lineno or n.lineno)] if tree is not None else []
+    if len(defs) != 1 or any(isinstance(n, ast.Return) and n.value is not None for n in ast.walk(defs[0])):
+        return []
+    hooked = any(isinstance(n, ast.Call) and "hook" in ast.unparse(n.func).split(".")[-1]
+                 and any(isinstance(a, ast.Name) and a.id == function for a in n.args) for n in ast.walk(tree))
+    if not hooked:
+        return []
+    last = defs[0].body[-1].lineno
+    return [[FixIntent(first.action, first.file, first.line, target=first.target,
+                       detail={**first.detail, "returned": True}, reason=first.reason),
+             FixIntent("insert_after", file, last, target=first.target, detail={"code": f"return {first.target}"},
+                       reason=f"the hook `{function}` hands the new value on: torch uses what a hook returns")]
+            for first, *rest in repairs if not rest and first.action in ("inplace_to_out_of_place",
+                                                                         "augmented_to_binary")
+            and first.target in _bound_by(defs[0])]
 
 
 def _module_candidates(write: dict, files: list[str]) -> list[list[FixIntent]]:
@@ -311,24 +340,42 @@ def _backward_at(finding: dict) -> dict:
 
 
 def _retain_candidates(finding: dict) -> list[list[FixIntent]]:
-    """(f): the earlier backward keeps its graph when another statement of the same function backpropagates a loss
-    made from the same forward after it, with no step in between (two losses sharing a subgraph). Both backwards
-    then compute exactly the gradients the code asks for; a detach would drop one of them, so this comes first. Not
-    for the same statement run twice (a loop, a function called twice) nor the same loss backpropagated again: that
-    would add the same gradients twice."""
+    """(f): the earlier backward (or ``autograd.grad``) keeps its graph when a later statement of its block
+    backpropagates a loss made from the same forward, with no step in between (two losses sharing a subgraph; a
+    later backward inside a helper stands at its call). Both then compute exactly the gradients the code asks for;
+    a detach would drop one of them, so this comes first. Not for the same statement run twice (a loop, a function
+    called twice) nor the same loss backpropagated again: that would add the same gradients twice."""
+    from ..core.source_ast import line_in_block
+
     later = _backward_at(finding)
     freed = [w for w in finding.get("modified_at") or () if w.get("category") == "backward"]
-    if finding.get("kind") != "backward_twice" or not freed or not _shares_a_forward(freed[0], later):
+    if finding.get("kind") != "backward_twice" or not freed or not later.get("line"):
         return []
     earlier = freed[0]
+    end = line_in_block(earlier.get("file") or "", earlier.get("line") or 0, earlier.get("line") or 0,
+                        later.get("function"), later["line"], earlier.get("function"))
+    home = earlier.get("function") if end != later["line"] else later.get("function")  # stands at its call
+    if not end or not _shares_a_forward(earlier, {**later, "line": end, "function": home}, later.get("code") or ""):
+        return []
     return [[FixIntent("set_keyword", earlier["file"], earlier["line"],
-                       detail={"call": "backward", "keyword": "retain_graph", "value": True, "add": True},
+                       detail={"call": _graph_call(earlier.get("code") or ""), "keyword": "retain_graph",
+                               "value": True, "add": True},
                        reason=f"the backward at line {later['line']} then finds the graph it shares with this one")]]
 
 
-def _shares_a_forward(earlier: dict, later: dict) -> bool:
-    """``earlier`` and ``later`` are two backward statements of one function, in that order, of different losses,
-    with no step between them, the first not already retaining its graph."""
+def _graph_call(code: str) -> str:
+    """The call of a backward statement that frees its graph: ``grad`` for ``torch.autograd.grad(...)``."""
+    from ..core.source_ast import parse_code
+
+    tree = parse_code(code.strip())
+    called = {ast.unparse(n.func).split(".")[-1] for n in ast.walk(tree) if isinstance(n, ast.Call)} if tree else set()
+    return "grad" if "grad" in called and "backward" not in called else "backward"
+
+
+def _shares_a_forward(earlier: dict, later: dict, later_code: str) -> bool:
+    """``earlier`` and ``later`` are two statements of one block, in that order, backpropagating different losses
+    (``later_code`` the later backward's own line), with no step between them, the first not already retaining
+    its graph."""
     file, line, end = earlier.get("file"), earlier.get("line"), later.get("line")
     if not (file and line and end and line < end and earlier.get("function") == later.get("function")
             and os.path.realpath(file) == os.path.realpath(later.get("file") or "")):
@@ -340,9 +387,56 @@ def _shares_a_forward(earlier: dict, later: dict) -> bool:
 
     # the same loss backpropagated again (by name, or the same expression written twice): retaining its graph would
     # add its gradients twice
-    first, second = (earlier.get("code") or "").strip(), (later.get("code") or "").strip()
+    first, second = (earlier.get("code") or "").strip(), later_code.strip()
     receiver = backward_receiver(first)
     return not ((receiver and receiver == backward_receiver(second)) or first == second)
+
+
+def _loop_candidates(finding: dict) -> list[list[FixIntent]]:
+    """(f) and (g) for one backward statement in a loop that backpropagates, each time round, through a tensor made
+    once before the loop (micro-batches of one feature, epochs over a feature computed once): the first iteration's
+    backward frees the graph behind it. Either that backward keeps the graph (each iteration still backpropagates
+    only its own loss), or, when a step in the loop changes what made the tensor, the tensor is made again at the
+    top of the loop. Not for a state the loop assigns (``h = cell(x, h)``): that is (d)'s carried read."""
+    from ..core.source_ast import assignment_before, parse_file
+
+    backward, name = _backward_at(finding), (finding.get("tensor") or {}).get("name")
+    freed = [w for w in finding.get("modified_at") or () if w.get("category") == "backward"]
+    file, line = backward.get("file"), backward.get("line")
+    if finding.get("kind") != "backward_twice" or not (name and freed and file and line) or (
+            freed[0].get("line") != line or os.path.realpath(freed[0].get("file") or "") != os.path.realpath(file)):
+        return []
+    made = assignment_before(file, line, name)
+    tree = parse_file(file)
+    if made is None or tree is None or os.path.realpath(made.file) != os.path.realpath(file):
+        return []
+    loops = [n for n in ast.walk(tree) if isinstance(n, (ast.For, ast.While))
+             and made.line < n.lineno <= line <= (n.end_lineno or n.lineno)]
+    if not loops:
+        return []
+    loop = min(loops, key=lambda n: (n.end_lineno or n.lineno) - n.lineno)
+    if name in _assigned_in(loop):
+        return []
+    repairs = [[FixIntent("set_keyword", file, line, detail={"call": _graph_call(backward.get("code") or ""),
+                                                              "keyword": "retain_graph", "value": True, "add": True},
+                          reason=f"`{name}` is made once, before the loop: each iteration's backward then still "
+                                 f"finds the graph behind it")]]
+    found = _statement(file, made.line)
+    text = "".join(linecache.getlines(file))
+    source = ast.get_source_segment(text, found[0]) if found and isinstance(found[0], ast.Assign) else None
+    if source and loop.body:
+        repairs.append([FixIntent("remove_statement", file, made.line, target=made.code),
+                        FixIntent("insert_before", file, loop.body[0].lineno, detail={"code": source},
+                                  reason=f"`{name}` made again each time round the loop, from the weights the "
+                                         f"step before left")])
+    return repairs
+
+
+def _assigned_in(scope: ast.AST) -> set[str]:
+    """The names and attribute chains ``scope`` binds (``h``, ``self.h``)."""
+    return {ast.unparse(t) for n in ast.walk(scope) if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+            for target in (n.targets if isinstance(n, ast.Assign) else [n.target])
+            for t in ast.walk(target) if isinstance(t, (ast.Name, ast.Attribute))}
 
 
 def _detach_candidates(finding: dict) -> list[list[FixIntent]]:
@@ -455,17 +549,29 @@ def _statement_line(scope: ast.AST, node: ast.AST) -> int:
 
 
 def _step_candidates(finding: dict, write: dict) -> list[list[FixIntent]]:
-    """(e): an optimizer step that ran before a backward needing the weights it updated, moved after it."""
+    """(e): an update of weights made before a backward that needs the values it changed, moved after that backward:
+    an optimizer step, or any write into a parameter (a decay, a clip or a renormalisation by hand under
+    ``no_grad``). What moves is the statement of the backward's block that holds the write: the write itself, the
+    ``with``/``for`` around it, or the call of the helper it is in."""
+    from ..core.source_ast import bodies_with_line, line_in_block, parse_file
+
     backward = _backward_at(finding)
-    file, line = write.get("file"), write.get("line")
-    if write.get("category") != "optimizer" or not file or not backward.get("line"):
+    file, line, end = write.get("file"), write.get("line"), backward.get("line")
+    update = write.get("category") == "optimizer" or (finding.get("tensor") or {}).get("role") == "parameter"
+    if not (update and file and line and end) or os.path.realpath(file) != os.path.realpath(backward.get("file") or ""):
         return []
-    if os.path.realpath(file) != os.path.realpath(backward.get("file") or "") or line >= backward["line"]:
+    saved = (finding.get("saved_at") or {}).get("line") or 1
+    line = line_in_block(file, end, min(saved, end) - 1, write.get("function"), line, backward.get("function"))
+    tree = parse_file(file)
+    if not line or line >= end or tree is None:
         return []
-    return [[FixIntent("move_statement", file, line, target=write.get("code"),
-                       detail={"after_line": backward["line"]},
-                       reason=f"step after the backward at line {backward['line']}, which needs the weights "
-                              f"it updates")]]
+    holder = next((s for body in bodies_with_line(tree, end) for s in body
+                   if s.lineno <= line <= (s.end_lineno or s.lineno)), None)
+    if holder is None:
+        return []
+    return [[FixIntent("move_statement", file, holder.lineno, target=write.get("code"), detail={"after_line": end},
+                       reason=f"{'step' if write.get('category') == 'optimizer' else 'update the weights'} after the "
+                              f"backward at line {end}, which needs the weights it updates")]]
 
 
 def _fresh_forward_candidates(finding: dict, write: dict) -> list[list[FixIntent]]:
@@ -579,13 +685,15 @@ def general_repairs(finding: dict, sources: dict[str, str], editable: Callable[[
         # a copy of the weights at the save would hide the ordering bug (backward with the pre-step weights, as
         # PyTorch < 1.5 did silently), not repair it
         repairs += _save_candidates(finding, receivers)
-    repairs += _retain_candidates(finding) + _detach_candidates(finding)
+    repairs += _retain_candidates(finding) + _loop_candidates(finding) + _detach_candidates(finding)
     return _distinct_editable(repairs, editable)[:_MAX_CANDIDATES]
 
 
 def _write_repairs(finding: dict, write: dict, files: list[str]) -> list[list[FixIntent]]:
     """The candidates that undo or move one write: (a), (b) and (e)."""
-    return (_write_candidates(write) + _module_candidates(write, files) + _called_module_candidates(write, files)
+    written = _write_candidates(write)
+    return (written + _returned_candidates(write, written) + _module_candidates(write, files)
+            + _called_module_candidates(write, files)
             + _step_candidates(finding, write) + _fresh_forward_candidates(finding, write))
 
 

@@ -182,16 +182,18 @@ def lost_gradients(before: RunResult, after: RunResult) -> str | None:
     edited = after.coverage or []
     for index, entry in enumerate(before.coverage):
         after = edited[index] if index < len(edited) else {}
-        # What the original's steps used, and what the edited run's steps use that the original reached (the
-        # failing backward has no step after it in the original run).
-        used = entry.get("used", set()) | (entry.get("reached", set()) & after.get("used", set()))
+        # What the original's steps used, and what the edited run's steps update that the original reached (the
+        # failing backward has no step after it in the original run; a detach that cuts what the edited run then
+        # steps leaves that step without the gradient the original's backward was computing for it).
+        stepped = after.get("stepped", after.get("used", set()))
+        used = entry.get("used", set()) | (entry.get("reached", set()) & stepped)
         reached = after.get("reached", set())
         missing = used - reached
         if missing:
             optimizers = sorted({int(key.split(":")[0]) + 1 for key in missing})
             return (f"backward call {index + 1} no longer reaches {len(missing)} of the {len(used)} parameters "
                     f"that the optimizer step after it updates (optimizer {', '.join(map(str, optimizers))} in the "
-                    f"order they first step): the error goes away, but so does their gradient")
+                    f"order they are made): the error goes away, but so does their gradient")
     return None
 
 
@@ -210,7 +212,7 @@ def merged_losses(before: RunResult, after: RunResult) -> str | None:
         optimizers = sorted(int(o) + 1 for o in fed(entry))
         if len(optimizers) > 1:
             return (f"backward call {index + 1} would feed the steps of optimizers "
-                    f"{', '.join(map(str, optimizers))} (in the order they first step), where each of the "
+                    f"{', '.join(map(str, optimizers))} (in the order they are made), where each of the "
                     f"original's losses trains one optimizer's parameters: the error goes away, but one model "
                     f"would also train on another's loss")
     return None

@@ -5,13 +5,15 @@
 # *and* the gradient of every layer behind it (a detach inside a critic's forward, or on the actions every
 # agent's actor loss needs). So during ``gradguard fix`` runs (``GRADGUARD_GRADIENT_COVERAGE`` names a file),
 # every backward call records the leaves its graph reaches (walked before backward runs, so a backward that
-# then fails is recorded too), and every optimizer step records its parameters, keyed by (optimizer in order
-# of first step, parameter index): keys that are the same in the original and the edited run. A backward's
+# then fails is recorded too), and every optimizer step records its parameters, keyed by (optimizer in the order
+# they are made, parameter index): keys that are the same in the original and the edited run. A backward's
 # *used* set is what it reaches among the parameters of the steps that follow it (before the next backward).
 # An edit verifies only if each backward of the edited run still reaches the used set of the same backward
-# of the original run (reaches, not uses: an edit may move the step after a later backward). Gradients that no
-# step consumes (a generator's parameters reached by the discriminator's loss) are free to go: that is what
-# `netD(fake.detach())` is for. Only the fix runs pay for this (one graph walk per backward).
+# of the original run (reaches, not uses: an edit may move the step after a later backward), and what the
+# original's backward reached among the parameters the edited run's next steps update (the original may fail
+# before its first step: a detach that lets the run finish must not leave that step without gradients).
+# Gradients that no step consumes (a generator's parameters reached by the discriminator's loss) are free to go:
+# that is what `netD(fake.detach())` is for. Only the fix runs pay for this (one graph walk per backward).
 """
 
 from __future__ import annotations
@@ -41,33 +43,35 @@ def _reached_leaves(roots) -> set[int]:
 class _Recorder:
     def __init__(self, path: str):
         self.path = path
-        self.events: list = []  # ("backward", set of leaf ids) | ("step", {leaf id: key})
-        self.optimizers: dict[int, tuple[int, object]] = {}  # id -> (order of first step, the optimizer: kept
+        self.events: list = []  # ("backward", set of leaf ids) | ("step" or "made", {leaf id: key})
+        self.optimizers: dict[int, tuple[int, object]] = {}  # id -> (order made, the optimizer: kept
         # alive so that no later optimizer reuses its id)
 
     def backward(self, roots) -> None:
         self.events.append(("backward", _reached_leaves(roots)))
 
-    def step(self, optimizer) -> None:
+    def step(self, optimizer, kind: str = "step") -> None:
         index, _ = self.optimizers.setdefault(id(optimizer), (len(self.optimizers), optimizer))
         params = [p for group in optimizer.param_groups for p in group["params"]]
-        self.events.append(("step", {id(p): f"{index}:{i}" for i, p in enumerate(params)}))
+        self.events.append((kind, {id(p): f"{index}:{i}" for i, p in enumerate(params)}))
 
     def used_sets(self) -> list[dict[str, list[str]]]:
         """Per backward: ``used``, the keys it reached among the parameters that the steps before the next
-        backward update; ``reached``, every optimizer parameter it reached (an edit may move a step)."""
+        backward update; ``reached``, every optimizer parameter it reached (an edit may move a step);
+        ``stepped``, every parameter those steps update, reached or not."""
         every: dict[int, str] = {}
         passes: list[tuple[set, set]] = []  # per backward: (the leaves it reached, those the steps after it update)
         for kind, data in self.events:
             if kind == "backward":
                 passes.append((data, set()))
                 continue
-            for leaf, key in data.items():  # a parameter two optimizers hold keeps the key of the first that
-                every.setdefault(leaf, key)  # stepped it: the same in a run whose second optimizer never stepped
-            if passes:
+            for leaf, key in data.items():  # a parameter two optimizers hold keeps the key of the first made
+                every.setdefault(leaf, key)
+            if passes and kind == "step":
                 passes[-1][1].update(data)
         return [{"used": sorted(every[leaf] for leaf in stepped if leaf in reached),
-                 "reached": sorted(key for leaf, key in every.items() if leaf in reached)}
+                 "reached": sorted(key for leaf, key in every.items() if leaf in reached),
+                 "stepped": sorted(every[leaf] for leaf in stepped)}
                 for reached, stepped in passes]
 
     def write(self) -> None:
@@ -108,4 +112,13 @@ def install_coverage_probe() -> None:
     from torch.optim.optimizer import register_optimizer_step_pre_hook
 
     register_optimizer_step_pre_hook(lambda optimizer, args, kwargs: recorder.step(optimizer))
+    # optimizers are keyed in the order they are made, so that a run that fails before its first step still says
+    # which of the parameters its backwards reached an optimizer holds
+    made = torch.optim.Optimizer.__init__
+
+    def init(self, *args, **kwargs):
+        made(self, *args, **kwargs)
+        recorder.step(self, "made")
+
+    torch.optim.Optimizer.__init__ = init
     atexit.register(recorder.write)
