@@ -18,8 +18,8 @@ def test_a_backward_uses_what_the_steps_before_the_next_backward_update():
     recorder.backward([head(torch.randn(3, 2)).sum()])  # reaches only the head; no step follows
     # optimizer 0's four parameters (encoder weight, bias, head weight, bias); `other` is reached but never stepped
     everything = ["0:0", "0:1", "0:2", "0:3"]
-    assert recorder.used_sets() == [{"used": everything, "reached": everything},
-                                    {"used": [], "reached": ["0:2", "0:3"]}]
+    assert recorder.used_sets() == [{"used": everything, "reached": everything, "stepped": everything},
+                                    {"used": [], "reached": ["0:2", "0:3"], "stepped": []}]
 
 
 def test_a_cut_gradient_is_named_and_a_kept_one_passes():
@@ -31,7 +31,7 @@ def test_a_cut_gradient_is_named_and_a_kept_one_passes():
     assert lost_gradients(before, moved) is None
     assert lost_gradients(before, RunResult(0, [], coverage=[{"used": set(), "reached": {"0:2", "0:3"}}])) == (
         "backward call 1 no longer reaches 2 of the 4 parameters that the optimizer step after it updates "
-        "(optimizer 1 in the order they first step): the error goes away, but so does their gradient")
+        "(optimizer 1 in the order they are made): the error goes away, but so does their gradient")
     assert lost_gradients(RunResult(1, [], coverage=None), RunResult(0, [], coverage=[])) is None
 
 
@@ -44,7 +44,7 @@ def test_one_backward_feeding_two_optimizers_is_rejected_only_where_the_original
     moved = RunResult(0, [], coverage=[{"used": set(), "reached": critic},
                                        {"used": critic | actor, "reached": critic | actor}])
     assert merged_losses(before, moved) == (
-        "backward call 2 would feed the steps of optimizers 1, 2 (in the order they first step), where each of "
+        "backward call 2 would feed the steps of optimizers 1, 2 (in the order they are made), where each of "
         "the original's losses trains one optimizer's parameters: the error goes away, but one model would also "
         "train on another's loss")
     # a fresh forward after the critic's step: each backward still feeds its own optimizer
