@@ -193,6 +193,22 @@ def _returned_candidates(write: dict, repairs: list[list[FixIntent]]) -> list[li
     """(a) in a hook: a function registered as a hook (``net[1].register_forward_hook(scale)``) that writes its
     argument in place and returns nothing makes the write out of place and returns the new value: torch uses a
     hook's return value in place of the module's output."""
+    hook = _hook_writing(write)
+    if hook is None:
+        return []
+    last = hook.body[-1].lineno
+    return [[FixIntent(first.action, first.file, first.line, target=first.target,
+                       detail={**first.detail, "returned": True}, reason=first.reason),
+             FixIntent("insert_after", first.file, last, target=first.target,
+                       detail={"code": f"return {first.target}"},
+                       reason=f"the hook `{hook.name}` hands the new value on: torch uses what a hook returns")]
+            for first, *rest in repairs if not rest and first.action in ("inplace_to_out_of_place",
+                                                                         "augmented_to_binary")
+            and first.target in _bound_by(hook)]
+
+
+def _hook_writing(write: dict) -> ast.FunctionDef | None:
+    """The function ``write`` is in when it returns no value and a ``register_*hook`` call of its file passes it."""
     from ..core.source_ast import parse_file
 
     file, line, function = write.get("file"), write.get("line") or 0, write.get("function")
@@ -200,19 +216,14 @@ def _returned_candidates(write: dict, repairs: list[list[FixIntent]]) -> list[li
     defs = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == function
             and n.lineno < line <= (n.end_lineno or n.lineno)] if tree is not None else []
     if len(defs) != 1 or any(isinstance(n, ast.Return) and n.value is not None for n in ast.walk(defs[0])):
-        return []
-    hooked = any(isinstance(n, ast.Call) and "hook" in ast.unparse(n.func).split(".")[-1]
-                 and any(isinstance(a, ast.Name) and a.id == function for a in n.args) for n in ast.walk(tree))
-    if not hooked:
-        return []
-    last = defs[0].body[-1].lineno
-    return [[FixIntent(first.action, first.file, first.line, target=first.target,
-                       detail={**first.detail, "returned": True}, reason=first.reason),
-             FixIntent("insert_after", file, last, target=first.target, detail={"code": f"return {first.target}"},
-                       reason=f"the hook `{function}` hands the new value on: torch uses what a hook returns")]
-            for first, *rest in repairs if not rest and first.action in ("inplace_to_out_of_place",
-                                                                         "augmented_to_binary")
-            and first.target in _bound_by(defs[0])]
+        return None
+    return defs[0] if _passed_to_a_hook(tree, defs[0].name) else None
+
+
+def _passed_to_a_hook(tree: ast.AST, function: str) -> bool:
+    """Whether a call of a ``...hook`` method or function (``register_forward_hook``) passes ``function``."""
+    return any(isinstance(n, ast.Call) and "hook" in ast.unparse(n.func).split(".")[-1]
+               and any(isinstance(a, ast.Name) and a.id == function for a in n.args) for n in ast.walk(tree))
 
 
 def _module_candidates(write: dict, files: list[str]) -> list[list[FixIntent]]:
@@ -398,38 +409,51 @@ def _loop_candidates(finding: dict) -> list[list[FixIntent]]:
     backward frees the graph behind it. Either that backward keeps the graph (each iteration still backpropagates
     only its own loss), or, when a step in the loop changes what made the tensor, the tensor is made again at the
     top of the loop. Not for a state the loop assigns (``h = cell(x, h)``): that is (d)'s carried read."""
-    from ..core.source_ast import assignment_before, parse_file
-
-    backward, name = _backward_at(finding), (finding.get("tensor") or {}).get("name")
-    freed = [w for w in finding.get("modified_at") or () if w.get("category") == "backward"]
-    file, line = backward.get("file"), backward.get("line")
-    if finding.get("kind") != "backward_twice" or not (name and freed and file and line) or (
-            freed[0].get("line") != line or os.path.realpath(freed[0].get("file") or "") != os.path.realpath(file)):
+    found = _made_before_loop(finding)
+    if found is None:
         return []
-    made = assignment_before(file, line, name)
-    tree = parse_file(file)
-    if made is None or tree is None or os.path.realpath(made.file) != os.path.realpath(file):
-        return []
-    loops = [n for n in ast.walk(tree) if isinstance(n, (ast.For, ast.While))
-             and made.line < n.lineno <= line <= (n.end_lineno or n.lineno)]
-    if not loops:
-        return []
-    loop = min(loops, key=lambda n: (n.end_lineno or n.lineno) - n.lineno)
-    if name in _assigned_in(loop):
-        return []
+    backward, name, made, loop = found
+    file, line = backward["file"], backward["line"]
     repairs = [[FixIntent("set_keyword", file, line, detail={"call": _graph_call(backward.get("code") or ""),
                                                               "keyword": "retain_graph", "value": True, "add": True},
                           reason=f"`{name}` is made once, before the loop: each iteration's backward then still "
                                  f"finds the graph behind it")]]
-    found = _statement(file, made.line)
+    statement = _statement(file, made.line)
     text = "".join(linecache.getlines(file))
-    source = ast.get_source_segment(text, found[0]) if found and isinstance(found[0], ast.Assign) else None
+    source = ast.get_source_segment(text, statement[0]) if statement and isinstance(statement[0], ast.Assign) \
+        else None
     if source and loop.body:
         repairs.append([FixIntent("remove_statement", file, made.line, target=made.code),
                         FixIntent("insert_before", file, loop.body[0].lineno, detail={"code": source},
                                   reason=f"`{name}` made again each time round the loop, from the weights the "
                                          f"step before left")])
     return repairs
+
+
+def _made_before_loop(finding: dict):
+    """(the backward, the crossing tensor's name, where it was made, the innermost loop around the backward) when
+    the backward that fails is the one that freed the graph (one statement, run again by its loop) and the tensor
+    was made before that loop, which never assigns it; else None."""
+    from ..core.source_ast import assignment_before, parse_file
+
+    backward, name = _backward_at(finding), (finding.get("tensor") or {}).get("name")
+    freed = [w for w in finding.get("modified_at") or () if w.get("category") == "backward"]
+    if finding.get("kind") != "backward_twice" or not (name and freed and _same_line(freed[0], backward)):
+        return None
+    file, line = backward["file"], backward["line"]
+    made, tree = assignment_before(file, line, name), parse_file(file)
+    if made is None or tree is None or os.path.realpath(made.file) != os.path.realpath(file):
+        return None
+    loops = [n for n in ast.walk(tree) if isinstance(n, (ast.For, ast.While))
+             and made.line < n.lineno <= line <= (n.end_lineno or n.lineno)]
+    loop = min(loops, key=lambda n: (n.end_lineno or n.lineno) - n.lineno, default=None)
+    return (backward, name, made, loop) if loop is not None and name not in _assigned_in(loop) else None
+
+
+def _same_line(a: dict, b: dict) -> bool:
+    """Two locations on one known line of one file."""
+    return bool(a.get("file") and a.get("line")) and a.get("line") == b.get("line") and (
+        os.path.realpath(a["file"]) == os.path.realpath(b.get("file") or ""))
 
 
 def _assigned_in(scope: ast.AST) -> set[str]:
