@@ -440,9 +440,10 @@ def test_retain_graph_goes_to_autograd_grad_and_to_a_backward_a_helper_follows(t
 
 
 def test_a_tensor_made_once_before_the_loop_that_backpropagates_it_is_retained_or_made_again_inside(tmp_path):
-    """(f) and (g): one backward statement in a loop, through `feat` made before the loop: retain_graph on that
-    backward first, then `feat` made again at the top of the loop (for a step in the loop that changes what made
-    it). Not for a state the loop assigns itself (`h = cell(x, h)`: that is (d)'s)."""
+    """(f) and (g): one backward statement in a loop, through `feat` made before the loop: `feat` made again at the
+    top of the loop, alone when the loop steps (retaining the graph would backpropagate through the first
+    iteration's values every time), after retain_graph on that backward when it does not; never when making it
+    draws new data. Not for a state the loop assigns itself (`h = cell(x, h)`: that is (d)'s)."""
     source = textwrap.dedent("""
         import torch
         feat = enc(x)
@@ -461,9 +462,15 @@ def test_a_tensor_made_once_before_the_loop_that_backpropagates_it_is_retained_o
                                             "code": "loss.backward()"}}}
 
     edits = _edited(source, tmp_path, finding)
-    assert "    loss.backward(retain_graph=True)" in edits[0].splitlines()
-    assert ["import torch", "for _ in range(2):", "    feat = enc(x)", "    loss = head(feat).sum()"] in [
-        e.splitlines()[:4] for e in edits]
+    assert edits[0].splitlines()[:4] == ["import torch", "for _ in range(2):", "    feat = enc(x)",
+                                         "    loss = head(feat).sum()"]
+    assert not any("retain_graph" in e for e in edits)
+    no_step = _edited(source.replace("    opt.step()\n", ""), tmp_path, finding)
+    assert "    loss.backward(retain_graph=True)" in no_step[0].splitlines()
+    assert no_step[1].splitlines()[:3] == ["import torch", "for _ in range(2):", "    feat = enc(x)"]
+    # made from a fresh draw (`enc(torch.randn(4, 3))`): made again, each iteration would train on other data
+    fresh = _edited(source.replace("enc(x)", "enc(torch.randn(4, 3))"), tmp_path, finding)
+    assert not any("for _ in range(2):\n    feat = " in e for e in fresh)
     carried = source.replace("    loss = head(feat).sum()", "    feat = cell(x, feat)\n    loss = head(feat).sum()")
     carried_edits = _edited(carried, tmp_path, lambda file: {**finding(file), "modified_at": [
         {**finding(file)["modified_at"][0], "line": 6}], "context": {"backward_at": {
@@ -508,8 +515,10 @@ def test_a_hook_that_writes_its_output_in_place_returns_the_new_value_instead(tm
 
 def test_a_detach_that_leaves_a_later_step_without_gradients_is_refused_though_the_original_never_stepped():
     """NOTE [A fix must keep the gradients the optimizer uses]: the original run failed at its second backward,
-    before any step, so its steps used nothing; the edited run's step after that backward updates parameters the
-    original's backward reached and the edited one no longer does (keys from the optimizers' construction)."""
+    before any step, so its steps used nothing; the edited run's step after that backward is of an optimizer whose
+    parameters the original's backward reached and the edited one reaches none of (keys from the optimizers'
+    construction). An optimizer the edited backward still feeds may lose one parameter's gradient (a cache built
+    from a learned scale, detached where it is read)."""
     from gradguard.fix.verify import RunResult, lost_gradients
 
     before = RunResult(1, [], "", coverage=[{"used": set(), "reached": {"0:0", "1:0"}},
@@ -522,3 +531,6 @@ def test_a_detach_that_leaves_a_later_step_without_gradients_is_refused_though_t
         "backward call 2 no longer reaches 1 of the 1 parameters that the optimizer step after it updates "
         "(optimizer 1 in the order they are made): the error goes away, but so does their gradient")
     assert lost_gradients(before, kept) is None
+    one_fed = RunResult(0, [], "", coverage=[{"used": set(), "reached": {"0:0", "1:0"}, "stepped": set()},
+                                             {"used": {"0:1"}, "reached": {"0:1"}, "stepped": {"0:0", "0:1"}}])
+    assert lost_gradients(before, one_fed) is None

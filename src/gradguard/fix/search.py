@@ -18,7 +18,9 @@
 #   (f) retain_graph=True on an earlier backward (or `autograd.grad`) whose graph a later loss of the same forward
 #       shares, or on a backward in a loop through a tensor made once before the loop (before (d): it keeps every
 #       gradient the code asks for, where a detach drops one);
-#   (g) that tensor made again at the top of the loop instead (a step in the loop changed what made it).
+#   (g) that tensor made again at the top of the loop instead (the only candidate of the two when a step in the loop
+#       changes what made it: a retained graph would backpropagate through the first iteration's values every
+#       time).
 # Each candidate is verified by a run like any rule's intent; none is ever needed by a rule id to exist.
 """
 
@@ -407,8 +409,8 @@ def _loop_candidates(finding: dict) -> list[list[FixIntent]]:
     """(f) and (g) for one backward statement in a loop that backpropagates, each time round, through a tensor made
     once before the loop (micro-batches of one feature, epochs over a feature computed once): the first iteration's
     backward frees the graph behind it. Either that backward keeps the graph (each iteration still backpropagates
-    only its own loss), or, when a step in the loop changes what made the tensor, the tensor is made again at the
-    top of the loop. Not for a state the loop assigns (``h = cell(x, h)``): that is (d)'s carried read."""
+    only its own loss), or the tensor is made again at the top of the loop (alone when a step in the loop changes
+    what made it). Not for a state the loop assigns (``h = cell(x, h)``): that is (d)'s carried read."""
     found = _made_before_loop(finding)
     if found is None:
         return []
@@ -418,16 +420,29 @@ def _loop_candidates(finding: dict) -> list[list[FixIntent]]:
                                                               "keyword": "retain_graph", "value": True, "add": True},
                           reason=f"`{name}` is made once, before the loop: each iteration's backward then still "
                                  f"finds the graph behind it")]]
-    statement = _statement(file, made.line)
-    text = "".join(linecache.getlines(file))
-    source = ast.get_source_segment(text, statement[0]) if statement and isinstance(statement[0], ast.Assign) \
-        else None
-    if source and loop.body:
-        repairs.append([FixIntent("remove_statement", file, made.line, target=made.code),
-                        FixIntent("insert_before", file, loop.body[0].lineno, detail={"code": source},
-                                  reason=f"`{name}` made again each time round the loop, from the weights the "
-                                         f"step before left")])
-    return repairs
+    # a step in the loop changes the weights behind the tensor: retaining its graph would backpropagate through
+    # the first iteration's values every time; made again, each iteration's gradients are its own
+    if any(isinstance(n, ast.Attribute) and n.attr == "step" for n in ast.walk(loop)):
+        return _made_again(file, name, made, loop)
+    return repairs + _made_again(file, name, made, loop)
+
+
+def _made_again(file: str, name: str, made, loop: ast.AST) -> list[list[FixIntent]]:
+    """(g): the assignment that made ``name`` moved to the top of ``loop``, when it is one call on values already
+    bound (``feat = enc(x)``): a nested call (``enc(torch.randn(4, 3))``, ``enc(next(batches))``) would draw new
+    data each time round, another program."""
+    found = _statement(file, made.line)
+    value = found[0].value if found and isinstance(found[0], ast.Assign) else None
+    operands = [*value.args, *(k.value for k in value.keywords)] if isinstance(value, ast.Call) else None
+    body = getattr(loop, "body", None)
+    if not body or operands is None or any(isinstance(n, ast.Call) for a in operands for n in ast.walk(a)):
+        return []
+    source = ast.get_source_segment("".join(linecache.getlines(file)), found[0])  # type: ignore[index]
+    return [[FixIntent("remove_statement", file, made.line, target=made.code,
+                       reason=f"`{name}` is no longer made once, before the loop"),
+             FixIntent("insert_before", file, body[0].lineno, detail={"code": source},
+                       reason=f"`{name}` made again each time round the loop, from the weights the step before "
+                              f"left")]]
 
 
 def _made_before_loop(finding: dict):

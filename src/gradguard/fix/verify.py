@@ -182,12 +182,15 @@ def lost_gradients(before: RunResult, after: RunResult) -> str | None:
     edited = after.coverage or []
     for index, entry in enumerate(before.coverage):
         after = edited[index] if index < len(edited) else {}
-        # What the original's steps used, and what the edited run's steps update that the original reached (the
-        # failing backward has no step after it in the original run; a detach that cuts what the edited run then
-        # steps leaves that step without the gradient the original's backward was computing for it).
-        stepped = after.get("stepped", after.get("used", set()))
-        used = entry.get("used", set()) | (entry.get("reached", set()) & stepped)
+        # What the original's steps used, and, for an optimizer the edited run's next step would leave with no
+        # gradient at all, what the original's backward reached of its parameters (the failing backward has no
+        # step after it in the original run: a detach that lets a loop of micro-batches finish must not leave the
+        # encoder's optimizer stepping on nothing).
         reached = after.get("reached", set())
+        stepped = after.get("stepped", set())
+        fed = {key.split(":")[0] for key in stepped & reached}
+        used = entry.get("used", set()) | {key for key in entry.get("reached", set()) & stepped
+                                           if key.split(":")[0] not in fed}
         missing = used - reached
         if missing:
             optimizers = sorted({int(key.split(":")[0]) + 1 for key in missing})

@@ -9,9 +9,10 @@
 # they are made, parameter index): keys that are the same in the original and the edited run. A backward's
 # *used* set is what it reaches among the parameters of the steps that follow it (before the next backward).
 # An edit verifies only if each backward of the edited run still reaches the used set of the same backward
-# of the original run (reaches, not uses: an edit may move the step after a later backward), and what the
-# original's backward reached among the parameters the edited run's next steps update (the original may fail
-# before its first step: a detach that lets the run finish must not leave that step without gradients).
+# of the original run (reaches, not uses: an edit may move the step after a later backward), and, for an
+# optimizer whose next step in the edited run no backward feeds at all, what the original's backward reached of its
+# parameters (the original may fail before its first step: a detach that lets the run finish must not leave a
+# whole optimizer stepping on nothing).
 # Gradients that no step consumes (a generator's parameters reached by the discriminator's loss) are free to go:
 # that is what `netD(fake.detach())` is for. Only the fix runs pay for this (one graph walk per backward).
 """
