@@ -27,6 +27,7 @@ __all__ = [
     "bound_references",
     "reads",
     "carried_reads",
+    "innermost",
     "keyword_calls",
     "is_valid_python",
 ]
@@ -150,7 +151,8 @@ def carried_reads(stmt: ast.stmt | None) -> list[str]:
 # -- loops ---------------------------------------------------------------------------------------------
 
 
-def _innermost(tree: ast.AST, line: int, kinds: tuple[type, ...]) -> ast.AST | None:
+def innermost(tree: ast.AST, line: int, kinds: tuple[type, ...]) -> ast.AST | None:
+    """The innermost node of one of ``kinds`` whose lines hold ``line`` (the loop around it, its function)."""
     best = None
     for node in ast.walk(tree):
         if isinstance(node, kinds) and node.lineno <= line <= (node.end_lineno or node.lineno):
@@ -241,7 +243,7 @@ def carried_state(location: SourceLocation | None) -> list[CarriedState]:
     tree = parse_file(location.file)
     if tree is None:
         return []
-    loop = _innermost(tree, location.line, (ast.For, ast.While, ast.AsyncFor))
+    loop = innermost(tree, location.line, (ast.For, ast.While, ast.AsyncFor))
     if loop is None:
         return []
     loop_targets = set()
@@ -323,7 +325,7 @@ def _statements_around(call: SourceLocation | None, step: SourceLocation | None,
     tree = parse_file(call.file)
     if tree is None:
         return []
-    scope = _innermost(tree, step.line, (ast.FunctionDef, ast.AsyncFunctionDef)) or tree
+    scope = innermost(tree, step.line, (ast.FunctionDef, ast.AsyncFunctionDef)) or tree
     if not (scope is tree or scope.lineno <= call.line and backward.line <= (scope.end_lineno or scope.lineno)):
         return []
     return _simple_statements(scope.body)
@@ -344,7 +346,7 @@ def step_receivers(location: SourceLocation | None) -> list[str]:
     tree = parse_file(location.file)
     if tree is None:
         return []
-    scope = _innermost(tree, location.line, (ast.FunctionDef, ast.AsyncFunctionDef)) or tree
+    scope = innermost(tree, location.line, (ast.FunctionDef, ast.AsyncFunctionDef)) or tree
     receivers: list[str] = []
     for node in ast.walk(scope):
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "step"

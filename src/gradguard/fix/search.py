@@ -32,7 +32,7 @@ import os
 from typing import Callable
 
 from ..core.facts import Facts
-from ..core.fixes import carried_reads, reads
+from ..core.fixes import carried_reads, innermost, reads
 from ..core.intents import FixIntent
 
 __all__ = ["general_repairs", "same_intent", "rebinds_a_lost_name"]
@@ -215,11 +215,11 @@ def _hook_writing(write: dict) -> ast.FunctionDef | None:
 
     file, line, function = write.get("file"), write.get("line") or 0, write.get("function")
     tree = parse_file(file) if file and function else None
-    defs = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == function
-            and n.lineno < line <= (n.end_lineno or n.lineno)] if tree is not None else []
-    if len(defs) != 1 or any(isinstance(n, ast.Return) and n.value is not None for n in ast.walk(defs[0])):
+    hook = innermost(tree, line, (ast.FunctionDef,)) if tree is not None else None
+    if not isinstance(hook, ast.FunctionDef) or hook.name != function or hook.lineno == line or any(
+            isinstance(n, ast.Return) and n.value is not None for n in ast.walk(hook)):
         return None
-    return defs[0] if _passed_to_a_hook(tree, defs[0].name) else None
+    return hook if _passed_to_a_hook(tree, function) else None
 
 
 def _passed_to_a_hook(tree: ast.AST, function: str) -> bool:
@@ -441,8 +441,8 @@ def _made_again(file: str, name: str, made, loop: ast.AST) -> list[list[FixInten
     return [[FixIntent("remove_statement", file, made.line, target=made.code,
                        reason=f"`{name}` is no longer made once, before the loop"),
              FixIntent("insert_before", file, body[0].lineno, detail={"code": source},
-                       reason=f"`{name}` made again each time round the loop, from the weights the step before "
-                              f"left")]]
+                       reason=f"`{name}` made again each time round the loop, so that each backward has a "
+                              f"graph of its own")]]
 
 
 def _made_before_loop(finding: dict):
@@ -459,10 +459,9 @@ def _made_before_loop(finding: dict):
     made, tree = assignment_before(file, line, name), parse_file(file)
     if made is None or tree is None or os.path.realpath(made.file) != os.path.realpath(file):
         return None
-    loops = [n for n in ast.walk(tree) if isinstance(n, (ast.For, ast.While))
-             and made.line < n.lineno <= line <= (n.end_lineno or n.lineno)]
-    loop = min(loops, key=lambda n: (n.end_lineno or n.lineno) - n.lineno, default=None)
-    return (backward, name, made, loop) if loop is not None and name not in _assigned_in(loop) else None
+    loop = innermost(tree, line, (ast.For, ast.While))
+    return (backward, name, made, loop) if loop is not None and loop.lineno > made.line and (
+        name not in _assigned_in(loop)) else None
 
 
 def _same_line(a: dict, b: dict) -> bool:
