@@ -1,4 +1,6 @@
-"""The program ``gradguard run`` executes: a script path or ``-m module``, run as the real ``__main__``.
+"""The program ``gradguard run`` executes: a script path or ``-m module``, run as the real ``__main__``; and the
+argument checks and usage errors shared by ``gradguard run``, ``fix`` and ``advise``, made before anything runs: a
+typo in a report path must cost no training run, and a report must never be written over the user's own files.
 
 # NOTE [The script is the real __main__]
 # Pickle finds a class by ``sys.modules[cls.__module__]``: a script's classes live in ``__main__``, so
@@ -19,6 +21,7 @@
 
 from __future__ import annotations
 
+import argparse
 import builtins
 import os
 import runpy
@@ -28,7 +31,8 @@ import types
 from dataclasses import dataclass, field
 
 __all__ = ["Program", "ProgramError", "load_program", "trim_traceback", "format_user_exception",
-           "call_users_excepthook"]
+           "call_users_excepthook", "seconds", "report_path_problem", "program_target", "load", "syntax_error",
+           "usage_error"]
 
 
 class ProgramError(Exception):
@@ -73,18 +77,14 @@ class Program:
         """Make this program the process's ``__main__`` (argv, sys.path[0], sys.modules); its globals."""
         module = types.ModuleType("__main__")
         module.__dict__["__builtins__"] = builtins  # the module, as in Python's own __main__ (not a dict)
-        if self.spec is not None:  # -m module, or a directory / zip archive's __main__
-            spec = self.spec
-            module.__dict__.update(__file__=self.origin, __cached__=getattr(spec, "cached", None),
-                                   __loader__=spec.loader, __package__=spec.parent, __spec__=spec)
-        elif self.stdin_source is not None:
+        spec = self.spec  # -m module, or a directory / zip archive's __main__; else None
+        module.__dict__.update(__file__=self.origin, __cached__=getattr(spec, "cached", None),
+                               __loader__=getattr(spec, "loader", None), __package__=getattr(spec, "parent", None),
+                               __spec__=spec)
+        if self.stdin_source is not None:  # ``python -``: origin is "<stdin>"
             from importlib.machinery import BuiltinImporter
 
-            module.__dict__.update(__file__="<stdin>", __cached__=None, __loader__=BuiltinImporter,
-                                   __package__=None, __spec__=None)
-        else:
-            module.__dict__.update(__file__=self.origin, __cached__=None, __loader__=None, __package__=None,
-                                   __spec__=None)
+            module.__dict__["__loader__"] = BuiltinImporter
         sys.argv = [self.origin if self.is_module else self.target, *args]
         self.keep.append(sys.modules.get("__main__"))  # gradguard's own __main__ stays alive (its frame runs)
         sys.modules["__main__"] = module
@@ -188,3 +188,80 @@ def call_users_excepthook(error: BaseException) -> bool:
         sys.stderr.write("Error in sys.excepthook:\n" + "".join(traceback.format_exception(failure))
                          + "\nOriginal exception was:\n" + "".join(traceback.format_exception(error)))
     return True
+
+
+# -- the command line's checks, before anything runs
+def seconds(text: str) -> float:
+    """argparse type: a positive number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
+
+
+def report_path_problem(options, files: list[str], args: list[str], rename=None) -> str | None:
+    """Why one of the report files ``options.json`` and ``options.html`` (each through ``rename``) cannot be
+    written, naming the argument, what it expects and what it was given; None when all can. A report never
+    overwrites a file the program reads: its ``files`` (the script) and the files among its ``args``."""
+    targets = [(f"--{name}", rename(path) if rename else path) for name in ("json", "html")
+               if (path := getattr(options, name, None))]
+    inputs = [*files, *(arg for arg in args if os.path.isfile(arg))]
+    if len(targets) == 2 and os.path.abspath(targets[0][1]) == os.path.abspath(targets[1][1]):
+        return (f"{targets[0][0]} and {targets[1][0]} name the same file {targets[0][1]!r}: each report needs its "
+                "own file")
+    for flag, path in targets:
+        full = os.path.abspath(path)
+        if os.path.isdir(full):
+            return f"argument {flag}: expected a file name, got {path!r}, which is a directory"
+        folder = os.path.dirname(full)
+        if not os.path.isdir(folder):
+            return (f"argument {flag}: expected a file in an existing directory, got {path!r} (the directory "
+                    f"{folder!r} does not exist; create it or choose another path)")
+        if not os.access(folder, os.W_OK) or (os.path.exists(full) and not os.access(full, os.W_OK)):
+            return f"argument {flag}: expected a writable file, got {path!r}, which is not writable"
+        for source in inputs:
+            if os.path.exists(full) and os.path.exists(source) and os.path.samefile(full, source):
+                return (f"argument {flag}: expected a new report file, got {path!r}, which is the file being run "
+                        "or one of its arguments; gradguard never writes a report over an input file (did you "
+                        "swap the arguments?)")
+    return None
+
+
+def program_target(options) -> tuple[str, list[str], bool] | str:
+    """(target, its arguments, is_module) from ``script [args]`` or ``-m MODULE [args]``, else the usage error."""
+    if options.module is not None:
+        if not options.module:
+            return "argument -m: expected a module name"
+        return options.module[0], options.module[1:], True
+    if options.script is None:
+        return "the following arguments are required: script (or -m MODULE)"
+    return options.script, list(options.args), False
+
+
+def syntax_error(error: SyntaxError, message: str | None = None) -> int:
+    """Say on stderr that the program does not compile (Python's own words unless ``message``); exit status 1."""
+    sys.stderr.write("".join(traceback.format_exception_only(type(error), error)) if message is None else message)
+    return 1
+
+
+def load(target: str, is_module: bool, syntax_message=None):
+    """The loaded program, or the exit status after saying why it cannot start: Python's own words (the same
+    "can't open file" as ``python``), or ``syntax_message(error)`` for a SyntaxError when given."""
+    try:
+        return load_program(target, is_module)
+    except ProgramError as error:
+        print(error, file=sys.stderr)
+        return error.exit_code
+    except SyntaxError as error:
+        return syntax_error(error, syntax_message(error) if syntax_message else None)
+
+
+def usage_error(usage: str, prog: str, message: str) -> int:
+    """The ``usage`` line and ``PROG: error: MESSAGE`` on stderr, as argparse says a usage error; exit status 2."""
+    from .report.text import wrap_notice
+
+    sys.stderr.write(usage + wrap_notice(message, prefix=f"{prog}: error: "))
+    return 2

@@ -10,12 +10,12 @@ import sys
 import threading
 import traceback
 
-from ._cli_args import load, program_target, report_path_problem, seconds, usage_error
 from ._errors import GradientHazardError
 from ._guard import guard
 from ._overlay import COVERAGE_ENV, install_overlay
 from ._rerun import DEFAULT_RERUN_TIMEOUT, RerunInterrupted, diagnose_by_rerun
-from ._script import call_users_excepthook, format_user_exception, trim_traceback
+from ._script import (call_users_excepthook, format_user_exception, load, program_target, report_path_problem, seconds,
+                      trim_traceback, usage_error)
 from ._version import __version__
 from .core.findings import SAVED_TENSOR_KINDS
 from .integrations.distributed import leave, rank_info, rank_path, report_on_termination, tag_findings
@@ -76,6 +76,7 @@ def _parser() -> argparse.ArgumentParser:
                      help="run a library module as a script, like `python -m MODULE ARGS`")
     run.add_argument("script", nargs="?", help="the Python script to run")
     run.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
+    run.set_defaults(handler=run_script)
     from .advisor.cli import add_advise_parser
     from .fix.cli import add_fix_parser
 
@@ -87,18 +88,10 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     options = parser.parse_args(argv)
-    if options.command == "advise":
-        from .advisor.cli import advise_script
-
-        return advise_script(options)
-    if options.command == "fix":
-        from .fix.cli import fix_script
-
-        return fix_script(options)
-    if options.command != "run":
+    if options.command is None:
         parser.print_help(sys.stderr)
         return 2
-    return run_script(options)
+    return options.handler(options)
 
 
 def _json_text(findings, script: str) -> str:
@@ -267,7 +260,7 @@ def _should_rerun(mode, info, finding, options) -> bool:
 
 def _report_hazard(error, mode, options, program, args, cwd, guard_block) -> int:
     """Print a GradientHazardError's finding (improved by a re-run when possible); the exit status."""
-    from .report.rich import print_findings
+    from .report.text import print_findings
 
     sys.stdout.flush()
     exit_code = 0
@@ -320,10 +313,7 @@ def run_script(options) -> int:
     try:
         with _GuardOnFrameworkImport(guard_block, on_finding=live):
             exec(program.code, globals_)
-    except SystemExit as stop:
-        rank_report.write()
-        raise stop
-    except KeyboardInterrupt:
+    except (SystemExit, KeyboardInterrupt):
         rank_report.write()
         raise
     except GradientHazardError as error:

@@ -11,7 +11,7 @@ import torch
 
 import gradguard
 from gradguard.advisor import pipeline
-from gradguard.advisor.analysis import simulate_peak
+from gradguard.advisor.api import simulate_peak
 from gradguard.advisor.api import FunctionStep, _identical, _run
 from gradguard.advisor.trace import StepMode
 

@@ -24,7 +24,7 @@ _BOX = set("╭╮╰╯│─")
 _CHILD = r"""
 import fcntl, os, struct, sys, termios
 import torch, gradguard
-from gradguard.report.rich import print_findings
+from gradguard.report.text import print_findings
 
 x = torch.randn(4, 4, requires_grad=True)
 try:

@@ -28,6 +28,7 @@ def add_advise_parser(sub) -> None:
                    help="skip the CPU allocator cross-check (two extra runs under torch.profiler)")
     p.add_argument("script", help="the Python training script")
     p.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
+    p.set_defaults(handler=advise_script)
 
 
 class ScriptStep:
@@ -65,7 +66,7 @@ class ScriptStep:
 
 
 def advise_script(options) -> int:
-    from .._cli_args import report_path_problem, syntax_error, usage_error
+    from .._script import report_path_problem, syntax_error, usage_error
     from .._errors import InvalidArgument
     from ..report.text import fit_lines, output_width, wrap_notice
     from .api import run_advisor

@@ -20,7 +20,7 @@ _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 
 
 def add_fix_parser(sub) -> None:
-    from .._cli_args import seconds
+    from .._script import seconds
 
     fix = sub.add_parser(
         "fix", help="repair the hazards a script hits: each edit is verified by re-running the script",
@@ -43,10 +43,11 @@ def add_fix_parser(sub) -> None:
                      help="fix a module run as a script, like `python -m MODULE ARGS`")
     fix.add_argument("script", nargs="?", help="the Python script to run")
     fix.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
+    fix.set_defaults(handler=fix_script)
 
 
 def _usage(message: str) -> int:
-    from .._cli_args import usage_error
+    from .._script import usage_error
 
     return usage_error("usage: gradguard fix [--apply] [--backup] [--json FILE] [--html FILE] script.py [args...]\n",
                        "gradguard fix", message)
@@ -97,11 +98,6 @@ def _reasons(outcome) -> dict[str, list[tuple[int, str]]]:
     return reasons
 
 
-def _display(path: str, cwd: str) -> str:
-    relative = os.path.relpath(path, cwd)
-    return path if relative.startswith("..") else relative
-
-
 def _one_per_reason(texts: list[str]) -> list[str]:
     """``label: why`` texts with one label per why: a move whose origin and destination are in one hunk is named
     once, by its origin ("line 17 (moved after line 18)"), not also as "line 17 moved here"."""
@@ -121,7 +117,8 @@ def unified_diff(original: dict[str, str], edited: dict[str, str], reasons: dict
         before, after = original[path], edited[path]
         if before == after:
             continue
-        name = _display(path, cwd)
+        relative = os.path.relpath(path, cwd)
+        name = path if relative.startswith("..") else relative
         lines = list(difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
                                           f"a/{name}", f"b/{name}", n=3))
         for index, line in enumerate(lines):
@@ -194,7 +191,7 @@ def _write_html(path: str, script: str, outcome, cwd: str) -> None:
 
 def _target(options) -> tuple[str, list[str], bool] | str:
     """(target, args, is_module) from the arguments, or the usage error that stops the fix."""
-    from .._cli_args import program_target
+    from .._script import program_target
 
     parsed = program_target(options)
     if isinstance(parsed, str):
@@ -210,11 +207,10 @@ def _target(options) -> tuple[str, list[str], bool] | str:
 
 def _show(first, outcome, cwd: str, say) -> str:
     """Print the first run's findings, the diff (returned) and what each edit did."""
-    from ..report.text import stated_width
+    from ..report.text import print_findings, stated_width
 
     if first.findings:  # what the diff repairs, as `gradguard run` shows it
         from ..core.findings import Finding
-        from ..report.rich import print_findings
 
         print_findings([Finding.from_dict(data) for data in first.findings], sys.stderr, "the first run's finding")
     diff = unified_diff(outcome.original, outcome.edited, _reasons(outcome), cwd)
@@ -269,7 +265,7 @@ def fix_script(options) -> int:
         return _usage(parsed)
     target, args, is_module = parsed
     command = (["-m"] if is_module else []) + [target, *args]
-    from .._cli_args import load, report_path_problem
+    from .._script import load, report_path_problem
 
     program = load(target, is_module, lambda error: f"gradguard fix: {target} does not parse ({error.msg}, "
                                                     f"line {error.lineno})\n")

@@ -7,13 +7,6 @@ on stderr, only where stderr is a terminal.
 # is erased when the work ends, so the terminal afterwards shows only the report. The user's own prints
 # during the work go through rich's console (printed above the live line), so they are neither lost nor
 # overwritten. ``GRADGUARD_PROGRESS=0`` turns it off everywhere.
-
-Usage::
-
-    with progress("gradguard advise", total=None) as tracker:
-        tracker.update("recording the step")
-        ...
-        tracker.update("verifying 3 candidates", advance=1)
 """
 
 from __future__ import annotations

@@ -1,4 +1,14 @@
-"""Plain-text rendering of a finding: the exception message, logs, notebooks' text fallback."""
+"""Plain-text rendering of a finding: the exception message, logs, notebooks' text fallback; on a terminal, the same
+text framed and coloured with rich (``print_findings``).
+
+# NOTE [terminal manners]
+# On a terminal the finding is a panel as wide as the text needs and never wider than the terminal: the text
+# is wrapped by ``render_finding`` at the terminal width minus the frame (at most the exception message's 100
+# columns), so rich never re-wraps it. Where the output is not a terminal (piped, a CI log, a file) or the
+# terminal is ``TERM=dumb``, the same text is written without box characters or colour, headed by the same
+# title line, with one blank line after each finding. ``NO_COLOR`` (https://no-color.org) turns colour off and
+# keeps the frame; rich reads it. ``COLUMNS`` sets the width where there is no terminal to ask (else 80).
+"""
 
 from __future__ import annotations
 
@@ -6,11 +16,11 @@ import os
 import re
 import sys
 import textwrap
-from typing import Any
+from typing import IO, Any
 
 from ..core.findings import SAVED_TENSOR_KINDS, Finding, WriteRecord
 
-__all__ = ["render_finding", "printable", "output_width", "wrap_notice", "fit_lines"]
+__all__ = ["render_finding", "printable", "output_width", "wrap_notice", "fit_lines", "print_findings"]
 
 _WIDTH = 100  # the exception message's width; terminals get their own (``render_finding(width=...)``)
 _MIN_WIDTH = 40
@@ -162,3 +172,39 @@ def _no_write(f) -> str:
     if f.facts.write_log is False:
         return "not recorded (write log off)"
     return "no write seen by gradguard"
+
+
+_STYLES = {"  why": "yellow", "  fix": "green", "  tensor": "bold", "  note": "dim"}
+_FRAME = 4  # "│ " and " │"
+
+
+def print_findings(findings: list[Finding], file: IO[str], error_name: str = "") -> None:
+    """Print each finding to ``file``: a panel on a terminal, plain text elsewhere (NOTE [terminal manners])."""
+    from rich.console import Console
+    from rich.panel import Panel
+    from rich.text import Text
+
+    console = Console(file=file, highlight=False, soft_wrap=False)  # follows the width, NO_COLOR, TERM=dumb
+    plain = not console.is_terminal or console.is_dumb_terminal  # no box characters or colour there
+    # the text fits inside the panel on a terminal, the whole line elsewhere; the exception message's width at most
+    width = min(_WIDTH, output_width(file) if plain else console.width - _FRAME)
+    title = f"gradguard: {error_name}" if error_name else "gradguard"
+    if plain:
+        for finding in findings:
+            file.write(f"{title}\n{render_finding(finding, width=width)}\n\n")
+        file.flush()
+        return
+    for finding in findings:
+        lines = render_finding(finding, width=width).splitlines()
+        body = Text()  # not Text(style=...): that style would be the base of every line
+        body.append(lines[0] + "\n", style="bold")
+        current_style = ""
+        for line in lines[1:]:
+            style = next((style for prefix, style in _STYLES.items() if line.startswith(prefix)), None)
+            if style is not None:
+                current_style = style
+            elif line.startswith("  ") and not line.startswith("   "):
+                current_style = ""
+            body.append(line + "\n", style=current_style)
+        body.rstrip()
+        console.print(Panel(body, title=Text(title, style="bold red"), title_align="left", expand=False))

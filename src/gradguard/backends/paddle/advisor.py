@@ -150,7 +150,7 @@ _READ_DUNDERS = ("__sub__", "__rsub__", "__truediv__", "__rtruediv__", "__matmul
                  "__rpow__", "__neg__", "__getitem__", "__mod__", "__floordiv__", "__abs__")
 
 
-def _read_entry_points(skip: set) -> list[tuple[Any, str]]:
+def _read_entry_points(skip: dict) -> list[tuple[Any, str]]:
     found = []
     for owner in (paddle, paddle.nn.functional, paddle.linalg, paddle.Tensor):
         for name in dir(owner):
@@ -215,7 +215,6 @@ class _Run:
         self.plan = plan or {}  # call key -> operand position
         self.record = kind == "record"
         self.clock = 0
-        self.depth = 0
         self.counts: dict = {}
         self.stack: list[str] = []
         self.calls: list[_Call] = []
@@ -275,7 +274,7 @@ def _wrapper(original: Callable, call: Callable, extra=None) -> Callable:
 
 
 def _candidate_call(run: _Run, original, args, kwargs, twin: Twin):
-    if run.depth or "out" in kwargs:
+    if run.stack or "out" in kwargs:
         if run.record:
             run.note_reads(args, kwargs)
         return original(*args, **kwargs)
@@ -287,7 +286,6 @@ def _candidate_call(run: _Run, original, args, kwargs, twin: Twin):
     occurrence = run.counts[base] = run.counts.get(base, 0) + 1
     key = (*base, occurrence)
     position = run.plan.get(key)
-    run.depth += 1
     run.stack.append(twin.op)
     start = run.tick()
     try:
@@ -303,19 +301,16 @@ def _candidate_call(run: _Run, original, args, kwargs, twin: Twin):
         return out
     finally:
         run.stack.pop()
-        run.depth -= 1
 
 
 def _read_call(run: _Run, original, args, kwargs, op: str):
     if run.record:
         run.note_reads(args, kwargs)
-    run.depth += 1
     run.stack.append(op)
     try:
         return original(*args, **kwargs)
     finally:
         run.stack.pop()
-        run.depth -= 1
 
 
 def _write_call(run: _Run, original, args, kwargs, op: str):
@@ -338,14 +333,10 @@ def _backward_call(run: _Run, original, args, kwargs, _):
     return original(*args, **kwargs)
 
 
-def _step_wrapper(original: Callable) -> Callable:
-    def step(optimizer, *args, **kwargs):
-        run = _RUN
-        if run is not None and all(o is not optimizer for o in run.optimizers):
-            run.optimizers.append(optimizer)
-        return original(optimizer, *args, **kwargs)
-
-    return functools.wraps(original)(step)
+def _step_call(run: _Run, original, args, kwargs, _):
+    if all(o is not args[0] for o in run.optimizers):
+        run.optimizers.append(args[0])
+    return original(*args, **kwargs)
 
 
 def _operand_of(args, kwargs, position):
@@ -376,36 +367,23 @@ def _record_call(run: _Run, twin: Twin, key, location, module, args, kwargs, out
     run.calls.append(_Call(start, run.tick(), key, location, module, twin, operands))
 
 
-class _Patches:
-    """Every patched entry point, installed for the whole ``advise`` call and always undone."""
-
-    def __init__(self, twins: list[Twin]):
-        self._saved: list[Patch] = []
-        done: set = set()
-        for twin in twins:
-            self._patch(twin.owner, twin.attr, _wrapper(getattr(twin.owner, twin.attr), _candidate_call, twin), done)
-        for owner, name in _write_entry_points():
-            self._patch(owner, name, _wrapper(getattr(owner, name), _write_call, f"{_prefix(owner)}.{name}"), done)
-        for owner, name in _read_entry_points(done):
-            self._patch(owner, name, _wrapper(getattr(owner, name), _read_call, f"{_prefix(owner)}.{name}"), done)
-        for owner in (paddle.Tensor, paddle.autograd):
-            self._patch(owner, "backward", _wrapper(owner.backward, _backward_call), done)
-        for cls in [paddle.optimizer.Optimizer, *_subclasses(paddle.optimizer.Optimizer)]:
-            if "step" in cls.__dict__:
-                self._patch(cls, "step", _step_wrapper(cls.__dict__["step"]), done)
-
-    def _patch(self, owner, name, wrapper, done: set) -> None:
-        if (owner, name) in done:
-            return
-        done.add((owner, name))
-        patch = apply_patch(owner, name, lambda _original: wrapper)  # NOTE [One way to patch]
-        if patch is not None:
-            self._saved.append(patch)
-
-    def undo(self) -> None:
-        for patch in reversed(self._saved):
-            restore_patch(patch)
-        self._saved = []
+def _install_patches(twins: list[Twin]) -> list[Patch]:
+    """Every patched entry point (the first wrapper of each wins), for the whole ``advise`` call; the caller
+    always undoes them."""
+    wrappers: dict = {}  # (owner, name) -> wrapper
+    for twin in twins:
+        wrappers.setdefault((twin.owner, twin.attr), _wrapper(getattr(twin.owner, twin.attr), _candidate_call, twin))
+    for owner, name in _write_entry_points():
+        wrappers.setdefault((owner, name), _wrapper(getattr(owner, name), _write_call, f"{_prefix(owner)}.{name}"))
+    for owner, name in _read_entry_points(wrappers):
+        wrappers.setdefault((owner, name), _wrapper(getattr(owner, name), _read_call, f"{_prefix(owner)}.{name}"))
+    for owner in (paddle.Tensor, paddle.autograd):
+        wrappers.setdefault((owner, "backward"), _wrapper(owner.backward, _backward_call))
+    for cls in [paddle.optimizer.Optimizer, *_subclasses(paddle.optimizer.Optimizer)]:
+        if "step" in cls.__dict__:
+            wrappers.setdefault((cls, "step"), _wrapper(cls.__dict__["step"], _step_call))
+    patches = [apply_patch(owner, name, lambda _original, w=w: w) for (owner, name), w in wrappers.items()]
+    return [patch for patch in patches if patch is not None]  # NOTE [One way to patch]
 
 
 # -- saved-tensor hooks (record run only) -----------------------------------------------------------------
@@ -428,7 +406,7 @@ def _unpack(t):
 
 
 # -- running the step again and again from one state: what it reaches (models, optimizers, schedulers), snapshots
-# and restores of their state and the RNGs, the peak-memory meter, and one run of the step (``_Step.execute``)
+# and restores of their state and the RNGs, the peak-memory meter, and one run of the step (``_Advisor.execute``)
 _SKIP_MODULES = ("builtins", "numpy", "paddle", "typing", "functools", "collections")
 
 
@@ -527,9 +505,6 @@ class _State:
         self.params = list(params.values())
         self.buffers = list(buffers.values())
         self.loose = [t for t in loose if id(t) not in params and id(t) not in buffers]
-        self._snapshot()
-
-    def _snapshot(self) -> None:
         self.opt_dicts = [(opt, _copy_containers(dict(opt.__dict__))) for opt in self.optimizers]
         opt_tensors = [t for _, d in self.opt_dicts for t in _tensors_in(d)]
         everything = {id(t): t for t in [p for _, p in self.params] + [b for _, b in self.buffers]
@@ -589,59 +564,6 @@ class _Outcome:
     seconds: float
     error: BaseException | None
     results: list = field(default_factory=list)
-
-
-class _Step:
-    def __init__(self, fn, args, kwargs, state: _State):
-        self.fn, self.args, self.kwargs, self.state = fn, args, kwargs, state
-        self.gpu = any(p.place.is_gpu_place() for _, p in state.params)
-
-    def _meter_start(self) -> None:
-        if self.gpu:
-            paddle.device.synchronize()
-            paddle.device.cuda.reset_max_memory_allocated()
-            self.base = paddle.device.cuda.memory_allocated()
-        else:
-            core.host_memory_stat_reset_peak_value("Allocated", 0)
-            self.base = core.host_memory_stat_current_value("Allocated", 0)
-
-    def _meter_stop(self) -> int:
-        if self.gpu:
-            paddle.device.synchronize()
-            return int(paddle.device.cuda.max_memory_allocated()) - self.base
-        return int(core.host_memory_stat_peak_value("Allocated", 0)) - self.base
-
-    def execute(self, run: _Run) -> _Outcome:
-        global _RUN
-        self.state.restore()
-        gc.collect()
-        hooks = paddle.autograd.saved_tensors_hooks(_pack, _unpack) if run.record else contextlib.nullcontext()
-        error, returned = None, []
-        self._meter_start()
-        start = time.perf_counter()
-        _RUN = run
-        try:
-            with hooks:
-                result = self.fn(*self.args, **self.kwargs)
-                returned = [(f"the step's return value #{i}", _numpy(t)) for i, t in enumerate(_tensors_in(result))]
-                del result
-        except Exception as exc:  # noqa: BLE001 - reported (or re-raised by the caller for the baseline)
-            error = exc
-        finally:
-            _RUN = None
-        seconds = time.perf_counter() - start
-        peak = self._meter_stop()
-        if not paddle.is_grad_enabled():
-            paddle.set_grad_enabled(True)
-        if run.record:
-            gc.collect()
-            for call in run.calls:
-                for operand in call.operands:
-                    operand.alive_after = operand.ref() is not None
-        # NOTE: what the step returns (its loss) is compared too: a poisoned operand read by something the
-        # advisor does not see may change the loss without changing any gradient.
-        results = self.state.capture() + returned if error is None else []
-        return _Outcome(run, peak, seconds, error, results)
 
 
 @dataclass
@@ -720,22 +642,67 @@ class _Advisor:
     verify_kinds = ("poison", "rewrite")
     explain_together = True
 
-    def __init__(self, step: _Step, tracker, repeats: int, warmup: bool):
-        self.step, self.tracker, self.repeats, self.warmup = step, tracker, repeats, warmup
-        self.memory_method = MEMORY_METHOD_GPU if step.gpu else MEMORY_METHOD_CPU
+    def __init__(self, fn, args, kwargs, state: _State, tracker, repeats: int, warmup: bool):
+        self.fn, self.args, self.kwargs, self.state = fn, args, kwargs, state
+        self.tracker, self.repeats, self.warmup = tracker, repeats, warmup
+        self.gpu = any(p.place.is_gpu_place() for _, p in state.params)
+        self.memory_method = MEMORY_METHOD_GPU if self.gpu else MEMORY_METHOD_CPU
         self.count = 0
         self.base: _Outcome | None = None
 
+    def _meter_start(self) -> int:
+        if self.gpu:
+            paddle.device.synchronize()
+            paddle.device.cuda.reset_max_memory_allocated()
+            return paddle.device.cuda.memory_allocated()
+        core.host_memory_stat_reset_peak_value("Allocated", 0)
+        return core.host_memory_stat_current_value("Allocated", 0)
+
+    def _meter_peak(self) -> int:
+        if self.gpu:
+            paddle.device.synchronize()
+            return int(paddle.device.cuda.max_memory_allocated())
+        return int(core.host_memory_stat_peak_value("Allocated", 0))
+
     def execute(self, run: _Run, label: str) -> _Outcome:
+        global _RUN
         self.count += 1
         self.tracker.update(f"run {self.count}: {label}")
-        return self.step.execute(run)
+        self.state.restore()
+        gc.collect()
+        hooks = paddle.autograd.saved_tensors_hooks(_pack, _unpack) if run.record else contextlib.nullcontext()
+        error, returned = None, []
+        base = self._meter_start()
+        start = time.perf_counter()
+        _RUN = run
+        try:
+            with hooks:
+                result = self.fn(*self.args, **self.kwargs)
+                returned = [(f"the step's return value #{i}", _numpy(t)) for i, t in enumerate(_tensors_in(result))]
+                del result
+        except Exception as exc:  # noqa: BLE001 - reported (or re-raised by the caller for the baseline)
+            error = exc
+        finally:
+            _RUN = None
+        seconds = time.perf_counter() - start
+        peak = self._meter_peak() - base
+        if not paddle.is_grad_enabled():
+            paddle.set_grad_enabled(True)
+        if run.record:
+            gc.collect()
+            for call in run.calls:
+                for operand in call.operands:
+                    operand.alive_after = operand.ref() is not None
+        # NOTE: what the step returns (its loss) is compared too: a poisoned operand read by something the
+        # advisor does not see may change the loss without changing any gradient.
+        results = self.state.capture() + returned if error is None else []
+        return _Outcome(run, peak, seconds, error, results)
 
     def record(self, report: AdviceReport) -> list:
-        report.device = "gpu" if self.step.gpu else "cpu"
+        report.device = "gpu" if self.gpu else "cpu"
         self.first = self.execute(_Run("plain"), "warm-up" if self.warmup else "baseline")
         if self.warmup:
-            _check_optimizers(self.step.state, self.first.run)
+            _check_optimizers(self.state, self.first.run)
         self.recorded = self.execute(_Run("record"), "recording the step")
         rec = self.recorded.run
         report.unsafe_inplace = _unsafe_writes(rec)
@@ -747,7 +714,7 @@ class _Advisor:
         if self.recorded.error is not None and self.first.error is None:
             raise self.recorded.error
         if not self.warmup:
-            _check_optimizers(self.step.state, rec)
+            _check_optimizers(self.state, rec)
         return candidates
 
     def baseline(self, report: AdviceReport) -> bool:
@@ -868,11 +835,11 @@ def advise_paddle(fn, args: tuple = (), kwargs: dict | None = None, *, per_propo
         raise InvalidArgument("advise(...): found no Paddle parameters reachable from fn, its arguments or the "
                               "globals it names, so gradients and parameters could not be compared. Pass the model "
                               "(and optimizer) as arguments: advise(step, model, opt).")
-    step = _Step(fn, args, kwargs, state)
-    patches = _Patches(candidate_ops())
+    patches = _install_patches(candidate_ops())
     try:
         with progress("gradguard advise (paddle):") as tracker:
-            return advise_runs(_Advisor(step, tracker, repeats, warmup))
+            return advise_runs(_Advisor(fn, args, kwargs, state, tracker, repeats, warmup))
     finally:
-        patches.undo()
+        for patch in reversed(patches):
+            restore_patch(patch)
         state.restore()
