@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 import gradguard
-from gradguard.checks import numerical as num
+from gradguard.checks import runs as num
 
 
 class _Counted:

@@ -20,7 +20,9 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-__all__ = ["Linearization", "AdapterBase", "FLOAT_EPS", "OpRaised"]
+from .._errors import InvalidArgument
+
+__all__ = ["Linearization", "AdapterBase", "VjpAdapter", "FLOAT_EPS", "OpRaised"]
 
 FLOAT_EPS = {
     "float64": float(np.finfo(np.float64).eps),
@@ -31,8 +33,7 @@ FLOAT_EPS = {
 
 
 class OpRaised(Exception):
-    """``fn`` (or its backward) raised ``error`` during ``phase`` (``forward`` | ``backward``); ``check_op`` turns it
-    into a finding instead of crashing."""
+    """``fn`` (or its backward) raised ``error`` during ``phase``: a finding of ``check_op``, not a crash."""
 
     def __init__(self, phase: str, error: BaseException, dtype: str | None = None, autograd_off: bool = False):
         super().__init__(f"{phase} raised {type(error).__name__}: {error}")
@@ -61,8 +62,7 @@ class Linearization:
         return [self.backend.to_numpy(g) for g in self.backend.vjp_tensors(self, self.cotangent_tensors(cotangents))]
 
     def release(self) -> None:
-        """Let the graph go (its saved tensors are freed); outputs stay, detached, as templates for dtype and shape.
-        No pullback is possible afterwards."""
+        """Let the graph go (no pullback afterwards); outputs stay, detached, as templates for dtype and shape."""
         detached = self.backend.detached
         self.out_tensors = [detached(o) for o in self.out_tensors]
         self.all_outputs = [(n, detached(o)) for n, o in self.all_outputs]
@@ -103,15 +103,15 @@ def _parameters(fn: Callable) -> list[inspect.Parameter]:
         return []
 
 
-def apply_parameters(fn: Callable, params: list[inspect.Parameter]) -> list[inspect.Parameter] | None:
-    """Function.apply / PyLayer.apply take *args: their parameters are forward(ctx, x, w)'s, without ctx (None for
-    any other fn, whose own ``params`` stand)."""
+def call_parameters(fn: Callable) -> tuple[list[inspect.Parameter], bool]:
+    """fn's parameters and whether they go by keyword (Function/PyLayer.apply: forward's but ctx, positional only)."""
+    params = _parameters(fn)
     owner = getattr(fn, "__self__", None)
     forward = getattr(owner, "forward", None) if isinstance(owner, type) else None
     if forward is None or [p for p in params if p.kind is p.POSITIONAL_OR_KEYWORD]:
-        return None
+        return params, True
     inner = _parameters(forward)
-    return inner[1:] if inner and inner[0].name in ("ctx", "context") else inner
+    return (inner[1:] if inner and inner[0].name in ("ctx", "context") else inner), False
 
 
 def first_line(error: BaseException) -> str:
@@ -154,8 +154,7 @@ class AdapterBase:
         return self.tensor_from(arr.astype(np.float64) if dtype_name in FLOAT_EPS else arr, dtype_name)
 
     def tensor_from(self, arr: np.ndarray, dtype_name: str):
-        """The framework's tensor of a private numpy array, cast to ``dtype_name`` (adapters without their own
-        ``from_numpy``)."""
+        """The framework's tensor of a private numpy array, cast to ``dtype_name`` (for the base ``from_numpy``)."""
         raise NotImplementedError
 
     def fingerprint(self, t: Any) -> int:
@@ -182,6 +181,14 @@ class AdapterBase:
         if dt.startswith("complex"):
             return "complex"
         return "bool" if dt == "bool" else "int"
+
+    tensor_type: type = object  # the framework's tensor class
+
+    def is_tensor(self, x: Any) -> bool:
+        return isinstance(x, self.tensor_type)
+
+    def dtype_name(self, t: Any) -> str:
+        return str(t.dtype).split(".")[-1]  # torch.float32, paddle.float32
 
     def shape(self, t: Any) -> tuple[int, ...]:
         return tuple(int(s) for s in t.shape)
@@ -240,9 +247,9 @@ class AdapterBase:
     def grad_mode(self) -> contextlib.AbstractContextManager:
         return contextlib.nullcontext()
 
-    def autograd_grad(self, outputs: list, inputs: list, cots: list, retain_graph: bool | None) -> Sequence[Any]:
-        """The framework's ``grad``: the gradients of ``inputs`` (None where unused) for ``cots`` of ``outputs``."""
-        raise NotImplementedError
+    # the framework's ``grad`` (torch.autograd.grad, paddle.grad): the gradients of ``inputs`` (None where unused) for
+    # cotangents ``cots`` of ``outputs``
+    grad: Callable = NotImplemented
 
     def linearize(self, fn: Callable, args: Sequence[Any], kwargs: dict, wrt: Sequence[int],
                   prepared: tuple | None = None) -> Linearization:
@@ -257,7 +264,7 @@ class AdapterBase:
 
     def pull(self, lin: Linearization, cots: list) -> Sequence[Any]:
         """The leaves' gradients (None where unused) for the cotangent tensors ``cots`` of ``lin.out_tensors``."""
-        return self.autograd_grad(lin.out_tensors, lin.leaves, cots, True)
+        return self.grad(lin.out_tensors, lin.leaves, cots, retain_graph=True, allow_unused=True)
 
     def vjp_tensors(self, lin: Linearization, cots: list) -> list:
         try:
@@ -267,7 +274,7 @@ class AdapterBase:
             raise OpRaised("backward", exc, lin.out_dtypes[0] if lin.out_dtypes else None) from exc
         return [self.zeros_like(leaf) if g is None else g for leaf, g in zip(lin.leaves, grads)]
 
-    # ---- composition (NOTE [Composition] in ``mutation``) through the framework's ``grad``
+    # ---- composition (NOTE [Composition] in ``audit``) through the framework's ``grad``
     def call_producer(self, producer: Callable, base: Any, isolate: bool) -> tuple[Any, Any]:
         """(leaf, producer(leaf)); with ``isolate`` the op gets a clone, so it cannot corrupt the producer."""
         leaf = self.leaf(self.clone(base))
@@ -285,7 +292,7 @@ class AdapterBase:
 
     def grad_of(self, outputs: list, leaf: Any, cot_tensors: list) -> np.ndarray:
         with self.grad_mode():
-            (g,) = self.autograd_grad(outputs, [leaf], cot_tensors, None)
+            (g,) = self.grad(outputs, [leaf], cot_tensors, retain_graph=None, allow_unused=True)
         return np.zeros(self.shape(leaf)) if g is None else self.to_numpy(g)
 
     autograd_off_phase = "forward with autograd off"  # OpRaised's phase for a forward64 that raised
@@ -305,17 +312,21 @@ class AdapterBase:
         names = {self.dtype_name(a) for a in fed if self.is_tensor(a) and self.kind(a) == "float"}
         return ", ".join(sorted(names)) or None
 
-    def literal_values(self, t: Any, float64: bool) -> str:
-        """The values of ``t`` as Python source (exact: repr for float64, shortest round-trip float32 text else)."""
-        values = self.to_numpy(t)
-        if self.kind(t) == "float":
-            if float64:
-                fmt = lambda v: repr(float(v))
-            else:  # shortest float32 text that round-trips (exact for float16/bfloat16 values too)
-                fmt = lambda v: np.format_float_positional(np.float32(v), unique=True, trim="0")
-        else:
+    literal_call = ""  # Python source of a tensor, with its values at {values} and its dtype's name at {dtype}
+    literal_dtypes: dict[str, str] = {}  # a dtype's name in that source where it is not the dtype's own
+
+    def literal(self, t: Any) -> str:
+        """Python source that rebuilds ``t`` exactly (for small tensors; repr for float64 values)."""
+        dt = self.dtype_name(t)
+        if self.kind(t) != "float":
             fmt = lambda v: str(int(v))
-        return np.array2string(values, separator=", ", threshold=10**6, max_line_width=96, formatter={"all": fmt})
+        elif dt == "float64":
+            fmt = lambda v: repr(float(v))
+        else:  # shortest float32 text that round-trips (exact for float16/bfloat16 values too)
+            fmt = lambda v: np.format_float_positional(np.float32(v), unique=True, trim="0")
+        values = np.array2string(self.to_numpy(t), separator=", ", threshold=10**6, max_line_width=96,
+                                 formatter={"all": fmt})
+        return self.literal_call.format(values=values, dtype=self.literal_dtypes.get(dt, dt))
 
     # check -> {finding field: this framework's text}: the engine's torch-worded advice restated (a phrasebook)
     phrasebook: dict[str, dict[str, str]] = {}
@@ -345,22 +356,83 @@ class AdapterBase:
         return {p.name: p.default for p in _parameters(fn) if p.default is not p.empty}
 
     def parameter_names(self, fn: Callable, n: int) -> list[str]:
-        params = _parameters(fn)
-        inner = apply_parameters(fn, params)
-        params = params if inner is None else inner
-        names = []
-        for i in range(n):
-            if i < len(params) and params[i].kind in (params[i].POSITIONAL_ONLY, params[i].POSITIONAL_OR_KEYWORD):
-                names.append(params[i].name)
-            else:
-                names.append(f"inputs[{i}]")
+        # the positional parameters come first (a signature's order)
+        positional = [p.name for p in call_parameters(fn)[0] if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        names = [positional[i] if i < len(positional) else f"inputs[{i}]" for i in range(n)]
         if len(set(names)) != len(names):
             names = [f"inputs[{i}]" for i in range(n)]
         return names
 
+    apply_owner: type | None = None  # Function / PyLayer: ``fn`` is its ``apply``, named "<class>.apply"
+    module_type: type | None = None  # Module / Layer / Cell: named by its class
+    name_attrs = ("__qualname__", "__name__")
+
     def op_name(self, fn: Callable) -> str:
-        for attr in ("__qualname__", "__name__"):
+        owner = getattr(fn, "__self__", None)
+        if self.apply_owner is not None and isinstance(owner, type) and issubclass(owner, self.apply_owner):
+            return f"{owner.__name__}.apply"
+        if self.module_type is not None and isinstance(fn, self.module_type):
+            return type(fn).__name__
+        for attr in self.name_attrs:
             name = getattr(fn, attr, None)
             if isinstance(name, str):
                 return name
         return type(fn).__name__
+
+
+class VjpAdapter(AdapterBase):
+    """An adapter for a framework that records only inside its vjp call (``ms.vjp``, autograd's ``make_vjp``). It
+    answers ``_closure(fn, fed, kwargs, positions, seen)`` (fn of the arguments at ``positions``, the others closed
+    over; ``seen`` gets its outputs, "all", and the differentiable ones, "diff"), ``_vjp(f, xs)`` (f's value at ``xs``
+    and its pullback) and ``_chained_cotangents`` (one per output of a closure: the engine's, else zeros). Composition
+    (NOTE [Composition] in ``audit``) chains two vjps by hand, the op fed the producer's own output (what the
+    producer's vjp closed over), so a write into it corrupts what the producer saved, as it would in a model."""
+
+    def _vjp_one(self, f: Callable, x: Any) -> tuple[Any, Callable]:
+        return self._vjp(f, [x])
+
+    def pull(self, lin: Linearization, cots: list) -> Sequence[Any]:
+        pullback, diff = lin.state
+        return pullback(tuple(self._chained_cotangents(diff, lin.out_tensors, cots)))  # a tuple's cotangent: a tuple
+
+    def linearize(self, fn: Callable, args: Sequence[Any], kwargs: dict, wrt: Sequence[int],
+                  prepared: tuple | None = None) -> Linearization:
+        """The vjp of ``fn`` in its ``wrt`` inputs (fresh copies; the other inputs closed over)."""
+        fed, leaves = prepared if prepared is not None else self.prepare(args, wrt)
+        seen: dict[str, Any] = {}
+        closure = self._closure(fn, fed, kwargs, wrt, seen)
+        try:
+            _, pullback = self._vjp(closure, leaves)
+        except Exception as exc:
+            raise OpRaised("forward", exc, self._float_dtypes(fed)) from exc
+        diff_ids = {id(o) for _, o in seen["diff"]}
+        return self.linearization(fed, leaves, seen["all"], lambda o: id(o) in diff_ids, state=(pullback, seen["diff"]))
+
+    def call_producer(self, producer: Callable, base: Any, isolate: bool) -> tuple[Any, Any]:
+        """(leaf, y): y is the producer's own output, or with ``isolate`` a private copy."""
+        leaf = self.clone(base)
+        y, producer_pullback = self._vjp_one(producer, leaf)
+        fed_y = self.copy(y) if isolate else y
+        self._chain = {"leaf": leaf, "y": fed_y, "producer": producer_pullback}
+        return leaf, fed_y
+
+    def run_graph(self, fn: Callable, fed: Sequence[Any], kwargs: dict) -> list[tuple[str, Any]]:
+        """Differentiable outputs of ``fn(*fed)``, fed exactly as given; differentiated in the producer's output."""
+        chain = self._chain
+        k = next((j for j, a in enumerate(fed) if a is chain.get("y")), None)
+        if k is None:
+            raise InvalidArgument("run_graph: the producer's output is not among fn's arguments")
+        seen: dict[str, Any] = {}
+        chain["op"] = self._vjp(self._closure(fn, fed, kwargs, [k], seen), [fed[k]])[1]
+        chain["outs"] = seen["diff"]
+        return seen["diff"]
+
+    def grad_of(self, outputs: list, leaf: Any, cot_tensors: list) -> np.ndarray:
+        chain = self._chain
+        if chain.get("leaf") is not leaf or "op" not in chain:
+            raise InvalidArgument("grad_of: call_producer and run_graph must run first, for this leaf")
+        (g_y,) = chain["op"](tuple(self._chained_cotangents(chain["outs"], outputs, cot_tensors)))
+        g = chain["producer"](g_y)
+        g = g[0] if isinstance(g, (tuple, list)) else g
+        self._chain = {}
+        return np.zeros(self.shape(leaf)) if g is None else self.to_numpy(g)

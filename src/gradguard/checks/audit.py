@@ -1,12 +1,13 @@
-"""``check_op``: the op audit. Orchestrates gradient, regime, mutation, aliasing and composition checks.
+"""``check_op``: the op audit. Orchestrates gradient, regime, mutation, aliasing and composition checks, and makes the
+last three (NOTE [Silent writes], NOTE [Composition]).
 
 # NOTE [The audit's parts]
 # ``_Audit`` runs the stages; each check is a class with one ``compare`` that is handed what it reads (the ``Subject``:
-# adapter, fn, reference, options, current inputs; a regime's ``Suite`` and a ``Sink`` for its results):
+# adapter, fn, reference, options, current inputs; a regime's ``Suite``, which takes its results):
 #   gradient_numerical (finite differences, surrogate, forward/gradient.reference, precision, nonfinite, linearity)
 #   regime_stage (which regimes, budget, slice; one regime's checks in report order or its layout check; isolation;
 #                 reproducers)
-#   runs (what the checks share; OpRuns: the op's and the reference's runs)   mutation (mutation, aliasing, composition)
+#   runs (what the checks share, numerics; OpRuns: the op's and the reference's runs)
 # The options (defaults, validation) are defined here.
 
 # NOTE [What is compared with what]
@@ -49,20 +50,17 @@
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from . import numerical as num
 from .._errors import InvalidArgument
 from .adapter_base import OpRaised
-from .arguments import check_vary, discover_arguments
-from .mutation import audit_composition, audit_mutation
-from .regime_stage import (LARGE_INPUT_ELEMENTS, GradientSuite, RegimeStage, budget_spent, can_fork, looks_compiled,
-                           raised_finding, repro)
-from .regimes import REGIME_NAMES, Spec
-from .report import CheckResult, OpReport, verdict_order
-from .runs import OpRuns, Outcome, ReferenceRaised, Run, Subject
+from .regime_stage import (LARGE_INPUT_ELEMENTS, RegimeStage, budget_spent, can_fork, looks_compiled, raised_finding,
+                           repro)
+from .regimes import REGIME_NAMES, Spec, check_vary, discover_arguments
+from .report import CheckResult, Failure, OpReport, verdict_order
+from .runs import EPS64, OpRuns, Outcome, ReferenceRaised, Run, Subject, absdot, compare, dot
 from .tolerances import TOLERANCES
 
 __all__ = ["run_check_op", "check_options", "CHECK_GROUPS", "DEFAULT_OPTIONS", "LARGE_INPUT_ELEMENTS"]
@@ -99,20 +97,17 @@ def check_options(options: dict, extra: tuple = ()) -> None:
     if unknown:
         raise InvalidArgument(
             f"check_op: unknown option {unknown[0]!r}; known options: {', '.join(sorted([*DEFAULT_OPTIONS, *extra]))}. "
-            f"Keyword arguments for fn itself go in kwargs={{...}}."
-        )
+            f"Keyword arguments for fn itself go in kwargs={{...}}.")
 
 
 def check_callables(fn, inputs: tuple, reference, opts: dict) -> None:
-    if not callable(fn):
-        raise InvalidArgument(
-            f"check_op: fn must be callable (a function, autograd.Function.apply, a torch.library op or a module); got {_type_name(fn)}."
-        )
-    if reference is not None and not callable(reference):
-        raise InvalidArgument(f"check_op: reference must be callable or None; got {_type_name(reference)}.")
-    if opts["surrogate"] is not None and not callable(opts["surrogate"]):
-        raise InvalidArgument(f"check_op: surrogate must be callable (a function with fn's signature whose gradient is the "
-                              f"intended one) or None; got {_type_name(opts['surrogate'])}.")
+    for name, value, expected in (
+            ("fn", fn, "callable (a function, autograd.Function.apply, a torch.library op or a module)"),
+            ("reference", reference, "callable or None"),
+            ("surrogate", opts["surrogate"], "callable (a function with fn's signature whose gradient is the intended "
+                                             "one) or None")):
+        if not callable(value) and (value is not None or name == "fn"):
+            raise InvalidArgument(f"check_op: {name} must be {expected}; got {_type_name(value)}.")
     if not inputs:
         raise InvalidArgument("check_op: no inputs given; pass the op's tensor inputs after fn: check_op(fn, x, ...).")
     # Like gradcheck, non-tensor positional inputs (Python scalars, None, tuples ...) are passed through unchanged.
@@ -147,8 +142,7 @@ def choose_wrt(B, args: list, names: list[str], wrt) -> list[int]:
         got = ", ".join(f"{n}: {B.describe(a)}" for n, a in zip(names, args))
         raise InvalidArgument(
             f"check_op: inputs has no floating-point tensor (got {got}), so there is no gradient to check. "
-            f"Pass at least one floating-point tensor input (for example x.float())."
-        )
+            f"Pass at least one floating-point tensor input (for example x.float()).")
     if wrt is None:
         # a bias-only audit is check_op(fn, x, w, b.requires_grad_()); a 0-dim float (a temperature) is differentiated
         marked = [i for i in floats if B.requires_grad(args[i])]
@@ -163,8 +157,7 @@ def choose_wrt(B, args: list, names: list[str], wrt) -> list[int]:
         if not 0 <= i < len(args) or i not in floats:
             raise InvalidArgument(
                 f"check_op: wrt contains {i}, which is not the position of a floating-point input; "
-                f"floating-point inputs are at {floats}."
-            )
+                f"floating-point inputs are at {floats}.")
     return wrt
 
 
@@ -177,10 +170,203 @@ def choose_wrt(B, args: list, names: list[str], wrt) -> list[int]:
 QUICK_FACTOR = 1.5
 
 
+# NOTE [Silent writes]
+# PyTorch's in-place checks rely on version counters, which only PyTorch ops bump. A Triton/CUDA kernel
+# (or a ``.data`` write) that stores into an input changes its bytes and leaves its version alone, so
+# any op that saved that tensor computes wrong gradients without an error. The audit fingerprints every
+# tensor input (bytes and version) before forward, after forward and after backward:
+#   bytes changed, version not  -> ``mutation.silent_input_write`` (failure)
+#   version changed              -> ``mutation.input_write`` (warning: declared, autograd can see it)
+# Backward gets a random cotangent twice with ``retain_graph``: the two gradients must agree
+# (``mutation.backward_not_repeatable``, e.g. a backward that scales its saved tensor in place), and the
+# cotangent's own bytes must not change (``mutation.grad_output_write``: autograd may hand the same
+# buffer to other branches).
+#
+# NOTE [Composition]
+# An op that is correct in isolation can still break the graph around it: if its forward writes into
+# its input (a gradient stored "in place" to save memory, as Liger-Kernel's cross entropy does), the
+# producer of that input loses the output it saved for backward. For each producer (exp, sigmoid,
+# softmax, relu) the producer's input gradient is computed twice: once with the op fed the producer's
+# output directly, once fed a private copy of it (the reference path: the same op, so any difference
+# is the producer's corrupted saved output, not the op's own gradient, which other checks judge).
+# The private-copy run is skipped when the producer's output kept its bytes and version through the op's forward
+# and the whole backward: the producer then read what it saved, so both runs compute the same gradient (for an
+# op whose backward is deterministic; run-to-run noise of a nondeterministic backward is not compared).
+def _snapshot(B, fed) -> dict[int, tuple[int, int]]:
+    return {i: (B.version(t), B.fingerprint(t)) for i, t in enumerate(fed) if B.is_tensor(t)}
+
+
+def _diff(before, after, phase, names, B, fed, regime) -> list[Failure]:
+    found = []
+    for i, (ver0, fp0) in before.items():
+        ver1, fp1 = after[i]
+        if ver1 == ver0 and fp1 != fp0:
+            found.append(Failure(
+                check="mutation.silent_input_write", regime=regime, input=names[i],
+                message=f"the op's {phase} changed the bytes of input {names[i]} ({B.describe(fed[i])}) without bumping its version ({ver0})",
+                why="PyTorch cannot see this write: any earlier op that saved this tensor for its backward "
+                "(exp, sigmoid, softmax, relu, tanh... save their outputs) now computes wrong gradients "
+                "silently. Typical cause: a Triton/CUDA kernel that stores results (often gradients) into "
+                "its input to save memory.",
+                fix="write into a fresh buffer (or a clone of the input) in forward; if the in-place write is "
+                "intended, call torch.autograd.graph.increment_version(x) (or ctx.mark_dirty(x)) right after the "
+                "kernel so PyTorch raises instead of computing wrong gradients."))
+        elif ver1 != ver0:
+            found.append(Failure(
+                check="mutation.input_write", regime=regime, input=names[i], severity="warning",
+                message=f"the op's {phase} wrote input {names[i]} in place (version {ver0} -> {ver1})",
+                why="a declared in-place write: PyTorch will raise if a saved tensor was overwritten, so this is "
+                "safe but callers must not reuse the input's old values.",
+                fix="nothing, if the op is documented as in-place."))
+    return found
+
+
+def audit_mutation(B, fn, args: Sequence[Any], kwargs: dict, wrt: Sequence[int], names: Sequence[str],
+                   cotangent: Sequence[np.ndarray], regime: str = "given") -> tuple[list[Failure], list[CheckResult]]:
+    findings: list[Failure] = []
+    fed, leaves = B.prepare(args, wrt)
+    before = _snapshot(B, fed)
+    lin = B.linearize(fn, args, kwargs, wrt, prepared=(fed, leaves))
+    after_fwd = _snapshot(B, fed)
+    findings += _diff(before, after_fwd, "forward", names, B, fed, regime)
+    findings += _alias_failures(B, lin, fed, names, regime)
+    checks = [CheckResult("aliasing.output_aliases_input", regime,
+                          "fail" if any(f.check.startswith("aliasing") for f in findings) else "pass")]
+    cots = lin.cotangent_tensors(cotangent)
+    cot_fp = [B.fingerprint(c) for c in cots]
+    g1 = [B.to_numpy(g) for g in B.vjp_tensors(lin, cots)]
+    findings += _diff(after_fwd, _snapshot(B, fed), "backward", names, B, fed, regime)
+    findings += [Failure(
+        check="mutation.grad_output_write", regime=regime, input=lin.out_names[k],
+        message=f"backward wrote into the upstream gradient of {lin.out_names[k]} ({B.describe(c)})",
+        why="autograd may hand the same gradient buffer to several functions (e.g. when an output is "
+        "used twice); writing into it corrupts the other branches' gradients.",
+        fix="compute into a new tensor (grad_output * x instead of grad_output.mul_(x)).")
+        for k, (c, fp) in enumerate(zip(cots, cot_fp)) if B.fingerprint(c) != fp]
+    findings += _repeat_failures(B, lin, cotangent, g1, names, wrt, regime)
+    failed = {f.check for f in findings if f.severity == "failure"}
+    checks += [CheckResult(name, regime, "fail" if name in failed else "pass") for name in
+               ("mutation.silent_input_write", "mutation.grad_output_write", "mutation.backward_not_repeatable")]
+    return findings, checks
+
+
+def _alias_failures(B, lin, fed, names, regime) -> list[Failure]:
+    """Outputs that share memory with an input without autograd knowing they are views."""
+    found = []
+    spans = {i: B.memory_span(t) for i, t in enumerate(fed) if B.is_tensor(t)}
+    for out_name, out in lin.all_outputs:
+        span = B.memory_span(out)
+        if span is None:
+            continue
+        for i, s in spans.items():
+            if s is None or not (span[0] < s[1] and s[0] < span[1]) or B.autograd_view_of(out, fed[i]):
+                continue
+            found.append(Failure(
+                check="aliasing.output_aliases_input", regime=regime, input=names[i],
+                message=f"{out_name} ({B.describe(out)}) shares memory with input {names[i]}, and autograd does not know it is a view",
+                why="writes to the output silently change the input (and vice versa); autograd's view "
+                "tracking and version checks do not cover this alias.",
+                fix="return a new tensor (out.clone()), or return a real view created with view/reshape ops so "
+                "autograd tracks it."))
+    return found
+
+
+def _max_abs(a: np.ndarray) -> float:
+    return float(np.max(np.abs(a[np.isfinite(a)]), initial=0.0))
+
+
+def _repeat_failures(B, lin, cotangent, g1, names, wrt, regime) -> list[Failure]:
+    """A second backward with the same upstream gradient must succeed and agree with the first (``g1``)."""
+    found = []
+    try:
+        g2 = lin.pullback(cotangent)
+    except Exception as exc:  # e.g. PyTorch's own "modified by an inplace operation" on the second backward
+        g2 = []
+        found.append(Failure(
+            check="mutation.backward_not_repeatable", regime=regime,
+            message=f"a second backward through the same graph (retain_graph=True) raised {type(exc).__name__}: {str(exc)[:300]}",
+            why="backward changed a tensor it saved (an in-place op on ctx.saved_tensors), so the graph cannot "
+            "be differentiated twice (double backward, gradient penalties, retain_graph loops).",
+            fix="keep saved tensors read-only in backward: compute into new tensors instead of in place."))
+    for i, (a, b) in enumerate(zip(g1, g2)):
+        eps = B.eps(B.dtype_name(lin.leaves[i]))
+        m = compare(b, a, TOLERANCES["mutation.backward_not_repeatable"].of(eps) * _max_abs(a))
+        if not m.ok:
+            name = names[wrt[i]]
+            found.append(Failure(
+                check="mutation.backward_not_repeatable", regime=regime, input=name,
+                message=f"a second backward with the same upstream gradient (retain_graph=True) gives a different gradient for {name}",
+                max_abs_err=m.max_abs, max_rel_err=m.max_rel,
+                where=f"{name}{list(m.index or ())}: first backward {m.expected:.6g}, second {m.got:.6g}",
+                why="backward changed a tensor it saved (for example scaled the saved gradient in place by "
+                "grad_output): every later backward through the same graph is wrong.",
+                fix="keep saved tensors read-only in backward; compute grad_input = saved * grad_output into a "
+                "new tensor."))
+    return found
+
+
+def _grad_through(B, fn, args, kwargs, i, producer, isolate, cotangent, out_names):
+    leaf, y = B.call_producer(producer, args[i], isolate)
+    fed = [B.clone(a) if B.is_tensor(a) else a for a in args]
+    fed[i] = y
+    y_version, y_fp = B.version(y), B.fingerprint(y)
+    outs = dict(B.run_graph(fn, fed, kwargs))
+    chosen = [outs[n] for n in out_names if n in outs]
+    cots = [B.from_numpy(c, o) for c, o in zip(cotangent, chosen)]
+    silent = B.version(y) == y_version and B.fingerprint(y) != y_fp
+    grad = B.grad_of(chosen, leaf, cots)
+    # the producer's saved output is y: unchanged through the op's forward and the whole backward, the producer
+    # read what it saved, and the run with a private copy would compute the same gradient (NOTE [Composition])
+    untouched = not silent and B.version(y) == y_version and B.fingerprint(y) == y_fp
+    return grad, silent, untouched
+
+
+def audit_composition(B, fn, args: Sequence[Any], kwargs: dict, wrt: Sequence[int], names: Sequence[str],
+                      cotangent: Sequence[np.ndarray], out_names: Sequence[str], notes: list[str],
+                      regime: str = "given") -> tuple[list[Failure], list[CheckResult]]:
+    findings: list[Failure] = []
+    checks: list[CheckResult] = []
+    for pname, producer in B.producers().items():
+        check = f"composition.{pname}"
+        status = "pass"
+        for i in wrt:
+            if B.numel(args[i]) == 0:
+                continue
+            try:
+                g_direct, silent, untouched = _grad_through(B, fn, args, kwargs, i, producer, False, cotangent, out_names)
+                if untouched:
+                    continue
+                g_ref, _, _ = _grad_through(B, fn, args, kwargs, i, producer, True, cotangent, out_names)
+            except Exception as exc:  # the op may reject the producer's value range (e.g. relu's zeros)
+                notes.append(f"{check} on {names[i]} skipped: fn raised {type(exc).__name__}: {exc}")
+                continue
+            eps = B.eps(B.dtype_name(args[i]))
+            m = compare(g_direct, g_ref, TOLERANCES["composition"].of(eps) * _max_abs(g_ref))
+            if m.ok:
+                continue
+            status = "fail"
+            cause = (f"the op's forward wrote into {pname}'s output (bytes changed, version unchanged), which {pname} "
+                     f"saved for its backward" if silent
+                     else f"running the op on {pname}'s output directly changes {pname}'s gradient")
+            findings.append(Failure(
+                check=check, regime=regime, input=names[i],
+                message=f"gradient through {pname}({names[i]}) -> op is wrong: {cause}",
+                max_abs_err=m.max_abs, max_rel_err=m.max_rel,
+                where=f"d/d a{list(m.index or ())} of op({pname}(a)): {m.got:.6g}, with a private copy {m.expected:.6g}",
+                why="an op that overwrites its input corrupts whatever saved that tensor; losses still match, "
+                "gradients are silently wrong.",
+                fix="do not write into the input in forward (allocate the output/gradient buffer, or clone); "
+                f"until then callers can pass {names[i]}.clone().",
+                repro=f"a = {names[i]}.detach().requires_grad_()\nop({pname}(a), ...).backward(u)   # vs op({pname}(a).clone(), ...)"))
+            break
+        checks.append(CheckResult(check, regime, status))
+    return findings, checks
+
+
 class _Audit:
     """The stages of one audit, in order: the given inputs, then the memory stage (mutation, aliasing, the framework's
     own checks, opcheck, composition) and the regime stage (the regimes first under a budget); then the report. The
-    checks themselves are the classes ``GradientSuite`` runs and ``RegimeStage`` repeats per regime."""
+    checks themselves are the classes ``RegimeStage.suite`` runs, on the given inputs and per regime."""
 
     def __init__(self, B, fn, args, reference, opts, probes_given: bool = False):
         self.out = Outcome()
@@ -199,8 +385,7 @@ class _Audit:
         if not probes_given:
             self._one_probe_for_large_inputs(elements)
         self.runs = OpRuns(self.op, EffectivePrecision(self.op, self.out.notes))  # its cotangents: probes= after the cut
-        self.suite = GradientSuite(self.op, self.runs)
-        self.regimes = RegimeStage(self.op, self.out, self.suite, isolate, arguments, vary, elements)
+        self.regimes = RegimeStage(self.op, self.out, self.runs, isolate, arguments, vary, elements)
 
     # what ``framework_checks`` read of the audit: ``(audit, base_run)`` (NOTE [One audit engine] in ``adapter_base``):
     # the Subject's B, fn, args, kwargs, wrt, names, opts and floor_scales, and the findings so far
@@ -256,7 +441,7 @@ class _Audit:
         """The gradient suite on the given inputs; None when fn raised there (the finding is recorded)."""
         op, out = self.op, self.out
         try:
-            base = self.suite.run(op.args, "given", Spec(), linearity="gradient" in groups, seed_offset=0)
+            base = self.regimes.suite(op.args, "given", Spec(), linearity="gradient" in groups, seed_offset=0)
         except ReferenceRaised as exc:
             err = exc.raised.error
             raise InvalidArgument(
@@ -271,7 +456,7 @@ class _Audit:
         if "gradient" in groups:
             out.checks += base.checks
             if base.failures:
-                small = self.suite.shrink(op.args, Spec(), base.failures, 0)
+                small = self.regimes.shrink(op.args, Spec(), base.failures, 0)
                 text = repro(op, small, None)
                 for f in base.failures:
                     f.repro = text
@@ -279,8 +464,7 @@ class _Audit:
         return base
 
     def _memory_stage(self, groups: set, base: Run) -> None:
-        """The audits of what fn does to memory and in composition: mutation, aliasing, the framework's own checks,
-        torch.library's opcheck, composition."""
+        """What fn does to memory and to its producers: mutation, aliasing, framework checks, opcheck, composition."""
         op, out = self.op, self.out
         if "mutation" in groups or "aliasing" in groups:
             found, checks = audit_mutation(op.B, op.fn, op.args, op.kwargs, op.wrt, op.names, base.U[0])
@@ -317,8 +501,7 @@ class _Audit:
             findings=verdict_order(self.out.findings),
             checks=self.out.checks,
             notes=list(dict.fromkeys(self.out.notes)),  # each note once, in order
-            options={k: (list(v) if isinstance(v, (tuple, set)) else v) for k, v in op.opts.items() if k != "kwargs"} | {"kwargs": {k: repr(v) for k, v in op.kwargs.items()}},
-        )
+            options={k: (list(v) if isinstance(v, (tuple, set)) else v) for k, v in op.opts.items() if k != "kwargs"} | {"kwargs": {k: repr(v) for k, v in op.kwargs.items()}})
         B.reword(report)
         report.elapsed_s = time.perf_counter() - t0
         return report
@@ -377,11 +560,9 @@ class EffectivePrecision:
         base = op.to64(args)
         stretch = 2.0**28
         longer = list(base)
-        step = {}
         for i in op.wrt:
             x0 = op.B.to_numpy(base[i])
-            step[i] = op.B.to_numpy(jittered[i]) - x0
-            longer[i] = op.B.with_values(base[i], x0 + stretch * step[i])
+            longer[i] = op.B.with_values(base[i], x0 + stretch * (op.B.to_numpy(jittered[i]) - x0))
         try:
             lin_long = op.B.linearize(op.fn, longer, op.kwargs, op.wrt)
         except OpRaised:
@@ -392,13 +573,13 @@ class EffectivePrecision:
         if [np.shape(o) for o in long] != [np.shape(o) for o in outputs]:
             return False
         worst = 0.0
-        ulp64 = TOLERANCES["effective_precision.rounding"].of(num.EPS64)
+        ulp64 = TOLERANCES["effective_precision.rounding"].of(EPS64)
         for u in run.U:
-            seen, predicted = num.dot(u, short), num.dot(u, long) / stretch
-            scale = num.absdot(u, long) / stretch
+            seen, predicted = dot(u, short), dot(u, long) / stretch
+            scale = absdot(u, long) / stretch
             if not (np.isfinite(seen) and np.isfinite(predicted)) or scale < TOLERANCES["effective_precision.min_scale"]:
                 return False
-            rounding = ulp64 * (num.absdot(u, outputs) + num.absdot(u, lin_jittered.outputs))
+            rounding = ulp64 * (absdot(u, outputs) + absdot(u, lin_jittered.outputs))
             worst = max(worst, (abs(seen - predicted) - rounding) / scale)
         return worst > TOLERANCES["effective_precision.missed"]
 

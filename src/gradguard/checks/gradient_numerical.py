@@ -1,12 +1,7 @@
-"""One regime's gradient checks (NOTE [What is compared with what] in ``audit``):
-``gradient.numerical``, the op's VJP against central differences of its own forward (NOTE [Directional probes] and
-NOTE [Tolerances] in ``tolerances``; NOTE [Finite differences as arbiter] in ``audit``), or ``gradient.surrogate``
-where a surrogate gradient is declared; ``forward.reference`` and ``gradient.reference``, the op against a trusted
-implementation within what the reference's own error in the op's dtype allows (at a kink, another valid subgradient
-than the reference's passes: NOTE [Kink conventions]); without a reference ``gradient.precision`` (the op's dtype
-against its own float64 run) and ``gradient.nonfinite`` (at kinks, finite where the float64 gradient is);
-``gradient.cotangent_linearity`` and ``gradient.zero_cotangent``: g(a*u) = a*g(u), g(0) = 0 (a float64 gradient
-linear only to float32's precision is ``gradient.precision``)."""
+"""One regime's gradient checks, as NOTE [What is compared with what] in ``audit`` lists them: ``gradient.numerical``
+(NOTE [Directional probes] in ``runs``) or ``gradient.surrogate``, ``forward.reference`` and ``gradient.reference`` (at
+a kink another valid subgradient passes: NOTE [Kink conventions]), ``gradient.precision`` and ``gradient.nonfinite``,
+``gradient.cotangent_linearity`` and ``gradient.zero_cotangent``."""
 
 from __future__ import annotations
 
@@ -16,10 +11,10 @@ from typing import Any
 import numpy as np
 
 from .._errors import InvalidArgument
-from . import numerical as num
 from .adapter_base import OpRaised
 from .report import CheckResult, Failure
-from .runs import Check, OpRuns, Run, Sink, Subject, Suite, reference_pairs, reorder, scale
+from .runs import (Check, Cotangents, Mismatch, OpRuns, Run, Subject, Suite, absdot, compare, dot,
+                   reference_pairs, reorder, scale, step_size)
 from .tolerances import TOLERANCES, difference_rtol, difference_step, written
 
 __all__ = ["NumericalCheck", "SurrogateCheck", "Differences", "ForwardReference", "GradientReference",
@@ -31,12 +26,12 @@ class NumericalCheck(Check):
 
     runs: OpRuns  # the op's float64 run, when deferred, is made here (NOTE [Finite differences as arbiter])
 
-    def compare(self, s: Suite, sink: Sink, against_ref: list[Failure]) -> None:
+    def compare(self, s: Suite, against_ref: list[Failure]) -> None:
         """``gradient.numerical``: see NOTE [Directional probes] and NOTE [Effective precision]."""
         op, run, regime = self.op, s.run, s.regime
         dt = run.eff if run.lin_64 is not None or s.deferred else op.dtype(0)
         if op.opts["surrogate"] is not None:
-            SurrogateCheck(op).compare(s, sink)
+            SurrogateCheck(op).compare(s)
             return
         if not s.spec.numerical:
             skip = "finite differences not meaningful here"
@@ -55,14 +50,14 @@ class NumericalCheck(Check):
                          run.lin_64 if use64 else run.lin_d, dt, op.opts)
         ok = True
         for i in range(len(fd.xs)):
-            ok = self._input(fd, i, run.g_64 if use64 else run.g_d, run, regime, sink.fail, s.g_r64, dt) and ok
-        sink.record("gradient.numerical", ok)
+            ok = self._input(fd, i, run.g_64 if use64 else run.g_d, run, regime, s.fail, s.g_r64, dt) and ok
+        s.record("gradient.numerical", ok)
 
     def _input(self, fd: Differences, i: int, G_all, run: Run, regime, fail, g_r64, dt: str) -> bool:
         """``gradient.numerical`` for input ``wrt[i]``: whether it passes (failing, it adds the failure)."""
         opts = self.op.opts
         x = fd.xs[i]
-        h = num.step_size(x, fd.rel_step)
+        h = step_size(x, fd.rel_step)
         name = self.op.names[self.op.wrt[i]]
         G = np.stack([g[i] for g in G_all]).reshape(len(run.U), -1)  # (K, n): 0-dim inputs too
         n = G.shape[1]
@@ -85,8 +80,8 @@ class NumericalCheck(Check):
                              f"finite, e.g. a log at 0): those are excluded; the gradient there is judged by the reference only")
         if fd.low:
             mode += f", {dt} precision: step {fd.rel_step:.2g} x max(1, |x|)"
-        if not m.ok and g_r64 is None and x.ndim >= 1 and full:
-            m = self._without_padding_row(x, G, expected, allowed, m, name, run)
+        if not m.ok and full and padding:
+            m = self._without_padding_row(x, G, expected, allowed, name, run, padding)
         if m.ok:
             return True
         if g_r64 is not None and self._reference_agrees_with_differences(i, G, g_r64, fd, run, dt):
@@ -105,7 +100,7 @@ class NumericalCheck(Check):
         self._failure(fd, i, m, full, mode, dt, fail)
         return False
 
-    def _failure(self, fd: Differences, i: int, m: num.Mismatch, full: bool, mode: str, dt: str, fail) -> None:
+    def _failure(self, fd: Differences, i: int, m: Mismatch, full: bool, mode: str, dt: str, fail) -> None:
         x = fd.xs[i]
         name = self.op.names[self.op.wrt[i]]
         if full:
@@ -123,16 +118,13 @@ class NumericalCheck(Check):
              f"(checked in {dt} with random non-unit upstream gradients).",
              fix="re-derive the backward; the worst element is shown above.")
 
-    def _without_padding_row(self, x, G, expected, allowed, m: num.Mismatch, name: str, run: Run) -> num.Mismatch:
-        rows = self._padding_rows(x)
-        if not rows:
-            return m
+    def _without_padding_row(self, x, G, expected, allowed, name: str, run: Run, rows: tuple[int, ...]) -> Mismatch:
         # NOTE [padding_idx convention]: the padding row's gradient is zero by definition, although the
         # forward reads it; without a reference, exclude that row from the finite-difference comparison.
         rowmask = np.zeros(x.shape, dtype=bool)
         rowmask[rows] = True
         rowmask = np.broadcast_to(rowmask.reshape(1, -1), G.shape)
-        m = num.compare(np.where(rowmask, expected, G), expected, allowed + TOLERANCES["tiny"])
+        m = compare(np.where(rowmask, expected, G), expected, allowed + TOLERANCES["tiny"])
         run.notes.append(f"row {rows[0]} of {name} (padding_idx) is excluded from the finite-difference check")
         return m
 
@@ -140,7 +132,7 @@ class NumericalCheck(Check):
         """Whether the reference's float64 gradient is the op's: finite differences disagree with both."""
         R = np.stack([g[i] for g in g_r64]).reshape(G.shape[0], -1)
         rel = TOLERANCES["reference.vs_differences"].at(dt, fd.eps)
-        return num.compare(G, R, rel * scale(R) + self.op.floor(i, run, dt)).ok
+        return compare(G, R, rel * scale(R) + self.op.floor(i, run, dt)).ok
 
     def _padding_rows(self, x) -> tuple[int, ...]:
         op = self.op
@@ -162,7 +154,7 @@ class SurrogateCheck(Check):
     # precision the op computes in; the forward is still compared with the reference, when there is one.
     """
 
-    def compare(self, s: Suite, sink: Sink) -> None:
+    def compare(self, s: Suite) -> None:
         op, args, run = self.op, s.args, s.run
         B = op.B
         use64 = run.lin_64 is not None
@@ -184,17 +176,17 @@ class SurrogateCheck(Check):
             dt = run.eff if use64 else op.dtype(i)
             got, truth = np.stack([g[i] for g in mine]), np.stack([g[i] for g in g_s])
             rel = TOLERANCES["gradient.surrogate"].at(dt, B.eps(dt))
-            m = num.compare(got, truth, rel * scale(truth) + op.floor(i, run, dt))
+            m = compare(got, truth, rel * scale(truth) + op.floor(i, run, dt))
             if not m.ok:
                 ok = False
-                self.fail_input(sink, "gradient.surrogate", i, m, ("backward", "surrogate"),
+                self.fail_input(s, "gradient.surrogate", i, m, ("backward", "surrogate"),
                                 message=f"backward of {op.names[op.wrt[i]]} differs from the declared surrogate's "
                                         f"gradient",
                                 tolerance=f"{rel:g} x max|surrogate gradient| ({dt})",
                                 why="the backward does not compute the surrogate gradient it is declared to use.",
                                 fix="compare the backward with the surrogate's formula; the worst element is shown "
                                     "above.")
-        sink.record("gradient.surrogate", ok)
+        s.record("gradient.surrogate", ok)
 
 
 class Differences:
@@ -223,8 +215,8 @@ class Differences:
         # In low precision the step must grow (rounding noise ~ eps/h); Richardson bounds the truncation.
         self.rel_step = difference_step(self.low, eps)
         self.rtol = difference_rtol(opts["rtol"], self.low, eps)
-        self.rt = np.array([num.absdot(u, self.f0) for u in U])
-        self.cot = num.Cotangents(U)  # every cotangent's dot products at once (the same numbers as num.dot per k)
+        self.rt = np.array([absdot(u, self.f0) for u in U])
+        self.cot = Cotangents(U)  # every cotangent's dot products at once (the same numbers as dot per k)
         self.f0_finite = all(np.all(np.isfinite(o)) for o in self.f0)  # a domain edge needs a finite value at x itself
 
     def forward(self, k: int, value) -> list[np.ndarray]:
@@ -234,8 +226,7 @@ class Differences:
         return self.B.forward64(self.fn, new, self.kwargs, self.out_names)
 
     def moved(self, i: int, w):
-        """The step each element really takes once rounded to the input's dtype, and fn's outputs at the inputs
-        moved forward and back by it."""
+        """The step each element takes once rounded to the input's dtype, and fn's outputs moved forward and back."""
         x = self.xs[i]
         wp = self.B.round_to(x + w, self.input_dts[i]) - x
         wm = x - self.B.round_to(x - w, self.input_dts[i])
@@ -257,12 +248,12 @@ class Differences:
 
     def _dots(self, vs, absolute: bool = False) -> np.ndarray:
         """``<u_k, vs>`` (``<|u_k|, |vs|>``) for every cotangent k; one k at a time for outputs of another size than
-        the cotangents (broadcasting), the same numbers either way (``num.Cotangents``)."""
+        the cotangents (broadcasting), the same numbers either way (``Cotangents``)."""
         if self.cot.fits(vs):
             return self.cot.dot(vs, absolute)
-        return np.array([(num.absdot if absolute else num.dot)(u, vs) for u in self.U])
+        return np.array([(absdot if absolute else dot)(u, vs) for u in self.U])
 
-    def directions(self, i: int, G: np.ndarray, h: float, padding) -> tuple[num.Mismatch, list[int]]:
+    def directions(self, i: int, G: np.ndarray, h: float, padding) -> tuple[Mismatch, list[int]]:
         """The op's gradients ``G`` (K, n) along ``probes`` random directions against finite differences, and the
         probes whose steps left fn's domain."""
         x = self.xs[i]
@@ -286,7 +277,7 @@ class Differences:
             exp_s += e.tolist()
             got_s += g.tolist()
             allow_s += al.tolist()
-        m = num.compare(np.array(got_s), np.array(exp_s), np.array(allow_s) + TOLERANCES["tiny"])
+        m = compare(np.array(got_s), np.array(exp_s), np.array(allow_s) + TOLERANCES["tiny"])
         return m, domain_edge
 
     def unsettled(self, i: int, h: float) -> bool:
@@ -305,7 +296,7 @@ class Differences:
                 return True
         return False
 
-    def jacobian(self, i: int, G: np.ndarray, h: float) -> tuple[num.Mismatch, list[int], Any, Any]:
+    def jacobian(self, i: int, G: np.ndarray, h: float) -> tuple[Mismatch, list[int], Any, Any]:
         """The op's gradients ``G`` (K, n) against the full finite-difference Jacobian's (2n forward calls): the
         comparison, the columns whose steps left fn's domain (excluded), and the expected and allowed values."""
         x = self.xs[i]
@@ -327,7 +318,7 @@ class Differences:
         mask = np.zeros_like(G, dtype=bool)
         mask[:, domain_edge] = True
         allowed = np.where(mask, 1.0, allowed)
-        m = num.compare(np.where(mask, 0.0, G), np.where(mask, 0.0, expected), allowed + TOLERANCES["tiny"])
+        m = compare(np.where(mask, 0.0, G), np.where(mask, 0.0, expected), allowed + TOLERANCES["tiny"])
         return m, domain_edge, expected, allowed
 
 
@@ -351,7 +342,7 @@ def _derived_tol(op: Subject, got, ref_d, truth, dt, have_truth, floor):
 class ForwardReference(Check):
     """``forward.reference``: the op's outputs against the reference's."""
 
-    def compare(self, s: Suite, sink: Sink) -> None:
+    def compare(self, s: Suite) -> None:
         lin_d, lin_rd, lin_r64 = s.run.lin_d, s.lin_rd, s.lin_r64
         ok = True
         for k, o in enumerate(s.shared):
@@ -359,17 +350,17 @@ class ForwardReference(Check):
             dt = s.run.precision_of(lin_d.out_dtypes[o])
             truth = lin_r64.outputs[k] if lin_r64 is not None else lin_rd.outputs[k]
             allowed, rule = _derived_tol(self.op, lin_d.outputs[o], lin_rd.outputs[k], truth, dt, lin_r64 is not None, 0.0)
-            m = num.compare(lin_d.outputs[o], truth, allowed)
+            m = compare(lin_d.outputs[o], truth, allowed)
             if not m.ok:
                 ok = False
                 idx = ", ".join(map(str, m.index or ()))
-                sink.fail("forward.reference", input=name, message=f"{name} differs from the reference's",
+                s.fail("forward.reference", input=name, message=f"{name} differs from the reference's",
                           max_abs_err=m.max_abs, max_rel_err=m.max_rel, tolerance=rule,
                           where=f"{name}[{idx}]: op {m.got:.6g}, reference {m.expected:.6g}",
                           why="the forward computes a different function than the reference; gradient checks "
                           "against finite differences of the op itself cannot see this.",
                           fix="fix the forward first; then re-run check_op.")
-        sink.record("forward.reference", ok)
+        s.record("forward.reference", ok)
 
 
 @dataclass(eq=False)
@@ -378,33 +369,33 @@ class GradientReference(Check):
 
     runs: OpRuns  # the op's float64 run, when deferred, is made here (NOTE [Finite differences as arbiter])
 
-    def compare(self, s: Suite, sink: Sink) -> tuple[list[CheckResult], list[Failure]]:
+    def compare(self, s: Suite) -> tuple[list[CheckResult], list[Failure]]:
         """``gradient.reference``, taken out of the run's checks and failures (to be listed after gradient.numerical)."""
         run = s.run
         marks = len(run.checks), len(run.failures)
         if self.op.reference is not None:
             ok = True
             for i in range(len(self.op.wrt)):
-                ok = self._input(s, sink, i) and ok
-            sink.record("gradient.reference", ok)
+                ok = self._input(s, i) and ok
+            s.record("gradient.reference", ok)
         against_ref = run.checks[marks[0]:], run.failures[marks[1]:]
         del run.checks[marks[0]:], run.failures[marks[1]:]
         return against_ref
 
-    def _input(self, s: Suite, sink: Sink, i: int) -> bool:
+    def _input(self, s: Suite, i: int) -> bool:
         op, run = self.op, s.run
         dt = run.precision_of(op.dtype(i))
         got = np.stack([g[i] for g in s.g_cmp])
         ref_d = np.stack([g[i] for g in s.g_rd])
         truth = np.stack([g[i] for g in s.g_r64]) if s.g_r64 is not None else ref_d
         allowed, rule = _derived_tol(op, got, ref_d, truth, dt, s.g_r64 is not None, op.floor(i, run, dt))
-        m = num.compare(got, truth, allowed)
+        m = compare(got, truth, allowed)
         if m.ok and run.g_64 is not None and s.g_r64 is not None and not s.all64 and run.eff == "float64" \
                 and s.g_cmp is run.g_d:
             got64 = np.stack([g[i] for g in run.g_64])
             magnitude = scale(truth)
             rel64 = TOLERANCES["reference.float64_op"]
-            m2 = num.compare(got64, truth, rel64 * magnitude + op.floor(i, run, "float64"))
+            m2 = compare(got64, truth, rel64 * magnitude + op.floor(i, run, "float64"))
             if not m2.ok:
                 m, rule = m2, f"{rel64:g} x max|reference| (float64 op vs float64 reference)"
         if m.ok:
@@ -412,7 +403,7 @@ class GradientReference(Check):
         # a padding row's zero gradient is a convention, not a kink: only the kinks regime has subgradients
         if s.regime == "kinks" and self._kink_subgradient(s, i, got, truth, allowed):
             return True
-        self.fail_input(sink, "gradient.reference", i, m, ("op", "reference"),
+        self.fail_input(s, "gradient.reference", i, m, ("op", "reference"),
                         message=f"gradient of {op.names[op.wrt[i]]} differs from the reference's", tolerance=rule,
                         why="the op's backward does not compute the reference's gradient (to the precision the "
                         "reference itself reaches in this dtype).",
@@ -469,7 +460,7 @@ def _within_subgradient(op: Subject, i, args, run: Run, got, truth, allowed, mos
                 f = B.forward64(op.fn, moved, op.kwargs, names)
             except OpRaised:
                 return False
-            sides.append(np.array([sign * num.dot(u, [a - b for a, b in zip(f, f0)]) / h for u in run.U]))
+            sides.append(np.array([sign * dot(u, [a - b for a, b in zip(f, f0)]) / h for u in run.U]))
         lo, hi = np.minimum(*sides), np.maximum(*sides)
         slack = tol[:, j] + TOLERANCES["kink.slack"] * (np.abs(lo) + np.abs(hi))
         if not (np.all(np.isfinite(lo)) and np.all(g[:, j] >= lo - slack) and np.all(g[:, j] <= hi + slack)):
@@ -481,10 +472,9 @@ _LINEARITY_ALPHA = 2.5
 
 
 class PrecisionCheck(Check):
-    """Without a reference, the op's dtype run against its own float64 run: ``gradient.precision``, or at kinks
-    (``nonfinite``) ``gradient.nonfinite``, finite where the float64 gradient is."""
+    """No reference: the op's dtype run against its float64 run (``gradient.precision``; at kinks ``nonfinite``)."""
 
-    def compare(self, s: Suite, sink: Sink, nonfinite: bool = False) -> None:
+    def compare(self, s: Suite, nonfinite: bool = False) -> None:
         op, run = self.op, s.run
         ok = True
         for i in range(len(op.wrt)):
@@ -495,16 +485,16 @@ class PrecisionCheck(Check):
                 bad = ~np.isfinite(got) & np.isfinite(truth)
                 if bad.any():
                     ok = False
-                    sink.fail("gradient.nonfinite", input=name,
+                    s.fail("gradient.nonfinite", input=name,
                               message=f"gradient of {name} is not finite ({int(bad.sum())} elements)",
                               why="a value at a kink or boundary makes the backward divide by zero or take log(0).",
                               fix="guard the special value in backward (torch.where) the way the forward does.")
                 continue
             rel = TOLERANCES["gradient.precision"].get(dt, TOLERANCES["gradient.precision.other"])
-            m = num.compare(got, truth, rel * scale(truth) + op.floor(i, run, dt))
+            m = compare(got, truth, rel * scale(truth) + op.floor(i, run, dt))
             if not m.ok:
                 ok = False
-                self.fail_input(sink, "gradient.precision", i, m, (dt, "float64"),
+                self.fail_input(s, "gradient.precision", i, m, (dt, "float64"),
                                 message=f"gradient of {name} in {dt} is far from the op's own float64 gradient",
                                 tolerance=f"{rel:g} x max|float64 gradient|",
                                 why="overflow, cancellation or a missing upcast in low precision (the float64 run is "
@@ -512,14 +502,14 @@ class PrecisionCheck(Check):
                                 fix=f"accumulate in float32 (or subtract the row max / use a stable formula); pass "
                                 f"reference= to judge {dt} error against a trusted implementation instead of a fixed "
                                 f"tolerance.")
-        sink.record("gradient.nonfinite" if nonfinite else "gradient.precision", ok)
+        s.record("gradient.nonfinite" if nonfinite else "gradient.precision", ok)
 
 
 class LinearityCheck(Check):
     """The backward's linearity in the cotangent, on two fresh graphs (NOTE [One backward per graph])."""
 
-    def compare(self, s: Suite, sink: Sink) -> None:
-        op, run, fail = self.op, s.run, sink.fail
+    def compare(self, s: Suite) -> None:
+        op, run, fail = self.op, s.run, s.fail
         use64 = run.lin_64 is not None
         base = run.g_64 if use64 else run.g_d
         u0 = run.U[0]
@@ -536,9 +526,9 @@ class LinearityCheck(Check):
             magnitude = scale(expected)
             tol = linear.at(dt, op.B.eps(dt))
             floor = _LINEARITY_ALPHA * op.floor(i, run, dt)
-            m = num.compare(g_a[i], expected, tol * magnitude + floor)
+            m = compare(g_a[i], expected, tol * magnitude + floor)
             coarse = dt == "float64" and not m.ok and \
-                num.compare(g_a[i], expected, linear.at("float32", op.B.eps("float32")) * magnitude + floor).ok
+                compare(g_a[i], expected, linear.at("float32", op.B.eps("float32")) * magnitude + floor).ok
             if coarse:
                 # linear to float32's precision, not float64's: a backward that rounds to float32 and casts back
                 ok_precise = False
@@ -565,7 +555,7 @@ class LinearityCheck(Check):
             # 0 x inf = nan where the gradient itself is infinite (a domain edge): arithmetic, not a bug
             inf_here = ~np.isfinite(np.asarray(base[0][i]))
             gz = np.where(inf_here & np.isnan(g_z[i]), 0.0, g_z[i])
-            mz = num.compare(gz, np.zeros_like(gz), 0.0)
+            mz = compare(gz, np.zeros_like(gz), 0.0)
             if not mz.ok:
                 ok_zero = False
                 fail("gradient.zero_cotangent", input=name,
@@ -573,7 +563,7 @@ class LinearityCheck(Check):
                      max_abs_err=mz.max_abs, where=op.where(i, mz, "g(0)", "expected"),
                      why="backward adds something that does not depend on grad_output.",
                      fix="every term of the gradient must be multiplied by grad_output.")
-        sink.record("gradient.cotangent_linearity", ok_lin)
-        sink.record("gradient.zero_cotangent", ok_zero)
+        s.record("gradient.cotangent_linearity", ok_lin)
+        s.record("gradient.zero_cotangent", ok_zero)
         if not ok_precise:
-            sink.record("gradient.precision", False)
+            s.record("gradient.precision", False)

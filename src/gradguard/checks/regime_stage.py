@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import itertools
 import os
 import pickle
 import signal
@@ -25,15 +26,15 @@ from typing import Any, Callable
 import numpy as np
 
 from ..core.internal import log_fallback
-from . import numerical as num
 from .adapter_base import OpRaised
 from .gradient_numerical import ForwardReference, GradientReference, LinearityCheck, NumericalCheck, PrecisionCheck
 from .regimes import Regime, Spec, build_regimes, shrink_candidates
 from .report import CheckResult, Failure
-from .runs import Check, NotApplicable, OpRuns, Outcome, ReferenceRaised, Run, Sink, Subject, scale
+from .runs import (Check, Mismatch, NotApplicable, OpRuns, Outcome, ReferenceRaised, Run, Subject, compare,
+                   scale)
 from .tolerances import TOLERANCES
 
-__all__ = ["RegimeStage", "GradientSuite", "LayoutCheck", "LARGE_INPUT_ELEMENTS", "budget_spent", "repro",
+__all__ = ["RegimeStage", "LayoutCheck", "LARGE_INPUT_ELEMENTS", "budget_spent", "repro",
            "raised_finding", "can_fork", "looks_compiled", "run_forked"]
 
 LARGE_INPUT_ELEMENTS = 1 << 20  # NOTE [Large inputs]
@@ -99,47 +100,6 @@ def run_forked(work: Callable[[], Any]) -> tuple[str, Any]:
     return pickle.loads(data)
 
 
-class GradientSuite:
-    def __init__(self, op: Subject, runs: OpRuns):
-        self.op = op
-        self.runs = runs
-
-    def run(self, args, regime: str, spec: Spec, linearity: bool, seed_offset: int) -> Run:
-        op = self.op
-        s = self.runs.of_op(args, regime, spec, seed_offset)
-        sink = Sink(s.run, regime)
-        if op.reference is not None:
-            self.runs.of_reference(s)
-            ForwardReference(op).compare(s, sink)
-        # gradient.reference (run before gradient.numerical, listed after it: NOTE [Finite differences as arbiter])
-        against_ref = GradientReference(op, self.runs).compare(s, sink)
-        NumericalCheck(op, self.runs).compare(s, sink, against_ref[1])
-        s.run.checks += against_ref[0]
-        s.run.failures += against_ref[1]
-        if op.reference is None and spec.precision and s.run.g_64 is not None and not s.all64:
-            PrecisionCheck(op).compare(s, sink)
-        elif op.reference is None and spec.convention and s.run.g_64 is not None:
-            PrecisionCheck(op).compare(s, sink, nonfinite=True)
-        if linearity:
-            LinearityCheck(op).compare(s, sink)
-        return s.run
-
-    def shrink(self, args, spec, failures, seed_offset) -> list[Any]:
-        """The smallest variant of ``args`` on which the same checks still fail."""
-        if not self.op.opts["shrink"]:
-            return args
-        wanted = {f.check for f in failures}
-        for cand in shrink_candidates(self.op.B, args):
-            try:
-                run = self.run(cand, "shrink", spec, linearity="gradient.cotangent_linearity" in wanted or "gradient.zero_cotangent" in wanted, seed_offset=seed_offset)
-            except Exception as error:
-                log_fallback("checks", "a shrink candidate's gradient suite", error)
-                continue
-            if wanted & {f.check for f in run.failures}:
-                return cand
-        return args
-
-
 class LayoutCheck(Check):
     """A layout regime's outputs and first-cotangent gradients against the given inputs' run."""
 
@@ -164,7 +124,7 @@ class LayoutCheck(Check):
         for what, got, expected, dt, floor in self._pairs(lin, outs, base, reshaped):
             if got is None:
                 continue
-            m = num.compare(got, expected, self._same_values_allowed(dt, base, expected) + floor)
+            m = compare(got, expected, self._same_values_allowed(dt, base, expected) + floor)
             if not m.ok:
                 found.append(self._failure(regime, what, m))
         return found, [CheckResult(f"regime.{regime.name}", regime.name, "fail" if found else "pass")]
@@ -172,7 +132,8 @@ class LayoutCheck(Check):
     def _pairs(self, lin, outs: dict, base: Run, reshaped: bool) -> list[tuple]:
         """(what, the layout regime's value, the given run's, dtype, floor) for every output and gradient."""
         op = self.op
-        g = lin.pullback([_shaped(base.U[0][j], lin.outputs[j]) for j in range(len(base.lin_d.out_names))]) \
+        g = lin.pullback([np.asarray(u).reshape(np.shape(o)) if np.size(u) == np.size(o) else u
+                          for u, o in zip(base.U[0], lin.outputs)]) \
             if set(outs) == set(base.lin_d.out_names) else None
         if g is not None and reshaped:
             g = [np.asarray(gi).reshape(np.shape(base.g_d[0][i])) for i, gi in enumerate(g)]
@@ -183,7 +144,7 @@ class LayoutCheck(Check):
         return pairs
 
     @staticmethod
-    def _failure(regime: Regime, what: str, m: num.Mismatch) -> Failure:
+    def _failure(regime: Regime, what: str, m: Mismatch) -> Failure:
         idx = ", ".join(map(str, m.index or ()))
         if regime.spec.reshaped:
             change = "the inputs get a size-1 dimension (same values; the forward agrees)"
@@ -214,14 +175,10 @@ class LayoutCheck(Check):
             if got is None or np.size(got) != np.size(o):
                 return None
             got = np.asarray(got).reshape(np.shape(o))
-            if not num.compare(got, o, self._same_values_allowed(dt, base, o)).ok:
+            if not compare(got, o, self._same_values_allowed(dt, base, o)).ok:
                 return None
             shaped[n] = got
         return shaped
-
-
-def _shaped(u, like):
-    return np.asarray(u).reshape(np.shape(like)) if np.size(u) == np.size(like) else u
 
 
 def budget_spent(budget) -> str:
@@ -251,16 +208,14 @@ def repro(op: Subject, args, regime: Regime | None) -> str:
 
 def raised_finding(op: Subject, exc: OpRaised, regime: str) -> Failure:
     err = exc.error
-    where = ""
     tb = err.__traceback__
     while tb is not None and tb.tb_next is not None:
         tb = tb.tb_next
-    if tb is not None:
-        where = f"{tb.tb_frame.f_code.co_filename}:{tb.tb_lineno} in {tb.tb_frame.f_code.co_name}"
+    where = None if tb is None else f"{tb.tb_frame.f_code.co_filename}:{tb.tb_lineno} in {tb.tb_frame.f_code.co_name}"
     return Failure(check="op.raised", regime=regime,
                    message=f"fn's {exc.phase} raised {type(err).__name__}: {str(err)[:300]}"
                            + (f" (inputs: {exc.dtype})" if exc.dtype else ""),
-                   where=where or None,
+                   where=where,
                    why=("the op runs with autograd on but crashes with it off (evaluation loops, finite differences): "
                         "a branch for inputs that do not require grad." if exc.autograd_off else
                         f"the op fails on the inputs as given, so no gradient can be checked; every other check "
@@ -270,14 +225,49 @@ def raised_finding(op: Subject, exc: OpRaised, regime: str) -> Failure:
 
 
 class RegimeStage:
-    def __init__(self, op: Subject, out: Outcome, suite: GradientSuite, isolate: bool, arguments, vary, elements: int):
+    def __init__(self, op: Subject, out: Outcome, runs: OpRuns, isolate: bool, arguments, vary, elements: int):
         self.op = op
         self.out = out
-        self.suite = suite
+        self.runs = runs
         self.isolate = isolate
         self.arguments = arguments
         self.vary = vary
         self.elements = elements  # differentiated, in the given inputs
+
+    def suite(self, args, regime: str, spec: Spec, linearity: bool, seed_offset: int) -> Run:
+        """One regime's gradient suite (the given inputs' too), in report order."""
+        op = self.op
+        s = self.runs.of_op(args, regime, spec, seed_offset)
+        if op.reference is not None:
+            self.runs.of_reference(s)
+            ForwardReference(op).compare(s)
+        # gradient.reference (run before gradient.numerical, listed after it: NOTE [Finite differences as arbiter])
+        against_ref = GradientReference(op, self.runs).compare(s)
+        NumericalCheck(op, self.runs).compare(s, against_ref[1])
+        s.run.checks += against_ref[0]
+        s.run.failures += against_ref[1]
+        if op.reference is None and spec.precision and s.run.g_64 is not None and not s.all64:
+            PrecisionCheck(op).compare(s)
+        elif op.reference is None and spec.convention and s.run.g_64 is not None:
+            PrecisionCheck(op).compare(s, nonfinite=True)
+        if linearity:
+            LinearityCheck(op).compare(s)
+        return s.run
+
+    def shrink(self, args, spec, failures, seed_offset) -> list[Any]:
+        """The smallest variant of ``args`` on which the same checks still fail."""
+        if not self.op.opts["shrink"]:
+            return args
+        wanted = {f.check for f in failures}
+        for cand in shrink_candidates(self.op.B, args):
+            try:
+                run = self.suite(cand, "shrink", spec, linearity="gradient.cotangent_linearity" in wanted or "gradient.zero_cotangent" in wanted, seed_offset=seed_offset)
+            except Exception as error:
+                log_fallback("checks", "a shrink candidate's gradient suite", error)
+                continue
+            if wanted & {f.check for f in run.failures}:
+                return cand
+        return args
 
     def run(self, groups, unsupported, base, t0: float, deadline: float | None) -> None:
         if "regime" not in groups:
@@ -330,12 +320,8 @@ class RegimeStage:
             return None
         B = self.op.B
         contiguous = getattr(B, "is_contiguous", None)
-        parts = []
-        for a in regime.args:
-            if B.is_tensor(a):
-                parts.append((B.dtype_name(a), tuple(B.shape(a)), contiguous(a) if contiguous else None, B.fingerprint(a)))
-            else:
-                parts.append(("object", id(a)))
+        parts = [(B.dtype_name(a), tuple(B.shape(a)), contiguous(a) if contiguous else None, B.fingerprint(a))
+                 if B.is_tensor(a) else ("object", id(a)) for a in regime.args]
         return regime.spec, tuple(regime.wrt) if regime.wrt is not None else None, tuple(parts)
 
     def _reuse_regime(self, regime: Regime, first: Regime, checks: list[CheckResult], findings: list[Failure],
@@ -373,7 +359,7 @@ class RegimeStage:
         sliced = [B.from_numpy(B.to_numpy(a)[:rows], a) if B.is_tensor(a) and B.ndim(a) >= 1 and B.shape(a)[0] == b
                   else a for a in args]
         try:
-            run = self.suite.run(sliced, "batch_slice", Spec(), linearity=False, seed_offset=500)
+            run = self.suite(sliced, "batch_slice", Spec(), linearity=False, seed_offset=500)
         except (OpRaised, ReferenceRaised, NotApplicable) as exc:
             out.notes.append(f"the regimes run on the whole inputs: fn on their first {rows} rows raised ({exc})")
             return base
@@ -439,7 +425,7 @@ class RegimeStage:
                     f.repro = repro(self.op, self.op.args, regime)
                 self.out.add(found, checks)
                 return
-            run = self.suite.run(regime.args, regime.name, regime.spec, linearity=False, seed_offset=n)
+            run = self.suite(regime.args, regime.name, regime.spec, linearity=False, seed_offset=n)
         except (NotApplicable, ReferenceRaised) as exc:
             why = str(exc) if isinstance(exc, NotApplicable) else f"the reference raised on these inputs ({exc})"
             self.out.checks.append(CheckResult(check, regime.name, "skip", f"regime not applicable: {why}"))
@@ -451,17 +437,9 @@ class RegimeStage:
             return
         self._outcome(regime, run, n)
 
-    def _reference_raises(self, args) -> bool:
-        op = self.op
-        try:
-            op.B.linearize(op.reference, args, op.kwargs, op.wrt)
-        except OpRaised:
-            return True
-        return False
-
     def _raised(self, regime: Regime, exc: OpRaised) -> None:
         """fn raised on a regime's inputs: a skip, a failure (the reference handles them) or a warning."""
-        out = self.out
+        out, op = self.out, self.op
         check = f"regime.{regime.name}"
         err = exc.error
         if regime.new_argument and exc.phase.startswith("forward"):
@@ -469,18 +447,21 @@ class RegimeStage:
             out.checks.append(CheckResult(check, regime.name, "skip",
                                           f"fn rejects {regime.argument} ({type(err).__name__}: {str(err)[:120]})"))
             return
-        if self.op.reference is not None and self._reference_raises(regime.args):
-            out.checks.append(CheckResult(check, regime.name, "skip", "regime not applicable: the reference raises on these inputs too"))
-            return
-        if self.op.reference is not None:
+        if op.reference is not None:
+            try:
+                op.B.linearize(op.reference, regime.args, op.kwargs, op.wrt)
+            except OpRaised:
+                out.checks.append(CheckResult(check, regime.name, "skip",
+                                              "regime not applicable: the reference raises on these inputs too"))
+                return
             # NOTE [The reference runs, the op raises]: inputs the trusted implementation handles are inputs the op
             # is meant to handle (only a subset requiring grad, a size-1 feature dimension): a failure, with the
             # line it raised at. Without a reference the op may legitimately not support them: a warning.
             out.findings.append(dataclasses.replace(
-                raised_finding(self.op, exc, regime.name), check=check,
+                raised_finding(op, exc, regime.name), check=check,
                 message=f"fn's {exc.phase} raised {type(err).__name__} on inputs the reference handles ({regime.description}): {str(err)[:200]}",
                 why=f"the reference computes these inputs, the op's {exc.phase} crashes on them.",
-                repro=repro(self.op, regime.args, regime)))
+                repro=repro(op, regime.args, regime)))
             out.checks.append(CheckResult(check, regime.name, "fail", type(err).__name__))
             return
         out.findings.append(Failure(check=check, regime=regime.name, severity="warning",
@@ -503,7 +484,7 @@ class RegimeStage:
             out.notes.append(f"{check} fails the same way as the given inputs ({', '.join(sorted({f.check for f in repeated}))}); not repeated")
             return
         if run.failures:
-            small = self.suite.shrink(regime.args, regime.spec, run.failures, n)
+            small = self.shrink(regime.args, regime.spec, run.failures, n)
             text = repro(self.op, small, regime)
             for f in run.failures:
                 f.message = f"[{f.check}] {f.message} ({regime.description})"
@@ -552,9 +533,5 @@ def _budget_order(regimes: list[Regime]) -> list[Regime]:
     for rs in by_arg.values():
         rs.sort(key=lambda r: r.name == "reduction_dim" and "-> " in r.description
                 and not r.description.split("-> ")[-1].split("=")[-1].startswith("-"))
-    turns = []
-    while any(by_arg.values()):
-        for rs in by_arg.values():
-            if rs:
-                turns.append(rs.pop(0))
+    turns = [r for turn in itertools.zip_longest(*by_arg.values()) for r in turn if r is not None]
     return turns + [r for r in regimes if r.arg_name is None]

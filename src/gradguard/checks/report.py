@@ -6,6 +6,7 @@ Framework-neutral: no deep-learning framework is imported here.
 from __future__ import annotations
 
 import html
+import itertools
 import textwrap
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,9 +56,7 @@ class Failure:
 
     def lines(self, width: int = _WIDTH) -> list[str]:
         tag = "FAIL" if self.severity == "failure" else "WARN"
-        head = f"{tag} {self.check} [{self.regime}]"
-        if self.input:
-            head += f" {self.input}"
+        head = f"{tag} {self.check} [{self.regime}]" + (f" {self.input}" if self.input else "")
         out = textwrap.wrap(head + ": " + self.message, width=width, subsequent_indent="     ",
                             break_on_hyphens=False) or [head]
         errs = [f"max {kind} err {value:.3g}" for kind, value in (("abs", self.max_abs_err), ("rel", self.max_rel_err))
@@ -197,11 +196,8 @@ class OpReport:
                     body = textwrap.wrap(f"FAIL {f.check} [{f.regime}]{' ' + f.input if f.input else ''}: {f.message}{err}",
                                          width=width - 7, break_on_hyphens=False)
                     lines += ["     - " + body[0]] + ["       " + line for line in body[1:]]
-        for f in self.warnings:
-            flines = f.lines(width - 2)
-            if "     repro:" in flines:
-                flines = flines[: flines.index("     repro:")]
-            lines += ["  " + line for line in flines]
+        for f in self.warnings:  # without the reproducer
+            lines += ["  " + line for line in itertools.takewhile(lambda s: s != "     repro:", f.lines(width - 2))]
         passed = sorted({c.check for c in self.checks if c.status == "pass"} - self.failed_checks())
         if passed:
             lines += _field("passed", ", ".join(passed), width)
@@ -247,8 +243,7 @@ class OpReport:
             rows.append(
                 f"<tr><td><b>{html.escape(f.severity.upper())}</b></td><td><code>{html.escape(f.check)}</code></td>"
                 f"<td>{html.escape(f.regime)}</td><td>{html.escape(f.input or '')}</td><td>{errs}</td>"
-                f"<td>{detail}{repro}</td></tr>"
-            )
+                f"<td>{detail}{repro}</td></tr>")
         head = "<tr><th></th><th>check</th><th>regime</th><th>input</th><th>error</th><th>details</th></tr>"
         table = f"<table>{head}{''.join(rows)}</table>" if rows else ""
         passed = sorted({c.check for c in self.checks if c.status == "pass"} - self.failed_checks())
@@ -261,8 +256,7 @@ class OpReport:
             f"<p>inputs: {html.escape('; '.join(self.inputs))}<br>reference: {html.escape(self.reference or 'none')}</p>"
             f"{table}<p>passed: {html.escape(', '.join(passed))}</p>"
             + (f"<ul>{notes}</ul>" if notes else "")
-            + "</div>"
-        )
+            + "</div>")
 
     def _repr_mimebundle_(self, include=None, exclude=None):
         return {"text/plain": str(self), "text/html": self.to_html()}

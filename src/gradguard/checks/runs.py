@@ -1,18 +1,27 @@
-"""What the checks of ``check_op`` share and pass each other: the op under audit (``Subject``: fn, the reference, the
-adapter, the options, the current inputs, and the scales every gradient comparison's tolerance floor reads), one
-regime's runs (``Run``, ``Suite``) and how they are made (``OpRuns``: the op and the reference, each linearized in its
-dtype and in float64, and their VJPs for random cotangents; NOTE [What is compared with what] in ``audit``), where a
-check puts its results (``Sink``, ``Outcome``), and the two ways a regime ends early."""
+"""What the checks of ``check_op`` share: the op under audit (``Subject``), one regime's runs (``Run``, ``Suite``) and
+how they are made (``OpRuns``: the op and the reference linearized in their dtype and in float64, with VJPs for random
+cotangents), where a check puts its results (``Suite``, ``Outcome``), the two ways a regime ends early, and the float64
+numerics every check uses (tolerant comparisons, finite-difference probes; numpy only).
+
+# NOTE [Directional probes]
+# A VJP ``g = J^T u`` is checked without building J: for a tangent ``w`` the scalar ``<u, J w>`` from
+# central differences must equal ``<g, w>``. One finite-difference pair per tangent checks every
+# cotangent at once, so K tangents x K cotangents give K^2 checks for 2K forward calls. Cotangents are
+# random and non-unit, so a backward that squares (or ignores) its upstream gradient is caught, which
+# ``torch.autograd.gradcheck``'s unit cotangents cannot do. Small inputs (<= ``full_jacobian_max``
+# elements) use the basis tangents instead: that is the full Jacobian, and failures point at elements.
+#
+# The allowed errors are NOTE [Tolerances] in ``tolerances``, which holds every value they use.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
 from .._errors import InvalidArgument
-from . import numerical as num
 from .adapter_base import OpRaised
 from .regimes import Spec
 from .report import CheckResult, Failure
@@ -21,8 +30,100 @@ from .tolerances import TOLERANCES, gradient_floor
 if TYPE_CHECKING:
     from .audit import EffectivePrecision
 
-__all__ = ["Subject", "Check", "scale", "Run", "Suite", "Sink", "Outcome", "ReferenceRaised", "NotApplicable",
-           "reorder", "OpRuns", "check_outputs", "reference_pairs"]
+__all__ = ["Subject", "Check", "scale", "Run", "Suite", "Outcome", "ReferenceRaised", "NotApplicable",
+           "reorder", "OpRuns", "check_outputs", "reference_pairs", "Mismatch", "compare", "step_size", "EPS64",
+           "Cotangents"]
+
+EPS64 = float(np.finfo(np.float64).eps)
+
+
+@dataclass
+class Mismatch:
+    """Outcome of a tolerant comparison; ``ok`` False means at least one element exceeded its tolerance."""
+
+    ok: bool
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    index: tuple[int, ...] | None = None
+    got: float | None = None
+    expected: float | None = None
+
+
+def compare(got: np.ndarray, expected: np.ndarray, allowed: np.ndarray | float) -> Mismatch:
+    """Element-wise ``|got - expected| <= allowed``; non-finite values must match exactly (nan vs nan ok). ``max_rel``
+    is relative to the largest expected magnitude (per element it explodes on elements that are zero by chance)."""
+    got = np.asarray(got, dtype=np.float64)
+    expected = np.asarray(expected, dtype=np.float64)
+    if got.shape != expected.shape:
+        got = np.broadcast_to(got, expected.shape) if got.size == 1 else got.reshape(expected.shape)
+    allowed = np.broadcast_to(np.asarray(allowed, dtype=np.float64), expected.shape)
+    if expected.size == 0:
+        return Mismatch(ok=True)
+    fin_e = np.isfinite(expected)
+    all_finite = bool(fin_e.all()) and bool(np.isfinite(got).all())
+    with np.errstate(invalid="ignore", over="ignore"):
+        if all_finite:  # the usual case, without the masks below (which then change nothing)
+            diff = np.abs(got - expected)
+        else:
+            fin_g = np.isfinite(got)
+            diff = np.where(fin_e & fin_g, np.abs(got - expected), 0.0)
+            same_nonfinite = (~fin_e) & (~fin_g) & ((np.isnan(got) & np.isnan(expected)) | (got == expected))
+            bad_finite = fin_e != fin_g
+            diff = np.where(bad_finite | ((~fin_e) & (~fin_g) & ~same_nonfinite), np.inf, diff)
+        excess = diff - allowed
+    scale = float(np.max(np.abs(expected if all_finite else np.where(fin_e, expected, 0.0))))
+    max_abs = float(np.max(diff))
+    max_rel = max_abs / scale if scale > 0 else (0.0 if max_abs == 0 else float("inf"))
+    if bool(np.all(diff <= allowed)):  # the usual case: where the worst element is matters only to a failure
+        return Mismatch(ok=True, max_abs=max_abs, max_rel=max_rel)
+    worst = int(np.argmax(np.where(np.isfinite(excess), excess, np.inf)))
+    idx = tuple(int(i) for i in np.unravel_index(worst, expected.shape)) if expected.ndim else ()
+    return Mismatch(ok=False, max_abs=max_abs, max_rel=max_rel, index=idx, got=float(got.reshape(-1)[worst]),
+                    expected=float(expected.reshape(-1)[worst]))
+
+
+def step_size(x: np.ndarray, rel: float = TOLERANCES["gradient.numerical.step"]) -> float:
+    """Finite-difference step for one input: relative to its magnitude, at least ``rel``."""
+    finite = x[np.isfinite(x)]
+    mag = float(np.max(np.abs(finite))) if finite.size else 1.0
+    return rel * max(1.0, mag)
+
+
+def dot(us: Sequence[np.ndarray], vs: Sequence[np.ndarray]) -> float:
+    return float(sum(np.sum(u * v) for u, v in zip(us, vs)))
+
+
+def absdot(us: Sequence[np.ndarray], vs: Sequence[np.ndarray]) -> float:
+    with np.errstate(invalid="ignore", over="ignore"):
+        return float(sum(np.sum(np.abs(u) * np.abs(v)) for u, v in zip(us, vs)))
+
+
+class Cotangents:
+    """The K cotangents of a run stacked per output, so ``<u_k, v>`` and ``<|u_k|, |v|>`` come for every k at once.
+    Each row is the product ``dot`` / ``absdot`` form for one k, summed the same way (numpy's pairwise sum along a
+    contiguous row, outputs added in order to 0.0): the same numbers bit for bit, without the Python loop over k.
+    ``fits``: whether values have the cotangents' sizes (if not, ``dot`` / ``absdot`` per k broadcast)."""
+
+    def __init__(self, U: Sequence[Sequence[np.ndarray]]):
+        self.K = len(U)
+        n_out = len(U[0]) if U else 0
+        self.rows = [np.stack([np.asarray(us[o]).reshape(-1) for us in U]) for o in range(n_out)]
+        self.abs_rows = [np.abs(r) for r in self.rows]
+
+    def fits(self, vs: Sequence[np.ndarray]) -> bool:
+        return len(vs) == len(self.rows) and all(np.size(v) == r.shape[1] for v, r in zip(vs, self.rows))
+
+    def dot(self, vs: Sequence[np.ndarray], absolute: bool = False) -> np.ndarray:
+        """``[dot(u_k, vs) for k]`` (``absdot`` with ``absolute``) as an array."""
+        acc = np.zeros(self.K)
+        with np.errstate(invalid="ignore", over="ignore"):
+            for r, v in zip(self.abs_rows if absolute else self.rows, vs):
+                v = np.asarray(v)
+                acc = acc + np.sum(r * (np.abs(v) if absolute else v).reshape(-1), axis=1)
+        return acc
+
+    def absdot(self, vs: Sequence[np.ndarray]) -> np.ndarray:
+        return self.dot(vs, absolute=True)
 
 
 @dataclass(eq=False)
@@ -58,9 +159,8 @@ class Subject:
         if run.scales is None:  # the run's cotangent and output scales, once per run
             run.scales = (max((float(np.max(np.abs(x), initial=0.0)) for x in run.U[0]), default=1.0),
                           max((scale(o) for o in run.lin_d.outputs), default=1.0))
-        u, f = run.scales
         xs = [self._input_scale(self.args[j]) for j in self.wrt]
-        return u, f, xs[i], max(xs, default=0.0)
+        return (*run.scales, xs[i], max(xs, default=0.0))
 
     def floor(self, i, run, dt) -> float:
         """Absolute tolerance floor in gradient units (see NOTE [Tolerance floor] in ``tolerances``)."""
@@ -73,7 +173,7 @@ class Subject:
             self.input_scales[id(t)] = (t, x)
         return x
 
-    def where(self, i, m: num.Mismatch, got_label, exp_label) -> str:
+    def where(self, i, m: Mismatch, got_label, exp_label) -> str:
         idx = ", ".join(map(str, m.index or ()))
         return f"{self.names[self.wrt[i]]}[{idx}]: {got_label} {m.got:.6g}, {exp_label} {m.expected:.6g}"
 
@@ -84,11 +184,11 @@ class Check:
 
     op: Subject
 
-    def fail_input(self, sink: Sink, check: str, i: int, m: num.Mismatch, labels: tuple[str, str], **texts) -> None:
+    def fail_input(self, s: Suite, check: str, i: int, m: Mismatch, labels: tuple[str, str], **texts) -> None:
         """``check`` fails for the gradient of input ``wrt[i]``: ``m`` compared (cotangent, element), the cotangent
         dropped from the worst index; ``labels`` name the two sides in ``where``."""
         m.index = m.index[1:] if m.index else m.index
-        sink.fail(check, input=self.op.names[self.op.wrt[i]], max_abs_err=m.max_abs, max_rel_err=m.max_rel,
+        s.fail(check, input=self.op.names[self.op.wrt[i]], max_abs_err=m.max_abs, max_rel_err=m.max_rel,
                   where=self.op.where(i, m, *labels), **texts)
 
 
@@ -133,7 +233,8 @@ class Run:
 
 @dataclass
 class Suite:
-    """One regime's gradient suite in progress: its inputs, the op's run and the reference's runs."""
+    """One regime's gradient suite in progress: its inputs, the op's run and the reference's runs; its checks put their
+    failures and results in the run (``fail``, ``record``)."""
 
     args: list[Any]
     regime: str
@@ -147,14 +248,6 @@ class Suite:
     lin_r64: Any = None  # the reference in float64
     g_rd: list | None = None
     g_r64: list | None = None
-
-
-@dataclass
-class Sink:
-    """Where one regime's checks put their failures and results."""
-
-    run: Run
-    regime: str
 
     def fail(self, check, **kw) -> None:
         self.run.failures.append(Failure(check=check, regime=self.regime, **kw))
@@ -195,8 +288,7 @@ def check_outputs(B, lin, who: str):
     raise InvalidArgument(
         f"check_op: {who} returned no differentiable tensor output (got {got}). check_op audits gradients, so "
         f"{who} must return at least one floating-point tensor computed from its inputs with autograd on; "
-        f"did it detach its result or run under {B.no_grad_hint}?"
-    )
+        f"did it detach its result or run under {B.no_grad_hint}?")
 
 
 def reference_pairs(B, lin, lin_r) -> list[tuple[int, str]]:
@@ -239,15 +331,12 @@ class OpRuns:
         self.given_finite = True
 
     def _cotangents(self, lin, rng, probes: int) -> list[list[np.ndarray]]:
-        U = []
-        for _ in range(probes):
-            us = []
-            for out, dt in zip(lin.outputs, lin.out_dtypes):
-                u = rng.standard_normal(out.shape)
-                u = np.where(np.abs(np.abs(u) - 1.0) < 0.25, u * 1.7, u)  # keep away from +-1 (NOTE [Directional probes])
-                us.append(self.op.B.round_to(np.asarray(u), dt) if dt in _LOW_FLOATS or dt == "float64" else u)
-            U.append(us)
-        return U
+        return [[self._cotangent(rng, out, dt) for out, dt in zip(lin.outputs, lin.out_dtypes)] for _ in range(probes)]
+
+    def _cotangent(self, rng, out, dt: str) -> np.ndarray:
+        u = rng.standard_normal(out.shape)
+        u = np.where(np.abs(np.abs(u) - 1.0) < 0.25, u * 1.7, u)  # keep away from +-1 (NOTE [Directional probes])
+        return self.op.B.round_to(np.asarray(u), dt) if dt in _LOW_FLOATS or dt == "float64" else u
 
     def _vjps(self, fn, args, U, first, out_names=None) -> list[list[np.ndarray]]:
         """One VJP per cotangent, each on its own forward pass.

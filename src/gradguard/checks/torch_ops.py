@@ -1,7 +1,7 @@
 """Everything ``check_op`` needs from PyTorch, behind a handful of small functions.
 
 # NOTE [Backend adapter]
-# The audit itself (``audit``, ``numerical``, ``regimes``, ``mutation``) does its
+# The audit itself (``audit``, ``runs``, ``regimes``) does its
 # arithmetic in float64 numpy and talks to the framework only through an object with the methods below
 # (see NOTE [One audit engine] in ``adapter_base``; Paddle's and MindSpore's adapters live in their
 # backend folders). Keep framework calls out of the other modules.
@@ -51,11 +51,9 @@ class TorchBackend(AdapterBase):
     """The PyTorch side of ``check_op``."""
 
     name = "torch"
+    tensor_type = torch.Tensor
     opcheck = True
     no_grad_hint = "torch.no_grad()"
-
-    def is_tensor(self, x: Any) -> bool:
-        return isinstance(x, torch.Tensor)
 
     def kind(self, t: torch.Tensor) -> str:
         """float | complex | int | bool."""
@@ -66,9 +64,6 @@ class TorchBackend(AdapterBase):
         if t.dtype == torch.bool:
             return "bool"
         return "int"
-
-    def dtype_name(self, t: torch.Tensor) -> str:
-        return str(t.dtype).replace("torch.", "")
 
     def requires_grad(self, t: torch.Tensor) -> bool:
         return bool(t.requires_grad)
@@ -116,9 +111,7 @@ class TorchBackend(AdapterBase):
     autograd_off = staticmethod(torch.no_grad)
     grad_mode = staticmethod(torch.enable_grad)
     zeros_like = staticmethod(torch.zeros_like)
-
-    def autograd_grad(self, outputs: list, inputs: list, cots: list, retain_graph: bool | None) -> Sequence[Any]:
-        return torch.autograd.grad(outputs, inputs, cots, retain_graph=retain_graph, allow_unused=True)
+    grad = staticmethod(torch.autograd.grad)
 
     def version(self, t: torch.Tensor) -> int:
         return int(t._version)
@@ -166,9 +159,7 @@ class TorchBackend(AdapterBase):
             "relu": torch.relu,
         }
 
-    def literal(self, t: torch.Tensor) -> str:
-        """Python source that rebuilds ``t`` exactly (for small tensors)."""
-        return f"torch.tensor({self.literal_values(t, t.dtype == torch.float64)}, dtype=torch.{self.dtype_name(t)})"
+    literal_call = "torch.tensor({values}, dtype=torch.{dtype})"
 
     @contextlib.contextmanager
     def audit_threads(self, args: Sequence[Any]):
@@ -189,16 +180,9 @@ class TorchBackend(AdapterBase):
             if torch.get_num_threads() != before:
                 torch.set_num_threads(before)
 
-    def op_name(self, fn: Callable) -> str:
-        owner = getattr(fn, "__self__", None)
-        if isinstance(owner, type) and issubclass(owner, torch.autograd.Function):
-            return f"{owner.__name__}.apply"
-        if isinstance(fn, torch.nn.Module):
-            return type(fn).__name__
-        qualname = getattr(fn, "_qualname", None)  # torch.library.custom_op's CustomOpDef: "ns::name"
-        if isinstance(qualname, str):
-            return qualname
-        return super().op_name(fn)
+    apply_owner = torch.autograd.Function
+    module_type = torch.nn.Module
+    name_attrs = ("_qualname", "__qualname__", "__name__")  # torch.library.custom_op's CustomOpDef: "ns::name"
 
 
 TORCH = TorchBackend()

@@ -38,7 +38,7 @@ from autograd.extend import defvjp, primitive
 from autograd.tracer import getval, isbox
 
 from ..._errors import InvalidArgument
-from ...checks.adapter_base import AdapterBase, Linearization, OpRaised, flatten_outputs
+from ...checks.adapter_base import VjpAdapter, flatten_outputs
 
 __all__ = ["check_op", "AutogradCheckAdapter", "AUTOGRAD", "is_array"]
 
@@ -51,11 +51,7 @@ def is_array(x: Any) -> bool:
     return isinstance(x, (np.ndarray, np.generic)) and x.dtype.kind in _NUMERIC
 
 
-def _is_output(x: Any) -> bool:
-    return isbox(x) or is_array(x)
-
-
-class AutogradCheckAdapter(AdapterBase):
+class AutogradCheckAdapter(VjpAdapter):
     """The autograd side of ``check_op``: numpy arrays in, numpy arrays out."""
 
     name = "autograd"
@@ -142,11 +138,12 @@ class AutogradCheckAdapter(AdapterBase):
     def is_contiguous(self, t) -> bool:
         return bool(np.asarray(t).flags.c_contiguous)
 
-    def _traced(self, fn: Callable, fed: Sequence[Any], kwargs: dict, positions: Sequence[int], names: Sequence[str],
-                seen: dict):
+    def _closure(self, fn: Callable, fed: Sequence[Any], kwargs: dict, positions: Sequence[int], seen: dict):
         """``fn`` as a function of the arrays at ``positions`` (a tuple, as ``make_vjp`` boxes it) returning its
         boxed outputs; ``seen`` gets every output and the boxed ones (raw values). Each differentiated input reaches
         fn through ``_input`` (NOTE [Gradient shapes])."""
+        every_name = self.parameter_names(fn, len(fed))
+        names = [every_name[i] for i in positions]
 
         def closure(xs):
             call = list(fed)
@@ -164,36 +161,22 @@ class AutogradCheckAdapter(AdapterBase):
         return closure
 
     def outputs_of(self, result: Any) -> list[tuple[str, Any]]:
-        return flatten_outputs(result, _is_output)
+        return flatten_outputs(result, lambda x: isbox(x) or is_array(x))
 
     def outputs(self, result: Any) -> list[tuple[str, Any]]:
         return [(n, getval(o)) for n, o in self.outputs_of(result)]
 
-    def _make_vjp(self, closure, leaves: list):
+    def _vjp(self, f: Callable, xs: Sequence[Any]):
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=_INDEPENDENT)
-            return make_vjp(closure, tuple(leaves))
+            vjp, y = make_vjp(f, tuple(xs))
+        return y, vjp
 
-    def linearize(self, fn: Callable, args: Sequence[Any], kwargs: dict, wrt: Sequence[int],
-                  prepared: tuple | None = None) -> Linearization:
-        """autograd's vjp of ``fn`` in its ``wrt`` inputs (fresh copies; the other inputs closed over)."""
-        fed, leaves = prepared if prepared is not None else self.prepare(args, wrt)
-        seen: dict[str, Any] = {}
-        every_name = self.parameter_names(fn, len(fed))
-        try:
-            vjp, _ = self._make_vjp(self._traced(fn, fed, kwargs, wrt, [every_name[i] for i in wrt], seen), leaves)
-        except Exception as exc:
-            raise OpRaised("forward", exc, self._float_dtypes(fed)) from exc
-        boxed = [o for _, o in seen["diff"]]
-        diff_ids = {id(o) for o in boxed}
-        return self.linearization(fed, leaves, seen["all"], lambda o: id(o) in diff_ids, state=(vjp, boxed))
+    def _vjp_one(self, f: Callable, x):
+        vjp, y = make_vjp(f, x)
+        return y, vjp
 
     zeros_like = staticmethod(np.zeros_like)
-
-    def pull(self, lin: Linearization, cots: list) -> list:
-        """autograd's vjp for cotangents of ``lin.out_tensors`` (zeros for the outputs the engine left out)."""
-        vjp, boxed = lin.state
-        return vjp(tuple(_cotangents_for(boxed, lin.out_tensors, cots)))  # the cotangent of a tuple: a tuple
 
     autograd_off_phase = "forward on plain numpy arrays (outside autograd's tracing)"  # forward64: plain numpy
 
@@ -213,38 +196,10 @@ class AutogradCheckAdapter(AdapterBase):
 
         return {"exp": anp.exp, "sigmoid": sigmoid, "softmax": softmax, "relu": lambda a: anp.maximum(a, 0.0)}
 
-    def call_producer(self, producer: Callable, base, isolate: bool):
-        """(leaf, y): y is the producer's own output (what its vjp closed over), or with ``isolate`` a private copy."""
-        leaf = self.clone(base)
-        producer_vjp, y = make_vjp(producer, leaf)
-        fed_y = np.array(y, copy=True) if isolate else y
-        self._chain = {"leaf": leaf, "y": fed_y, "producer": producer_vjp}
-        return leaf, fed_y
+    def _chained_cotangents(self, outs: list[tuple[str, Any]], chosen: list, cots: list) -> list:
+        return _cotangents_for([o for _, o in outs], chosen, cots)
 
-    def run_graph(self, fn: Callable, fed: Sequence[Any], kwargs: dict) -> list[tuple[str, Any]]:
-        """Differentiable outputs of ``fn(*fed)``, fed exactly as given; differentiated in the producer's output."""
-        chain = self._chain
-        k = next((j for j, a in enumerate(fed) if a is chain.get("y")), None)
-        if k is None:
-            raise InvalidArgument("run_graph: the producer's output is not among fn's arguments")
-        seen: dict[str, Any] = {}
-        name = self.parameter_names(fn, len(fed))[k]
-        op_vjp, _ = self._make_vjp(self._traced(fn, fed, kwargs, [k], [name], seen), [fed[k]])
-        chain["op"], chain["outs"] = op_vjp, [o for _, o in seen["diff"]]
-        return seen["diff"]
-
-    def grad_of(self, outputs: list, leaf, cot_tensors: list) -> np.ndarray:
-        chain = self._chain
-        if chain.get("leaf") is not leaf or "op" not in chain:
-            raise InvalidArgument("grad_of: call_producer and run_graph must run first, for this leaf")
-        (g_y,) = chain["op"](tuple(_cotangents_for(chain["outs"], outputs, cot_tensors)))
-        g = chain["producer"](g_y)
-        self._chain = {}
-        return np.zeros(self.shape(leaf)) if g is None else self.to_numpy(g)
-
-    def literal(self, t) -> str:
-        dt = self.dtype_name(t)
-        return f"np.array({self.literal_values(t, dt == 'float64')}, dtype=np.{dt})"
+    literal_call = "np.array({values}, dtype=np.{dtype})"
 
     def reword(self, report) -> None:
         super().reword(report)
@@ -320,18 +275,13 @@ def _unwrapped(fn: Any) -> Any:
     return primitive_call
 
 
-def _foreign(x: Any) -> str | None:
-    """The framework a tensor of another framework belongs to (a torch.Tensor passed to autograd's check_op)."""
+def _check_inputs(names: list[str], inputs: tuple) -> None:
     from .. import KNOWN
 
-    root = type(x).__module__.split(".")[0]
-    return root if root in {entry.framework for entry in KNOWN.values()} - {"autograd"} else None
-
-
-def _check_inputs(names: list[str], inputs: tuple) -> None:
+    others = {entry.framework for entry in KNOWN.values()} - {"autograd"}  # a torch.Tensor given to check_op
     for name, x in zip(names, inputs):
-        framework = _foreign(x)
-        if framework is not None:
+        framework = type(x).__module__.split(".")[0]
+        if framework in others:
             how = f" ({name}.detach().numpy())" if framework == "torch" else ""
             raise InvalidArgument(
                 f"check_op: input {name} is a {type(x).__module__}.{type(x).__name__}, but backend='autograd' "

@@ -35,7 +35,7 @@ import mindspore as ms
 from mindspore import nn, ops
 
 from ..._errors import InvalidArgument
-from ...checks.adapter_base import AdapterBase, Linearization, OpRaised
+from ...checks.adapter_base import Linearization, VjpAdapter
 from ...core.internal import log_fallback
 from .check_bprop import FRAMEWORK_CHECKS
 
@@ -44,10 +44,11 @@ __all__ = ["check_op", "MindSporeCheckAdapter", "MODES"]
 MODES = ("pynative", "graph")
 
 
-class MindSporeCheckAdapter(AdapterBase):
+class MindSporeCheckAdapter(VjpAdapter):
     """The MindSpore (PyNative) side of ``check_op``; ``modes`` says whether ``mode.graph`` runs."""
 
     name = "mindspore"
+    tensor_type = ms.Tensor
     no_grad_hint = "ops.stop_gradient"
     framework_checks = FRAMEWORK_CHECKS
     unsupported = {
@@ -63,9 +64,6 @@ class MindSporeCheckAdapter(AdapterBase):
     @property
     def label(self) -> str:
         return f"mindspore {ms.__version__} ({ms.get_context('device_target')})"
-
-    def is_tensor(self, x: Any) -> bool:
-        return isinstance(x, ms.Tensor)
 
     def dtype_name(self, t) -> str:
         return str(t.dtype).lower()
@@ -118,27 +116,17 @@ class MindSporeCheckAdapter(AdapterBase):
 
         return closure
 
-    def linearize(self, fn: Callable, args: Sequence[Any], kwargs: dict, wrt: Sequence[int],
-                  prepared: tuple | None = None) -> Linearization:
-        fed, leaves = prepared if prepared is not None else self.prepare(args, wrt)
-        seen: dict[str, Any] = {}
-        try:
-            _, pullback = ms.vjp(self._closure(fn, fed, kwargs, wrt, seen), *leaves)
-        except Exception as exc:
-            raise OpRaised("forward", exc, self._float_dtypes(fed)) from exc
-        diff = seen["diff"]
-        return self.linearization(fed, leaves, seen["all"], lambda o: True, state=(pullback, [n for n, _ in diff]))
+    def _vjp(self, f: Callable, xs: Sequence[Any]):
+        y, pullback = ms.vjp(f, *xs)
+        return y, _quiet(pullback)
 
     zeros_like = staticmethod(ops.zeros_like)
 
     def pull(self, lin: Linearization, cots: list) -> list:
-        pullback, names = lin.state
+        pullback, diff = lin.state
         by_name, outputs = dict(zip(lin.out_names, cots)), dict(lin.all_outputs)
         # zeros for the outputs the engine dropped
-        full = [by_name[n] if n in by_name else ops.zeros_like(outputs[n]) for n in names]
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="vjp_fn has been called multiple times")
-            grads = pullback(tuple(full))
+        grads = pullback(tuple(by_name[n] if n in by_name else ops.zeros_like(outputs[n]) for n, _ in diff))
         return list(grads) if isinstance(grads, (tuple, list)) else [grads]
 
     autograd_off_phase = "forward outside ms.vjp"  # forward64 runs fn plainly: MindSpore records only in ms.vjp
@@ -153,44 +141,12 @@ class MindSporeCheckAdapter(AdapterBase):
     def producers(self) -> dict[str, Callable]:
         return {"exp": ops.exp, "sigmoid": ops.sigmoid, "softmax": lambda a: ops.softmax(a, axis=-1), "relu": ops.relu}
 
-    def call_producer(self, producer: Callable, base, isolate: bool):
-        """(leaf, y): y is the producer's own output (what it saved), or with ``isolate`` a private copy."""
-        leaf = self.clone(base)
-        y, producer_pullback = ms.vjp(producer, leaf)
-        fed_y = y.copy() if isolate else y
-        self._chain = {"leaf": leaf, "y": fed_y, "producer": producer_pullback}
-        return leaf, fed_y
+    def _chained_cotangents(self, outs: list[tuple[str, Any]], chosen: list, cots: list) -> list:
+        found = [next((m for m, c in enumerate(chosen) if c is o), None) for _, o in outs]  # the first, by identity
+        return [cots[j] if j is not None else ops.zeros_like(o) for j, (_, o) in zip(found, outs)]
 
-    def run_graph(self, fn: Callable, fed: Sequence[Any], kwargs: dict) -> list[tuple[str, Any]]:
-        """Differentiable outputs of ``fn(*fed)``, fed exactly as given; differentiated in the producer's output."""
-        chain = self._chain
-        k = next((j for j, a in enumerate(fed) if a is chain.get("y")), None)
-        if k is None:
-            raise InvalidArgument("run_graph: the producer's output is not among fn's arguments")
-        seen: dict[str, Any] = {}
-        _, op_pullback = ms.vjp(self._closure(fn, fed, kwargs, (k,), seen), fed[k])
-        chain["op"], chain["outs"] = op_pullback, seen["diff"]
-        return seen["diff"]
-
-    def grad_of(self, outputs: list, leaf, cot_tensors: list) -> np.ndarray:
-        chain = self._chain
-        if chain.get("leaf") is not leaf or "op" not in chain:
-            raise InvalidArgument("grad_of: call_producer and run_graph must run first, for this leaf")
-        full = []
-        for _, o in chain["outs"]:
-            j = next((m for m, chosen in enumerate(outputs) if chosen is o), None)
-            full.append(cot_tensors[j] if j is not None else ops.zeros_like(o))
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="vjp_fn has been called multiple times")
-            (g_y,) = chain["op"](tuple(full))
-            g = chain["producer"](g_y)
-        g = g[0] if isinstance(g, (tuple, list)) else g
-        self._chain = {}
-        return np.zeros(self.shape(leaf)) if g is None else self.to_numpy(g)
-
-    def literal(self, t) -> str:
-        dt = self.dtype_name(t)
-        return f"ms.Tensor({self.literal_values(t, dt == 'float64')}, dtype=ms.{dt if dt != 'bool' else 'bool_'})"
+    literal_call = "ms.Tensor({values}, dtype=ms.{dtype})"
+    literal_dtypes = {"bool": "bool_"}
 
     def signature_defaults(self, fn: Callable) -> dict[str, Any]:
         return super().signature_defaults(fn.construct if isinstance(fn, nn.Cell) else fn)
@@ -199,8 +155,7 @@ class MindSporeCheckAdapter(AdapterBase):
         """Names from ``construct`` for a Cell (calling a Cell shows only ``*args``)."""
         return super().parameter_names(fn.construct if isinstance(fn, nn.Cell) else fn, n)
 
-    def op_name(self, fn: Callable) -> str:
-        return type(fn).__name__ if isinstance(fn, nn.Cell) else super().op_name(fn)
+    module_type = nn.Cell
 
     phrasebook = {
         "mutation.silent_input_write": {
@@ -239,6 +194,17 @@ class MindSporeCheckAdapter(AdapterBase):
         report.notes = [_without_cpp_stack(n) for n in report.notes]
         for f in report.findings:
             f.message = _without_cpp_stack(f.message)
+
+
+def _quiet(pullback: Callable) -> Callable:
+    """``pullback`` without MindSpore's warning that a second call re-runs the forward (NOTE above)."""
+
+    def call(*cotangents):
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="vjp_fn has been called multiple times")
+            return pullback(*cotangents)
+
+    return call
 
 
 def _as_tensor(x: Any) -> Any:

@@ -21,8 +21,8 @@ import mindspore as ms
 from mindspore import nn
 
 from ...checks.adapter_base import first_line
-from ...checks.numerical import compare
 from ...checks.report import CheckResult, Failure
+from ...checks.runs import compare
 from ...checks.tolerances import TOLERANCES, gradient_floor, weight_step, written
 from ...core.internal import log_fallback
 
@@ -36,8 +36,7 @@ def has_bprop(op) -> bool:
 
 
 def _cotangents(audit, base) -> tuple[list, list[int] | None]:
-    """Cotangent tensors of the differentiable outputs for ``base.U[0]``, and their top-level positions
-    (None when the outputs are nested deeper than one tuple)."""
+    """Cotangent tensors for ``base.U[0]`` and their outputs' top-level positions (None: nested deeper than a tuple)."""
     B, lin = audit.B, base.lin_d
     cots = [B.from_numpy(u, o) for u, o in zip(base.U[0], lin.out_tensors)]
     positions = []

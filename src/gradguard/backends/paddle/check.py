@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 import numpy as np
 import paddle
@@ -69,6 +69,7 @@ class PaddleCheckAdapter(AdapterBase):
     """The Paddle (dygraph) side of ``check_op``."""
 
     name = "paddle"
+    tensor_type = paddle.Tensor
     no_grad_hint = "paddle.no_grad()"
     framework_checks = (_saved_tensor_modified,)
     phrasebook = {
@@ -93,12 +94,6 @@ class PaddleCheckAdapter(AdapterBase):
     @property
     def label(self) -> str:
         return f"paddle {paddle.__version__}"
-
-    def is_tensor(self, x: Any) -> bool:
-        return isinstance(x, paddle.Tensor)
-
-    def dtype_name(self, t) -> str:
-        return str(t.dtype).replace("paddle.", "")
 
     def requires_grad(self, t) -> bool:
         return not t.stop_gradient
@@ -129,9 +124,7 @@ class PaddleCheckAdapter(AdapterBase):
     autograd_off = staticmethod(paddle.no_grad)
     grad_mode = staticmethod(functools.partial(paddle.set_grad_enabled, True))
     zeros_like = staticmethod(paddle.zeros_like)
-
-    def autograd_grad(self, outputs: list, inputs: list, cots: list, retain_graph: bool | None) -> Sequence[Any]:
-        return paddle.grad(outputs, inputs, cots, retain_graph=retain_graph, allow_unused=True)
+    grad = staticmethod(paddle.grad)
 
     def version(self, t) -> int:
         return int(t.inplace_version)
@@ -143,17 +136,10 @@ class PaddleCheckAdapter(AdapterBase):
         F = paddle.nn.functional
         return {"exp": paddle.exp, "sigmoid": F.sigmoid, "softmax": lambda a: F.softmax(a, axis=-1), "relu": F.relu}
 
-    def literal(self, t) -> str:
-        dt = self.dtype_name(t)
-        return f"paddle.to_tensor({self.literal_values(t, dt == 'float64')}, dtype='{dt}')"
+    literal_call = "paddle.to_tensor({values}, dtype='{dtype}')"
 
-    def op_name(self, fn: Callable) -> str:
-        owner = getattr(fn, "__self__", None)
-        if isinstance(owner, type) and issubclass(owner, paddle.autograd.PyLayer):
-            return f"{owner.__name__}.apply"
-        if isinstance(fn, paddle.nn.Layer):
-            return type(fn).__name__
-        return super().op_name(fn)
+    apply_owner = paddle.autograd.PyLayer
+    module_type = paddle.nn.Layer
 
 
 PADDLE = PaddleCheckAdapter()
