@@ -69,7 +69,7 @@ def test_the_ledger_keeps_neither_records_nor_itself_alive():
 
 def test_a_record_dying_while_the_lock_is_held_never_deadlocks():
     # The garbage collector can free a record inside an allocation the ledger makes under its own lock; the weakref
-    # callback then runs on this thread with the lock taken. It must not wait for it (NOTE in core/deferred.py).
+    # callback then runs on this thread with the lock taken. It must not wait for it (NOTE in core/ledger.py).
     import threading
 
     ledger = SavedLedger()

@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterable
 
 from . import eager_rules as E
 from . import inplace_rules as _inplace_rules
+from .inplace_rules import _saver, _where
 from .findings import SAVED_TENSOR_KINDS, Finding, SourceLocation, TensorInfo, WriteRecord
 from .intents import FixIntent, Verdict
 from .fixes import keyword_calls, out_of_place, statement_code
@@ -63,10 +64,6 @@ def classify_source(code: str) -> str | None:
 
 def _first(writes: list[WriteRecord], category: str) -> WriteRecord | None:
     return next((w for w in writes if w.category == category), None)
-
-
-def _where(write: WriteRecord) -> str:
-    return write.location.short if write.location else "an unknown line"
 
 
 def diagnose(finding: Finding) -> Finding:
@@ -143,14 +140,10 @@ def _prefix(f: Finding) -> str:
         if f.kind == "silent_write" else ""
 
 
-def _saver(f: Finding) -> str:
-    return f.saved_at.op or "an autograd node"
-
-
 # A step between a forward and its backward: torch's version check saw it (and no backward ran since the save), or
 # the framework's optimizers bump no version counter at all (a silent write, whatever the pass).
 _stepped_before_backward = _write("optimizer", silent=False,
-                                  extra=lambda f, w: _inplace_rules.optimizer_is_stepped_before_backward(f))
+                                  extra=lambda f, w: (f.facts.backward_passes_since_save or 0) < 1)
 _unversioned_step = _write("optimizer", silent=True, extra=lambda f, w: f.facts.optimizers_bump_versions is False)
 
 
@@ -199,16 +192,15 @@ def _direct_write_words(f: Finding, verdict: Verdict) -> Verdict:
     """A write no op of a framework other than torch made: its own words (the core text names torch's ways)."""
     if f.facts.direct_writers is None:
         return verdict
-    framework, saver = f.facts.framework or "framework", f.saved_at.op or "the op that saved it"
+    framework, writers = f.facts.framework or "framework", f.facts.direct_writers
     outside = _first(f.modified_at, "outside")
     if outside is not None:
         where = outside.location.short if outside.location else "before the first traced line"
-        verdict.explanation = (f"No {framework} op wrote it: bisect mode saw its bytes change at {where}, in "
-                               f"{f.facts.direct_writers}. {saver} still needed the old values.")
+        why = f"No {framework} op wrote it: bisect mode saw its bytes change at {where}, in {writers}."
     else:
-        verdict.explanation = (f"No {framework} op that gradguard watches wrote it, so the writer is "
-                               f"{f.facts.direct_writers}. Re-run with `gradguard.guard(bisect=True)` to pin it to a "
-                               f"line. {saver} still needed the old values.")
+        why = (f"No {framework} op that gradguard watches wrote it, so the writer is {writers}. Re-run with "
+               f"`gradguard.guard(bisect=True)` to pin it to a line.")
+    verdict.explanation = f"{why} {f.saved_at.op or 'the op that saved it'} still needed the old values."
     verdict.suggestion = f.facts.direct_write_fix or verdict.suggestion
     return verdict
 
@@ -373,20 +365,16 @@ def _silent_set_value(f: Finding, write: WriteRecord) -> Verdict:
 
 def _unseen_write(f: Finding, _subject: object) -> Verdict:
     if f.facts.write_log is False:  # the sentinel: no write log, so no writer to name (and none missed)
-        return Verdict(
-            "unseen_write",
-            _prefix(f) + f"{_saver(f)} saved this tensor, and an in-place write moved its version before backward "
-            "used it; the write log was off (the cheap sentinel mode), so the line that wrote is not known.",
-            "Run with the write log on to name the line that wrote: `gradguard run` (re-runs in forensic mode by "
-            "itself), `gradguard.guard(track_writes=True)`, or `pytest --gradguard-mode=forensic`.",
-        )
-    return Verdict(
-        "unseen_write",
-        _prefix(f) + f"{_saver(f)} saved this tensor, and its version moved before backward used it, but gradguard "
-        "saw no write: it happened before the guard was entered, in another thread, or in code that writes "
-        "memory without going through the framework.",
-        "Enter the guard earlier (or run the whole script with `gradguard run`) to see the write.",
-    )
+        why, fix = ("an in-place write moved its version before backward used it; the write log was off (the cheap "
+                    "sentinel mode), so the line that wrote is not known.",
+                    "Run with the write log on to name the line that wrote: `gradguard run` (re-runs in forensic mode "
+                    "by itself), `gradguard.guard(track_writes=True)`, or `pytest --gradguard-mode=forensic`.")
+    else:
+        why, fix = ("its version moved before backward used it, but gradguard saw no write: it happened before the "
+                    "guard was entered, in another thread, or in code that writes memory without going through the "
+                    "framework.",
+                    "Enter the guard earlier (or run the whole script with `gradguard run`) to see the write.")
+    return Verdict("unseen_write", _prefix(f) + f"{_saver(f)} saved this tensor, and " + why, fix)
 
 
 def _generic_inplace(f: Finding, first: WriteRecord) -> Verdict:

@@ -85,14 +85,14 @@ def _rewrite_intents(at: SourceLocation | None, written: str | None, reason: str
     if stmt is None:
         return []
     if isinstance(stmt, ast.AugAssign):
-        return [FixIntent("augmented_to_binary", at.file, at.line, target=written, reason=reason, preferred=preferred)]
-    if mask_assignment(code):
-        return [FixIntent("inplace_to_out_of_place", at.file, at.line, target=written, detail={"method": "masked_fill"},
-                          reason=reason, preferred=preferred)]
-    if out_of_place(code):
-        return [FixIntent("inplace_to_out_of_place", at.file, at.line, target=written, reason=reason,
-                          preferred=preferred)]
-    return []
+        action, detail = "augmented_to_binary", {}
+    elif mask_assignment(code):
+        action, detail = "inplace_to_out_of_place", {"method": "masked_fill"}
+    elif out_of_place(code):
+        action, detail = "inplace_to_out_of_place", {}
+    else:
+        return []
+    return [FixIntent(action, at.file, at.line, target=written, detail=detail, reason=reason, preferred=preferred)]
 
 
 def _clone_before_intent(at: SourceLocation | None, written: str | None, preferred: bool) -> list[FixIntent]:
@@ -132,10 +132,6 @@ def _no_grad_intent(at: SourceLocation | None, written: str | None, preferred: b
                       reason="an update of the leaf itself: autograd must not record it", preferred=preferred)]
 
 
-def _no_grad_block(code: str) -> str:
-    return f"`with torch.no_grad(): {code}`"
-
-
 def leaf_rule(f: Finding, _: object) -> Verdict:
     if f.facts.leaf_words is not None:  # another framework's words (Paddle's probe): no edit, the edits write torch;
         why, fix = f.facts.leaf_words    # "created at" only for the line that made it (no nn.Module line)
@@ -144,7 +140,7 @@ def leaf_rule(f: Finding, _: object) -> Verdict:
     code, name = at.code if at else "", written or "the tensor"
     is_update = ".grad" in code or f.tensor.role == "parameter"
     if is_update:
-        fix = (f"Make the update under no_grad, as optimizers do: {_no_grad_block(code)} (the update is not "
+        fix = (f"Make the update under no_grad, as optimizers do: `with torch.no_grad(): {code}` (the update is not "
                f"part of the model, so autograd must not record it).")
     else:
         out_of_place_code = (out_of_place(code) if code else None) or (f"{name} = {name} + 1" if written else None)
@@ -152,7 +148,7 @@ def leaf_rule(f: Finding, _: object) -> Verdict:
                    else "write the result to a new tensor instead of in place")
         fix = (f"If this computes a new value, {compute} (a new tensor; gradients still flow to the original "
                f"{name}). If it is meant to change the leaf itself (an update or initialisation), do it under "
-               f"no_grad: {_no_grad_block(code)}.")
+               f"no_grad: `with torch.no_grad(): {code}`.")
     return Verdict(
         "leaf_inplace",
         f"`{name}` is a leaf tensor that requires grad (a parameter, or created with requires_grad=True): autograd "
@@ -171,7 +167,7 @@ def view_of_leaf_rule(f: Finding, _: object) -> Verdict:
     code, name = at.code if at else "", written or "the tensor"
     copy = (f"(`{name.split('.')[-1].split('[')[0]}2 = {name}.clone()` and index that)" if written
             else "(`.clone()` it and index the copy)")
-    fix = (f"Initialise or update the leaf under no_grad: {_no_grad_block(code)}. For a computation, write "
+    fix = (f"Initialise or update the leaf under no_grad: `with torch.no_grad(): {code}`. For a computation, write "
            f"into a copy instead {copy}.")
     if f.facts.owner_module == "Embedding" and f.tensor.role == "parameter":
         fix += (" To keep an embedding's padding row at zero, `nn.Embedding(..., padding_idx=0)` zeroes it and "
@@ -402,7 +398,7 @@ def _module_state_fix(case: _Twice, crossing: CrossingTensor, freed_by: str,
     """(why, fix) for state a module keeps between forwards that still holds a freed graph."""
     assert case.location is not None  # the row's when
     at, made = case.at, crossing.made
-    # NOTE [Finding the crossing by the graph] (backends/torch/crossing.py): state a module keeps between forwards
+    # NOTE [Finding the crossing by the graph] (backends/torch/graph.py): state a module keeps between forwards
     # (a membrane, a hidden state) still holds the previous iteration's graph when the next forward starts from it.
     held = (f"`{crossing.binding}` of {crossing.name}" if crossing.binding
             else crossing.name)  # `net.1.mem` is no Python expression: the path stays plain text

@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-from functools import partial
 from typing import TYPE_CHECKING, Any, Callable, TypeAlias, TypeGuard, cast
 
 import libcst as cst
@@ -292,13 +291,11 @@ def _strip_inplace_links(call: cst.Call) -> tuple[cst.Call, cst.BaseExpression] 
             raise EditNotApplicable(f"`.{link.func.attr.value}()` has no out-of-place method; write into a clone "
                                     f"instead")
 
-    class Strip(cst.CSTTransformer):
-        def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.BaseExpression:
-            if any(original is link.func for link in links):
-                return updated.with_changes(attr=cst.Name(original.attr.value[:-1]))
-            return updated
-
-    return call.visit(Strip()), receiver  # type: ignore[return-value]  # attributes renamed: still the call
+    stripped: cst.BaseExpression = receiver
+    for link in reversed(links):  # innermost first: each link rebuilt on the one it calls, its `_` dropped
+        name = cst.Name(link.func.attr.value[:-1])
+        stripped = link.with_changes(func=link.func.with_changes(value=stripped, attr=name))
+    return stripped, receiver  # type: ignore[return-value]  # the outermost link rebuilt: a call
 
 
 _SCOPES = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp, cst.Lambda)  # names bound only inside
@@ -492,10 +489,6 @@ def _edit_argument(statement: cst.SimpleStatementLine, intent: FixIntent, method
                    f"the argument `{intent.target}`{' of ' + call if call else ''}")
 
 
-def _spelt(target: str | None, node: cst.BaseExpression) -> bool:
-    return _same(_code(node), target)
-
-
 def _clone_expression(statement: cst.SimpleStatementLine, intent: FixIntent,
                       method: str = "clone") -> cst.SimpleStatementLine:
     """``target`` (or each of ``detail["targets"]``) inside the statement wrapped as ``target.method()``, or as
@@ -512,7 +505,7 @@ def _clone_expression(statement: cst.SimpleStatementLine, intent: FixIntent,
         return _method(node, method)
 
     for target in intent.detail.get("targets") or [intent.target]:
-        edit = _ExpressionEdit(partial(_spelt, target), wrap)
+        edit = _ExpressionEdit(lambda node: _same(_code(node), target), wrap)  # used in this iteration only
         scope = cast(cst.BaseExpression, scope.visit(edit))  # an expression rewritten is still an expression
         if not edit.done:
             raise EditNotApplicable(f"`{target}` not found in `{_code(statement).strip()}`")
@@ -598,15 +591,11 @@ def apply_intents(source: str, intents: list[FixIntent]) -> str:
                                     f"{intent.action} edits simple statements")
         # a compound statement (checked above) reaches only the _STATEMENT_ACTIONS, which take any statement
         changes[id(statement)] = _apply_one(current, intent, locate, after)  # type: ignore[arg-type]
+    lookup = {id(s): s for s in locate.found.values()}  # every edited statement was found here, by its line
     for key, extra in after.items():
         current = changes.get(key)
-        base = current if current is not None else next(
-            s for s in locate.found.values() if id(s) == key)
+        base = current if current is not None else lookup[key]
         changes[key] = [*(base if isinstance(base, list) else [base]), *extra]
-    lookup = {id(s): s for s in locate.found.values()}
-    missing = [key for key in changes if key not in lookup]
-    if missing:
-        raise EditNotApplicable("an edit names a statement that is not in the file")
     return module.visit(_Replace(changes)).code
 
 

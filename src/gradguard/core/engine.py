@@ -163,19 +163,15 @@ class Bisector(Protocol):
 # take 72 (80 with the weak reference). On torch 2.4 the alias is 88 bytes.
 
 
+@dataclasses.dataclass(slots=True, eq=False)
 class SavePlace:
     """Where tensors were saved: the user's line, the user's call around it, the node that produced them, and
     how many backward passes had run by then."""
 
-    __slots__ = ("site", "caller", "producer", "passes_at_save")
     site: SourceLocation | None
     caller: SourceLocation | None
     producer: str | None
     passes_at_save: int
-
-    def __init__(self, site: SourceLocation | None, caller: SourceLocation | None, producer: str | None,
-                 passes_at_save: int) -> None:
-        self.site, self.caller, self.producer, self.passes_at_save = site, caller, producer, passes_at_save
 
 
 # The shared ``SavePlace`` per place and pass, keyed by the locations' identities: a ``SavePlace`` in the table

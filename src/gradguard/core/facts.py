@@ -108,8 +108,8 @@ class Facts:
     backward_passes_since_save: int | None = _UNSET  # backward passes between the save and the failing one
     retain_graph: bool | None = _UNSET  # True when the backward call passes retain_graph=True, else None
     write_log: bool | None = _UNSET  # whether writes were logged (False: the sentinel, no writer to name)
-    loss_made_early: dict[str, Any] | None = _UNSET  # {"file", "line", "code", "name", "after_line"}: loss_site
-    recompute_in_loop: dict[str, Any] | None = _UNSET  # {"file", "line", "code", "name", "made_line"}: loss_site
+    loss_made_early: dict[str, Any] | None = _UNSET  # {"file", "line", "code", "name", "after_line"}: backward_calls
+    recompute_in_loop: dict[str, Any] | None = _UNSET  # {"file", "line", "code", "name", "made_line"}: backward_calls
     graph: dict[str, Any] | None = _UNSET  # the autograd graph around the saver (HTML report): backends/torch/graph.py
     module_files: list[str] | None = _UNSET  # more files to look in for a writer module's construction: none yet
     # -- added after the run --
@@ -131,7 +131,7 @@ class Facts:
     # the same loss backpropagated twice: [the earlier backward's own call, the earlier path's statement, the
     # statement that backpropagates it again]
     same_loss: list[SourceLocation] | None = field(default=None, metadata=_INPUT)
-    # the loss made once before the loop that backpropagates it: {"line", "code", "name", "first", "last"} (loss_site)
+    # the loss made once before the loop that backpropagates it: {"line", "code", "name", "first", "last"}
     forward_before_loop: dict[str, Any] | None = field(default=None, metadata=_INPUT)
     crossing: CrossingTensor | None = field(default=None, metadata=_INPUT)  # the tensor crossing into a freed graph
     # the loss accumulated across the earlier backward, lines: {"first", "again" (after it), "reset_before"}

@@ -157,9 +157,7 @@ class WriteRecord:
 
     def to_dict(self) -> dict[str, Any]:
         loc = self.location.to_dict() if self.location else {"file": None, "line": None, "function": None, "code": ""}
-        return {"op": self.op, **loc, "via": self.via, "library_frame": self.library_frame,
-                "version_before": self.version_before, "version_after": self.version_after,
-                "bumps_version": self.bumps_version, "category": self.category}
+        return {"op": self.op, **loc, **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)[2:]}}
 
 
 @dataclass

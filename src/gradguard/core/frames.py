@@ -159,11 +159,6 @@ def is_plumbing(filename: str) -> bool:
     return any(p in filename for p in _PLUMBING)
 
 
-def _short_library_path(filename: str) -> str:
-    parts = filename.replace(os.sep, "/").split("/site-packages/")
-    return parts[-1] if len(parts) > 1 else filename
-
-
 def caller_context(
     skip: int = 1,
     paths: LibraryPaths = LIBRARY_PATHS,
@@ -188,7 +183,9 @@ def caller_context(
             return CallerContext(location_of(frame), innermost_lib, owner)
         if not is_gradguard_file(filename) and not is_plumbing(filename):
             if innermost_lib is None:
-                innermost_lib = f"{_short_library_path(filename)}:{frame.f_lineno} in {frame.f_code.co_name}"
+                parts = filename.replace(os.sep, "/").split("/site-packages/")
+                short = parts[-1] if len(parts) > 1 else filename
+                innermost_lib = f"{short}:{frame.f_lineno} in {frame.f_code.co_name}"
             if owner_filter is not None:
                 candidate = frame.f_locals.get("self")
                 if candidate is not None and owner_filter(candidate):
@@ -248,13 +245,7 @@ def notice(message: str, category: type[Warning], stacklevel: int | None = None)
     try:
         warnings.warn(message, category, stacklevel=stacklevel)
     except Warning as raised:
-        frame = sys._getframe(min(stacklevel - 1, _depth() - 1))
+        frame, depth = sys._getframe(), 1  # the frame ``stacklevel`` names, or the outermost one
+        while frame.f_back is not None and depth < stacklevel:
+            frame, depth = frame.f_back, depth + 1
         warnings.showwarning(raised, category, frame.f_code.co_filename, frame.f_lineno)
-
-
-def _depth() -> int:
-    frame: FrameType | None
-    depth, frame = 0, sys._getframe(1)
-    while frame is not None:
-        depth, frame = depth + 1, frame.f_back
-    return depth

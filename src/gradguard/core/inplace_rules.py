@@ -22,7 +22,7 @@ from .source_ast import assignment_before, callee_of, line_in_block, parse_code,
 
 __all__ = ["optimizer_before_backward_rule", "optimizer_between_backwards_rule", "retained_graph_rule",
            "activation_rule", "flag_set_later_rule", "switched_later", "augmented_rule", "index_rule", "buffer_rule",
-           "why_saved", "tensor_phrase", "optimizer_is_stepped_before_backward", "optimizer_wraps_retained_graph"]
+           "why_saved", "tensor_phrase", "optimizer_wraps_retained_graph"]
 
 # What each output-saving backward node computes from the saved output: why overwriting it breaks backward.
 _USES_OUTPUT = {
@@ -48,15 +48,16 @@ def _op_of(node: str | None) -> str | None:
     return re.sub(r"Backward\d*$", "", node) if node else None
 
 
-def _short(location: SourceLocation | None, home: str | None = None) -> str:
-    """``line 21`` inside ``home`` (the file of the forward call, where the user is reading), else file:line."""
+def _short(location: SourceLocation | None, f: Finding | None = None) -> str:
+    """``line 21`` inside the file of ``f``'s forward call (where the user is reading), else file:line."""
     if location is None:
         return "an unknown line"
+    home = f.saved_at.location.file if f is not None and f.saved_at.location else None
     return f"line {location.line}" if home is not None and location.file == home else location.short
 
 
-def _home(f: Finding) -> str | None:
-    return f.saved_at.location.file if f.saved_at.location else None
+def _saver(f: Finding) -> str:
+    return f.saved_at.op or "an autograd node"
 
 
 def tensor_phrase(f: Finding) -> str:
@@ -94,7 +95,7 @@ def _same_function(a: SourceLocation | None, b: SourceLocation | None) -> bool:
 
 
 def _where(w: WriteRecord, f: Finding | None = None) -> str:
-    return _short(w.location, _home(f) if f is not None else None)
+    return _short(w.location, f)
 
 
 def _versions(w: WriteRecord) -> str:
@@ -112,10 +113,6 @@ def _loc(location: SourceLocation | None) -> tuple[str | None, int | None]:
 
 def _line_of(location: SourceLocation | None) -> str:
     return f"line {location.line}" if location is not None else "the line that runs it"
-
-
-def optimizer_is_stepped_before_backward(f: Finding) -> bool:
-    return (f.facts.backward_passes_since_save or 0) < 1
 
 
 def optimizer_wraps_retained_graph(f: Finding, opt: WriteRecord) -> bool:
@@ -143,23 +140,18 @@ def _helper_per_loss(f: Finding, opt: WriteRecord, backward: SourceLocation | No
 
 
 def optimizer_before_backward_rule(f: Finding, opt: WriteRecord) -> Verdict:
-    saver = f.saved_at.op or "an autograd node"
     stepper = opt.via or "the optimizer step"
     step_code = f"`{opt.location.code}`" if opt.location else stepper
     target = tensor_phrase(f)
     save = f.saved_at.location
     backward = SourceLocation.from_dict(f.facts.backward_at)
     backward_code = f"`{backward.code}`" if backward and backward.code else "backward()"
-    fixes = []
-    if opt.location is not None and backward is not None:
-        fixes.append(FixIntent("move_statement", *_loc(opt.location), target=opt.location.code,
-                               detail={"after_line": backward.line},
-                               reason=f"step after the backward at line {backward.line}"))
+    fixes = _move_step_intents(opt, backward, "step after the backward at line {}", even_if_it_follows=True)
     return Verdict(
         "optimizer_step_before_backward",
-        f"{saver} saved {target} in the forward call at {_short(save, _home(f))}; before any backward ran through that "
-        f"forward, {stepper} at {_where(opt, f)} updated it in place{_versions(opt)}. The backward at "
-        f"{_short(backward, _home(f))} would compute gradients with a weight the forward never used.",
+        f"{_saver(f)} saved {target} in the forward call at {_short(save, f)}; before any backward ran "
+        f"through that forward, {stepper} at {_where(opt, f)} updated it in place{_versions(opt)}. The backward at "
+        f"{_short(backward, f)} would compute gradients with a weight the forward never used.",
         f"Step after the backward: call {step_code} after {backward_code} ({_line_of(backward)}), so the forward, "
         f"its backward and the step run in that order.",
         fixes,
@@ -203,18 +195,16 @@ def _step_follows(opt: WriteRecord, backward) -> bool:
     return _same_function(backward, opt.location) and opt.location.line > backward.line
 
 
-def _move_step_intents(opt: WriteRecord, backward) -> list[FixIntent]:
-    """The step moved after the backward that needs the weights it updates (when it does not already follow it)."""
-    fixes = []
-    if opt.location is not None and backward is not None and not _step_follows(opt, backward):
-        fixes.append(FixIntent("move_statement", *_loc(opt.location), target=opt.location.code,
-                               detail={"after_line": backward.line},
-                               reason=f"backpropagate every loss before stepping (after line {backward.line})"))
-    return fixes
+def _move_step_intents(opt: WriteRecord, backward, reason: str, even_if_it_follows: bool = False) -> list[FixIntent]:
+    """The step moved after the backward that needs the weights it updates (unless ``even_if_it_follows``, only when
+    it does not already follow it); ``reason``'s ``{}`` is the backward's line."""
+    if opt.location is None or backward is None or not even_if_it_follows and _step_follows(opt, backward):
+        return []
+    return [FixIntent("move_statement", *_loc(opt.location), target=opt.location.code,
+                      detail={"after_line": backward.line}, reason=reason.format(backward.line))]
 
 
 def optimizer_between_backwards_rule(f: Finding, opt: WriteRecord) -> Verdict:
-    saver = f.saved_at.op or "an autograd node"
     stepper = opt.via or "the optimizer step"
     step_code = f"`{opt.location.code}`" if opt.location else stepper
     target = tensor_phrase(f)
@@ -223,8 +213,8 @@ def optimizer_between_backwards_rule(f: Finding, opt: WriteRecord) -> Verdict:
     backward_code = f"`{backward.code}`" if backward and backward.code else "backward()"
     receivers = step_receivers(opt.location)
     why = (
-        f"{saver} saved {target} in the forward call at {_short(save, _home(f))}. Before this backward at "
-        f"{_short(backward, _home(f))} ({backward_code}) used it, an earlier backward ran and {stepper} at "
+        f"{_saver(f)} saved {target} in the forward call at {_short(save, f)}. Before this backward at "
+        f"{_short(backward, f)} ({backward_code}) used it, an earlier backward ran and {stepper} at "
         f"{_where(opt, f)} updated {target} in place{_versions(opt)}, so this backward would compute gradients "
         f"with a weight that forward never used (PyTorch < 1.5 did exactly that, silently)."
     )
@@ -242,7 +232,7 @@ def optimizer_between_backwards_rule(f: Finding, opt: WriteRecord) -> Verdict:
             f"({hint_text}), so its backward stays inside the model it trains and needs no retain_graph=True.",
             fixes,
         )
-    fixes = _move_step_intents(opt, backward)
+    fixes = _move_step_intents(opt, backward, "backpropagate every loss before stepping (after line {})")
     fixes += _loss_site_repairs(f, opt, fixes)
     again = f.facts.recompute_in_loop
     if _step_follows(opt, backward):
@@ -341,7 +331,6 @@ def _detached_call(code: str) -> tuple[str, str] | None:
 
 
 def retained_graph_rule(f: Finding, opt: WriteRecord) -> Verdict:
-    saver = f.saved_at.op or "an autograd node"
     stepper = opt.via or "the optimizer step"
     target = tensor_phrase(f)
     passes = f.facts.backward_passes_since_save or 0
@@ -378,9 +367,9 @@ def retained_graph_rule(f: Finding, opt: WriteRecord) -> Verdict:
         retain_fix = ", and drop retain_graph=True"
     return Verdict(
         "retained_graph_across_steps",
-        f"{saver} saved {target} in the forward call at {_short(f.saved_at.location, _home(f))} of an earlier iteration "
-        f"({passes} backward pass(es) ago). That iteration's graph is still alive: {kept}, and {carrier}. So "
-        f"this backward at {_short(backward, _home(f))} runs on into the old graph. In between, {stepper} at "
+        f"{_saver(f)} saved {target} in the forward call at {_short(f.saved_at.location, f)} of an earlier "
+        f"iteration ({passes} backward pass(es) ago). That iteration's graph is still alive: {kept}, and {carrier}. So "
+        f"this backward at {_short(backward, f)} runs on into the old graph. In between, {stepper} at "
         f"{_where(opt, f)} updated {target} in place{_versions(opt)}, so the value the old graph saved is gone.",
         f"{detach}{retain_fix}. Each backward then covers only its own iteration. If you want gradients through "
         f"several iterations (truncated BPTT), run one backward over the whole window and step after it.",
@@ -436,11 +425,11 @@ def _module_fix(f: Finding, module, via: str, sites: list, switches: list) -> st
     """The suggestion for an in-place module: delete the statements that switched it, or construct it out of place."""
     owner = via[: module.start()].strip().rstrip("(").strip()  # "gate.2" in "gate.2 (ReLU(inplace=True))"
     if switches:
-        lines = ", ".join(f"`{s.code}` ({_short(s, _home(f))})" for s in switches)
+        lines = ", ".join(f"`{s.code}` ({_short(s, f)})" for s in switches)
         return (f"{lines} switched {owner or 'the ' + module.group(1)} to in-place after it was constructed: delete "
                 f"{'it' if len(switches) == 1 else 'them'} (or set inplace to False). An in-place op is safe only "
                 f"right after an op that does not save its output (Linear, Conv, BatchNorm).")
-    at = f" at {_short(sites[0], _home(f))}" if len(sites) == 1 else ""
+    at = f" at {_short(sites[0], f)}" if len(sites) == 1 else ""
     edited = (sites[0].code.replace("inplace=True", "inplace=False").rstrip(",").strip()
               if len(sites) == 1 and sites[0].code.count("inplace=True") == 1 else "")
     shown = edited if edited and is_valid_python(edited) else f"nn.{module.group(1)}(inplace=False)"
@@ -465,14 +454,13 @@ def _op_fix(act: WriteRecord, via: str, written_op: str, fixes: list) -> str:
 
 
 def activation_rule(f: Finding, act: WriteRecord) -> Verdict:
-    saver = f.saved_at.op or "an autograd node"
     via = act.via or act.op
     module = _INPLACE_MODULE.search(via)
     written_op = act.op.split(".")[1] if act.op.count(".") >= 1 else act.op  # "relu_"
     saver_op = (_op_of(f.saved_at.node) or "").lower()
     fixes, sites, switches = _construction_intents(f, act, module, written_op, saver_op)
-    written = (f" (written at {_short(sites[0], _home(f))}: `{sites[0].code}`)" if len(sites) == 1
-               else f" (constructed with inplace=True at {', '.join(_short(s, _home(f)) for s in sites)})" if sites
+    written = (f" (written at {_short(sites[0], f)}: `{sites[0].code}`)" if len(sites) == 1
+               else f" (constructed with inplace=True at {', '.join(_short(s, f) for s in sites)})" if sites
                else "")
     if f.saved_at.argument == "result" and saver_op and written_op.rstrip("_") == saver_op:
         shown = {"relu": "ReLU"}.get(saver_op, saver_op)
@@ -480,17 +468,17 @@ def activation_rule(f: Finding, act: WriteRecord) -> Verdict:
         return Verdict(
             "consecutive_inplace_activation",
             f"Two in-place {shown}s in a row: the second ({via} at {_where(act, f)}{written}) overwrote the first "
-            f"one's output, which the first one's backward ({saver}) needs: {why_saved(f)}.",
+            f"one's output, which the first one's backward ({_saver(f)}) needs: {why_saved(f)}.",
             f"Drop the second {shown}{' (' + owner + ')' if owner else ''}: {saver_op}({saver_op}(x)) == "
             f"{saver_op}(x). Or construct it with inplace=False"
-            f"{' at ' + _short(sites[0], _home(f)) if len(sites) == 1 else ''}.",
+            f"{' at ' + _short(sites[0], f) if len(sites) == 1 else ''}.",
             fixes,
         )
     fix = _module_fix(f, module, via, sites, switches) if module is not None else _op_fix(act, via, written_op, fixes)
     return Verdict(
         "inplace_activation",
         f"The in-place {'module' if module else 'op'} {via} at {_where(act, f)}{written} overwrote "
-        f"{_what_was_overwritten(f)}, which {saver} saved for backward: {why_saved(f)}.",
+        f"{_what_was_overwritten(f)}, which {_saver(f)} saved for backward: {why_saved(f)}.",
         fix,
         fixes,
     )
@@ -516,23 +504,22 @@ def switched_later(f: Finding, act: WriteRecord, found=None) -> list[SourceLocat
 
 
 def flag_set_later_rule(f: Finding, act: WriteRecord) -> Verdict:
-    saver = f.saved_at.op or "an autograd node"
     via = act.via or act.op
     module = _INPLACE_MODULE.search(via)
     owner = via[: module.start()].strip().rstrip("(").strip() if module else ""
     found = writer_sites(_files(f, act), act.via)
     switches = switched_later(f, act, found)
     sites = [s.location for s in found[0]] if found else []
-    built = f" ({_short(sites[0], _home(f))}: `{sites[0].code}`)" if len(sites) == 1 else ""
-    lines = " and ".join(f"`{s.code}` at {_short(s, _home(f))}" for s in switches)
-    listed = " and ".join(f"`{s.code}` ({_short(s, _home(f))})" for s in switches)
+    built = f" ({_short(sites[0], f)}: `{sites[0].code}`)" if len(sites) == 1 else ""
+    lines = " and ".join(f"`{s.code}` at {_short(s, f)}" for s in switches)
+    listed = " and ".join(f"`{s.code}` ({_short(s, f)})" for s in switches)
     one = len(switches) == 1
     fixes = [FixIntent("remove_statement", *_loc(s), target=s.code,
                        reason=f"`{s.code}` switched {owner or 'the module'} to in-place after it was constructed")
              for s in switches if isinstance(single_statement(s.code), ast.Assign)]  # alone on its line
     return Verdict(
         "inplace_flag_set_later",
-        f"The in-place module {via} at {_where(act, f)} overwrote {_what_was_overwritten(f)}, which {saver} saved "
+        f"The in-place module {via} at {_where(act, f)} overwrote {_what_was_overwritten(f)}, which {_saver(f)} saved "
         f"for backward: {why_saved(f)}. Its constructor built it out of place{built}; {lines} switched it to "
         f"in-place afterwards.",
         f"Delete {listed}, or set {'it' if one else 'them'} to False: {owner or 'the module'} then computes out "
@@ -546,7 +533,6 @@ def flag_set_later_rule(f: Finding, act: WriteRecord) -> Verdict:
 
 
 def augmented_rule(f: Finding, aug: WriteRecord) -> Verdict:
-    saver = f.saved_at.op or "an autograd node"
     code = statement_code(aug.location) or aug.op
     rewritten = out_of_place(code)
     fix = (f"Write it out of place: `{rewritten}` instead of `{code}`. That makes a new tensor and leaves the "
@@ -558,18 +544,17 @@ def augmented_rule(f: Finding, aug: WriteRecord) -> Verdict:
     return Verdict(
         "augmented_assignment",
         f"`{code}` at {_where(aug, f)} is an in-place operation: it overwrote {_what_was_overwritten(f)}, which "
-        f"{saver} saved for backward: {why_saved(f)}.",
+        f"{_saver(f)} saved for backward: {why_saved(f)}.",
         fix,
         fixes,
     )
 
 
 def index_rule(f: Finding, idx: WriteRecord) -> Verdict:
-    saver = f.saved_at.op or "an autograd node"
     code = statement_code(idx.location)
     masked = mask_assignment(code) if code else None
     why = (f"The {'mask' if masked else 'index/slice'} assignment `{code or idx.op}` at {_where(idx, f)} writes in "
-           f"place into {_what_was_overwritten(f)}, which {saver} saved for backward: {why_saved(f)}.")
+           f"place into {_what_was_overwritten(f)}, which {_saver(f)} saved for backward: {why_saved(f)}.")
     if masked:
         fixes = [FixIntent("inplace_to_out_of_place", *_loc(idx.location), target=masked.split(" = ", 1)[0],
                            detail={"method": "masked_fill"}, reason=f"`{masked}` leaves the saved tensor intact")
@@ -614,7 +599,6 @@ def _clone_read_of_written(location: SourceLocation | None, code: str) -> list[F
 
 
 def buffer_rule(f: Finding, copy: WriteRecord) -> Verdict:
-    saver = f.saved_at.op or "an autograd node"
     name = f.tensor.name or "the buffer"
     save = f.saved_at.location
     backward = SourceLocation.from_dict(f.facts.backward_at)
@@ -632,7 +616,7 @@ def buffer_rule(f: Finding, copy: WriteRecord) -> Verdict:
         return Verdict(
             "buffer_updated_by_second_forward",
             f"`{save.function}` ran twice before backward (two forward passes, e.g. on a real and a fake batch). "
-            f"The first call saved buffer {name} ({saver}, line {save.line}); the second call refilled it in place "
+            f"The first call saved buffer {name} ({_saver(f)}, line {save.line}); the second call refilled it in place "
             f"at {_where(copy, f)} (`{code}`){_versions(copy)}, so the first call's backward would use the second "
             f"call's value.",
             f"Keep a snapshot in the graph: {use}, as torch.nn.utils.spectral_norm does; or run one forward on "
@@ -647,8 +631,8 @@ def buffer_rule(f: Finding, copy: WriteRecord) -> Verdict:
                                preferred=not fixes))
     return Verdict(
         "buffer_refill",
-        f"`{code}` at {_where(copy, f)} refilled buffer {name} in place{_versions(copy)} after {saver} saved it in "
-        f"the forward call at {_short(save, _home(f))}; backward needs the value that forward used: {why_saved(f)}.",
+        f"`{code}` at {_where(copy, f)} refilled buffer {name} in place{_versions(copy)} after {_saver(f)} saved it in "
+        f"the forward call at {_short(save, f)}; backward needs the value that forward used: {why_saved(f)}.",
         f"Refill {name} only {after}: move the call that reaches {_line_of(copy.location)} there. Or have forward "
         f"use a snapshot (`{attribute}.clone()`).",
         fixes,
@@ -664,7 +648,6 @@ def _base_name(expression: str | None) -> str | None:
 
 
 def shared_counter_rule(f: Finding, write: WriteRecord) -> Verdict:
-    saver = f.saved_at.op or "an autograd node"
     code = statement_code(write.location) or write.op
     written = written_expression(write.location.file, write.location.line) if write.location else None
     base = _base_name(written)
@@ -672,7 +655,7 @@ def shared_counter_rule(f: Finding, write: WriteRecord) -> Verdict:
         f.tensor.name = base
     buffer = f"`{base}`" if base else "the same buffer"
     save = f.saved_at.location
-    why = (f"{saver} saved a part of {buffer} (the forward call at {_short(save, _home(f))}); `{code}` at "
+    why = (f"{_saver(f)} saved a part of {buffer} (the forward call at {_short(save, f)}); `{code}` at "
            f"{_where(write, f)} wrote another part of it{_versions(write)}. The bytes backward needs did not change, "
            f"but every view of one buffer shares one version counter, and PyTorch checks the whole buffer's "
            f"counter, not the slot's bytes, so backward refuses the saved part.")

@@ -1,4 +1,5 @@
-"""The ledger: which memory ranges are currently saved for backward, and what wrote into them.
+"""The ledger: which memory ranges are currently saved for backward, and what wrote into them; and the work a
+weakref callback must not wait for (``DeferredUnderLock``), which the ledger and torch's second-order tracker share.
 
 # NOTE [Matching writes by memory, not by Python identity]
 # Views, ``.data``, NumPy and DLPack aliases are different Python objects (some with their own version
@@ -8,20 +9,62 @@
 # NOTE [Lifetime]
 # The ledger holds only weak references. A record lives exactly as long as the autograd graph that
 # holds it (the framework keeps what the pack hook returned), so the ledger never keeps a tensor alive.
+#
+# NOTE [A callback must never wait for a lock]
+# A tracked object (a saved tensor's record, a create_graph leaf) can die while this thread holds the lock that
+# guards its bookkeeping: the garbage collector runs inside any allocation, including the ones made under the
+# lock, and frees a graph kept by a reference cycle; the weakref callbacks then run right there. Waiting for the
+# lock would deadlock the user's program. A callback that cannot take the lock at once leaves its work in a
+# ``DeferredUnderLock``; whoever holds the lock next does it first (``drain``).
 """
 
 from __future__ import annotations
 
 import threading
 import weakref
-from typing import TYPE_CHECKING, Iterator
-
-from .deferred import DeferredUnderLock
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 if TYPE_CHECKING:
     from .engine import SavedRecord
 
-__all__ = ["SavedLedger"]
+__all__ = ["SavedLedger", "DeferredUnderLock"]
+
+
+class DeferredUnderLock:
+    """Work from weakref callbacks for the state ``lock`` guards (NOTE [A callback must never wait for a lock]):
+    done now when the lock is free, else by the lock's next holder."""
+
+    __slots__ = ("lock", "_pending")
+
+    def __init__(self, lock: threading.Lock) -> None:
+        self.lock = lock
+        self._pending: list[tuple[Callable[[Any], None], Any]] = []
+
+    def run(self, work: Callable[[Any], None], arg: Any) -> None:
+        """From a weakref callback: ``work(arg)`` under the lock if it is free, else by its next holder."""
+        if not self.lock.acquire(blocking=False):
+            self._pending.append((work, arg))  # atomic under the GIL
+            return
+        try:
+            work(arg)
+        finally:
+            self.lock.release()
+
+    def drain(self) -> None:
+        """Do what callbacks left behind (the caller holds the lock)."""
+        while self._pending:
+            work, arg = self._pending.pop()
+            work(arg)
+
+    def settle(self) -> None:
+        """``drain`` for a reader that does not hold the lock (a no-op, without locking, when nothing is left)."""
+        if self._pending:
+            with self.lock:
+                self.drain()
+
+    @property
+    def pending(self) -> bool:
+        return bool(self._pending)
 
 
 # NOTE [A small entry per saved tensor]
@@ -47,8 +90,7 @@ class _Entry(weakref.ref["SavedRecord"]):
 
 class _DropFrom:
     """An entry's weakref callback: the record died (the graph holding it was freed), so remove its entry. Holds
-    its ledger weakly: entries never keep the ledger alive. NOTE [A callback must never wait for a lock]
-    (core/deferred.py)."""
+    its ledger weakly: entries never keep the ledger alive. NOTE [A callback must never wait for a lock]."""
 
     __slots__ = ("ledger",)
 
