@@ -83,15 +83,10 @@ def get_adapter(name: str):
 
 def _backend_of(obj: Any) -> str | None:
     module = type(obj).__module__.split(".")[0]
-    for name, entry in KNOWN.items():
-        if module == entry.framework:
-            return name
-    if isinstance(obj, (list, tuple)):
-        for item in obj:
-            found = _backend_of(item)
-            if found:
-                return found
-    return None
+    found = next((name for name, entry in KNOWN.items() if module == entry.framework), None)
+    if found is None and isinstance(obj, (list, tuple)):
+        found = next(filter(None, map(_backend_of, obj)), None)
+    return found
 
 
 def detect_backend(objects: Iterable[Any] = ()) -> str | None:

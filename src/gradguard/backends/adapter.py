@@ -29,7 +29,7 @@ from typing import Any, Callable, ContextManager, Protocol, Sequence, runtime_ch
 from ..core.internal import log_fallback
 from ..core.patching import Patch, apply_patch, restore_patch
 
-__all__ = ["BackendAdapter", "GuardSession", "ProbeBase", "name_by_memory"]
+__all__ = ["BackendAdapter", "GuardSession", "ProbeBase", "name_by_memory", "layer_tensors", "parameters_and_buffers"]
 
 _COPIES = ("set_value", "copy_", "InplaceCopy", "assign", "Assign", "assign_value")  # write entry points that copy in
 
@@ -82,6 +82,10 @@ class AdapterBase:
 
     name = "?"
     module_name = "?"
+    tensor_type: type  # what ``is_tensor`` accepts (set by each adapter)
+
+    def is_tensor(self, obj: Any) -> bool:
+        return isinstance(obj, self.tensor_type)
 
     def mode(self) -> str:
         return "eager"
@@ -186,7 +190,8 @@ class ProbeBase:
 
     def exit(self) -> None:
         """Remove the wrappers and the saved-tensor hooks, then stop the engine (it raises what is pending)."""
-        self._unpatch_all()
+        self._unpatch(self._patches)
+        self._patches = []
         if self._hooks is not None:
             self._hooks.__exit__(None, None, None)
             self._hooks = None
@@ -303,36 +308,50 @@ class ProbeBase:
         if patch is not None:
             self._patches.append(patch)
 
-    def _unpatch_all(self) -> None:
-        self._unpatch(self._patches)
-        self._patches = []
-
     @staticmethod
     def _unpatch(patches: list) -> None:
         for patch in reversed(patches):
             restore_patch(patch)
 
 
-def name_by_memory(layer_type: type, children: Callable, named_tensors: Callable, same_memory: Callable):
-    """(``"net.fc.weight"``, ``"parameter"`` | ``"buffer"``) of the layer tensor for which ``same_memory(value)``
-    holds, or (None, None). Error paths only: scans the heap for ``layer_type`` objects (``paddle.nn.Layer``,
-    ``mindspore.nn.Cell``) and names the outermost layer by its variable in the user's frames.
-    ``named_tensors(layer)`` yields (role, qualified name, tensor)."""
-    import gc
+def parameters_and_buffers(layer):
+    """("parameter" | "buffer", name, tensor) of a torch module's or a Paddle layer's own tensors."""
+    for role, items in (("parameter", layer.named_parameters()), ("buffer", layer.named_buffers())):
+        for name, value in items:
+            yield role, name, value
 
+
+def layer_tensors(layers: list, children: Callable, named_tensors: Callable = parameters_and_buffers,
+                  roots_only: bool = False):
+    """(qualified name, role, tensor) of the tensors of ``layers`` (``named_tensors(layer)`` yields (role, name,
+    tensor)), outermost layers first, each named from the user's variable holding it (``net.fc.weight``);
+    ``roots_only``: the outermost layers only."""
     from ..core.frames import user_variable_names
 
-    # ``type(m)`` and issubclass, not isinstance: isinstance triggers ``__class__`` properties of lazy proxies
-    layers = [m for m in gc.get_objects() if issubclass(type(m), layer_type)]
     inner = {id(c) for m in layers for c in children(m)}
-    roots = [m for m in layers if id(m) not in inner] + [m for m in layers if id(m) in inner]
-    variables = user_variable_names({id(m) for m in layers})
+    roots = [m for m in layers if id(m) not in inner]
+    if not roots_only:
+        roots += [m for m in layers if id(m) in inner]
+    variables = user_variable_names({id(m) for m in roots})
     for layer in roots:
         prefix = variables.get(id(layer), type(layer).__name__)
         for role, name, value in named_tensors(layer):
-            try:
-                if value is not None and same_memory(value):
-                    return f"{prefix}.{name}", role
-            except Exception as error:  # a tensor without memory (lazy, meta): not this one
-                log_fallback("backends", "comparing a module tensor's memory", error)
+            yield f"{prefix}.{name}", role, value
+
+
+def name_by_memory(layer_type: type, children: Callable, named_tensors: Callable, same_memory: Callable):
+    """(``"net.fc.weight"``, ``"parameter"`` | ``"buffer"``) of the layer tensor for which ``same_memory(value)``
+    holds, or (None, None). Error paths only: scans the heap for ``layer_type`` objects (``paddle.nn.Layer``,
+    ``mindspore.nn.Cell``) and names the outermost layer by its variable in the user's frames
+    (:func:`layer_tensors`)."""
+    import gc
+
+    # ``type(m)`` and issubclass, not isinstance: isinstance triggers ``__class__`` properties of lazy proxies
+    layers = [m for m in gc.get_objects() if issubclass(type(m), layer_type)]
+    for name, role, value in layer_tensors(layers, children, named_tensors):
+        try:
+            if value is not None and same_memory(value):
+                return name, role
+        except Exception as error:  # a tensor without memory (lazy, meta): not this one
+            log_fallback("backends", "comparing a module tensor's memory", error)
     return None, None

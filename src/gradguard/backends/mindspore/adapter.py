@@ -42,12 +42,7 @@ def enrich_mindspore_error(error, session=None):
 class MindSporeAdapter(AdapterBase):
     name = "mindspore"
     module_name = "mindspore"
-
-    def is_tensor(self, obj) -> bool:
-        return isinstance(obj, ms.Tensor)
-
-    def mode(self) -> str:
-        return current_mode()
+    tensor_type = ms.Tensor
 
     def version(self, t):
         try:
@@ -56,9 +51,8 @@ class MindSporeAdapter(AdapterBase):
             log_fallback("backends.mindspore", "reading the version counter", error)
             return None
 
-    def saved_tensors_hooks(self, pack, unpack):
-        return ms.saved_tensors_hooks(pack, unpack)
-
+    mode = staticmethod(current_mode)
+    saved_tensors_hooks = staticmethod(ms.saved_tensors_hooks)
     memory_range = staticmethod(memory_range)
     dtype_name = staticmethod(MindSporeGuardSession.dtype_name)
     to_numpy = staticmethod(MindSporeGuardSession.to_numpy)

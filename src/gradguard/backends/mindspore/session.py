@@ -135,8 +135,10 @@ class MindSporeGuardSession(ProbeBase):
                                            (ops, "assign_sub", "ops.assign_sub")):
                     original = getattr(owner, name, None)
                     if original is not None:
+                        # what they write: their first argument (a non-tensor is not logged)
                         self._patch(owner, name, self._writer(original, f"mindspore.{label}",
-                                                              self._write_category(name), _first_argument))
+                                                              self._write_category(name),
+                                                              lambda args, kwargs: args[0] if args else None))
                 mode = _WriteMode(self)
                 mode.__enter__()
                 self._mode = mode  # only once entered: exit() must not exit a mode that never entered
@@ -217,11 +219,6 @@ class MindSporeGuardSession(ProbeBase):
                                  "assign_value and writes through `asnumpy()` do not bump it): without gradguard this "
                                  "gradient would be silently wrong.")
         mindspore_fix(finding)
-
-
-def _first_argument(args, kwargs):
-    """What the wrapped write entry points write: their first argument (a non-tensor is not logged)."""
-    return args[0] if args else None
 
 
 _FIXES = {

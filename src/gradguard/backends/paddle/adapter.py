@@ -17,9 +17,7 @@ __all__ = ["PaddleAdapter", "ADAPTER"]
 class PaddleAdapter(AdapterBase):
     name = "paddle"
     module_name = "paddle"
-
-    def is_tensor(self, obj) -> bool:
-        return isinstance(obj, paddle.Tensor)
+    tensor_type = paddle.Tensor
 
     def mode(self) -> str:
         return "eager" if paddle.in_dynamic_mode() else "static"
@@ -31,9 +29,8 @@ class PaddleAdapter(AdapterBase):
             log_fallback("backends.paddle", "reading inplace_version", error)
             return None
 
-    def saved_tensors_hooks(self, pack, unpack):
-        return paddle.autograd.saved_tensors_hooks(pack, unpack)
-
+    saved_tensors_hooks = staticmethod(paddle.autograd.saved_tensors_hooks)
+    no_grad = staticmethod(paddle.no_grad)
     memory_range = staticmethod(memory_range)
     name_tensor = staticmethod(name_tensor)
     dtype_name = staticmethod(PaddleGuardSession.dtype_name)
@@ -43,9 +40,6 @@ class PaddleAdapter(AdapterBase):
 
     def from_numpy(self, a, *, requires_grad: bool = True):
         return paddle.to_tensor(np.array(a, copy=True), stop_gradient=not requires_grad)
-
-    def no_grad(self):
-        return paddle.no_grad()
 
     def vjp(self, fn, inputs, cotangents):
         outputs = fn(*inputs)

@@ -37,7 +37,7 @@ from ...core.facts import Facts
 from ...core.findings import Finding, TensorInfo
 from ...core.frames import LIBRARY_PATHS, user_location
 from ...core.source_ast import call_name
-from ..adapter import ProbeBase, name_by_memory
+from ..adapter import ProbeBase, name_by_memory, parameters_and_buffers
 from ...core.internal import log_fallback
 
 __all__ = ["PaddleGuardSession", "paddle_fix", "name_tensor", "memory_range"]
@@ -72,15 +72,8 @@ def name_tensor(t) -> tuple[str | None, str | None]:
     if rng is None:
         return None, None
     ptr = rng[1]
-    return name_by_memory(paddle.nn.Layer, lambda layer: layer.children(), _named_tensors,
+    return name_by_memory(paddle.nn.Layer, lambda layer: layer.children(), parameters_and_buffers,
                           lambda value: value.data_ptr() == ptr)
-
-
-def _named_tensors(layer):
-    for name, value in layer.named_parameters():
-        yield "parameter", name, value
-    for name, value in layer.named_buffers():
-        yield "buffer", name, value
 
 
 def _pylayer_saver(skip: int) -> str | None:

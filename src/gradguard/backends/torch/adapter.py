@@ -16,18 +16,14 @@ __all__ = ["TorchAdapter", "ADAPTER"]
 class TorchAdapter(AdapterBase):
     name = "torch"
     module_name = "torch"
+    tensor_type = torch.Tensor
     version = staticmethod(tensor_version)  # None for inference tensors
     fingerprint = staticmethod(fingerprint)  # "full" by default
     saved_tensors_hooks = staticmethod(torch.autograd.graph.saved_tensors_hooks)
     name_tensor = staticmethod(name_tensor)
+    memory_range = staticmethod(byte_range)
     no_grad = staticmethod(torch.no_grad)
     install_coverage_probe = staticmethod(install_coverage_probe)  # capability "coverage" (`gradguard fix`)
-
-    def is_tensor(self, obj) -> bool:
-        return isinstance(obj, torch.Tensor)
-
-    def memory_range(self, t):
-        return byte_range(t)
 
     def to_numpy(self, t):
         return t.detach().cpu().numpy()

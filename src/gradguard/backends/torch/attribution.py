@@ -92,7 +92,7 @@ from dataclasses import dataclass
 import torch
 
 from ..._errors import GradientHazardError
-from ...core.deferred import DeferredUnderLock
+from ...core.ledger import DeferredUnderLock
 from ...core.findings import Finding, SourceLocation, WriteRecord
 from ...core.internal import log_fallback
 from ...core.patching import SharedPatches
@@ -107,25 +107,20 @@ __all__ = ["install", "uninstall", "in_kernel", "maybe_wrap_triton", "snapshot",
 
 _sessions_lock = threading.RLock()
 _sessions: list = []  # active sessions, innermost last (weak references)
-_local = threading.local()
-
-
-def _stack() -> list:
-    return _local.__dict__.setdefault("calls", [])
+_local = threading.local()  # .calls: the boundaries running on this thread, innermost last; .kernel_depth
 
 
 def _attributed(session, snap, op: str, skip: int, run, *args):
     """``run(*args)`` as the boundary ``op`` (the ``via`` of a Triton launch inside); report what it wrote unseen."""
-    stack = _stack()
+    stack = _local.__dict__.setdefault("calls", [])
     stack.append(op)
     try:
         return run(*args)
     finally:
         stack.pop()
-        if snap:
-            changed = snap.changed()
-            if changed:
-                _report(session, changed, op=op, via=None, skip=skip + 1)
+        changed = _unexplained(session, snap)
+        if changed:
+            _report(session, changed, op=op, via=None, skip=skip + 1)
 
 
 def in_kernel() -> bool:
@@ -167,34 +162,14 @@ def _storage_key(t: torch.Tensor) -> int | None:
         return None
 
 
-class Snapshot:
-    """Fingerprints of the saved tensors on the storages of some tensors, to compare after a call."""
-
-    __slots__ = ("session", "entries")
-
-    def __init__(self, session, entries):
-        self.session = session
-        self.entries = entries  # [(record, version, fingerprint, writes_before)]
-
-    def __bool__(self) -> bool:
-        return bool(self.entries)
-
-    def changed(self) -> list:
-        """Records whose bytes changed while their version did not, and that no inner boundary explained."""
-        mode = self.session.boundary_mode
-        # A visible write (its version moved) is the version check's and the write log's; a record with more writes
-        # than before was already attributed (by an inner boundary or the write log).
-        return [record for record, version, fp, writes_before in self.entries
-                if record.tensor._version == version and len(record.writes or ()) <= writes_before
-                and not _same(_fingerprint(record.tensor, mode), fp)]
-
-
-def snapshot(session, tensors) -> Snapshot:
+def snapshot(session, tensors) -> list:
+    """(record, version, fingerprint, writes before) of the saved tensors on the storages of ``tensors``, to compare
+    after a call (:func:`_unexplained`)."""
     ledger = session.ledger
     mode = session.boundary_mode
     entries: list = []
     if mode is None:
-        return Snapshot(session, entries)
+        return entries
     seen_storage: set[int] = set()
     seen: set[int] = set()
     for t in tensors:
@@ -208,7 +183,18 @@ def snapshot(session, tensors) -> Snapshot:
             seen.add(id(record))
             entries.append((record, record.tensor._version, _fingerprint(record.tensor, mode),
                             len(record.writes or ())))
-    return Snapshot(session, entries)
+    return entries
+
+
+def _unexplained(session, entries: list) -> list:
+    """Records of a :func:`snapshot` whose bytes changed while their version did not, and that no inner boundary
+    explained."""
+    mode = session.boundary_mode
+    # A visible write (its version moved) is the version check's and the write log's; a record with more writes
+    # than before was already attributed (by an inner boundary or the write log).
+    return [record for record, version, fp, writes_before in entries
+            if record.tensor._version == version and len(record.writes or ()) <= writes_before
+            and not _same(_fingerprint(record.tensor, mode), fp)]
 
 
 _GRADGUARD_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
@@ -291,8 +277,12 @@ def _backward_apply(original):
         if session is None:
             return original(self, *args)
         shared = _hygiene("checking a Function's backward", before_backward, session, self, args)
-        result = (original(self, *args) if session.boundary_mode is None
-                  else _attributed_backward(original, session, self, args))
+        if session.boundary_mode is None:
+            result = original(self, *args)
+        else:
+            name = getattr(self._forward_cls, "__name__", type(self).__name__)
+            snap = snapshot(session, _saved_by(self, session) + _tensors(args))
+            result = _attributed(session, snap, f"{name}.backward", 2, original, self, *args)
         _hygiene("checking a Function's backward", after_backward, session, self, shared)
         return result
 
@@ -315,22 +305,17 @@ def quietly(component: str, what: str, check, *args):
 _hygiene = functools.partial(quietly, "torch.function_hygiene")  # a hygiene check: (what, check, *args)
 
 
-def _attributed_backward(original, session, self, args):
-    saved = []
+def _saved_by(ctx, session) -> list:
+    """The tensors a custom Function's backward node saved (none once freed)."""
     try:
         # torch 2.4 has no SavedTensor.data: reading ctx.saved_tensors in probe mode hands the records over. Not
         # while the guard steps aside for saved tensors: the read would call the user's own unpack hooks.
-        records = ([s.data for s in self._raw_saved_tensors or ()] if SAVED_TENSOR_DATA
-                   else probe_attribute(self, "saved_tensors") if session._hooks is not None else [])
-        for record in records:
-            if getattr(record, "tensor", None) is not None:
-                saved.append(record.tensor)
+        records = ([s.data for s in ctx._raw_saved_tensors or ()] if SAVED_TENSOR_DATA
+                   else probe_attribute(ctx, "saved_tensors") if session._hooks is not None else [])
+        return [record.tensor for record in records if getattr(record, "tensor", None) is not None]
     except Exception as error:  # saved tensors already freed: snapshot only the arguments
         log_fallback("torch.attribution", "reading a Function's saved tensors", error)
-        saved = []
-    snap = snapshot(session, saved + _tensors(args))
-    name = getattr(self._forward_cls, "__name__", type(self).__name__)
-    return _attributed(session, snap, f"{name}.backward", 3, original, self, *args)
+        return []
 
 
 def _register_hook(original):
@@ -357,9 +342,9 @@ def _triton_run(original):
             return original(self, *args, **kwargs)
         finally:
             _local.kernel_depth -= 1
-            changed = snap.changed()
+            changed = _unexplained(session, snap)
             if changed:
-                stack = _stack()
+                stack = _local.__dict__.setdefault("calls", [])
                 via = stack[-1] if stack else None
                 if via is None:
                     node = torch._C._current_autograd_node()
@@ -442,9 +427,12 @@ _MAX_ATTRIBUTE_TENSORS = 16  # per ctx: a list of 1000 tensors on ctx is checked
 _baseline: dict[str, int] = {}
 
 
-def _measure_baselines() -> dict[str, int]:
-    """Use counts of an unshared incoming gradient in a Function backward and in a tensor hook."""
-    seen: dict[str, int] = {}
+def baselines() -> dict[str, int]:
+    """Use counts of an unshared incoming gradient in a Function backward and in a tensor hook, measured once per
+    process, before any guard hook is installed (see NOTE above)."""
+    if _baseline:
+        return _baseline
+    measured: dict[str, int] = {}
 
     class _Probe(torch.autograd.Function):
         @staticmethod
@@ -453,30 +441,23 @@ def _measure_baselines() -> dict[str, int]:
 
         @staticmethod
         def backward(ctx, grad):
-            seen["backward"] = grad._use_count()
+            measured["backward"] = grad._use_count()
             return grad * 2
 
     def hook(grad):
-        seen["hook"] = grad._use_count()
+        measured["hook"] = grad._use_count()
 
-    with torch.enable_grad(), torch.autograd.graph.disable_saved_tensors_hooks("gradguard calibration"):
-        x = torch.ones(2, requires_grad=True)
-        y = x * 1
-        y.register_hook(hook)
-        out = _Probe.apply(y) * 3
-        torch.autograd.grad(out.sum(), x)
-    return seen
-
-
-def baselines() -> dict[str, int]:
-    """Measured once per process, before any guard hook is installed (see NOTE above)."""
-    if not _baseline:
-        try:
-            measured = _measure_baselines()
-        except Exception as error:  # no baseline: the shared-gradient check stays off (never a false alarm)
-            log_fallback("torch.function_hygiene", "measuring the use count of an unshared gradient", error)
-            measured = {}
-        _baseline.update({"backward": measured.get("backward", 1 << 30), "hook": measured.get("hook", 1 << 30)})
+    try:
+        with torch.enable_grad(), torch.autograd.graph.disable_saved_tensors_hooks("gradguard calibration"):
+            x = torch.ones(2, requires_grad=True)
+            y = x * 1
+            y.register_hook(hook)
+            out = _Probe.apply(y) * 3
+            torch.autograd.grad(out.sum(), x)
+    except Exception as error:  # no baseline: the shared-gradient check stays off (never a false alarm)
+        log_fallback("torch.function_hygiene", "measuring the use count of an unshared gradient", error)
+        measured = {}
+    _baseline.update({"backward": measured.get("backward", 1 << 30), "hook": measured.get("hook", 1 << 30)})
     return _baseline
 
 
@@ -495,14 +476,10 @@ def tensor_version(t: torch.Tensor) -> int | None:
         return None
 
 
-def _ctx_of(cls, result):
+def after_forward(session, cls, inputs: list, result) -> None:
     outputs = result if isinstance(result, (tuple, list)) else (result,)
     nodes = (out.grad_fn for out in outputs if isinstance(out, torch.Tensor))
-    return next((node for node in nodes if node is not None and getattr(node, "_forward_cls", None) is cls), None)
-
-
-def after_forward(session, cls, inputs: list, result) -> None:
-    ctx = _ctx_of(cls, result)
+    ctx = next((node for node in nodes if node is not None and getattr(node, "_forward_cls", None) is cls), None)
     if ctx is None:
         return
     for label, t, version in inputs:
@@ -510,7 +487,7 @@ def after_forward(session, cls, inputs: list, result) -> None:
         # for backward before the call makes the write loud at backward: that finding is the better one.
         if (version is not None and tensor_version(t) != version and t.grad_fn is not ctx
                 and not session.saved_before(t, version)):
-            session.raise_finding(_input_write_finding(cls, label, t, version))
+            session.engine.raise_finding(_input_write_finding(cls, label, t, version))
     _watch_ctx_attributes(session, cls, ctx)
 
 
@@ -556,7 +533,7 @@ def before_backward(session, ctx, grads) -> list | None:
     if entries:
         for name, ref, record in entries:
             if _still_held(ctx, name, ref):
-                session.check_ctx_tensor(record)
+                session.engine.check_kept(record)
     limit = baselines()["backward"]
     shared = [(i, g, g._version, _gradient_fingerprint(session, g)) for i, g in enumerate(grads)
               if isinstance(g, torch.Tensor) and g.layout == torch.strided and g._use_count() > limit]
@@ -578,8 +555,8 @@ def after_backward(session, ctx, shared: list | None) -> None:
         if _changed(session, g, version, fp):
             argument = _parameter_name(cls, "backward", i)
             writer = _source_write(getattr(cls, "backward", None), argument)
-            session.raise_finding(_grad_write_finding(g, version, f"{name}.backward", writer,
-                                                      argument or f"gradient {i}"))
+            session.engine.raise_finding(_grad_write_finding(g, version, f"{name}.backward", writer,
+                                                             argument or f"gradient {i}"))
 
 
 def _gradient_fingerprint(session, g):
@@ -607,8 +584,9 @@ def checked_hook(hook, active):
                 argument = next(iter(inspect.signature(hook).parameters), None)
             except (TypeError, ValueError):
                 argument = None
-            session.raise_finding(_grad_write_finding(grad, version, f"tensor hook {name}",
-                                                      _source_write(hook, argument), argument or "grad", hook=True))
+            session.engine.raise_finding(_grad_write_finding(grad, version, f"tensor hook {name}",
+                                                             _source_write(hook, argument), argument or "grad",
+                                                             hook=True))
         return out
 
     gradguard_checked_hook.__wrapped__ = hook
@@ -734,7 +712,7 @@ def _note(inputs, result) -> None:
             entries[key] = Entry(weakref.ref(x, functools.partial(_forget, key)), x._version, used, site)
 
 
-_deferred = DeferredUnderLock(_lock)  # NOTE [A callback must never wait for a lock] (core/deferred.py)
+_deferred = DeferredUnderLock(_lock)  # NOTE [A callback must never wait for a lock] (core/ledger.py)
 
 
 def _forget(key: int, _ref) -> None:

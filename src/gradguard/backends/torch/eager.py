@@ -24,9 +24,9 @@ from ...core.fixes import assigned_names, carried_state, statement_code
 from ...core.source_ast import (statement_at, accumulations, assignment_before, callee_of,
                                  dotted_reference, resets_between, written_expression, written_reference)
 from .backward_calls import _backward_receiver, _lookup, loss_of, raised_chain, second_call_of_same_loss, user_frames_of
-from .crossing import Crossing, find_crossing
+from .graph import Crossing, find_crossing
 from .graph import _reaches_any, walk_nodes
-from .loss_site import forward_before_loop, innermost_loop
+from .backward_calls import forward_before_loop, innermost_loop
 from .graph import first_tensor_step, name_tensor, tensor_info
 from ...core.internal import log_fallback
 
@@ -242,7 +242,7 @@ def _crossing_candidates(site: _Site, receiver: str | None, freed: set, earlier:
 
 
 def _crossing_by_graph(site: _Site, session):
-    """NOTE [Finding the crossing by the graph] (crossing.py), from the failing backward's user frames outwards."""
+    """NOTE [Finding the crossing by the graph] (backends/torch/graph.py), from the failing backward's user frames outwards."""
     frames = list(itertools.islice(user_frames_of(site.frame), 32))
     # The innermost user frame may be a custom Function's backward reading its freed ctx.saved_tensors: the
     # loss is the receiver in the first frame, outwards, whose line calls .backward().

@@ -324,9 +324,13 @@ def _plan(t: torch.Tensor, n: int, itemsize: int) -> tuple:
         if not t.dim():  # a 0-dim tensor: 1-D, so that samples can be joined
             return (_FLAT,)
         return (_CLONE,) if t.is_contiguous() else (_CLONE_PACKED,)  # the block's elements, in logical order
-    if block:  # 16 evenly spaced windows of the block, the last one ending at its last element
-        return (_WINDOWS, *_windows(n, itemsize))
-    return (_TAKE,)
+    if not block:
+        return (_TAKE,)
+    # 16 evenly spaced windows of the block of >= 4 KiB each, the last one ending at its last element: (element
+    # step, window length)
+    chunk = -(-(SAMPLE_BYTES // 16) // itemsize)
+    step = (n - chunk) // 15
+    return (_WINDOWS, step, n - 15 * step)
 
 
 def _device_sample(t: torch.Tensor, n: int) -> torch.Tensor:
@@ -346,13 +350,6 @@ def _device_sample(t: torch.Tensor, n: int) -> torch.Tensor:
     if kind is _FLAT:
         return _as_strided_copy(t, (n,), (1,), t.storage_offset())
     return torch.take(t, _sample_index(n, key[2], t.device))
-
-
-def _windows(n: int, itemsize: int) -> tuple[int, int]:
-    """(element step, window length) of 16 windows of >= 4 KiB, evenly spaced, covering both ends of n elements."""
-    chunk = -(-(SAMPLE_BYTES // 16) // itemsize)
-    step = (n - chunk) // 15
-    return step, n - 15 * step
 
 
 _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
@@ -382,10 +379,6 @@ def same(a, b) -> bool:
 _EXACT_LIMIT = 1 << 22  # elements; beyond this we answer "maybe" (True) rather than spend the time
 
 
-def _is_dense(t: torch.Tensor) -> bool:
-    return t.is_contiguous() or _span_elements(t) == t.numel()  # an empty tensor is contiguous
-
-
 def _offsets(offset: int, shape, strides) -> torch.Tensor:
     offsets = torch.tensor([offset], dtype=torch.int64)
     for size, stride in zip(shape, strides):
@@ -395,7 +388,7 @@ def _offsets(offset: int, shape, strides) -> torch.Tensor:
 
 def share_elements(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Exact when both have the same element size and at most a few million elements; else conservative."""
-    if _is_dense(a) and _is_dense(b):
+    if all(t.is_contiguous() or _span_elements(t) == t.numel() for t in (a, b)):  # an empty tensor is contiguous
         return True  # their byte spans already overlap (the caller checked), and spans are exact here
     if a.element_size() != b.element_size() or max(a.numel(), b.numel()) > _EXACT_LIMIT:
         return True

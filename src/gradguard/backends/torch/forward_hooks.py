@@ -395,22 +395,12 @@ def _uses(output, parameter: torch.Tensor) -> bool:
     return any(getattr(node, "variable", None) is parameter for node in walk_nodes(roots, _GRAPH_NODES))
 
 
-def changed_in_forward(module: torch.nn.Module, parameters: list, output) -> Finding | None:
-    """The finding for a parameter the forward changed (through ``.data``: its version did not move) and then used
-    in the output's graph, every such write listed; None when no parameter changed or the output does not depend
-    on the changed one."""
-    found = None
-    for parameter, pointer, before in parameters:
-        if parameter.data_ptr() == pointer and torch.equal(before, parameter.detach()):
-            continue
-        if not _uses(output, parameter):
-            continue
-        finding = _changed(module, parameter)
-        if found is None:
-            found = finding
-        elif all(w.location != finding.modified_at[0].location for w in found.modified_at):
-            found.modified_at.append(finding.modified_at[0])  # every parameter the forward changed: one finding
-    return found
+def changed_in_forward(module: torch.nn.Module, parameters: list, output) -> list[Finding]:
+    """The findings for the parameters the forward changed (through ``.data``: their version did not move) and then
+    used in the output's graph (NOTE [Every .data write of one forward in one finding] joins them)."""
+    return [_changed(module, parameter) for parameter, pointer, before in parameters
+            if (parameter.data_ptr() != pointer or not torch.equal(before, parameter.detach()))
+            and _uses(output, parameter)]
 
 
 def _changed(module: torch.nn.Module, parameter: torch.Tensor) -> Finding:
@@ -541,14 +531,12 @@ class ForwardHooks:
                     self._writers[id(tensor)] = inner if inner is not None else module
                     if len(self._writers) > 64:
                         self._writers.clear()
-            if finding is None and parameters:
-                finding = changed_in_forward(module, parameters, output)
+            changed = changed_in_forward(module, parameters, output) if finding is None and parameters else []
         except Exception as error:  # only a check: the user's forward result stands
             log_fallback("torch.forward_hooks", "checking a module's forward for a silent write", error)
             return
-        if finding is not None and finding.kind == "data_write_in_forward":
-            self._pending.append(finding)
-        elif finding is not None:
+        self._pending += changed
+        if finding is not None:
             self._report_once(finding)
         self._flush_when_outermost()
 

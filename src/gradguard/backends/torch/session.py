@@ -57,7 +57,7 @@ from .fingerprint import bits, byte_range as _byte_range, fingerprint as _finger
 from .fingerprint import same as _same_fingerprint
 from .graph import NODE_NAMES as _NODE_NAMES, _unpacking_argument, capture_graph, iter_saved, name_by_variable
 from .graph import name_in_writing_frame, name_tensor, node_name, one_heap_scan, storage_key
-from .loss_site import loss_made_before_steps, recompute_in_loop
+from .backward_calls import loss_made_before_steps, recompute_in_loop
 from .writes import Bisector, CallGate, OpStream, WriteLog, dynamo_safe, install, lifted, python_op_name, uninstall
 
 __all__ = ["TorchGuardSession", "FINGERPRINT_MODES"]
@@ -90,10 +90,6 @@ def _alias_past_the_op_stream(t: torch.Tensor) -> torch.Tensor:
 
 
 _dispatch_stack_len = torch._C._len_torch_dispatch_stack
-
-
-def _aten_name(func) -> str:
-    return func.name().replace("::", ".")  # "aten.add_.Tensor"
 
 
 _OWNERS = (torch.optim.Optimizer, torch.nn.Module)  # what a write's frames may name as its owner
@@ -143,9 +139,6 @@ class _VersionOnly:
         return self.tensor
 
 
-_SAMPLES = 64
-
-
 def _samples(t: torch.Tensor):
     """Up to 64 elements at fixed logical positions, as float64 (the value check of user-hook round trips)."""
     if not _plain(t) or t.numel() == 0 or t.is_complex() or t.dtype == torch.bool:
@@ -153,7 +146,7 @@ def _samples(t: torch.Tensor):
     with torch._C._DisableTorchDispatch(), torch.no_grad():
         flat = t.detach().reshape(-1) if t.is_contiguous() else t.detach().flatten()
         n = flat.numel()
-        index = torch.linspace(0, n - 1, min(n, _SAMPLES), device=t.device).long()
+        index = torch.linspace(0, n - 1, min(n, 64), device=t.device).long()
         return flat.index_select(0, index).to("cpu", torch.float64)
 
 
@@ -181,18 +174,9 @@ def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
 # activation until its end): the finding then describes it from its shape and dtype.
 _queue_callback = torch.autograd.Variable._execution_engine.queue_callback
 _MAX_PASSES = 8  # passes with queued pairs kept at once (nested backward passes; a pass that failed never flushes)
-
-
-class _Pass:
-    """The pairs one backward pass queued: (saved fingerprint, fingerprint now, the record or None, the saver node's
-    name and argument, then, without the record, what rebuilds it: its class, version, place, rarely set fields, and
-    the tensor's shape, dtype and device)."""
-
-    __slots__ = ("task", "entries")
-
-    def __init__(self, task: int):
-        self.task = task
-        self.entries: list = []
+# A pass's queue: (saved fingerprint, fingerprint now, the record or None, the saver node's name and argument, then,
+# without the record, what rebuilds it: its class, version, place, rarely set fields, and the tensor's shape, dtype
+# and device) per pair. ``session._device_pass``: (task, queue) of the previous unpack's pass.
 
 
 def _defer(session, record, now) -> bool:
@@ -203,9 +187,8 @@ def _defer(session, record, now) -> bool:
     task = _current_graph_task_id()
     if task < 0:
         return False
-    pending = session.__dict__.get("_device_pass")
-    if pending is None or pending.task != task:
-        pending = _pass_of(session, task)
+    current = session.__dict__.get("_device_pass")
+    pending = current[1] if current is not None and current[0] == task else _pass_of(session, task)
     unpacking = session._unpacking
     if unpacking is not None and unpacking[0] is record:  # the node the session's unpack has just asked for
         node, name = unpacking[1], unpacking[2]
@@ -220,13 +203,13 @@ def _defer(session, record, now) -> bool:
             return True  # a training-mode BatchNorm's running stats: a change is allowed, nothing to compare
     # A leaf stays alive anyway, and the write log's records must keep their writes: keep the record. An
     # activation's record would keep its memory alive to the end of the pass: keep what the finding needs of it
-    # (see _Pass), in the entry's own tuple (one object per entry: NOTE [Few objects per saved tensor]).
+    # (see _MAX_PASSES), in the entry's own tuple (one object per entry: NOTE [Few objects per saved tensor]).
     if record.where.producer == "leaf" or session.track_writes or record.writes is not None:
-        pending.entries.append((record.fp, now, record, name, argument))
+        pending.append((record.fp, now, record, name, argument))
     else:
         t = record.tensor
-        pending.entries.append((record.fp, now, None, name, argument, type(record), record.version, record.where,
-                                record._seldom, t.shape, t.dtype, t.device))
+        pending.append((record.fp, now, None, name, argument, type(record), record.version, record.where,
+                        record._seldom, t.shape, t.dtype, t.device))
     return True
 
 
@@ -235,27 +218,27 @@ def _training_running_stat(node, name: str, argument: str | None) -> bool:
     return saves_running_stat(name, argument) and getattr(node, "_saved_training", True) is not False
 
 
-def _pass_of(session, task: int) -> _Pass:
+def _pass_of(session, task: int) -> list:
     """The queue of backward pass ``task`` (made, with its end-of-pass callback, on the pass's first unpack)."""
     passes = session.__dict__.setdefault("_device_passes", {})
     pending = passes.get(task)
     if pending is None:
         if len(passes) >= _MAX_PASSES:
             passes.pop(next(iter(passes)))
-        pending = passes[task] = _Pass(task)
+        pending = passes[task] = []
         _queue_callback(lambda: _flush(session, task))
-    session._device_pass = pending
+    session._device_pass = (task, pending)
     return pending
 
 
 def _flush(session, task: int) -> None:
     """The end of one backward pass: compare its queued pairs with one host read; raise for the first changed."""
-    pending = session.__dict__.get("_device_passes", {}).pop(task, None)
-    if session.__dict__.get("_device_pass") is pending:
+    entries = session.__dict__.get("_device_passes", {}).pop(task, None)
+    current = session.__dict__.get("_device_pass")
+    if current is not None and current[1] is entries:
         session._device_pass = None
-    if pending is None or not pending.entries:
+    if not entries:
         return
-    entries, pending.entries = pending.entries, []
     changed = _changed(entries)
     if not changed:
         return
@@ -369,7 +352,7 @@ class TorchGuardSession(ProbeBase):
             _attribution.install(self)
             self._attribution = True
             if not self.track_writes:  # NOTE [Silent classes without the write log] (forward_hooks.py)
-                self._forward_hooks = _forward_hooks.ForwardHooks(self.report_extra)
+                self._forward_hooks = _forward_hooks.ForwardHooks(self.engine.report_extra)
                 self._forward_hooks.install()
                 return
             self._write_log = WriteLog(self._on_write)
@@ -472,18 +455,14 @@ class TorchGuardSession(ProbeBase):
             "torch.data_in_forward", "reading the forward that saves a parameter",
             _forward_hooks.data_write_before_save, parameter, 4)
         if finding is not None:
-            self.report_extra(finding)
+            self.engine.report_extra(finding)
 
     def watch_ctx_tensor(self, t: torch.Tensor, saver: tuple[str, str]) -> SavedRecord | None:
         """Record a tensor a custom Function kept on ctx (``ctx.x = x``) like a saved tensor; checked by
-        ``check_ctx_tensor`` when its backward starts. Inference tensors (no version counter) are not watched."""
+        ``engine.check_kept`` when its backward starts. Inference tensors (no version counter) are not watched."""
         if not _plain(t) or t.numel() == 0 or t.is_inference():
             return None
         return self._emit(TensorSaved(t.detach(), user_location(1), None, self._producer(t), kept_on=saver))
-
-    def check_ctx_tensor(self, record: SavedRecord) -> None:
-        """Raise if a ctx tensor changed since forward returned (GuardEngine.check_kept)."""
-        self.engine.check_kept(record)
 
     def saved_before(self, t: torch.Tensor, version: int) -> bool:
         """Whether memory of ``t`` was saved for backward at ``version`` or earlier: backward's own version
@@ -497,14 +476,6 @@ class TorchGuardSession(ProbeBase):
         return node is not None and any(
             getattr(data, "tensor", None) is not None and data.version is not None and data.version <= version
             and storage_key(data.tensor) == span[0] for _argument, data in iter_saved(node))
-
-    def report_extra(self, finding: Finding) -> None:
-        """A hazard outside saved tensors, found by a torch-only check (GuardEngine.report_extra)."""
-        self.engine.report_extra(finding)
-
-    def raise_finding(self, finding: Finding):
-        """Diagnose and raise a finding built by a boundary check (attribution.py)."""
-        self.engine.raise_finding(finding)
 
     def _producer(self, t: torch.Tensor) -> str | None:
         if t.is_leaf:
@@ -600,7 +571,7 @@ class TorchGuardSession(ProbeBase):
         """The first unpack of a backward pass: where it was called, and the checks that wait for it."""
         if _attribution.entries:  # NOTE [Seeing a dropped inner update]
             _attribution.quietly("torch.second_order", "watching a backward for a dropped inner update",
-                                 _attribution.watch_backward, self.report_extra, user_location(3))
+                                 _attribution.watch_backward, self.engine.report_extra, user_location(3))
         site = user_location(3)
         if site is None:
             return
@@ -682,7 +653,7 @@ class TorchGuardSession(ProbeBase):
             if not records:
                 self._note_shared_counter(func, target, key)
             else:
-                write = self._describe_write(_aten_name(func), target)
+                write = self._describe_write(func.name().replace("::", "."), target)  # "aten.add_.Tensor"
                 alias = None
                 impl = target.untyped_storage()._cdata
                 for record in records:
@@ -752,7 +723,7 @@ class TorchGuardSession(ProbeBase):
         if not reads and self._write_log is not None:
             self._write_log.on_read = None
         if read is not None:
-            self.report_extra(_forward_hooks.finding(pending, t, read))
+            self.engine.report_extra(_forward_hooks.finding(pending, t, read))
 
     def _note_shared_counter(self, func, target, key) -> None:
         """A write into another part of a storage that holds saved tensors (slot t of a preallocated buffer
@@ -762,8 +733,8 @@ class TorchGuardSession(ProbeBase):
         stale = [r for r in self.engine.ledger.overlapping(key, 0, 1 << 62)
                  if r.version == version and r.tensor._version == version and not r.writes]
         if stale:
-            write = dataclasses.replace(self._describe_write(_aten_name(func), target), category="shared_counter")
-            self.record_write(stale, write, target)
+            write = self._describe_write(func.name().replace("::", "."), target)
+            self.record_write(stale, dataclasses.replace(write, category="shared_counter"), target)
 
     def record_write(self, records, write: WriteRecord, target=None, before: int | None = None,
                      after: int | None = None) -> None:

@@ -315,36 +315,33 @@ class Bisector:
 
     def _checked(self, op, location, pinned: bool = False) -> None:
         """Compare every live saved tensor with its baseline; attribute the changes; move the baselines."""
-        self._in_op += 1
-        try:
-            self._check(op, location, pinned)
-        finally:
-            self._in_op -= 1
-
-    def _check(self, op, location, pinned: bool) -> None:
         session = self._session()
         if session is None:
             return
-        for record in self._baselines.unexplained_changes():
-            if location is None:
-                location = user_location(2)
-            if op is not None:
-                write = WriteRecord(op=op, location=location, via="an op that does not declare the write",
-                                    category="kernel", bumps_version=False)
-            elif pinned:
-                write = WriteRecord(op="write outside torch", location=location, category="outside",
-                                    bumps_version=False)
-            else:
-                here = location.short if location is not None else "an unknown line"
-                if self._last is None:
-                    interval = f"before {here}"
-                elif location is not None and self._last.short == location.short:
-                    interval = f"within {here}"
-                else:
-                    interval = f"between {self._last.short} and {here}"
-                write = WriteRecord(op=f"write outside torch {interval}", location=location, category="outside",
-                                    bumps_version=False)
-            session.record_write([record], write)
+        self._in_op += 1
+        try:
+            for record in self._baselines.unexplained_changes():
+                if location is None:
+                    location = user_location(1)
+                session.record_write([record], self._write(op, location, pinned))
+        finally:
+            self._in_op -= 1
+
+    def _write(self, op, location, pinned: bool) -> WriteRecord:
+        if op is not None:
+            return WriteRecord(op=op, location=location, via="an op that does not declare the write",
+                               category="kernel", bumps_version=False)
+        if pinned:
+            return WriteRecord(op="write outside torch", location=location, category="outside", bumps_version=False)
+        here = location.short if location is not None else "an unknown line"
+        if self._last is None:
+            interval = f"before {here}"
+        elif location is not None and self._last.short == location.short:
+            interval = f"within {here}"
+        else:
+            interval = f"between {self._last.short} and {here}"
+        return WriteRecord(op=f"write outside torch {interval}", location=location, category="outside",
+                           bumps_version=False)
 
     def op(self, func, args, kwargs, call):
         location = user_location(2)
