@@ -627,6 +627,45 @@ def hook_cells() -> list[Cell]:
                  HOOK_PRELUDE + "\n" + ref + "\n" + MODULE_REPORT) for name, body, ref in HOOKS]
 
 
+
+# In-place modules whose write autograd refuses on the spot, not at backward: the tensor they write is the output of a
+# module with a full backward hook (a view the hook's Function returned) or a `chunk` output. The write is in
+# torch's code, called from the user's line; the reference builds the writing module with inplace=False.
+REFUSED = [
+    ("backward_hook_sequential",
+     "net = nn.Sequential(nn.Linear(5, 5), nn.ReLU(inplace=True), nn.Linear(5, 5))\n"
+     "net[0].register_full_backward_hook(lambda m, gi, go: None)"),
+    ("backward_hook_nested",
+     "net = nn.Sequential(nn.Sequential(nn.Linear(5, 5), nn.LeakyReLU(0.1, inplace=True)), nn.Linear(5, 5))\n"
+     "net[0][0].register_full_backward_hook(lambda m, gi, go: None)"),
+    ("backward_hook_attribute",
+     "class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+     "        self.lin = nn.Linear(5, 5)\n        self.act = nn.ELU(inplace=True)\n\n"
+     "    def forward(self, x):\n        return self.act(self.lin(x))\n\n\n"
+     "net = Net()\nnet.lin.register_full_backward_hook(lambda m, gi, go: None)"),
+    ("backward_hook_inner_sequential",
+     "class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+     "        self.lin = nn.Linear(5, 5)\n        self.head = nn.Sequential(nn.Hardtanh(-0.5, 0.5, inplace=True), "
+     "nn.Linear(5, 5))\n\n"
+     "    def forward(self, x):\n        return self.head(self.lin(x))\n\n\n"
+     "net = Net()\nnet.lin.register_full_backward_hook(lambda m, gi, go: None)"),
+    ("global_backward_hook",
+     "net = nn.Sequential(nn.Linear(5, 5), nn.Tanh(), nn.Linear(5, 5), nn.ReLU6(inplace=True))\n"
+     "hook = torch.nn.modules.module.register_module_full_backward_hook(lambda m, gi, go: None)"),
+    ("chunk_into_sequential",
+     "class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+     "        self.lin = nn.Linear(5, 6)\n        self.gate = nn.Sequential(nn.SiLU(inplace=True))\n\n"
+     "    def forward(self, x):\n        a, b = self.lin(x).chunk(2, dim=1)\n"
+     "        return torch.cat([self.gate(a), b, a[:, :1] * 0], dim=1)[:, :5]\n\n\nnet = Net()"),
+]
+
+
+def refused_cells() -> list[Cell]:
+    return [Cell(f"refused/{name}", MODULE_PRELUDE + "\n" + model + "\n" + MODULE_REPORT,
+                 MODULE_PRELUDE + "\n" + model.replace("inplace=True", "inplace=False") + "\n" + MODULE_REPORT)
+            for name, model in REFUSED]
+
+
 def _env(src: str) -> dict:
     return dict(os.environ, PYTHONPATH=src, OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
 
@@ -690,7 +729,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="")
     args = parser.parse_args(argv)
     chosen = [c for c in cells() + module_cells() + carried_cells() + lstm_cells() + stepped_cells() + leaf_cells() + buffer_cells()
-              + more_write_cells() + twice_cells() + hook_cells()
+              + more_write_cells() + twice_cells() + hook_cells() + refused_cells()
               if args.only in c.name]
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
         rows = list(pool.map(lambda c: score(c, args.src, args.timeout), chosen))

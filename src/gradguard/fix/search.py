@@ -9,7 +9,9 @@
 #       `x = x.masked_fill(m, v)`, `F.relu(x, inplace=True)` -> `x = F.relu(x)`; else a clone written into
 #       instead (`x = x.clone()` before the write); in a function registered as a hook, the new value returned;
 #   (b) `inplace=False` where the module instance that wrote was constructed (NOTE [Resolving the writing
-#       instance to its construction]), or the later `m.inplace = True` removed;
+#       instance to its construction]; the instance is the write's `via`, from the module stack for a write into a
+#       saved tensor, from the traceback for one autograd refused on the spot), or the later `m.inplace = True`
+#       removed;
 #   (c) a copy at the save point (the saved input cloned, or the saved output's variable bound to a clone);
 #   (d) a detach where the tensor crosses into a graph an earlier backward freed (where it is assigned, else where a
 #       call reads it before that backward);
