@@ -502,6 +502,33 @@ MORE_WRITES = [
     ("setitem_index_iadd", "X[idx] += 1"),
     ("setitem_slice_imul", "X[..., :2] *= 2"),
     ("F.dropout_inplace", "F.dropout(X, 0.5, True, True)"),
+    # a third set, written after the second was all right: ops whose out-of-place form takes other arguments or
+    # does not exist (random fills), functional calls with a positional or keyword in-place flag, a write inside a
+    # lambda or a comprehension
+    ("nan_to_num_", "X.nan_to_num_()"),
+    ("clip_", "X.clip_(-0.5, 0.5)"),
+    ("sin_", "X.sin_()"),
+    ("erf_", "X.erf_()"),
+    ("reciprocal_", "X.reciprocal_()"),
+    ("put_", "X.put_(idx, b[0, :2])"),
+    ("index_copy_", "X.index_copy_(0, idx, b[:2])"),
+    ("scatter_add_", "X.scatter_add_(1, col, b[:, :1])"),
+    ("masked_scatter_", "X.masked_scatter_(mask, b)"),
+    ("addmm_", "X.addmm_(b, w)"),
+    ("uniform_", "X.uniform_()"),
+    ("normal_", "X.normal_()"),
+    ("renorm_", "X.renorm_(2, 0, 1.0)"),
+    ("copysign_", "X.copysign_(b)"),
+    ("F.hardtanh_statement", "F.hardtanh(X, -0.5, 0.5, inplace=True)"),
+    ("F.leaky_relu_positional", "F.leaky_relu(X, 0.2, True)"),
+    ("F.threshold_", "F.threshold_(X, 0.1, 0.0)"),
+    ("lambda_write", "scale = lambda t: t.mul_(2)\nX = scale(X)"),
+    ("comprehension_write", "X = [t.mul_(2) for t in [X]][0]"),
+    ("baddbmm_view", "X.unsqueeze(0).baddbmm_(b.unsqueeze(0), w.unsqueeze(0))"),
+    ("div_floor", "X.div_(2, rounding_mode='floor')"),
+    ("mul_scalar_tensor", "X.mul_(torch.tensor(2.0))"),
+    ("exponential_", "X.exponential_()"),
+    ("bernoulli_", "X.bernoulli_(0.5)"),
 ]
 
 
@@ -510,7 +537,8 @@ def more_write_cells() -> list[Cell]:
     for wname, write in MORE_WRITES:
         for sname, make, save in (SAVERS[0], SAVERS[2]):
             body = _place("top", make, save, write)
-            ref = _indented_reference(body, write.replace("X", "h"), "h = h.clone()\n" + write.replace("X", "h"))
+            first = write.split("\n")[0].replace("X", "h")  # the reference clones before the write's first line
+            ref = _indented_reference(body, first, "h = h.clone()\n" + first)
             made.append(Cell(f"top/{sname}/{wname}", PRELUDE + "\n" + body + "\n" + REPORT,
                              PRELUDE + "\n" + ref + "\n" + REPORT))
     return made
