@@ -430,6 +430,26 @@ LEAVES = [
                       "loss = sum(p.pow(2).sum() for p in parts)\nloss.backward()",
      "h = x @ w\nparts = [p.clone() for p in h.split(2, dim=0)]\nfor p in parts:\n    p.mul_(0.5)\n"
      "loss = sum(p.pow(2).sum() for p in parts)\nloss.backward()"),
+    # more writes into a loop's variable, written after split_in_loop was refused: pieces of chunk and unbind,
+    # tensors an op saved held in a list, pieces handed to a helper
+    ("chunk_in_loop", "h = x @ w\nheads = h.chunk(3, dim=1)\nfor q in heads:\n    q.clamp_(min=0)\n"
+                      "loss = sum(q.pow(2).sum() for q in heads)\nloss.backward()",
+     "h = x @ w\nheads = [q.clone() for q in h.chunk(3, dim=1)]\nfor q in heads:\n    q.clamp_(min=0)\n"
+     "loss = sum(q.pow(2).sum() for q in heads)\nloss.backward()"),
+    ("unbind_in_loop", "rows = (x @ w).unbind(0)\nfor r in rows:\n    r.mul_(2)\nloss = torch.stack(rows).pow(2).sum()\n"
+                       "loss.backward()",
+     "rows = [r.clone() for r in (x @ w).unbind(0)]\nfor r in rows:\n    r.mul_(2)\n"
+     "loss = torch.stack(rows).pow(2).sum()\nloss.backward()"),
+    ("saved_list_in_loop", "acts = [torch.sigmoid(x @ w), torch.tanh(x @ w)]\nfor t in acts:\n    t.mul_(0.5)\n"
+                           "loss = sum(t.sum() for t in acts)\nloss.backward()",
+     "acts = [torch.sigmoid(x @ w).clone(), torch.tanh(x @ w).clone()]\nfor t in acts:\n    t.mul_(0.5)\n"
+     "loss = sum(t.sum() for t in acts)\nloss.backward()"),
+    ("split_in_helper_loop", "def halve(parts):\n    for p in parts:\n        p.mul_(0.5)\n    return parts\n\n\n"
+                             "parts = halve((x @ w).split(2, dim=0))\nloss = sum(p.pow(2).sum() for p in parts)\n"
+                             "loss.backward()",
+     "def halve(parts):\n    for p in parts:\n        p.mul_(0.5)\n    return parts\n\n\n"
+     "parts = halve([p.clone() for p in (x @ w).split(2, dim=0)])\nloss = sum(p.pow(2).sum() for p in parts)\n"
+     "loss.backward()"),
 ]
 
 
