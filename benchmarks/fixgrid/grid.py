@@ -430,6 +430,26 @@ LEAVES = [
                       "loss = sum(p.pow(2).sum() for p in parts)\nloss.backward()",
      "h = x @ w\nparts = [p.clone() for p in h.split(2, dim=0)]\nfor p in parts:\n    p.mul_(0.5)\n"
      "loss = sum(p.pow(2).sum() for p in parts)\nloss.backward()"),
+    # more writes into a loop's variable, written after split_in_loop was refused: pieces of chunk and unbind,
+    # tensors an op saved held in a list, pieces handed to a helper
+    ("chunk_in_loop", "h = x @ w\nheads = h.chunk(3, dim=1)\nfor q in heads:\n    q.clamp_(min=0)\n"
+                      "loss = sum(q.pow(2).sum() for q in heads)\nloss.backward()",
+     "h = x @ w\nheads = [q.clone() for q in h.chunk(3, dim=1)]\nfor q in heads:\n    q.clamp_(min=0)\n"
+     "loss = sum(q.pow(2).sum() for q in heads)\nloss.backward()"),
+    ("unbind_in_loop", "rows = (x @ w).unbind(0)\nfor r in rows:\n    r.mul_(2)\nloss = torch.stack(rows).pow(2).sum()\n"
+                       "loss.backward()",
+     "rows = [r.clone() for r in (x @ w).unbind(0)]\nfor r in rows:\n    r.mul_(2)\n"
+     "loss = torch.stack(rows).pow(2).sum()\nloss.backward()"),
+    ("saved_list_in_loop", "acts = [torch.sigmoid(x @ w), torch.tanh(x @ w)]\nfor t in acts:\n    t.mul_(0.5)\n"
+                           "loss = sum(t.sum() for t in acts)\nloss.backward()",
+     "acts = [torch.sigmoid(x @ w).clone(), torch.tanh(x @ w).clone()]\nfor t in acts:\n    t.mul_(0.5)\n"
+     "loss = sum(t.sum() for t in acts)\nloss.backward()"),
+    ("split_in_helper_loop", "def halve(parts):\n    for p in parts:\n        p.mul_(0.5)\n    return parts\n\n\n"
+                             "parts = halve((x @ w).split(2, dim=0))\nloss = sum(p.pow(2).sum() for p in parts)\n"
+                             "loss.backward()",
+     "def halve(parts):\n    for p in parts:\n        p.mul_(0.5)\n    return parts\n\n\n"
+     "parts = halve([p.clone() for p in (x @ w).split(2, dim=0)])\nloss = sum(p.pow(2).sum() for p in parts)\n"
+     "loss.backward()"),
 ]
 
 
@@ -502,6 +522,33 @@ MORE_WRITES = [
     ("setitem_index_iadd", "X[idx] += 1"),
     ("setitem_slice_imul", "X[..., :2] *= 2"),
     ("F.dropout_inplace", "F.dropout(X, 0.5, True, True)"),
+    # a third set, written after the second was all right: ops whose out-of-place form takes other arguments or
+    # does not exist (random fills), functional calls with a positional or keyword in-place flag, a write inside a
+    # lambda or a comprehension
+    ("nan_to_num_", "X.nan_to_num_()"),
+    ("clip_", "X.clip_(-0.5, 0.5)"),
+    ("sin_", "X.sin_()"),
+    ("erf_", "X.erf_()"),
+    ("reciprocal_", "X.reciprocal_()"),
+    ("put_", "X.put_(idx, b[0, :2])"),
+    ("index_copy_", "X.index_copy_(0, idx, b[:2])"),
+    ("scatter_add_", "X.scatter_add_(1, col, b[:, :1])"),
+    ("masked_scatter_", "X.masked_scatter_(mask, b)"),
+    ("addmm_", "X.addmm_(b, w)"),
+    ("uniform_", "X.uniform_()"),
+    ("normal_", "X.normal_()"),
+    ("renorm_", "X.renorm_(2, 0, 1.0)"),
+    ("copysign_", "X.copysign_(b)"),
+    ("F.hardtanh_statement", "F.hardtanh(X, -0.5, 0.5, inplace=True)"),
+    ("F.leaky_relu_positional", "F.leaky_relu(X, 0.2, True)"),
+    ("F.threshold_", "F.threshold_(X, 0.1, 0.0)"),
+    ("lambda_write", "scale = lambda t: t.mul_(2)\nX = scale(X)"),
+    ("comprehension_write", "X = [t.mul_(2) for t in [X]][0]"),
+    ("baddbmm_view", "X.unsqueeze(0).baddbmm_(b.unsqueeze(0), w.unsqueeze(0))"),
+    ("div_floor", "X.div_(2, rounding_mode='floor')"),
+    ("mul_scalar_tensor", "X.mul_(torch.tensor(2.0))"),
+    ("exponential_", "X.exponential_()"),
+    ("bernoulli_", "X.bernoulli_(0.5)"),
 ]
 
 
@@ -510,7 +557,8 @@ def more_write_cells() -> list[Cell]:
     for wname, write in MORE_WRITES:
         for sname, make, save in (SAVERS[0], SAVERS[2]):
             body = _place("top", make, save, write)
-            ref = _indented_reference(body, write.replace("X", "h"), "h = h.clone()\n" + write.replace("X", "h"))
+            first = write.split("\n")[0].replace("X", "h")  # the reference clones before the write's first line
+            ref = _indented_reference(body, first, "h = h.clone()\n" + first)
             made.append(Cell(f"top/{sname}/{wname}", PRELUDE + "\n" + body + "\n" + REPORT,
                              PRELUDE + "\n" + ref + "\n" + REPORT))
     return made
@@ -627,6 +675,45 @@ def hook_cells() -> list[Cell]:
                  HOOK_PRELUDE + "\n" + ref + "\n" + MODULE_REPORT) for name, body, ref in HOOKS]
 
 
+
+# In-place modules whose write autograd refuses on the spot, not at backward: the tensor they write is the output of a
+# module with a full backward hook (a view the hook's Function returned) or a `chunk` output. The write is in
+# torch's code, called from the user's line; the reference builds the writing module with inplace=False.
+REFUSED = [
+    ("backward_hook_sequential",
+     "net = nn.Sequential(nn.Linear(5, 5), nn.ReLU(inplace=True), nn.Linear(5, 5))\n"
+     "net[0].register_full_backward_hook(lambda m, gi, go: None)"),
+    ("backward_hook_nested",
+     "net = nn.Sequential(nn.Sequential(nn.Linear(5, 5), nn.LeakyReLU(0.1, inplace=True)), nn.Linear(5, 5))\n"
+     "net[0][0].register_full_backward_hook(lambda m, gi, go: None)"),
+    ("backward_hook_attribute",
+     "class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+     "        self.lin = nn.Linear(5, 5)\n        self.act = nn.ELU(inplace=True)\n\n"
+     "    def forward(self, x):\n        return self.act(self.lin(x))\n\n\n"
+     "net = Net()\nnet.lin.register_full_backward_hook(lambda m, gi, go: None)"),
+    ("backward_hook_inner_sequential",
+     "class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+     "        self.lin = nn.Linear(5, 5)\n        self.head = nn.Sequential(nn.Hardtanh(-0.5, 0.5, inplace=True), "
+     "nn.Linear(5, 5))\n\n"
+     "    def forward(self, x):\n        return self.head(self.lin(x))\n\n\n"
+     "net = Net()\nnet.lin.register_full_backward_hook(lambda m, gi, go: None)"),
+    ("global_backward_hook",
+     "net = nn.Sequential(nn.Linear(5, 5), nn.Tanh(), nn.Linear(5, 5), nn.ReLU6(inplace=True))\n"
+     "hook = torch.nn.modules.module.register_module_full_backward_hook(lambda m, gi, go: None)"),
+    ("chunk_into_sequential",
+     "class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+     "        self.lin = nn.Linear(5, 6)\n        self.gate = nn.Sequential(nn.SiLU(inplace=True))\n\n"
+     "    def forward(self, x):\n        a, b = self.lin(x).chunk(2, dim=1)\n"
+     "        return torch.cat([self.gate(a), b, a[:, :1] * 0], dim=1)[:, :5]\n\n\nnet = Net()"),
+]
+
+
+def refused_cells() -> list[Cell]:
+    return [Cell(f"refused/{name}", MODULE_PRELUDE + "\n" + model + "\n" + MODULE_REPORT,
+                 MODULE_PRELUDE + "\n" + model.replace("inplace=True", "inplace=False") + "\n" + MODULE_REPORT)
+            for name, model in REFUSED]
+
+
 def _env(src: str) -> dict:
     return dict(os.environ, PYTHONPATH=src, OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
 
@@ -690,7 +777,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="")
     args = parser.parse_args(argv)
     chosen = [c for c in cells() + module_cells() + carried_cells() + lstm_cells() + stepped_cells() + leaf_cells() + buffer_cells()
-              + more_write_cells() + twice_cells() + hook_cells()
+              + more_write_cells() + twice_cells() + hook_cells() + refused_cells()
               if args.only in c.name]
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
         rows = list(pool.map(lambda c: score(c, args.src, args.timeout), chosen))

@@ -137,6 +137,23 @@ def test_multi_output_view_written_inside_an_inplace_module_is_named_from_the_ca
     assert "`remain = remain.clone()`" in finding.suggestion
 
 
+
+def test_a_write_refused_inside_a_nested_inplace_module_names_that_instance_by_its_path():
+    # the write is in torch's ReLU, two modules below the caller's line: the finding names the instance, which is
+    # what the repair search needs to find the construction to set inplace=False
+    net = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Sequential(torch.nn.Tanh(), torch.nn.ReLU(inplace=True)))
+    net[0].register_full_backward_hook(lambda module, grad_input, grad_output: None)
+    net[1][0].register_full_backward_hook(lambda module, grad_input, grad_output: None)
+    x = torch.randn(2, 3)
+
+    def forward():
+        net(x)
+
+    write = _raised(gradguard.InplaceModificationError, forward).finding.modified_at[0]
+    assert write.via == "net.1.1 (ReLU(inplace=True))"
+    assert write.category == "activation"
+    assert write.location.code == "net(x)"
+
 def test_view_created_under_no_grad():
     hidden = torch.randn(3, 4, requires_grad=True) * 1.0
     with torch.no_grad():

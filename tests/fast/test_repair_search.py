@@ -513,6 +513,37 @@ def test_a_hook_that_writes_its_output_in_place_returns_the_new_value_instead(tm
     assert not any(map(rebinds_a_lost_name, repair))
 
 
+
+def test_a_write_into_a_loops_variable_copies_the_items_of_what_the_loop_walks_before_the_loop(tmp_path):
+    """(c) for a loop's variable: `p = p.mul(0.5)` would drop the write, so the items of `parts` are copied just
+    before the loop (which then writes the copies read after it), whatever made `parts`; a loop over an
+    expression, whose pieces nothing reads after, gets no such candidate."""
+    source = textwrap.dedent("""
+        import torch
+        parts = h.split(2, dim=0)
+        for p in parts:
+            p.mul_(0.5)
+        for q in h.chunk(2):
+            q.mul_(0.5)
+        """).lstrip()
+
+    def finding(line, code):
+        return lambda file: {
+            "kind": "view_inplace", "rule": "no_such_rule", "tensor": {"name": code[0]},
+            "saved_at": {}, "modified_at": [{"file": file, "line": line, "function": "<module>", "category": "other",
+                                             "code": code}]}
+
+    copied = [e for e in _edited(source, tmp_path, finding(4, "p.mul_(0.5)"), "insert_before")
+              if "clone() for" in e]
+    assert [e.splitlines()[1:4] for e in copied] == [
+        ["parts = h.split(2, dim=0)", "parts = [p.clone() for p in parts]", "for p in parts:"]]
+    assert not any("clone() for" in e for e in _edited(source, tmp_path, finding(6, "q.mul_(0.5)")))
+
+    def weights(file):  # an update of weights by hand would go to copies
+        return {**finding(4, "p.mul_(0.5)")(file), "tensor": {"name": "p", "role": "parameter"}}
+
+    assert not any("clone() for" in e for e in _edited(source, tmp_path, weights))
+
 def test_a_detach_that_leaves_a_later_step_without_gradients_is_refused_though_the_original_never_stepped():
     """NOTE [A fix must keep the gradients the optimizer uses]: the original run failed at its second backward,
     before any step, so its steps used nothing; the edited run's step after that backward is of an optimizer whose

@@ -9,8 +9,11 @@
 #       `x = x.masked_fill(m, v)`, `F.relu(x, inplace=True)` -> `x = F.relu(x)`; else a clone written into
 #       instead (`x = x.clone()` before the write); in a function registered as a hook, the new value returned;
 #   (b) `inplace=False` where the module instance that wrote was constructed (NOTE [Resolving the writing
-#       instance to its construction]), or the later `m.inplace = True` removed;
-#   (c) a copy at the save point (the saved input cloned, or the saved output's variable bound to a clone);
+#       instance to its construction]; the instance is the write's `via`, from the module stack for a write into a
+#       saved tensor, from the traceback for one autograd refused on the spot), or the later `m.inplace = True`
+#       removed;
+#   (c) a copy at the save point (the saved input cloned, or the saved output's variable bound to a clone); for a
+#       write into a loop's variable, the items of the container the loop walks copied before the loop;
 #   (d) a detach where the tensor crosses into a graph an earlier backward freed (where it is assigned, else where a
 #       call reads it before that backward);
 #   (e) an update of weights (an optimizer step, or any write into a parameter) moved after the backward that
@@ -207,6 +210,29 @@ def _returned_candidates(write: dict, repairs: list[list[FixIntent]]) -> list[li
             for first, *rest in repairs if not rest and first.action in ("inplace_to_out_of_place",
                                                                          "augmented_to_binary")
             and first.target in _bound_by(hook)]
+
+
+def _copied_items_candidates(finding: dict, write: dict) -> list[list[FixIntent]]:
+    """(c) for a write into a loop's variable (``for p in parts: p.mul_(0.5)``), where rebinding ``p`` would drop
+    the write: the items of the container copied just before the loop, so it writes the copies the code reads after
+    it instead of tensors autograd saved or handed out as views of one tensor. Never for weights: their update
+    would go to copies."""
+    from ..core.source_ast import parse_file
+
+    if (finding.get("tensor") or {}).get("role") in ("parameter", "buffer") or write.get("category") == "optimizer":
+        return []
+    file, line = write.get("file"), write.get("line") or 0
+    found = _statement(file, line) if file and line else None
+    receivers = _receivers(found[0]) if found else []
+    tree = parse_file(file) if receivers else None
+    loop = innermost(tree, line, (ast.For,)) if tree is not None else None
+    if not (isinstance(loop, ast.For) and isinstance(loop.target, ast.Name) and isinstance(loop.iter, ast.Name)
+            and loop.target.id == receivers[-1] and loop.lineno != line):
+        return []
+    item, container = loop.target.id, loop.iter.id
+    return [[FixIntent("insert_before", file, loop.lineno, target=container,
+                       detail={"code": f"{container} = [{item}.clone() for {item} in {container}]"},
+                       reason=f"the loop at line {loop.lineno} then writes copies of the items of `{container}`")]]
 
 
 def _hook_writing(write: dict) -> ast.FunctionDef | None:
@@ -723,6 +749,7 @@ def general_repairs(finding: dict, sources: dict[str, str], editable: Callable[[
         # a copy of the weights at the save would hide the ordering bug (backward with the pre-step weights, as
         # PyTorch < 1.5 did silently), not repair it
         repairs += _save_candidates(finding, receivers)
+    repairs += [r for w in writes if editable(w["file"]) for r in _copied_items_candidates(finding, w)]
     repairs += _retain_candidates(finding) + _loop_candidates(finding) + _detach_candidates(finding)
     return _distinct_editable(repairs, editable)[:_MAX_CANDIDATES]
 

@@ -88,7 +88,7 @@ class _Site:
 
     def __init__(self, error: BaseException):
         self.error = error
-        self.location = self.expression = self.tensor = self.frame = None
+        self.location = self.expression = self.tensor = self.frame = self.via = None
         self.code = ""
         entry = innermost_user_entry(error.__traceback__)
         if entry is None:
@@ -96,6 +96,7 @@ class _Site:
         frame = entry.tb_frame
         filename, line = frame.f_code.co_filename, entry.tb_lineno
         self.frame = frame
+        self.via = _writing_module(entry)
         self.code = linecache.getline(filename, line).strip()
         self.location = SourceLocation(filename, line, frame.f_code.co_name, self.code)
         self.expression = _written(filename, line, frame) or _view_named_by_error(error, filename, line, frame)
@@ -109,6 +110,34 @@ class _Site:
             # assignment_before also matches `w.grad = ...` for `w`: only a statement binding the expression counts
             if made is not None and bound in assigned_names(statement_code(made)):
                 self.made = made
+
+
+def _writing_module(entry) -> str | None:
+    """``net.1 (ReLU(inplace=True))``: the in-place module whose forward, called from the user's line, made the write
+    PyTorch refused (the write itself is in torch's code). The path runs from the module the line called, by the
+    name that holds it, so the repair search finds where that instance was built (NOTE [Resolving the writing
+    instance to its construction])."""
+    modules: list[torch.nn.Module] = []
+    tb = entry.tb_next
+    while tb is not None:
+        owner = tb.tb_frame.f_locals.get("self")
+        if isinstance(owner, torch.nn.Module) and all(owner is not m for m in modules):
+            modules.append(owner)
+        tb = tb.tb_next
+    writer = next((m for m in reversed(modules) if getattr(m, "inplace", None) is True), None)
+    if writer is None:
+        return None
+    root, frame = modules[0], entry.tb_frame
+    head = next((var for scope in (frame.f_locals, frame.f_globals) for var, value in list(scope.items())
+                 if value is root and not var.startswith("_")), None)
+    owner = frame.f_locals.get("self")
+    if head is None and isinstance(owner, torch.nn.Module):  # `self.block(x)` in the user's forward
+        head = next((f"self.{name}" for name, m in owner.named_modules() if m is root and name), None)
+    kind = f"{type(writer).__name__}(inplace=True)"
+    if head is None:
+        return kind
+    path = next((name for name, m in root.named_modules() if m is writer and name), "")
+    return f"{head}{'.' + path if path else ''} ({kind})"
 
 
 def _written(filename: str, line: int, frame) -> str | None:
@@ -148,7 +177,8 @@ def _refused_write(kind: str, check: str, site: _Site, match) -> Finding:
                   owner_module=next(c.__name__ for c in type(owner).__mro__ if c.__module__.startswith("torch.nn"))
                   if isinstance(owner, torch.nn.Module) else None)  # the torch.nn class: "Embedding" for a subclass
     return diagnose(Finding(kind=kind, tensor=site.info, facts=facts,
-                            modified_at=[WriteRecord(op="in-place write", location=site.location)]))
+                            modified_at=[WriteRecord(op="in-place write", location=site.location, via=site.via,
+                                                     category="activation" if site.via else "other")]))
 
 
 def _carries_graph(value) -> bool:
