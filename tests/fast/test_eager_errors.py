@@ -149,10 +149,33 @@ def test_a_write_refused_inside_a_nested_inplace_module_names_that_instance_by_i
     def forward():
         net(x)
 
-    write = _raised(gradguard.InplaceModificationError, forward).finding.modified_at[0]
+    finding = _raised(gradguard.InplaceModificationError, forward).finding
+    write = finding.modified_at[0]
     assert write.via == "net.1.1 (ReLU(inplace=True))"
     assert write.category == "activation"
     assert write.location.code == "net(x)"
+    assert finding.explanation == (
+        "`net.1.1` (ReLU) wrote in place into the output of the autograd Function BackwardHookFunction; autograd "
+        "cannot rebase the Function's backward on an in-place write into its output.")
+    assert finding.suggestion == (
+        "Construct `net.1.1` (ReLU) with inplace=False, so that it returns a new tensor. A module's full backward "
+        "hook (register_full_backward_hook) hands on its output through BackwardHookFunction, whose output cannot "
+        "be written in place.")
+
+
+def test_a_write_into_a_loops_variable_over_pieces_held_by_name_is_told_to_copy_them_before_the_loop():
+    parts = (torch.randn(4, 3, requires_grad=True) * 1.0).split(2, dim=0)
+
+    def halve():
+        for p in parts:
+            p.mul_(0.5)
+
+    finding = _raised(gradguard.InplaceModificationError, halve).finding
+    assert finding.suggestion == (
+        "`p` is the variable of a for loop over `parts`, whose items are views returned together by "
+        "chunk()/split(): rebinding `p` (out of place, or to a clone) would drop the write. Copy the items before "
+        "the loop (`parts = [p.clone() for p in parts]`), so that the loop writes copies, which the code then "
+        "reads.")
 
 def test_view_created_under_no_grad():
     hidden = torch.randn(3, 4, requires_grad=True) * 1.0

@@ -16,6 +16,7 @@ from .facts import CrossingTensor
 from .findings import Finding, SourceLocation
 from .fixes import assigned_names, mask_assignment, out_of_place, statement_code
 from .intents import FixIntent, Verdict
+from .module_sites import split_module_via
 from .source_ast import parse_code, parse_file, parse_statement
 
 __all__ = ["check", "leaf_rule", "view_of_leaf_rule", "multi_view_rule", "no_grad_view_rule", "function_view_rule",
@@ -65,6 +66,25 @@ def _binding_loops(at: SourceLocation | None,
              and node.lineno < at.line <= (node.end_lineno or node.lineno)
              and base in {n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)}]
     return tree, sorted(loops, key=lambda node: node.lineno)
+
+
+def _walked_container(at: SourceLocation | None, written: str | None) -> str | None:
+    """``parts`` for a write into ``p`` in ``for p in parts:`` (the innermost loop binding it walks a plain name)."""
+    loops = _binding_loops(at, written)[1]
+    loop = loops[-1] if loops else None
+    if loop is None or not isinstance(loop.iter, ast.Name) or not isinstance(loop.target, ast.Name):
+        return None
+    return loop.iter.id
+
+
+def _module_wrote(f: Finding) -> str | None:
+    """``net.1 (ReLU)``: the in-place module that made the refused write inside torch's code, when the probe named
+    it (the write's ``via``: ``net.1 (ReLU(inplace=True))``)."""
+    found = split_module_via(f.modified_at[0].via) if f.modified_at else None
+    if found is None:
+        return None
+    path, kind = found
+    return f"`{path}` ({kind})" if path else f"a {kind}"
 
 
 def _is_loop_target(at: SourceLocation | None, written: str | None) -> bool:
@@ -192,7 +212,14 @@ def multi_view_rule(f: Finding, _: object) -> Verdict:
     code, name = at.code if at else "", written or "the tensor"
     loop_bound = _is_loop_target(at, written)
     clone = _clone_before_intent(at, written, preferred=False)  # the text offers only the edit there is
-    if loop_bound:
+    container = _walked_container(at, written) if loop_bound else None
+    if container is not None:
+        # the loop walks a container by name: its items can be copied before the loop, and the copies written
+        fix = (f"`{name}` is the variable of a for loop over `{container}`, whose items are views returned together "
+               f"by {function}: rebinding `{name}` (out of place, or to a clone) would drop the write. Copy the items "
+               f"before the loop (`{container} = [{name}.clone() for {name} in {container}]`), so that the loop "
+               f"writes copies, which the code then reads.")
+    elif loop_bound:
         # Rebinding the loop variable (out of place, or to a clone) would silently drop the write the loop makes.
         fix = (f"`{name}` is the variable of a for loop over a tensor: iterating unbinds the tensor into views "
                f"that cannot be written in place one at a time, and rebinding `{name}` (out of place, or to a clone) "
@@ -205,6 +232,9 @@ def multi_view_rule(f: Finding, _: object) -> Verdict:
         fix = f"Write it out of place: `{rewritten}` instead of `{code}`." if rewritten else "Write it out of place."
         fix += (f" Or clone the piece before writing it (`{name} = {name}.clone()`)." if clone else
                 " Or clone the piece before writing it, and write into the clone.")
+        wrote = _module_wrote(f)
+        if wrote:
+            fix = f"{wrote} wrote it in place: construct it with inplace=False. " + fix
     return Verdict(
         "multi_output_view_inplace",
         f"`{name}` is one of several views returned together by {function}"
@@ -253,13 +283,23 @@ def function_view_rule(f: Finding, _: object) -> Verdict:
     at, written, op = _write_at(f), f.facts.written, f.facts.view_op or "?"
     code = at.code if at else ""
     rewritten = out_of_place(code) if code else None
+    wrote = _module_wrote(f)
+    fix = ((f"Write it out of place (`{rewritten}`), " if rewritten else "Write it out of place, ")
+           + f"or clone the output (`y = y.clone()`), or make {op}.forward return a fresh tensor (not a view of an "
+           f"input).")
+    if wrote and op == "BackwardHookFunction":  # torch's own Function: the module that wrote is the one to change
+        fix = (f"Construct {wrote} with inplace=False, so that it returns a new tensor. A module's full backward "
+               f"hook (register_full_backward_hook) hands on its output through BackwardHookFunction, whose output "
+               f"cannot be written in place.")
+    elif wrote:
+        fix = f"Construct {wrote} with inplace=False, or " + fix[0].lower() + fix[1:]
     return Verdict(
         "custom_function_view_inplace",
         f"`{written or 'the tensor'}` is a view returned by the custom autograd Function {op}; autograd cannot rebase "
-        f"the Function's backward on an in-place write into its output.",
-        (f"Write it out of place (`{rewritten}`), " if rewritten else "Write it out of place, ")
-        + f"or clone the output (`y = y.clone()`), or make {op}.forward return a fresh tensor (not a view of an "
-        f"input).",
+        f"the Function's backward on an in-place write into its output."
+        if not wrote else f"{wrote} wrote in place into the output of the autograd Function {op}; autograd cannot "
+        f"rebase the Function's backward on an in-place write into its output.",
+        fix,
         _preferred_first(_rewrite_intents(at, written, f"a new tensor instead of a write into the view {op} returned")
                          + _clone_before_intent(at, written, preferred=False)),
         [("view from", op), *_created_at(f)],

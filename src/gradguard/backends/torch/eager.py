@@ -117,6 +117,20 @@ def _writing_module(entry) -> str | None:
     PyTorch refused (the write itself is in torch's code). The path runs from the module the line called, by the
     name that holds it, so the repair search finds where that instance was built (NOTE [Resolving the writing
     instance to its construction])."""
+    modules = _modules_below(entry)
+    writer = next((m for m in reversed(modules) if getattr(m, "inplace", None) is True), None)
+    if writer is None:
+        return None
+    kind = f"{type(writer).__name__}(inplace=True)"
+    head = _name_in_frame(modules[0], entry.tb_frame)
+    if head is None:
+        return kind
+    path = next((name for name, m in modules[0].named_modules() if m is writer and name), "")
+    return f"{head}{'.' + path if path else ''} ({kind})"
+
+
+def _modules_below(entry) -> list[torch.nn.Module]:
+    """The modules whose code runs below the user's frame ``entry``, outermost first."""
     modules: list[torch.nn.Module] = []
     tb = entry.tb_next
     while tb is not None:
@@ -124,20 +138,19 @@ def _writing_module(entry) -> str | None:
         if isinstance(owner, torch.nn.Module) and all(owner is not m for m in modules):
             modules.append(owner)
         tb = tb.tb_next
-    writer = next((m for m in reversed(modules) if getattr(m, "inplace", None) is True), None)
-    if writer is None:
-        return None
-    root, frame = modules[0], entry.tb_frame
-    head = next((var for scope in (frame.f_locals, frame.f_globals) for var, value in list(scope.items())
-                 if value is root and not var.startswith("_")), None)
+    return modules
+
+
+def _name_in_frame(module: torch.nn.Module, frame) -> str | None:
+    """The variable that holds ``module`` in the user's frame, or ``self.block`` in the user's own forward."""
+    for scope in (frame.f_locals, frame.f_globals):
+        for var, value in list(scope.items()):
+            if value is module and not var.startswith("_"):
+                return var
     owner = frame.f_locals.get("self")
-    if head is None and isinstance(owner, torch.nn.Module):  # `self.block(x)` in the user's forward
-        head = next((f"self.{name}" for name, m in owner.named_modules() if m is root and name), None)
-    kind = f"{type(writer).__name__}(inplace=True)"
-    if head is None:
-        return kind
-    path = next((name for name, m in root.named_modules() if m is writer and name), "")
-    return f"{head}{'.' + path if path else ''} ({kind})"
+    if isinstance(owner, torch.nn.Module):
+        return next((f"self.{name}" for name, m in owner.named_modules() if m is module and name), None)
+    return None
 
 
 def _written(filename: str, line: int, frame) -> str | None:
