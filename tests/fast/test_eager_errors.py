@@ -176,6 +176,9 @@ def test_a_write_into_a_loops_variable_over_pieces_held_by_name_is_told_to_copy_
         "chunk()/split(): rebinding `p` (out of place, or to a clone) would drop the write. Copy the items before "
         "the loop (`parts = [p.clone() for p in parts]`), so that the loop writes copies, which the code then "
         "reads.")
+    (intent,) = finding.fixes  # the edit is the one the text gives
+    assert (intent.action, intent.target, intent.detail["code"]) == (
+        "insert_before", "parts", "parts = [p.clone() for p in parts]")
 
 def test_view_created_under_no_grad():
     hidden = torch.randn(3, 4, requires_grad=True) * 1.0

@@ -68,13 +68,17 @@ def _binding_loops(at: SourceLocation | None,
     return tree, sorted(loops, key=lambda node: node.lineno)
 
 
-def _walked_container(at: SourceLocation | None, written: str | None) -> str | None:
-    """``parts`` for a write into ``p`` in ``for p in parts:`` (the innermost loop binding it walks a plain name)."""
+def _copied_items(at: SourceLocation | None, written: str | None) -> FixIntent | None:
+    """``parts = [p.clone() for p in parts]`` before ``for p in parts:`` for a write into ``p`` (the innermost loop
+    binding it walks a plain name): the loop then writes copies, where rebinding ``p`` would drop the write."""
     loops = _binding_loops(at, written)[1]
     loop = loops[-1] if loops else None
-    if loop is None or not isinstance(loop.iter, ast.Name) or not isinstance(loop.target, ast.Name):
+    if at is None or loop is None or not isinstance(loop.iter, ast.Name) or not isinstance(loop.target, ast.Name):
         return None
-    return loop.iter.id
+    item, container = loop.target.id, loop.iter.id
+    return FixIntent("insert_before", at.file, loop.lineno, target=container,
+                     detail={"code": f"{container} = [{item}.clone() for {item} in {container}]"},
+                     reason=f"the loop at line {loop.lineno} then writes copies of the items of `{container}`")
 
 
 def _module_wrote(f: Finding) -> str | None:
@@ -212,13 +216,13 @@ def multi_view_rule(f: Finding, _: object) -> Verdict:
     code, name = at.code if at else "", written or "the tensor"
     loop_bound = _is_loop_target(at, written)
     clone = _clone_before_intent(at, written, preferred=False)  # the text offers only the edit there is
-    container = _walked_container(at, written) if loop_bound else None
-    if container is not None:
+    copied = _copied_items(at, written) if loop_bound else None
+    if copied is not None:
         # the loop walks a container by name: its items can be copied before the loop, and the copies written
-        fix = (f"`{name}` is the variable of a for loop over `{container}`, whose items are views returned together "
-               f"by {function}: rebinding `{name}` (out of place, or to a clone) would drop the write. Copy the items "
-               f"before the loop (`{container} = [{name}.clone() for {name} in {container}]`), so that the loop "
-               f"writes copies, which the code then reads.")
+        fix = (f"`{name}` is the variable of a for loop over `{copied.target}`, whose items are views returned "
+               f"together by {function}: rebinding `{name}` (out of place, or to a clone) would drop the write. Copy "
+               f"the items before the loop (`{copied.detail['code']}`), so that the loop writes copies, which the "
+               f"code then reads.")
     elif loop_bound:
         # Rebinding the loop variable (out of place, or to a clone) would silently drop the write the loop makes.
         fix = (f"`{name}` is the variable of a for loop over a tensor: iterating unbinds the tensor into views "
@@ -241,7 +245,7 @@ def multi_view_rule(f: Finding, _: object) -> Verdict:
         f"{f' (line {made.line}: `{_one_line(made)}`)' if made is not None else ''}. They share one backward node, "
         f"so autograd cannot record an in-place write into just one of them.",
         fix,
-        _preferred_first(_index_loop_intent(at, written) if loop_bound else
+        _preferred_first([copied] if copied is not None else _index_loop_intent(at, written) if loop_bound else
                          _rewrite_intents(at, written, "a new tensor instead of a write into one of several views")
                          + clone),
         [("view of", f"{op} (several views returned by {function})"), *_created_at(f)],
