@@ -154,6 +154,7 @@ def test_a_write_refused_inside_a_nested_inplace_module_names_that_instance_by_i
     assert write.via == "net.1.1 (ReLU(inplace=True))"
     assert write.category == "activation"
     assert write.location.code == "net(x)"
+    assert (finding.tensor.shape, finding.tensor.dtype) == ((2, 3), "float32")  # what the ReLU was called on
     assert finding.explanation == (
         "`net.1.1` (ReLU) wrote in place into the output of the autograd Function BackwardHookFunction; autograd "
         "cannot rebase the Function's backward on an in-place write into its output.")
@@ -162,6 +163,20 @@ def test_a_write_refused_inside_a_nested_inplace_module_names_that_instance_by_i
         "hook (register_full_backward_hook) hands on its output through BackwardHookFunction, whose output cannot "
         "be written in place.")
 
+
+
+def test_a_chunk_piece_written_by_a_nested_inplace_module_is_told_to_change_that_module():
+    gate = torch.nn.Sequential(torch.nn.SiLU(inplace=True))
+    h = torch.randn(2, 6, requires_grad=True) * 1.0
+
+    def forward():
+        a, b = h.chunk(2, dim=1)
+        gate(a)
+
+    finding = _raised(gradguard.InplaceModificationError, forward).finding
+    assert finding.modified_at[0].via == "gate.0 (SiLU(inplace=True))"
+    assert finding.suggestion == ("`gate.0` (SiLU) wrote it in place: construct it with inplace=False. Or clone "
+                                  "the piece first (`a = a.clone()`).")
 
 def test_a_write_into_a_loops_variable_over_pieces_held_by_name_is_told_to_copy_them_before_the_loop():
     parts = (torch.randn(4, 3, requires_grad=True) * 1.0).split(2, dim=0)

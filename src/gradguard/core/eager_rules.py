@@ -237,8 +237,9 @@ def multi_view_rule(f: Finding, _: object) -> Verdict:
         fix += (f" Or clone the piece before writing it (`{name} = {name}.clone()`)." if clone else
                 " Or clone the piece before writing it, and write into the clone.")
         wrote = _module_wrote(f)
-        if wrote:
-            fix = f"{wrote} wrote it in place: construct it with inplace=False. " + fix
+        if wrote:  # the write is the module's: nothing on the user's line to rewrite
+            fix = f"{wrote} wrote it in place: construct it with inplace=False. " + (
+                f"Or clone the piece first (`{name} = {name}.clone()`)." if clone else "Or pass it a clone of the piece.")
     return Verdict(
         "multi_output_view_inplace",
         f"`{name}` is one of several views returned together by {function}"

@@ -101,6 +101,8 @@ class _Site:
         self.location = SourceLocation(filename, line, frame.f_code.co_name, self.code)
         self.expression = _written(filename, line, frame) or _view_named_by_error(error, filename, line, frame)
         self.tensor = _lookup(self.expression, frame) if self.expression else None
+        if self.tensor is None and self.via:  # written inside the module: the tensor it was called on
+            self.tensor = _module_input(entry)
         self.info = _describe(self.tensor, self.expression)
         self.made = None
         if self.expression and self.info.role not in ("parameter", "buffer"):
@@ -127,6 +129,20 @@ def _writing_module(entry) -> str | None:
         return kind
     path = next((name for name, m in modules[0].named_modules() if m is writer and name), "")
     return f"{head}{'.' + path if path else ''} ({kind})"
+
+
+def _module_input(entry) -> torch.Tensor | None:
+    """The tensor the innermost in-place module below the user's frame was called on (what it wrote): the first
+    argument of its ``forward``."""
+    found = None
+    tb = entry.tb_next
+    while tb is not None:
+        code, owner = tb.tb_frame.f_code, tb.tb_frame.f_locals.get("self")
+        if code.co_name == "forward" and getattr(owner, "inplace", None) is True and code.co_argcount > 1:
+            value = tb.tb_frame.f_locals.get(code.co_varnames[1])
+            found = value if isinstance(value, torch.Tensor) else found
+        tb = tb.tb_next
+    return found
 
 
 def _modules_below(entry) -> list[torch.nn.Module]:
