@@ -14,7 +14,7 @@ from typing import Callable
 
 from .facts import CrossingTensor
 from .findings import Finding, SourceLocation
-from .fixes import assigned_names, mask_assignment, out_of_place, statement_code
+from .fixes import assigned_names, items_copied_before_loop, mask_assignment, out_of_place, statement_code
 from .intents import FixIntent, Verdict
 from .module_sites import split_module_via
 from .source_ast import parse_code, parse_file, parse_statement
@@ -66,19 +66,6 @@ def _binding_loops(at: SourceLocation | None,
              and node.lineno < at.line <= (node.end_lineno or node.lineno)
              and base in {n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)}]
     return tree, sorted(loops, key=lambda node: node.lineno)
-
-
-def _copied_items(at: SourceLocation | None, written: str | None) -> FixIntent | None:
-    """``parts = [p.clone() for p in parts]`` before ``for p in parts:`` for a write into ``p`` (the innermost loop
-    binding it walks a plain name): the loop then writes copies, where rebinding ``p`` would drop the write."""
-    loops = _binding_loops(at, written)[1]
-    loop = loops[-1] if loops else None
-    if at is None or loop is None or not isinstance(loop.iter, ast.Name) or not isinstance(loop.target, ast.Name):
-        return None
-    item, container = loop.target.id, loop.iter.id
-    return FixIntent("insert_before", at.file, loop.lineno, target=container,
-                     detail={"code": f"{container} = [{item}.clone() for {item} in {container}]"},
-                     reason=f"the loop at line {loop.lineno} then writes copies of the items of `{container}`")
 
 
 def _module_wrote(f: Finding) -> str | None:
@@ -216,7 +203,8 @@ def multi_view_rule(f: Finding, _: object) -> Verdict:
     code, name = at.code if at else "", written or "the tensor"
     loop_bound = _is_loop_target(at, written)
     clone = _clone_before_intent(at, written, preferred=False)  # the text offers only the edit there is
-    copied = _copied_items(at, written) if loop_bound else None
+    copied = (items_copied_before_loop(at.file, at.line, written.split("[", 1)[0].split(".", 1)[0])
+              if loop_bound and at is not None and written else None)
     if copied is not None:
         # the loop walks a container by name: its items can be copied before the loop, and the copies written
         fix = (f"`{name}` is the variable of a for loop over `{copied.target}`, whose items are views returned "
@@ -238,8 +226,9 @@ def multi_view_rule(f: Finding, _: object) -> Verdict:
                 " Or clone the piece before writing it, and write into the clone.")
         wrote = _module_wrote(f)
         if wrote:  # the write is the module's: nothing on the user's line to rewrite
-            fix = f"{wrote} wrote it in place: construct it with inplace=False. " + (
-                f"Or clone the piece first (`{name} = {name}.clone()`)." if clone else "Or pass it a clone of the piece.")
+            other = (f"Or clone the piece first (`{name} = {name}.clone()`)." if clone else
+                     "Or pass it a clone of the piece.")
+            fix = f"{wrote} wrote it in place: construct it with inplace=False. {other}"
     return Verdict(
         "multi_output_view_inplace",
         f"`{name}` is one of several views returned together by {function}"

@@ -28,6 +28,7 @@ __all__ = [
     "reads",
     "carried_reads",
     "innermost",
+    "items_copied_before_loop",
     "keyword_calls",
     "is_valid_python",
 ]
@@ -159,6 +160,22 @@ def innermost(tree: ast.AST, line: int, kinds: tuple[type, ...]) -> ast.AST | No
             if best is None or node.lineno >= best.lineno:
                 best = node
     return best
+
+
+def items_copied_before_loop(file: str, line: int, name: str) -> FixIntent | None:
+    """``parts = [p.clone() for p in parts]`` before ``for p in parts:``, for a write into ``name`` (``p``) at
+    ``line`` inside the innermost loop that binds it, when that loop walks a plain name: the loop then writes
+    copies, where rebinding ``p`` would drop the write."""
+    tree = parse_file(file)
+    loops = [n for n in ast.walk(tree) if isinstance(n, ast.For) and n.lineno < line <= (n.end_lineno or n.lineno)
+             and isinstance(n.target, ast.Name) and n.target.id == name] if tree is not None else []
+    loop = max(loops, key=lambda n: n.lineno, default=None)
+    if loop is None or not isinstance(loop.iter, ast.Name):
+        return None
+    container = loop.iter.id
+    return FixIntent("insert_before", file, loop.lineno, target=container,
+                     detail={"code": f"{container} = [{name}.clone() for {name} in {container}]"},
+                     reason=f"the loop at line {loop.lineno} then writes copies of the items of `{container}`")
 
 
 class CarriedState:

@@ -194,11 +194,13 @@ def caller_context(
     return CallerContext(None, innermost_lib, owner)
 
 
-def user_variable_names(ids: set[int], paths: LibraryPaths = LIBRARY_PATHS) -> dict[int, str]:
+def user_variable_names(ids: set[int], paths: LibraryPaths = LIBRARY_PATHS,
+                        start: FrameType | None = None) -> dict[int, str]:
     """Variable names bound to the objects with these ids in the user's frames, innermost frame first
-    (``rnn`` for ``rnn = nn.RNN(...)``). Error paths only: it reads every user frame's locals and globals."""
+    (``rnn`` for ``rnn = nn.RNN(...)``), from ``start`` (a traceback's frame) or the caller's. Error paths only: it
+    reads every user frame's locals and globals."""
     names: dict[int, str] = {}
-    for frame in user_frames(sys._getframe(1), paths):
+    for frame in user_frames(start or sys._getframe(1), paths):
         for scope in (frame.f_locals, frame.f_globals):
             for var, value in list(scope.items()):
                 if id(value) in ids and id(value) not in names and not var.startswith("_"):

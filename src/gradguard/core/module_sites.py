@@ -21,6 +21,7 @@ import inspect
 import linecache
 import sys
 from dataclasses import dataclass
+from types import FrameType
 from typing import Iterator
 
 from .findings import SourceLocation
@@ -294,11 +295,11 @@ def writer_sites(files: list[str], via: str | None) -> tuple[list[ModuleSite], l
     return fallback, [], False
 
 
-def path_in_user_self(module: object) -> str | None:
+def path_in_user_self(module: object, start: FrameType | None = None) -> str | None:
     """``self.gate`` for a module reached as an attribute of the ``self`` of a user frame (``Net.forward`` calling
     ``self.gate(x)``): the path a construction can be looked up by when no variable holds the module. Error
-    paths only (it walks the user's frames)."""
-    for frame in user_frames(sys._getframe(1)):
+    paths only (it walks the user's frames, from ``start`` or the caller's)."""
+    for frame in user_frames(start or sys._getframe(1)):
         owner = frame.f_locals.get("self")
         named = getattr(owner, "named_modules", None)
         if named is None or owner is module:

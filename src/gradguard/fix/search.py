@@ -35,7 +35,7 @@ import os
 from typing import Callable
 
 from ..core.facts import Facts
-from ..core.fixes import carried_reads, innermost, reads
+from ..core.fixes import carried_reads, innermost, items_copied_before_loop, reads
 from ..core.intents import FixIntent
 
 __all__ = ["general_repairs", "same_intent", "rebinds_a_lost_name"]
@@ -217,22 +217,14 @@ def _copied_items_candidates(finding: dict, write: dict) -> list[list[FixIntent]
     the write: the items of the container copied just before the loop, so it writes the copies the code reads after
     it instead of tensors autograd saved or handed out as views of one tensor. Never for weights: their update
     would go to copies."""
-    from ..core.source_ast import parse_file
-
     if (finding.get("tensor") or {}).get("role") in ("parameter", "buffer") or write.get("category") == "optimizer":
         return []
     file, line = write.get("file"), write.get("line") or 0
     found = _statement(file, line) if file and line else None
     receivers = _receivers(found[0]) if found else []
-    tree = parse_file(file) if receivers else None
-    loop = innermost(tree, line, (ast.For,)) if tree is not None else None
-    if not (isinstance(loop, ast.For) and isinstance(loop.target, ast.Name) and isinstance(loop.iter, ast.Name)
-            and loop.target.id == receivers[-1] and loop.lineno != line):
-        return []
-    item, container = loop.target.id, loop.iter.id
-    return [[FixIntent("insert_before", file, loop.lineno, target=container,
-                       detail={"code": f"{container} = [{item}.clone() for {item} in {container}]"},
-                       reason=f"the loop at line {loop.lineno} then writes copies of the items of `{container}`")]]
+    copied = items_copied_before_loop(file, line, receivers[-1]) if receivers and receivers[-1].isidentifier() \
+        else None
+    return [[copied]] if copied is not None else []
 
 
 def _hook_writing(write: dict) -> ast.FunctionDef | None:

@@ -19,7 +19,8 @@ from ..._errors import BackwardTwiceError, GradientHazardError, InplaceModificat
 from ...core.diagnosis import diagnose
 from ...core.facts import CrossingTensor, Facts
 from ...core.findings import Finding, SaveSite, SourceLocation, TensorInfo, WriteRecord
-from ...core.frames import innermost_user_entry
+from ...core.frames import innermost_user_entry, user_variable_names
+from ...core.module_sites import path_in_user_self
 from ...core.fixes import assigned_names, carried_state, statement_code
 from ...core.source_ast import (statement_at, accumulations, assignment_before, callee_of,
                                  dotted_reference, resets_between, written_expression, written_reference)
@@ -124,10 +125,12 @@ def _writing_module(entry) -> str | None:
     if writer is None:
         return None
     kind = f"{type(writer).__name__}(inplace=True)"
-    head = _name_in_frame(modules[0], entry.tb_frame)
+    root = modules[0]  # the traceback's frames: the stack the user's frames were on is gone by now
+    head = user_variable_names({id(root)}, start=entry.tb_frame).get(id(root)) or path_in_user_self(
+        root, start=entry.tb_frame)
     if head is None:
         return kind
-    path = next((name for name, m in modules[0].named_modules() if m is writer and name), "")
+    path = next((name for name, m in root.named_modules() if m is writer and name), "")
     return f"{head}{'.' + path if path else ''} ({kind})"
 
 
@@ -155,18 +158,6 @@ def _modules_below(entry) -> list[torch.nn.Module]:
             modules.append(owner)
         tb = tb.tb_next
     return modules
-
-
-def _name_in_frame(module: torch.nn.Module, frame) -> str | None:
-    """The variable that holds ``module`` in the user's frame, or ``self.block`` in the user's own forward."""
-    for scope in (frame.f_locals, frame.f_globals):
-        for var, value in list(scope.items()):
-            if value is module and not var.startswith("_"):
-                return var
-    owner = frame.f_locals.get("self")
-    if isinstance(owner, torch.nn.Module):
-        return next((f"self.{name}" for name, m in owner.named_modules() if m is module and name), None)
-    return None
 
 
 def _written(filename: str, line: int, frame) -> str | None:
@@ -301,7 +292,7 @@ def _crossing_candidates(site: _Site, receiver: str | None, freed: set, earlier:
 
 
 def _crossing_by_graph(site: _Site, session):
-    """NOTE [Finding the crossing by the graph] (backends/torch/graph.py), from the failing backward's user frames outwards."""
+    """NOTE [Finding the crossing by the graph] (graph.py), from the failing backward's user frames outwards."""
     frames = list(itertools.islice(user_frames_of(site.frame), 32))
     # The innermost user frame may be a custom Function's backward reading its freed ctx.saved_tensors: the
     # loss is the receiver in the first frame, outwards, whose line calls .backward().
