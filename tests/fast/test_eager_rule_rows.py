@@ -167,6 +167,9 @@ def test_a_custom_functions_view_is_rewritten_out_of_place(at):
     assert f.suggestion == ("Write it out of place (`y = y.add(1)`), or clone the output (`y = y.clone()`), or make "
                             "Narrow.forward return a fresh tensor (not a view of an input).")
     assert _intents(f) == [("inplace_to_out_of_place", 13, "y", True), ("insert_before", 13, "y", False)]
+    # torch 2.4 names the Function's backward node ("NarrowBackward"): the same Function, the same words
+    older = _refused(at, "custom_function_view", "y.add_(1)", "y", view_op="NarrowBackward")
+    assert (older.explanation, older.suggestion) == (f.explanation, f.suggestion)
     assert f.facts.display == [("view from", "Narrow")]
 
 

@@ -275,6 +275,8 @@ def no_grad_view_rule(f: Finding, _: object) -> Verdict:
 
 def function_view_rule(f: Finding, _: object) -> Verdict:
     at, written, op = _write_at(f), f.facts.written, f.facts.view_op or "?"
+    if op.endswith("Backward"):  # torch 2.4 names the Function's node ("BackwardHookFunctionBackward")
+        op = op[: -len("Backward")]
     code = at.code if at else ""
     rewritten = out_of_place(code) if code else None
     wrote = _module_wrote(f)
