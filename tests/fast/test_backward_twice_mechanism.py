@@ -148,3 +148,22 @@ def test_a_value_made_from_a_freed_table_is_named_not_an_older_live_graph(tmp_pa
     assert finding.tensor.name == "out['quantized']"  # not out['z']: the encoder's graph is old but alive
     assert finding.saved_at.location.line == _line(lines, "return F.embedding(index, table)")
     assert [w.location.line for w in finding.modified_at] == [_line(lines, "((F.embedding(index, table)")]
+
+
+DICT_STATE = '''\
+import torch
+import torch.nn as nn
+
+rnn = nn.GRUCell(4, 8)
+state = {"h": torch.zeros(2, 8)}
+for step in range(2):
+    state["h"] = rnn(torch.randn(2, 4), state["h"])
+    loss = state["h"].pow(2).mean()
+    loss.backward()
+'''
+
+
+def test_state_kept_in_a_dict_is_made_where_its_item_is_assigned_not_where_the_dict_is(tmp_path):
+    finding, lines = _finding(tmp_path, DICT_STATE)
+    assert finding.rule == "freed_graph_reused" and finding.tensor.name == "state['h']"
+    assert finding.facts.crossing.made.line == _line(lines, 'state["h"] = rnn')  # not `state = {...}`

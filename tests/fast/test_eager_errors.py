@@ -381,3 +381,33 @@ def test_leaf_written_through_getattr_is_named_by_the_attribute_it_reaches():
     assert finding.rule == "leaf_inplace"
     assert finding.tensor.name == "module.weight" and finding.tensor.role == "parameter"
     assert "`with torch.no_grad(): getattr(module, name).copy_(data)`" in finding.suggestion
+
+
+def test_a_write_through_out_while_autograd_records_is_assigned_instead():
+    a = torch.randn(4, 3, requires_grad=True)
+
+    def scale():
+        y = torch.sigmoid(a)
+        torch.mul(y, 2.0, out=y)
+
+    finding = _raised(gradguard.InplaceModificationError, scale).finding
+    assert finding.kind == "out_argument" and finding.rule == "out_argument_with_grad"
+    assert finding.tensor.name == "y"
+    assert finding.suggestion == ("Assign the result instead of writing it into `y`: `y = torch.mul(y, 2.0)` (a new "
+                                  "tensor, which autograd records).")
+    line = finding.modified_at[0].location.line
+    assert [(x.action, x.line) for x in finding.fixes] == [("inplace_to_out_of_place", line)]
+
+
+def test_a_parameter_filled_through_out_is_filled_by_copy_under_no_grad():
+    class Bessel(torch.nn.Module):
+        def __init__(self, n):
+            super().__init__()
+            self.freq = torch.nn.Parameter(torch.empty(n))
+            torch.linspace(1.0, 3.0, n, out=self.freq)
+
+    finding = _raised(gradguard.InplaceModificationError, lambda: Bessel(4)).finding
+    assert finding.kind == "leaf_inplace" and finding.rule == "out_argument_with_grad"
+    assert finding.tensor.name == "self.freq" and finding.tensor.role == "parameter"
+    assert "`with torch.no_grad(): self.freq.copy_(torch.linspace(1.0, 3.0, n))`" in finding.suggestion
+    assert [(x.action, x.detail) for x in finding.fixes] == [("wrap_no_grad", {"out": "copy"})]

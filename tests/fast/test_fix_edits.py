@@ -187,3 +187,22 @@ def test_detach_expression_detaches_the_state_where_it_is_read():
     assert (edit("return self.cache[offset:offset + n]\n", "detach_expression", 1, "self.cache")
             == "return self.cache.detach()[offset:offset + n]\n")
     assert edit("out = self.h * x\n", "detach_expression", 1, "self.h") == "out = self.h.detach() * x\n"
+
+
+def test_an_expression_is_matched_as_python_reads_it_whatever_its_quotes():
+    # the target comes from a runtime name (`state['h']`); the source may spell it `state["h"]`
+    assert edit('state["h"] = rnn(x, state["h"])\n', "detach_argument", 1, "state['h']", call="rnn") == (
+        'state["h"] = rnn(x, state["h"].detach())\n')
+    assert edit("y = f(( a ))\n", "clone_argument", 1, "a", call="f") == "y = f(( a ).clone())\n"
+
+
+def test_a_write_through_out_is_made_an_assignment_or_a_copy_under_no_grad():
+    assert edit("torch.mul(y, 2.0, out=y)\n", "inplace_to_out_of_place", 1) == "y = torch.mul(y, 2.0)\n"
+    assert edit("z = torch.cat(xs, out=buf)\n", "inplace_to_out_of_place", 1) == "z = buf = torch.cat(xs)\n"
+    assert edit("torch.arange(n, out=self.w)\n", "wrap_no_grad", 1, out="copy") == (
+        "with torch.no_grad():\n    self.w.copy_(torch.arange(n))\n")
+    # inside a chain: copy_ returns the tensor it wrote, as out= does
+    assert edit("torch.arange(n, out=w).mul_(pi)\n", "wrap_no_grad", 1, out="copy") == (
+        "with torch.no_grad():\n    w.copy_(torch.arange(n)).mul_(pi)\n")
+    with pytest.raises(EditNotApplicable, match="no `out=` argument"):
+        edit("w.mul_(pi)\n", "wrap_no_grad", 1, out="copy")

@@ -439,6 +439,29 @@ def test_retain_graph_goes_to_autograd_grad_and_to_a_backward_a_helper_follows(t
     assert [k.splitlines()[7] for k in kept] == ["loss.backward(retain_graph=True)"]
 
 
+def test_gradients_a_later_loss_is_made_of_are_taken_with_a_graph_of_their_own(tmp_path):
+    """(f) for a gradient penalty: the later backward goes through what `autograd.grad` returned, so the call gets
+    create_graph=True (retain_graph alone would run clean and silently drop the penalty's gradient)."""
+    source = textwrap.dedent("""
+        import torch
+        y = net(x).sum()
+        (gx,) = torch.autograd.grad(y, x)
+        penalty = gx.pow(2).sum()
+        (y + penalty).backward()
+        """).lstrip()
+
+    def finding(file):
+        return {"kind": "backward_twice", "rule": "no_such_rule", "tensor": {"name": "y"},
+                "saved_at": {"file": file, "line": 2, "function": "<module>"},
+                "modified_at": [{"file": file, "line": 3, "function": "<module>", "category": "backward",
+                                 "code": "(gx,) = torch.autograd.grad(y, x)"}],
+                "context": {"backward_at": {"file": file, "line": 5, "function": "<module>",
+                                            "code": "(y + penalty).backward()"}}}
+
+    kept = _edited(source, tmp_path, finding, "set_keyword")
+    assert [k.splitlines()[2] for k in kept] == ["(gx,) = torch.autograd.grad(y, x, create_graph=True)"]
+
+
 def test_a_tensor_made_once_before_the_loop_that_backpropagates_it_is_retained_or_made_again_inside(tmp_path):
     """(f) and (g): one backward statement in a loop, through `feat` made before the loop: `feat` made again at the
     top of the loop, alone when the loop steps (retaining the graph would backpropagate through the first

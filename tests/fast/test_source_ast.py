@@ -196,3 +196,19 @@ def test_getattr_steps_evaluate_and_read_as_the_attribute_they_reach():
     assert dotted_reference("getattr(module, name)", scope) == "module.weight"
     assert dotted_reference("getattr(net[i], 'bias').data", scope) == "net[i].bias.data"
     assert dotted_reference("getattr(module, number)", scope) is None
+
+
+def test_a_write_through_out_and_an_items_own_assignment(tmp_path):
+    path = _file(
+        tmp_path,
+        """
+        state = {"h": h0}
+        state["h"] = rnn(x, state["h"])
+        torch.cat(parts, dim=0, out=buf)
+        torch.arange(1, n + 1, out=self.freq).mul_(pi)
+        """,
+    )
+    assert written_expression(path, 4) == "buf"
+    assert written_expression(path, 5) == "self.freq"  # the in-place method writes what out= filled
+    assert assignment_before(path, 4, "state['h']").line == 3  # the item's own assignment, quotes as Python reads
+    assert assignment_before(path, 4, "state").line == 2

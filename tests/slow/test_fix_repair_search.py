@@ -405,3 +405,30 @@ def test_an_earlier_backward_sharing_the_forward_of_a_later_loss_retains_its_gra
     assert "adv_loss.backward(retain_graph=True)\n" in edited
     assert "detach" not in edited
     _runs_clean(tmp_path)
+
+
+# A recurrent state kept in a dict across steps (`state["h"]`): the finding names it by its runtime key
+# (`state['h']`), the source spells it with other quotes; the detach goes where the next step feeds it back in.
+DICT_STATE = """
+    import torch
+    import torch.nn as nn
+
+    torch.manual_seed(0)
+    rnn = nn.GRUCell(4, 8)
+    opt = torch.optim.SGD(rnn.parameters(), lr=0.1)
+    state = {"h": torch.zeros(2, 8)}
+    for step in range(3):
+        state["h"] = rnn(torch.randn(2, 4), state["h"])
+        loss = state["h"].pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    print("ok", round(loss.item(), 4))
+"""
+
+
+def test_a_state_kept_in_a_dict_is_detached_where_the_next_step_feeds_it_back(tmp_path):
+    run, edited = _fix(tmp_path, DICT_STATE)
+    assert run.returncode == 0, run.stderr
+    assert '    state["h"] = rnn(torch.randn(2, 4), state["h"].detach())\n' in edited
+    _runs_clean(tmp_path)

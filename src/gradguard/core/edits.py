@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+import ast
+import functools
 from typing import TYPE_CHECKING, Any, Callable, TypeAlias, TypeGuard, cast
 
 import libcst as cst
@@ -53,7 +55,16 @@ def _code(node: cst.CSTNode) -> str:
 
 
 def _same(code: str, text: str | None) -> bool:
-    return text is not None and "".join(code.split()) == "".join(text.split())
+    return text is not None and _normal(code) == _normal(text)
+
+
+@functools.lru_cache(maxsize=1024)
+def _normal(code: str) -> str:
+    """An expression as Python reads it: ``state["h"]`` is ``state['h']`` (names come from runtime reprs)."""
+    try:
+        return ast.unparse(ast.parse(code.strip(), mode="eval"))
+    except SyntaxError:
+        return "".join(code.split())
 
 
 def _atom(expression: cst.BaseExpression) -> cst.BaseExpression:
@@ -416,6 +427,11 @@ def _out_of_place(statement: cst.SimpleStatementLine, detail: dict[str, Any]
         return _masked_fill(statement, small)
     if isinstance(small, cst.AugAssign):
         return _augmented_to_binary(statement)
+    if detail.get("out") == "copy":
+        return statement.with_changes(body=[_out_copied(statement, small)])
+    if isinstance(small, (cst.Expr, cst.Assign)) and isinstance(small.value, cst.Call) and (
+            out := _out_argument(small.value)) is not None:
+        return statement.with_changes(body=[_without_out(small, small.value, out)])
     call = small.value if isinstance(small, cst.Expr) else None
     if (isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Name)
             and call.func.value.value in ("torch", "F") and call.args):
@@ -425,6 +441,36 @@ def _out_of_place(statement: cst.SimpleStatementLine, detail: dict[str, Any]
     if isinstance(small, (cst.Expr, cst.Assign, cst.AnnAssign, cst.Return)):
         return _method_out_of_place(statement, small, bool(detail.get("stands")))
     raise EditNotApplicable(f"no in-place call to rewrite in `{_code(statement).strip()}`")
+
+
+def _out_argument(call: cst.Call) -> int | None:
+    """The position of the call's ``out=`` argument (the tensor it writes), or None."""
+    return next((i for i, arg in enumerate(call.args) if arg.keyword is not None and arg.keyword.value == "out"), None)
+
+
+def _out_copied(statement: cst.SimpleStatementLine, small: cst.BaseSmallStatement) -> cst.BaseSmallStatement:
+    """``torch.arange(n, out=w).mul_(s)`` -> ``w.copy_(torch.arange(n)).mul_(s)``: the same tensor object written
+    and returned (a parameter stays one; a factory's ``out=`` would also clear its requires_grad)."""
+    def copied(call: cst.Call) -> cst.Call:
+        out = cast(int, _out_argument(call))
+        value = call.with_changes(args=_drop_arg(list(call.args), out))
+        return cst.Call(func=cst.Attribute(value=_atom(call.args[out].value), attr=cst.Name("copy_")),
+                        args=[cst.Arg(value)])
+
+    edit = _ExpressionEdit(lambda node: isinstance(node, cst.Call) and _out_argument(node) is not None, copied)
+    edited = small.visit(edit)
+    if not edit.done:
+        raise EditNotApplicable(f"no `out=` argument in `{_code(statement).strip()}`")
+    return cast(cst.BaseSmallStatement, edited)  # a call replaced: still the statement
+
+
+def _without_out(small: cst.Expr | cst.Assign, call: cst.Call, out: int) -> cst.Assign:
+    """``torch.mul(y, 2, out=y)`` -> ``y = torch.mul(y, 2)``; ``z = f(x, out=b)`` -> ``z = b = f(x)``."""
+    target, value = call.args[out].value, call.with_changes(args=_drop_arg(list(call.args), out))
+    if not isinstance(target, (cst.Name, cst.Attribute, cst.Subscript, cst.Tuple, cst.List)):
+        raise EditNotApplicable(f"`out={_code(target)}` cannot be assigned to")
+    targets = list(small.targets) if isinstance(small, cst.Assign) else []
+    return cst.Assign(targets=[*targets, cst.AssignTarget(target)], value=value)
 
 
 def _drop_arg(args: list[cst.Arg], index: int) -> list[cst.Arg]:
@@ -522,6 +568,8 @@ def _wrap_no_grad(statement: cst.SimpleStatementLine, detail: dict[str, Any]) ->
         small = small.visit(edit)  # type: ignore[assignment]  # an attribute replaced: still the statement
         if not edit.done:
             raise EditNotApplicable(f"`{suffix}` not found in `{_code(statement).strip()}`")
+    if detail.get("out") == "copy":
+        small = _out_copied(statement, small)
     inner = statement.with_changes(body=[small], leading_lines=[])
     return cst.With(items=[cst.WithItem(cst.parse_expression(manager))], body=cst.IndentedBlock(body=[inner]),
                     leading_lines=statement.leading_lines)

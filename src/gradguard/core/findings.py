@@ -164,7 +164,7 @@ class WriteRecord:
 class Finding:
     """One diagnosed gradient hazard."""
 
-    kind: str  # SAVED_TENSOR_KINDS | leaf_inplace | view_inplace | backward_twice | undeclared_input_write | shared_grad_write
+    kind: str  # SAVED_TENSOR_KINDS | leaf_inplace | view_inplace | out_argument | backward_twice | ... (HEADLINES)
     tensor: TensorInfo
     saved_at: SaveSite = field(default_factory=SaveSite)
     modified_at: list[WriteRecord] = field(default_factory=list)

@@ -246,6 +246,9 @@ def _inplace_call_target(node: ast.Call, func: ast.Attribute, dynamic: bool = Fa
     # a chain of in-place methods writes its innermost receiver: `c` in `c.mul_(s).add_(m)`
     while isinstance(base, ast.Call) and isinstance(base.func, ast.Attribute) and _is_inplace_name(base.func.attr):
         base = base.func.value
+    out = next((k.value for k in base.keywords if k.arg == "out"), None) if isinstance(base, ast.Call) else None
+    if out is not None:
+        return out  # `torch.arange(n, out=w).mul_(s)` writes w
     root = base
     while isinstance(root, ast.Attribute):
         root = root.value
@@ -255,7 +258,8 @@ def _inplace_call_target(node: ast.Call, func: ast.Attribute, dynamic: bool = Fa
 
 
 def _call_written(stmt: ast.stmt, dynamic: bool = False) -> ast.expr | None:
-    """The expression the first in-place call of ``stmt`` writes (a method ending in ``_`` or ``inplace=True``)."""
+    """The expression the first in-place call of ``stmt`` writes (a method ending in ``_``, ``inplace=True`` or
+    ``out=``)."""
     for node in ast.walk(stmt):
         if not isinstance(node, ast.Call):
             continue
@@ -264,6 +268,9 @@ def _call_written(stmt: ast.stmt, dynamic: bool = False) -> ast.expr | None:
         if node.args and any(k.arg == "inplace" and isinstance(k.value, ast.Constant) and k.value.value is True
                              for k in node.keywords):
             return node.args[0]  # `F.relu(x, inplace=True)` writes x
+        out = next((k.value for k in node.keywords if k.arg == "out"), None)
+        if out is not None:
+            return out  # `torch.mul(y, 2, out=y)` writes y
     return None
 
 
@@ -300,7 +307,7 @@ def written_reference(filename: str, line: int) -> str | None:
 
 
 def assignment_before(filename: str, line: int, expression: str) -> SourceLocation | None:
-    """The last statement before ``line`` that binds ``expression`` (a name or attribute chain)."""
+    """The last statement before ``line`` that binds ``expression`` (a name, attribute chain or subscript)."""
     tree = parse_file(filename)
     found: ast.stmt | None = None
     for node in ast.walk(tree) if tree is not None else ():
@@ -316,13 +323,13 @@ def assignment_before(filename: str, line: int, expression: str) -> SourceLocati
                 targets = [node.target]
             names = set()
             pending = list(targets)
-            while pending:  # only what the statement binds: `w.grad = g` binds w.grad, not w; `x[0] = 1` nothing
+            while pending:  # only what the statement binds: `w.grad = g` binds w.grad, not w; `x[0] = 1` x[0]
                 t = pending.pop()
                 if isinstance(t, (ast.Tuple, ast.List)):
                     pending.extend(t.elts)
                 elif isinstance(t, ast.Starred):
                     pending.append(t.value)
-                elif isinstance(t, (ast.Name, ast.Attribute)):
+                elif isinstance(t, (ast.Name, ast.Attribute, ast.Subscript)):
                     names.add(ast.unparse(t))
             if expression in names and (found is None or node.lineno > found.lineno):
                 found = node

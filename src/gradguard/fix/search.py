@@ -32,6 +32,7 @@ from __future__ import annotations
 import ast
 import linecache
 import os
+import re
 from typing import Callable
 
 from ..core.facts import Facts
@@ -388,10 +389,24 @@ def _retain_candidates(finding: dict) -> list[list[FixIntent]]:
     home = earlier.get("function") if end != later["line"] else later.get("function")  # stands at its call
     if not end or not _shares_a_forward(earlier, {**later, "line": end, "function": home}, later.get("code") or ""):
         return []
+    call = _graph_call(earlier.get("code") or "")
+    # gradients a later loss is made of (a gradient penalty): that backward must go through them, not only find
+    # the graph, so they are made with a graph of their own (create_graph also keeps the forward's)
+    made = call == "grad" and _read_before(earlier, end)
     return [[FixIntent("set_keyword", earlier["file"], earlier["line"],
-                       detail={"call": _graph_call(earlier.get("code") or ""), "keyword": "retain_graph",
-                               "value": True, "add": True},
-                       reason=f"the backward at line {later['line']} then finds the graph it shares with this one")]]
+                       detail={"call": call, "keyword": "create_graph" if made else "retain_graph", "value": True,
+                               "add": True},
+                       reason=f"the backward at line {later['line']} then finds the graph it shares with this one"
+                              + (" and goes through the gradients its loss is made of" if made else ""))]]
+
+
+def _read_before(statement: dict, end: int) -> bool:
+    """Whether a name the statement binds (``(gx,) = torch.autograd.grad(...)``) is read before line ``end``."""
+    from ..core.fixes import assigned_names
+
+    names = assigned_names(statement.get("code") or "")
+    lines = linecache.getlines(statement.get("file") or "")[statement["line"]:end]
+    return any(re.search(rf"\b{re.escape(name)}\b", text) for name in names for text in lines)
 
 
 def _graph_call(code: str) -> str:

@@ -41,6 +41,7 @@ _NO_GRAD_VIEW = "A view was created in no_grad mode and is being modified inplac
 _FUNCTION_VIEW = re.compile(r"Output \d+ of (\w+) is a view and is being modified inplace\. This view was created "
                             r"inside a custom Function")
 _BACKWARD_TWICE = "Trying to backward through the graph a second time"
+_OUT_ARGUMENT = "arguments don't support automatic differentiation, but one of the arguments requires grad"
 
 
 def _describe(tensor, expression: str | None) -> TensorInfo:
@@ -71,12 +72,16 @@ def enrich_eager_error(error: BaseException, session=None) -> GradientHazardErro
             (_MULTI_VIEW.search, "view_inplace", "multi_output_view"),
             (lambda m: _NO_GRAD_VIEW in m, "view_inplace", "no_grad_view"),
             (_FUNCTION_VIEW.search, "view_inplace", "custom_function_view"),
+            (lambda m: _OUT_ARGUMENT in m, "out_argument", "out_argument"),
         ):
             match = matcher(message)
             if match:
                 site = _Site(error)
                 if site.location is None:  # no line of the user's: nothing to explain it by
                     return None
+                if check == "out_argument" and isinstance(site.tensor, torch.Tensor) and site.tensor.is_leaf \
+                        and site.tensor.requires_grad:  # `out=` a parameter: a leaf written in place
+                    kind = "leaf_inplace"
                 return InplaceModificationError(_refused_write(kind, check, site, match))
     except Exception as error:  # an enrichment failure must never replace the user's error
         log_fallback("backends.torch", "explaining an eager error", error)

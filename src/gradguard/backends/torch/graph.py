@@ -711,12 +711,12 @@ def _made(path: str, kind: str, frame, frames, node, node_sites) -> tuple[Source
     entry = node_sites.get((node.name(), _seq(node))) if node is not None else None
     if entry is not None:  # the forward line that made the crossed node, as the session noted it
         return entry[0], None
-    if kind == "element":
-        base = path.split("[", 1)[0]
+    if kind == "element":  # the element's own assignment (`state["h"] = ...`), else its container's
         code = frame.f_code
-        made = assignment_before(code.co_filename, frame.f_lineno, base)
-        if made is not None and made.line >= code.co_firstlineno:
-            return made, base
+        for bound in (path, path.split("[", 1)[0]):
+            made = assignment_before(code.co_filename, frame.f_lineno, bound)
+            if made is not None and made.line >= code.co_firstlineno:
+                return made, bound
     return None, None
 
 
