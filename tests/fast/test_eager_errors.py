@@ -411,3 +411,31 @@ def test_a_parameter_filled_through_out_is_filled_by_copy_under_no_grad():
     assert finding.tensor.name == "self.freq" and finding.tensor.role == "parameter"
     assert "`with torch.no_grad(): self.freq.copy_(torch.linspace(1.0, 3.0, n))`" in finding.suggestion
     assert [(x.action, x.detail) for x in finding.fixes] == [("wrap_no_grad", {"out": "copy"})]
+
+
+def test_a_view_detached_in_place_is_detached_out_of_place():
+    lstm = torch.nn.LSTM(3, 4, batch_first=True)
+
+    def stop_gradient():
+        out, _ = lstm(torch.randn(2, 6, 3))
+        last = out[:, -1]
+        last.detach_()
+
+    finding = _raised(gradguard.InplaceModificationError, stop_gradient).finding
+    assert finding.kind == "view_inplace" and finding.rule == "detach_view_inplace"
+    assert finding.tensor.name == "last"
+    assert finding.suggestion.startswith("Make a detached tensor instead: `last = last.detach()`")
+    assert [x.action for x in finding.fixes] == ["inplace_to_out_of_place"]
+
+
+@pytest.mark.parametrize("switch", ["target.requires_grad_(False)", "target.requires_grad = False"])
+def test_autograd_switched_off_on_a_computed_tensor_becomes_a_detached_tensor(switch, tmp_path):
+    script = tmp_path / "distill.py"  # the line is read from the file that raised
+    script.write_text(f"target = teacher(torch.randn(8, 4))\n{switch}\n")
+    scope = {"teacher": torch.nn.Linear(4, 4), "torch": torch}
+
+    finding = _raised(gradguard.InplaceModificationError,
+                      lambda: exec(compile(script.read_text(), str(script), "exec"), scope)).finding
+    assert finding.kind == "requires_grad_flag" and finding.rule == "requires_grad_of_non_leaf"
+    assert finding.tensor.name == "target"
+    assert "`target = target.detach()`" in finding.suggestion

@@ -25,6 +25,11 @@ import torch  # noqa: F401
     ("torch.sigmoid_(x)", "x = torch.sigmoid(x)"),
     ("F.relu(x, inplace=True)", "x = F.relu(x)"),
     ("h *= 0.5", "h = h * 0.5"),
+    ("last.detach_()", "last = last.detach()"),
+    ("target.requires_grad_(False)", "target = target.detach()"),  # autograd switched off: a detached tensor
+    ("self.f.requires_grad = False", "self.f = self.f.detach()"),
+    ("x.requires_grad_(True)", None),
+    ("torch.mul(y, 2, out=y)", "y = torch.mul(y, 2)"),
 ])
 def test_the_out_of_place_table_comes_from_the_tensor_type(code, expected):
     from gradguard.core.fixes import out_of_place

@@ -36,6 +36,8 @@ HEADLINES = {
     "view_inplace": "an in-place operation was applied to a view that autograd cannot track",
     "out_argument": "an op wrote its result through out= while autograd was recording: PyTorch cannot "
     "differentiate a write through out=",
+    "requires_grad_flag": "requires_grad was switched off in place on a tensor autograd computed (not a leaf): "
+    "PyTorch refuses to cut its history in place",
     "backward_twice": "backward ran through a part of the graph that an earlier backward already freed",
     "unchecked_write": "a tensor a custom autograd.Function kept on ctx (not saved with save_for_backward) was "
     "modified in place before backward used it: PyTorch does not check it, gradients would be silently wrong",
@@ -627,6 +629,8 @@ RULES: tuple[Rule, ...] = (
     Rule("leaf_inplace", E.check("leaf"), E.leaf_rule),
     Rule("view_of_leaf_inplace", E.check("view_of_leaf"), E.view_of_leaf_rule),
     Rule("out_argument_with_grad", E.check("out_argument"), E.out_argument_rule),
+    Rule("detach_view_inplace", E.check("detach_view"), E.cut_in_place_rule),
+    Rule("requires_grad_of_non_leaf", E.check("requires_grad_flag"), E.cut_in_place_rule),
     Rule("multi_output_view_inplace", E.check("multi_output_view"), E.multi_view_rule),
     Rule("no_grad_view_inplace", E.check("no_grad_view"), E.no_grad_view_rule),
     Rule("custom_function_view_inplace", E.check("custom_function_view"), E.function_view_rule),

@@ -20,8 +20,8 @@ from .intents import FixIntent, Verdict
 from .module_sites import split_module_via
 from .source_ast import parse_code, parse_file, parse_statement
 
-__all__ = ["check", "leaf_rule", "out_argument_rule", "view_of_leaf_rule", "multi_view_rule", "no_grad_view_rule",
-           "function_view_rule", "carried_rule", "same_loss_rule", "hoisted_rule", "crossing_rule", "accumulated_rule",
+__all__ = ["check", "leaf_rule", "out_argument_rule", "cut_in_place_rule", "view_of_leaf_rule", "multi_view_rule",
+           "no_grad_view_rule", "function_view_rule", "carried_rule", "same_loss_rule", "hoisted_rule", "crossing_rule", "accumulated_rule",
            "unknown_twice_rule"]
 
 
@@ -197,6 +197,27 @@ def out_argument_rule(f: Finding, _: object) -> Verdict:
                    f"Assign the result instead of writing it into `{name}`: `{assigned}` (a new tensor, which "
                    f"autograd records)." if assigned else "Assign the result to a new tensor instead of `out=`.",
                    _rewrite_intents(at, written, "a new tensor, which autograd records"), _created_at(f))
+
+
+def cut_in_place_rule(f: Finding, _: object) -> Verdict:
+    """``v.detach_()`` on a view, ``y.requires_grad_(False)`` on a computed tensor: autograd's history cut in
+    place, which PyTorch refuses; the out-of-place form (``y = y.detach()``) is what it asks for."""
+    at, written = _write_at(f), f.facts.written
+    code, name = at.code if at else "", written or "the tensor"
+    if f.facts.eager_check == "detach_view":
+        rule, why = "detach_view_inplace", (
+            f"`{code}` detaches `{name}` in place, but `{name}` is a view of another tensor: detaching a view in "
+            f"place would cut its base's autograd history too, so PyTorch refuses.")
+    else:
+        rule, why = "requires_grad_of_non_leaf", (
+            f"`{code}` switches autograd off on `{name}` in place, but `{name}` was computed by autograd (it has a "
+            f"grad_fn; only a leaf's flag can change): its history cannot be cut in place, so PyTorch refuses.")
+    detached = out_of_place(statement_code(at)) if at is not None else None
+    fix = (f"Make a detached tensor instead: `{detached}` (the same values without a graph: what is computed from "
+           f"it is a constant to autograd)." if detached else
+           f"Use a detached tensor instead: `{name}.detach()` (the same values without a graph).")
+    return Verdict(rule, why, fix, _rewrite_intents(at, written, "a detached tensor, made out of place"),
+                   _created_at(f))
 
 
 def view_of_leaf_rule(f: Finding, _: object) -> Verdict:

@@ -298,15 +298,23 @@ def _strip_inplace_links(call: cst.Call) -> tuple[cst.Call, cst.BaseExpression] 
         return None
     receiver = node
     for link in links:
-        if out_of_place_method(link.func.attr.value) is None:
+        if not _flag_off(link) and out_of_place_method(link.func.attr.value) is None:
             raise EditNotApplicable(f"`.{link.func.attr.value}()` has no out-of-place method; write into a clone "
                                     f"instead")
 
     stripped: cst.BaseExpression = receiver
     for link in reversed(links):  # innermost first: each link rebuilt on the one it calls, its `_` dropped
-        name = cst.Name(link.func.attr.value[:-1])
-        stripped = link.with_changes(func=link.func.with_changes(value=stripped, attr=name))
+        name = cst.Name("detach" if _flag_off(link) else link.func.attr.value[:-1])
+        stripped = link.with_changes(func=link.func.with_changes(value=stripped, attr=name),
+                                     args=[] if _flag_off(link) else link.args)
     return stripped, receiver  # type: ignore[return-value]  # the outermost link rebuilt: a call
+
+
+def _flag_off(link: cst.Call) -> bool:
+    """``x.requires_grad_(False)``: switching autograd off in place. Its out-of-place form is ``x.detach()`` (the
+    same values, no graph), which is what PyTorch asks for when ``x`` is not a leaf."""
+    return (isinstance(link.func, cst.Attribute) and link.func.attr.value == "requires_grad_" and len(link.args) == 1
+            and _code(link.args[0].value) == "False")
 
 
 _SCOPES = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp, cst.Lambda)  # names bound only inside
@@ -427,11 +435,9 @@ def _out_of_place(statement: cst.SimpleStatementLine, detail: dict[str, Any]
         return _masked_fill(statement, small)
     if isinstance(small, cst.AugAssign):
         return _augmented_to_binary(statement)
-    if detail.get("out") == "copy":
-        return statement.with_changes(body=[_out_copied(statement, small)])
-    if isinstance(small, (cst.Expr, cst.Assign)) and isinstance(small.value, cst.Call) and (
-            out := _out_argument(small.value)) is not None:
-        return statement.with_changes(body=[_without_out(small, small.value, out)])
+    rebound = _rebound(statement, small, detail)
+    if rebound is not None:
+        return statement.with_changes(body=[rebound])
     call = small.value if isinstance(small, cst.Expr) else None
     if (isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Name)
             and call.func.value.value in ("torch", "F") and call.args):
@@ -441,6 +447,22 @@ def _out_of_place(statement: cst.SimpleStatementLine, detail: dict[str, Any]
     if isinstance(small, (cst.Expr, cst.Assign, cst.AnnAssign, cst.Return)):
         return _method_out_of_place(statement, small, bool(detail.get("stands")))
     raise EditNotApplicable(f"no in-place call to rewrite in `{_code(statement).strip()}`")
+
+
+def _rebound(statement: cst.SimpleStatementLine, small: cst.BaseSmallStatement, detail: dict[str, Any]
+             ) -> cst.BaseSmallStatement | None:
+    """The writes that are no in-place method: ``out=`` (assigned, or ``copy_`` with ``detail["out"] == "copy"``)
+    and ``x.requires_grad = False`` (``x = x.detach()``, as ``requires_grad_(False)``); None for the others."""
+    if detail.get("out") == "copy":
+        return _out_copied(statement, small)
+    if (isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(flag := small.targets[0].target,
+                                                                                  cst.Attribute)
+            and flag.attr.value == "requires_grad" and _code(small.value) == "False"):
+        return _assign(flag.value, _method(flag.value, "detach"))
+    if isinstance(small, (cst.Expr, cst.Assign)) and isinstance(small.value, cst.Call) and (
+            out := _out_argument(small.value)) is not None:
+        return _without_out(small, small.value, out)
+    return None
 
 
 def _out_argument(call: cst.Call) -> int | None:

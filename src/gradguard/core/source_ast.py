@@ -282,6 +282,9 @@ def _written_target(filename: str, line: int, dynamic: bool) -> ast.expr | None:
         return stmt.target
     if isinstance(stmt, ast.Assign) and stmt.targets and isinstance(stmt.targets[0], ast.Subscript):
         return stmt.targets[0].value
+    if (isinstance(stmt, ast.Assign) and stmt.targets and isinstance(stmt.targets[0], ast.Attribute)
+            and stmt.targets[0].attr == "requires_grad"):
+        return stmt.targets[0].value  # `x.requires_grad = False` switches x's autograd off in place
     return _call_written(stmt, dynamic)
 
 

@@ -42,6 +42,8 @@ _FUNCTION_VIEW = re.compile(r"Output \d+ of (\w+) is a view and is being modifie
                             r"inside a custom Function")
 _BACKWARD_TWICE = "Trying to backward through the graph a second time"
 _OUT_ARGUMENT = "arguments don't support automatic differentiation, but one of the arguments requires grad"
+_DETACH_VIEW = "Can't detach views in-place"
+_FLAG_OF_NON_LEAF = "you can only change requires_grad flags of leaf variables"
 
 
 def _describe(tensor, expression: str | None) -> TensorInfo:
@@ -73,6 +75,8 @@ def enrich_eager_error(error: BaseException, session=None) -> GradientHazardErro
             (lambda m: _NO_GRAD_VIEW in m, "view_inplace", "no_grad_view"),
             (_FUNCTION_VIEW.search, "view_inplace", "custom_function_view"),
             (lambda m: _OUT_ARGUMENT in m, "out_argument", "out_argument"),
+            (lambda m: _DETACH_VIEW in m, "view_inplace", "detach_view"),
+            (lambda m: _FLAG_OF_NON_LEAF in m, "requires_grad_flag", "requires_grad_flag"),
         ):
             match = matcher(message)
             if match:
