@@ -714,6 +714,122 @@ def refused_cells() -> list[Cell]:
             for name, model in REFUSED]
 
 
+# Programs of classes the families above do not hold, written from public patterns before any repair existed for
+# them: a write through `out=` (into a saved activation, a buffer of a concatenation, a parameter filled in
+# `__init__`), a recurrent state kept in a dict, a gradient penalty's `autograd.grad` freeing the graph its loss
+# goes through, and autograd switched off in place (`detach_()` on a view, `requires_grad_(False)` and
+# `requires_grad = False` on a computed tensor). First contact: 0 of 9 right (8 refused, the penalty made to run
+# by retain_graph with its gradient silently dropped).
+FRESH = [
+    ("out_keyword_on_saved", """
+a = torch.randn(4, 3, requires_grad=True)
+y = torch.sigmoid(a)
+torch.mul(y, 2.0, out=y)
+y.sum().backward()
+print("ok", a.grad.sum().item())
+""", "torch.mul(y, 2.0, out=y)", "y = torch.mul(y, 2.0)"),
+    ("out_keyword_cat_buffer", """
+w = torch.randn(3, 3, requires_grad=True)
+parts = [torch.randn(2, 3) @ w for _ in range(3)]
+buf = torch.empty(6, 3)
+torch.cat(parts, dim=0, out=buf)
+buf.pow(2).sum().backward()
+print("ok", w.grad.sum().item())
+""", "torch.cat(parts, dim=0, out=buf)", "buf = torch.cat(parts, dim=0)"),
+    ("out_keyword_parameter_init", """
+class Bessel(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.freq = nn.Parameter(torch.empty(n))
+        torch.linspace(1.0, 3.0, n, out=self.freq)
+
+    def forward(self, d):
+        return torch.sin(self.freq * d[:, None]) / d[:, None]
+
+
+m = Bessel(4)
+m(torch.rand(5) + 0.5).sum().backward()
+print("ok", m.freq.grad.sum().item())
+""", "        torch.linspace(1.0, 3.0, n, out=self.freq)",
+     "        with torch.no_grad():\n            self.freq.copy_(torch.linspace(1.0, 3.0, n))"),
+    ("dict_state", """
+rnn = nn.GRUCell(4, 8)
+opt = torch.optim.SGD(rnn.parameters(), lr=0.1)
+state = {"h": torch.zeros(2, 8)}
+for step in range(3):
+    state["h"] = rnn(torch.randn(2, 4), state["h"])
+    loss = state["h"].pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+print("ok", loss.item())
+""", '    state["h"] = rnn(torch.randn(2, 4), state["h"])', '    state["h"] = rnn(torch.randn(2, 4), state["h"].detach())'),
+    ("gradient_penalty", """
+net = nn.Sequential(nn.Linear(3, 8), nn.Tanh(), nn.Linear(8, 1))
+x = torch.randn(5, 3, requires_grad=True)
+y = net(x).sum()
+(gx,) = torch.autograd.grad(y, x)
+penalty = gx.pow(2).sum()
+(y + penalty).backward()
+print("ok", net[0].weight.grad.sum().item())
+""", "(gx,) = torch.autograd.grad(y, x)", "(gx,) = torch.autograd.grad(y, x, create_graph=True)"),
+    ("detach_view_inplace", """
+lstm = nn.LSTM(3, 4, batch_first=True)
+out, (h, c) = lstm(torch.randn(2, 6, 3))
+last = out[:, -1]
+last.detach_()
+(last.sum() + h.sum()).backward()
+print("ok", lstm.weight_ih_l0.grad.sum().item())
+""", "last.detach_()", "last = last.detach()"),
+    ("detach_chunk_in_helper", """
+def split_stop_gradient(z):
+    mean, logvar = z.chunk(2, dim=-1)
+    logvar.detach_()
+    return mean, logvar
+
+
+enc = nn.Linear(5, 8)
+mean, logvar = split_stop_gradient(enc(torch.randn(3, 5)))
+(mean.pow(2).mean() + logvar.exp().mean()).backward()
+print("ok", enc.weight.grad.sum().item())
+""", "    logvar.detach_()", "    logvar = logvar.detach()"),
+    ("requires_grad_off_call", """
+teacher, student = nn.Linear(4, 4), nn.Linear(4, 4)
+x = torch.randn(8, 4)
+target = teacher(x)
+target.requires_grad_(False)
+(student(x) - target).pow(2).mean().backward()
+print("ok", student.weight.grad.sum().item())
+""", "target.requires_grad_(False)", "target = target.detach()"),
+    ("requires_grad_off_attribute", """
+class Distill(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.backbone = nn.Linear(6, 6)
+        self.head = nn.Linear(6, 2)
+
+    def forward(self, x):
+        feats = self.backbone(x)
+        feats.requires_grad = False
+        return self.head(feats)
+
+
+model = Distill()
+model(torch.randn(4, 6)).pow(2).mean().backward()
+print("ok", model.head.weight.grad.sum().item())
+""", "        feats.requires_grad = False", "        feats = feats.detach()"),
+]
+FRESH_PRELUDE = "import torch\nimport torch.nn as nn\n\ntorch.manual_seed(0)\n"
+
+
+def fresh_cells() -> list[Cell]:
+    cells_ = []
+    for name, body, write, fixed in FRESH:
+        assert write in body.splitlines(), name
+        cells_.append(Cell(f"fresh/{name}", FRESH_PRELUDE + body, FRESH_PRELUDE + body.replace(write, fixed, 1)))
+    return cells_
+
+
 def _env(src: str) -> dict:
     return dict(os.environ, PYTHONPATH=src, OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
 
@@ -777,7 +893,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="")
     args = parser.parse_args(argv)
     chosen = [c for c in cells() + module_cells() + carried_cells() + lstm_cells() + stepped_cells() + leaf_cells() + buffer_cells()
-              + more_write_cells() + twice_cells() + hook_cells() + refused_cells()
+              + more_write_cells() + twice_cells() + hook_cells() + refused_cells() + fresh_cells()
               if args.only in c.name]
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
         rows = list(pool.map(lambda c: score(c, args.src, args.timeout), chosen))
