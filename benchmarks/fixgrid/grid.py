@@ -718,8 +718,9 @@ def refused_cells() -> list[Cell]:
 # them: a write through `out=` (into a saved activation, a buffer of a concatenation, a parameter filled in
 # `__init__`), a recurrent state kept in a dict, a gradient penalty's `autograd.grad` freeing the graph its loss
 # goes through, and autograd switched off in place (`detach_()` on a view, `requires_grad_(False)` and
-# `requires_grad = False` on a computed tensor). First contact: 0 of 9 right (8 refused, the penalty made to run
-# by retain_graph with its gradient silently dropped).
+# `requires_grad = False` on a computed tensor), an LSTM's (h, c) kept on a plain trainer object by one method and
+# fed back by the next call. First contact: 0 of 10 right (9 refused, the penalty made to run by retain_graph with
+# its gradient silently dropped).
 FRESH = [
     ("out_keyword_on_saved", """
 a = torch.randn(4, 3, requires_grad=True)
@@ -819,6 +820,31 @@ model(torch.randn(4, 6)).pow(2).mean().backward()
 print("ok", model.head.weight.grad.sum().item())
 """, "        feats.requires_grad = False", "        feats = feats.detach()"),
 ]
+FRESH.append(("tuple_state_on_a_trainer", """
+class Trainer:
+    def __init__(self):
+        self.model = nn.LSTM(3, 6, batch_first=True)
+        self.head = nn.Linear(6, 1)
+        self.opt = torch.optim.Adam(list(self.model.parameters()) + list(self.head.parameters()), lr=1e-3)
+        self.hidden = None
+
+    def training_step(self, batch):
+        out, self.hidden = self.model(batch, self.hidden)
+        return self.head(out[:, -1]).pow(2).mean()
+
+    def fit(self, steps):
+        for _ in range(steps):
+            loss = self.training_step(torch.randn(2, 5, 3))
+            self.opt.zero_grad()
+            loss.backward()
+            self.opt.step()
+        return loss
+
+
+print("ok", Trainer().fit(3).item())
+""", "        out, self.hidden = self.model(batch, self.hidden)",
+    "        out, self.hidden = self.model(batch, self.hidden)\n"
+    "        self.hidden = tuple(h.detach() for h in self.hidden)"))
 FRESH_PRELUDE = "import torch\nimport torch.nn as nn\n\ntorch.manual_seed(0)\n"
 
 

@@ -167,3 +167,37 @@ def test_state_kept_in_a_dict_is_made_where_its_item_is_assigned_not_where_the_d
     finding, lines = _finding(tmp_path, DICT_STATE)
     assert finding.rule == "freed_graph_reused" and finding.tensor.name == "state['h']"
     assert finding.facts.crossing.made.line == _line(lines, 'state["h"] = rnn')  # not `state = {...}`
+
+
+TRAINER_STATE = '''\
+import torch
+import torch.nn as nn
+
+
+class Trainer:
+    def __init__(self):
+        self.model = nn.LSTM(3, 6, batch_first=True)
+        self.hidden = None
+
+    def training_step(self, batch):
+        out, self.hidden = self.model(batch, self.hidden)
+        return out.pow(2).mean()
+
+    def fit(self, steps):
+        for _ in range(steps):
+            loss = self.training_step(torch.randn(2, 5, 3))
+            loss.backward()
+
+
+Trainer().fit(2)
+'''
+
+
+def test_a_tuple_state_on_a_plain_object_is_made_where_its_class_assigns_it_and_detached_after(tmp_path):
+    finding, lines = _finding(tmp_path, TRAINER_STATE)
+    made = _line(lines, "out, self.hidden = self.model")
+    assert finding.tensor.name == "self.hidden[0]"
+    assert finding.facts.crossing.made.line == made and finding.facts.crossing.binding == "self.hidden"
+    inserted = [x for x in finding.fixes if x.action == "insert_after"]
+    assert [(x.line, x.detail["code"]) for x in inserted] == [
+        (made, "self.hidden = tuple(h.detach() for h in self.hidden)")]

@@ -530,7 +530,9 @@ def _state_detach(at: Callable[[SourceLocation], str], crossing: CrossingTensor,
 def _detach_where_made(case: _Twice, crossing: CrossingTensor, made: SourceLocation, fixes: list[FixIntent]) -> str:
     """The sentence (and intent) that detaches the crossing tensor at the statement that made it."""
     names = assigned_names(statement_code(made))
-    target = next((t for t in names if t in (crossing.name, "self." + crossing.name.rsplit(".", 1)[-1])), None)
+    # the name, the attribute as its class writes it, or (for an element, `self.hidden[0]`) what holds it
+    wanted = {crossing.name, "self." + crossing.name.rsplit(".", 1)[-1], crossing.binding or crossing.name}
+    target = next((t for t in names if t in wanted), None)
     detached = _clone_assignment(statement_code(made), "detach")
     several = len(names) > 1  # `out, self.hidden = self.lstm(...)`
     if target is not None and (several or crossing.holds_sequence):

@@ -210,6 +210,15 @@ def _refused_write(kind: str, check: str, site: _Site, match) -> Finding:
                                                      category="activation" if site.via else "other")]))
 
 
+def _holds_sequence(crossing: Crossing, frame) -> bool:
+    """Whether what the crossing's statement binds holds a tuple or list of tensors (an LSTM's (h, c)): the name
+    itself, or the container an element of it comes from (`self.hidden` of `self.hidden[0]`)."""
+    if frame is None:
+        return False
+    names = [crossing.name] + ([crossing.name.split("[", 1)[0]] if "[" in crossing.name else [])
+    return any(isinstance(_lookup(name, frame), (tuple, list)) for name in names)
+
+
 def _carries_graph(value) -> bool:
     if isinstance(value, torch.Tensor):
         return value.grad_fn is not None
@@ -533,7 +542,7 @@ def _backward_twice(error, session) -> Finding:
         same_loss=list(case.same_loss) if case.same_loss is not None else None, forward_before_loop=case.hoisted,
         crossing=CrossingTensor(
             crossing.name, crossing.made, crossing.used, crossing.callee, crossing.holder, crossing.binding,
-            isinstance(_lookup(crossing.name, site.frame) if site.frame is not None else None, (tuple, list)),
+            _holds_sequence(crossing, site.frame),
             crossing.read,
         ) if crossing is not None else None,
         accumulation={"first": accumulated[1].lineno, "again": accumulated[2].lineno,

@@ -703,6 +703,15 @@ def _made(path: str, kind: str, frame, frames, node, node_sites) -> tuple[Source
         if found is not None:  # the statement in a method of its class that assigns `self.<attribute>`
             binding = f"self.{found[1]}"
             return _class_statement(found[0], lambda node: _assignments(node, binding)), binding
+    if kind == "attribute":  # `self.hidden[0]`: where the object's class assigns `self.hidden`, in any method
+        head, _, rest = path.partition(".")
+        attribute = rest.split("[", 1)[0]
+        owner = frame.f_locals.get(head) if attribute.isidentifier() else None
+        if owner is not None:
+            binding = f"self.{attribute}"
+            made = _class_statement(owner, lambda node: _assignments(node, binding))
+            if made is not None:
+                return made, binding
     if kind == "variable":
         code = frame.f_code
         made = assignment_before(code.co_filename, frame.f_lineno, path)
