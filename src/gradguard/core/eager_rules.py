@@ -180,7 +180,7 @@ def out_argument_rule(f: Finding, _: object) -> Verdict:
     at, written = _write_at(f), f.facts.written
     code, name = at.code if at else "", written or "the tensor"
     leaf = f.kind == "leaf_inplace"
-    why = (f"`{code}` writes its result into `{name}` through `out=`. An op called with `out=` is not "
+    why = (f"`{code}` writes its result into `{name}` through its out= argument. An op called with out= is not "
            f"differentiable, so PyTorch refuses it while any of its arguments requires grad"
            f"{f' (here `{name}` itself, a leaf tensor)' if leaf else ''}.")
     assigned = out_of_place(statement_code(at)) if at is not None else None
@@ -192,10 +192,10 @@ def out_argument_rule(f: Finding, _: object) -> Verdict:
         return Verdict("out_argument_with_grad", why,
                        f"`{name}` is a leaf that requires grad: fill it under no_grad, as an initialisation is made: "
                        f"`with torch.no_grad(): {copied}` (copy_ keeps it a leaf that requires grad; a factory "
-                       f"called with `out=` would clear that flag).", [fill], _created_at(f))
+                       f"called with out= would clear that flag).", [fill], _created_at(f))
     return Verdict("out_argument_with_grad", why,
                    f"Assign the result instead of writing it into `{name}`: `{assigned}` (a new tensor, which "
-                   f"autograd records)." if assigned else "Assign the result to a new tensor instead of `out=`.",
+                   f"autograd records)." if assigned else "Assign the result to a new tensor instead of passing out=.",
                    _rewrite_intents(at, written, "a new tensor, which autograd records"), _created_at(f))
 
 
