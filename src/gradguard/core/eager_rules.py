@@ -14,15 +14,14 @@ from typing import Callable
 
 from .facts import CrossingTensor
 from .findings import Finding, SourceLocation
-from .fixes import (_rewritten_as, assigned_names, items_copied_before_loop, mask_assignment, out_of_place,
-                    statement_code)
+from .fixes import assigned_names, items_copied_before_loop, mask_assignment, out_of_place, statement_code
 from .intents import FixIntent, Verdict
 from .module_sites import split_module_via
 from .source_ast import parse_code, parse_file, parse_statement
 
 __all__ = ["check", "leaf_rule", "out_argument_rule", "cut_in_place_rule", "view_of_leaf_rule", "multi_view_rule",
-           "no_grad_view_rule", "function_view_rule", "carried_rule", "same_loss_rule", "hoisted_rule", "crossing_rule", "accumulated_rule",
-           "unknown_twice_rule"]
+           "no_grad_view_rule", "function_view_rule", "carried_rule", "same_loss_rule", "hoisted_rule", "crossing_rule",
+           "accumulated_rule", "unknown_twice_rule"]
 
 
 def check(name: str) -> Callable[[Finding], bool | None]:
@@ -183,16 +182,16 @@ def out_argument_rule(f: Finding, _: object) -> Verdict:
     why = (f"`{code}` writes its result into `{name}` through its out= argument. An op called with out= is not "
            f"differentiable, so PyTorch refuses it while any of its arguments requires grad"
            f"{f' (here `{name}` itself, a leaf tensor)' if leaf else ''}.")
-    assigned = out_of_place(statement_code(at)) if at is not None else None
     if leaf and at is not None:  # filled in place under no_grad: `out=` of a factory would clear requires_grad
         fill = FixIntent("wrap_no_grad", at.file, at.line, target=written, detail={"out": "copy"}, preferred=True,
                          reason=f"`{name}` filled under no_grad, as an initialisation is made; it stays a leaf that "
                                 f"requires grad")
-        copied = _rewritten_as(code, FixIntent("inplace_to_out_of_place", None, 1, detail={"out": "copy"})) or code
+        copied = out_of_place(statement_code(at), copy_out=True) or code
         return Verdict("out_argument_with_grad", why,
                        f"`{name}` is a leaf that requires grad: fill it under no_grad, as an initialisation is made: "
                        f"`with torch.no_grad(): {copied}` (copy_ keeps it a leaf that requires grad; a factory "
                        f"called with out= would clear that flag).", [fill], _created_at(f))
+    assigned = out_of_place(statement_code(at)) if at is not None else None
     return Verdict("out_argument_with_grad", why,
                    f"Assign the result instead of writing it into `{name}`: `{assigned}` (a new tensor, which "
                    f"autograd records)." if assigned else "Assign the result to a new tensor instead of passing out=.",

@@ -53,14 +53,15 @@ def statement_code(location: SourceLocation | None) -> str:
     return " ".join(lines)
 
 
-def out_of_place(code: str, stands: bool = False) -> str | None:
+def out_of_place(code: str, stands: bool = False, copy_out: bool = False) -> str | None:
     """``h *= 0.5`` -> ``h = h * 0.5``; ``a.mul_(2)`` -> ``a = a.mul(2)``; ``torch.relu_(x)`` -> ``x = torch.relu(x)``;
     ``y = x.div_(n)`` -> ``x = x.div(n); y = x``. The text is the edit ``gradguard fix`` makes (the same libcst
     rewrite); None when there is none (``x.normal_()``: no out-of-place method, see NOTE [Out-of-place methods
-    come from the framework]). ``stands``: see NOTE [An in-place call whose receiver cannot be rebound]."""
+    come from the framework]). ``stands``: see NOTE [An in-place call whose receiver cannot be rebound];
+    ``copy_out``: a write through ``out=w`` becomes ``w.copy_(...)`` (the same tensor object) instead of ``w = ...``."""
     if single_statement(code) is None:
         return None
-    return _rewritten(code, {"stands": True} if stands else {})
+    return _rewritten(code, {**({"stands": True} if stands else {}), **({"out": "copy"} if copy_out else {})})
 
 
 def _rewritten(code: str, detail: dict[str, str]) -> str | None:

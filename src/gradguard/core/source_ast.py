@@ -246,7 +246,7 @@ def _inplace_call_target(node: ast.Call, func: ast.Attribute, dynamic: bool = Fa
     # a chain of in-place methods writes its innermost receiver: `c` in `c.mul_(s).add_(m)`
     while isinstance(base, ast.Call) and isinstance(base.func, ast.Attribute) and _is_inplace_name(base.func.attr):
         base = base.func.value
-    out = next((k.value for k in base.keywords if k.arg == "out"), None) if isinstance(base, ast.Call) else None
+    out = _out_keyword(base) if isinstance(base, ast.Call) else None
     if out is not None:
         return out  # `torch.arange(n, out=w).mul_(s)` writes w
     root = base
@@ -255,6 +255,11 @@ def _inplace_call_target(node: ast.Call, func: ast.Attribute, dynamic: bool = Fa
     if isinstance(root, ast.Name) and root.id in _NAMESPACES and isinstance(base, (ast.Name, ast.Attribute)):
         return node.args[0] if node.args else None
     return base if _is_plain_reference(base, dynamic) else None
+
+
+def _out_keyword(call: ast.Call) -> ast.expr | None:
+    """What the call's ``out=`` argument writes, or None."""
+    return next((k.value for k in call.keywords if k.arg == "out"), None)
 
 
 def _call_written(stmt: ast.stmt, dynamic: bool = False) -> ast.expr | None:
@@ -268,7 +273,7 @@ def _call_written(stmt: ast.stmt, dynamic: bool = False) -> ast.expr | None:
         if node.args and any(k.arg == "inplace" and isinstance(k.value, ast.Constant) and k.value.value is True
                              for k in node.keywords):
             return node.args[0]  # `F.relu(x, inplace=True)` writes x
-        out = next((k.value for k in node.keywords if k.arg == "out"), None)
+        out = _out_keyword(node)
         if out is not None:
             return out  # `torch.mul(y, 2, out=y)` writes y
     return None

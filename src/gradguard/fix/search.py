@@ -36,7 +36,7 @@ import re
 from typing import Callable
 
 from ..core.facts import Facts
-from ..core.fixes import carried_reads, innermost, items_copied_before_loop, reads
+from ..core.fixes import assigned_names, carried_reads, innermost, items_copied_before_loop, reads
 from ..core.intents import FixIntent
 
 __all__ = ["general_repairs", "same_intent", "rebinds_a_lost_name"]
@@ -402,8 +402,6 @@ def _retain_candidates(finding: dict) -> list[list[FixIntent]]:
 
 def _read_before(statement: dict, end: int) -> bool:
     """Whether a name the statement binds (``(gx,) = torch.autograd.grad(...)``) is read before line ``end``."""
-    from ..core.fixes import assigned_names
-
     names = assigned_names(statement.get("code") or "")
     lines = linecache.getlines(statement.get("file") or "")[statement["line"]:end]
     return any(re.search(rf"\b{re.escape(name)}\b", text) for name in names for text in lines)

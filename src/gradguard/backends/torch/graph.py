@@ -617,11 +617,12 @@ def _holders(frames):
                 yield path, tensor, kind, frame
 
 
-def _class_statement(module: torch.nn.Module, lines) -> SourceLocation | None:
-    """The statement of a method of ``module``'s class that ``lines(def node)`` picks: the last in ``forward``
-    first, else the last. Read through the methods' code objects, which know their file even under ``exec``."""
+def _class_statement(owner: object, lines) -> SourceLocation | None:
+    """The statement of a method of ``owner``'s class (a module, or any object) that ``lines(def node)`` picks: the
+    last in ``forward`` first, else the last. Read through the methods' code objects, which know their file even
+    under ``exec``."""
     best = None
-    for cls in type(module).__mro__:
+    for cls in type(owner).__mro__:
         if cls.__module__.startswith("torch."):
             break
         for function in vars(cls).values():
@@ -698,19 +699,12 @@ def _read_back(path: str, kind: str, frames, made: SourceLocation | None) -> Sou
 
 
 def _made(path: str, kind: str, frame, frames, node, node_sites) -> tuple[SourceLocation | None, str | None]:
-    if kind == "module attribute":
-        found = _module_of(path, frames)
+    if kind in ("module attribute", "attribute"):
+        found = _module_of(path, frames) if kind == "module attribute" else _attribute_of(path, frame)
         if found is not None:  # the statement in a method of its class that assigns `self.<attribute>`
             binding = f"self.{found[1]}"
-            return _class_statement(found[0], lambda node: _assignments(node, binding)), binding
-    if kind == "attribute":  # `self.hidden[0]`: where the object's class assigns `self.hidden`, in any method
-        head, _, rest = path.partition(".")
-        attribute = rest.split("[", 1)[0]
-        owner = frame.f_locals.get(head) if attribute.isidentifier() else None
-        if owner is not None:
-            binding = f"self.{attribute}"
-            made = _class_statement(owner, lambda node: _assignments(node, binding))
-            if made is not None:
+            made = _class_statement(found[0], lambda node: _assignments(node, binding))
+            if made is not None or kind == "module attribute":
                 return made, binding
     if kind == "variable":
         code = frame.f_code
@@ -727,6 +721,14 @@ def _made(path: str, kind: str, frame, frames, node, node_sites) -> tuple[Source
             if made is not None and made.line >= code.co_firstlineno:
                 return made, bound
     return None, None
+
+
+def _attribute_of(path: str, frame) -> tuple[object, str] | None:
+    """``self.hidden[0]`` -> (the frame's ``self``, "hidden"): the object and the attribute the path reaches first."""
+    head, _, rest = path.partition(".")
+    attribute = rest.split("[", 1)[0]
+    owner = frame.f_locals.get(head) if attribute.isidentifier() else None
+    return (owner, attribute) if owner is not None else None
 
 
 def _is_alias(made: SourceLocation | None) -> bool:
