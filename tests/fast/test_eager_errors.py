@@ -210,6 +210,26 @@ def test_view_created_under_no_grad():
     assert "move `first.clamp_(min=0)` into the same `with torch.no_grad():` block" in finding.suggestion
 
 
+def test_view_created_under_no_grad_read_after_its_base_was_written():
+    w = torch.randn(3, 4, requires_grad=True)
+
+    def snapshot_then_update():
+        x = w * 2
+        with torch.no_grad():
+            first = x[0]
+        x.mul_(3)
+        return (first * w[0]).sum()
+
+    finding = _raised(gradguard.InplaceModificationError, snapshot_then_update).finding
+    assert finding.kind == "view_inplace" and finding.rule == "no_grad_view_inplace"
+    assert finding.tensor.name == "first" and finding.tensor.role == "view" and finding.tensor.shape == (4,)
+    assert "that tensor was written in place since, with grad mode on, and `return (first * w[0]).sum()` uses " \
+        "`first`" in finding.explanation
+    assert finding.suggestion.startswith("If `first` is meant as a separate value, make it a copy: "
+                                         "`first = x[0].clone()`")
+    assert [(x.action, x.target) for x in finding.fixes] == [("clone_assignment", "first")]
+
+
 def test_backward_twice_through_carried_state_names_the_state():
     cell = torch.nn.RNNCell(2, 3)
     inputs = torch.randn(3, 1, 2)

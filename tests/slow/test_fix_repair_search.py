@@ -432,3 +432,30 @@ def test_a_state_kept_in_a_dict_is_detached_where_the_next_step_feeds_it_back(tm
     assert run.returncode == 0, run.stderr
     assert '    state["h"] = rnn(torch.randn(2, 4), state["h"].detach())\n' in edited
     _runs_clean(tmp_path)
+
+
+# A snapshot taken under no_grad as a view (`first = x[0]`), its base then written with grad mode on: PyTorch refuses
+# at the first read of the view, not at the write; the copy is made where the view was.
+NO_GRAD_SNAPSHOT = """
+    import torch
+
+    torch.manual_seed(0)
+    w = torch.randn(3, 4, requires_grad=True)
+    x = w * 2
+    with torch.no_grad():
+        first = x[0]
+    x.mul_(3)
+    loss = (first * w[0]).sum() + x.sum()
+    loss.backward()
+    print("ok", round(w.grad.sum().item(), 4))
+"""
+
+
+# exhaustive: tests/fast/test_eager_errors.py::test_view_created_under_no_grad_read_after_its_base_was_written
+# derives this repair (the clone_assignment intent at the view's line)
+@pytest.mark.exhaustive
+def test_a_no_grad_view_read_after_its_base_was_written_is_made_a_copy(tmp_path):
+    run, edited = _fix(tmp_path, NO_GRAD_SNAPSHOT)
+    assert run.returncode == 0, run.stderr
+    assert "    first = x[0].clone()\n" in edited
+    _runs_clean(tmp_path)

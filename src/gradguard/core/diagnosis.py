@@ -632,7 +632,8 @@ RULES: tuple[Rule, ...] = (
     Rule("detach_view_inplace", E.check("detach_view"), E.cut_in_place_rule),
     Rule("requires_grad_of_non_leaf", E.check("requires_grad_flag"), E.cut_in_place_rule),
     Rule("multi_output_view_inplace", E.check("multi_output_view"), E.multi_view_rule),
-    Rule("no_grad_view_inplace", E.check("no_grad_view"), E.no_grad_view_rule),
+    Rule("no_grad_view_inplace", lambda f: True if f.facts.eager_check in ("no_grad_view", "no_grad_view_base")
+         else None, E.no_grad_view_rule),
     Rule("custom_function_view_inplace", E.check("custom_function_view"), E.function_view_rule),
     Rule("carried_state_backward_twice", lambda f: f.facts.carried, E.carried_rule),
     Rule("same_loss_backward_twice", lambda f: f.facts.same_loss, E.same_loss_rule),

@@ -306,13 +306,20 @@ def no_grad_view_rule(f: Finding, _: object) -> Verdict:
     where = f" (line {made.line})" if made is not None else ""
     fix = (f"If `{name}` is meant as a separate value, make it a copy: `{copy}`{where}." if copy else
            f"If `{name}` is meant as a separate value, make it a copy with `.clone()` where it is created.")
-    fix += (f" If the write should change the original without being tracked, move `{code}` into the same "
-            f"`with torch.no_grad():` block; if it should be tracked, create the view outside no_grad.")
+    if f.facts.eager_check == "no_grad_view_base":  # the base was written; the view is only read here
+        why = (f"`{name}` is a view created under torch.no_grad(){where} of a tensor that requires grad; that tensor "
+               f"was written in place since, with grad mode on, and `{code}` uses `{name}`: autograd cannot tell "
+               f"whether the view should see the tracked write, so it refuses.")
+        fix += (f" If `{name}` should follow the write without being tracked, make it with `.detach()` instead; if "
+                f"it should be tracked, create the view outside no_grad.")
+    else:
+        why = (f"`{name}` is a view created under torch.no_grad(){where} of a tensor that requires grad, and `{code}` "
+               f"writes it with grad mode on: autograd cannot tell whether the write should be tracked, so it "
+               f"refuses.")
+        fix += (f" If the write should change the original without being tracked, move `{code}` into the same "
+                f"`with torch.no_grad():` block; if it should be tracked, create the view outside no_grad.")
     return Verdict(
-        "no_grad_view_inplace",
-        f"`{name}` is a view created under torch.no_grad(){where} of a tensor that requires grad, and `{code}` "
-        f"writes it with grad mode on: autograd cannot tell whether the write should be tracked, so it refuses.",
-        fix,
+        "no_grad_view_inplace", why, fix,
         [FixIntent("clone_assignment", made.file, made.line, target=name,
                    reason=f"`{name}` becomes a copy, which the write may change")] if copy and made is not None else [],
         _created_at(f),

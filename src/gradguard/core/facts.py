@@ -117,7 +117,8 @@ class Facts:
     world_size: int | None = _UNSET  # the torchrun world size: integrations/distributed.py tag_findings
     verified_fix: str | None = _UNSET  # the unified diff a re-run verified: `gradguard fix --html` (fix/cli.py)
     # -- rule inputs (NOTE [Rule inputs]): torch's eager enrichment (backends/torch/eager.py) --
-    # the eager check PyTorch failed: "leaf", "view_of_leaf", "multi_output_view", "no_grad_view",
+    # the eager check PyTorch failed: "leaf", "view_of_leaf", "multi_output_view", "no_grad_view" (or
+    # "no_grad_view_base": its base written, the view read),
     # "custom_function_view", "backward_twice" (diagnose() runs the rows for a finding that has one)
     eager_check: str | None = field(default=None, metadata=_INPUT)
     written: str | None = field(default=None, metadata=_INPUT)  # the expression the failing line writes ("w[0]")

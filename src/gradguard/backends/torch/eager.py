@@ -38,6 +38,7 @@ _VIEW_OF_LEAF = "a view of a leaf Variable that requires grad is being used in a
 _MULTI_VIEW = re.compile(r"Output \d+ of (\w+) is a view and is being modified inplace\. This view is the output "
                          r"of a function that returns multiple views")
 _NO_GRAD_VIEW = "A view was created in no_grad mode and is being modified inplace with grad mode enabled"
+_NO_GRAD_VIEW_BASE = "A view was created in no_grad mode and its base or another view of its base has been modified"
 _FUNCTION_VIEW = re.compile(r"Output \d+ of (\w+) is a view and is being modified inplace\. This view was created "
                             r"inside a custom Function")
 _BACKWARD_TWICE = "Trying to backward through the graph a second time"
@@ -49,6 +50,8 @@ _FLAG_OF_NON_LEAF = "you can only change requires_grad flags of leaf variables"
 def _describe(tensor, expression: str | None) -> TensorInfo:
     if not isinstance(tensor, torch.Tensor):
         return TensorInfo(shape=(), dtype="?", name=expression, role="tensor")
+    if _stale_no_grad_view(tensor):  # autograd refuses its grad_fn (and is_leaf): nothing more to ask
+        return tensor_info(tensor, expression, "view", producer=None)
     name, role = name_tensor(tensor)
     if role is None:
         role = "leaf" if tensor.is_leaf else ("view" if tensor._is_view() else "activation")
@@ -73,6 +76,7 @@ def enrich_eager_error(error: BaseException, session=None) -> GradientHazardErro
             (lambda m: _LEAF in m, "leaf_inplace", "leaf"),
             (_MULTI_VIEW.search, "view_inplace", "multi_output_view"),
             (lambda m: _NO_GRAD_VIEW in m, "view_inplace", "no_grad_view"),
+            (lambda m: _NO_GRAD_VIEW_BASE in m, "view_inplace", "no_grad_view_base"),
             (_FUNCTION_VIEW.search, "view_inplace", "custom_function_view"),
             (lambda m: _OUT_ARGUMENT in m, "out_argument", "out_argument"),
             (lambda m: _DETACH_VIEW in m, "view_inplace", "detach_view"),
@@ -181,19 +185,35 @@ def _written(filename: str, line: int, frame) -> str | None:
 
 
 def _view_named_by_error(error: BaseException, filename: str, line: int, frame) -> str | None:
-    """The variable on the line whose tensor is the view PyTorch's message names ("Output 1 of SplitWithSizesBackward0
-    is a view ..."), for a write inside a call (``self.relu(x)``); None unless exactly one matches."""
+    """The variable on the line whose tensor is the view PyTorch's message names: "Output 1 of SplitWithSizesBackward0
+    is a view ..." for a write inside a call (``self.relu(x)``), or the view made under no_grad whose base was written
+    since, which the line reads; None unless exactly one matches."""
     match = _MULTI_VIEW.search(str(error))
-    stmt = statement_at(filename, line) if match else None
+    stmt = statement_at(filename, line) if match or _NO_GRAD_VIEW_BASE in str(error) else None
     if stmt is None:
         return None
     found = []
     for name in dict.fromkeys(n.id for n in ast.walk(stmt) if isinstance(n, ast.Name)):
         value = frame.f_locals.get(name, frame.f_globals.get(name))
-        grad_fn = value.grad_fn if isinstance(value, torch.Tensor) else None
-        if grad_fn is not None and grad_fn.name() in (match.group(1), match.group(1) + "Backward0"):
+        if isinstance(value, torch.Tensor) and (_grad_fn_named(value, match.group(1)) if match else
+                                                _stale_no_grad_view(value)):
             found.append(name)
     return found[0] if len(found) == 1 else None
+
+
+def _grad_fn_named(tensor: torch.Tensor, op: str) -> bool:
+    return tensor.grad_fn is not None and tensor.grad_fn.name() in (op, op + "Backward0")
+
+
+def _stale_no_grad_view(tensor: torch.Tensor) -> bool:
+    """A view made under no_grad whose base was written with grad mode on: autograd refuses its grad_fn."""
+    if not tensor._is_view():
+        return False
+    try:
+        tensor.grad_fn
+    except RuntimeError as refused:
+        return _NO_GRAD_VIEW_BASE in str(refused)
+    return False
 
 
 def _refused_write(kind: str, check: str, site: _Site, match) -> Finding:
