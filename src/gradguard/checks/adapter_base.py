@@ -20,7 +20,6 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .._errors import InvalidArgument
 
 __all__ = ["Linearization", "AdapterBase", "VjpAdapter", "FLOAT_EPS", "OpRaised"]
 
@@ -419,18 +418,14 @@ class VjpAdapter(AdapterBase):
     def run_graph(self, fn: Callable, fed: Sequence[Any], kwargs: dict) -> list[tuple[str, Any]]:
         """Differentiable outputs of ``fn(*fed)``, fed exactly as given; differentiated in the producer's output."""
         chain = self._chain
-        k = next((j for j, a in enumerate(fed) if a is chain.get("y")), None)
-        if k is None:
-            raise InvalidArgument("run_graph: the producer's output is not among fn's arguments")
+        k = next(j for j, a in enumerate(fed) if a is chain["y"])  # call_producer's output, fed by the audit
         seen: dict[str, Any] = {}
         chain["op"] = self._vjp(self._closure(fn, fed, kwargs, [k], seen), [fed[k]])[1]
         chain["outs"] = seen["diff"]
         return seen["diff"]
 
     def grad_of(self, outputs: list, leaf: Any, cot_tensors: list) -> np.ndarray:
-        chain = self._chain
-        if chain.get("leaf") is not leaf or "op" not in chain:
-            raise InvalidArgument("grad_of: call_producer and run_graph must run first, for this leaf")
+        chain = self._chain  # call_producer's and run_graph's, for this leaf (``audit._grad_through``)
         (g_y,) = chain["op"](tuple(self._chained_cotangents(chain["outs"], outputs, cot_tensors)))
         g = chain["producer"](g_y)
         g = g[0] if isinstance(g, (tuple, list)) else g

@@ -196,14 +196,16 @@ def _snapshot(B, fed) -> dict[int, tuple[int, int]]:
     return {i: (B.version(t), B.fingerprint(t)) for i, t in enumerate(fed) if B.is_tensor(t)}
 
 
-def _diff(before, after, phase, names, B, fed, regime) -> list[Failure]:
+def _diff(op: Subject, fed, before, after, phase) -> list[Failure]:
+    names = op.names
     found = []
     for i, (ver0, fp0) in before.items():
         ver1, fp1 = after[i]
         if ver1 == ver0 and fp1 != fp0:
             found.append(Failure(
-                check="mutation.silent_input_write", regime=regime, input=names[i],
-                message=f"the op's {phase} changed the bytes of input {names[i]} ({B.describe(fed[i])}) without bumping its version ({ver0})",
+                check="mutation.silent_input_write", regime="given", input=names[i],
+                message=f"the op's {phase} changed the bytes of input {names[i]} ({op.B.describe(fed[i])}) without "
+                        f"bumping its version ({ver0})",
                 why="PyTorch cannot see this write: any earlier op that saved this tensor for its backward "
                 "(exp, sigmoid, softmax, relu, tanh... save their outputs) now computes wrong gradients "
                 "silently. Typical cause: a Triton/CUDA kernel that stores results (often gradients) into "
@@ -213,7 +215,7 @@ def _diff(before, after, phase, names, B, fed, regime) -> list[Failure]:
                 "kernel so PyTorch raises instead of computing wrong gradients."))
         elif ver1 != ver0:
             found.append(Failure(
-                check="mutation.input_write", regime=regime, input=names[i], severity="warning",
+                check="mutation.input_write", regime="given", input=names[i], severity="warning",
                 message=f"the op's {phase} wrote input {names[i]} in place (version {ver0} -> {ver1})",
                 why="a declared in-place write: PyTorch will raise if a saved tensor was overwritten, so this is "
                 "safe but callers must not reuse the input's old values.",
@@ -221,21 +223,21 @@ def _diff(before, after, phase, names, B, fed, regime) -> list[Failure]:
     return found
 
 
-def audit_mutation(B, fn, args: Sequence[Any], kwargs: dict, wrt: Sequence[int], names: Sequence[str],
-                   cotangent: Sequence[np.ndarray], regime: str = "given") -> tuple[list[Failure], list[CheckResult]]:
+def audit_mutation(op: Subject, cotangent: Sequence[np.ndarray]) -> tuple[list[Failure], list[CheckResult]]:
+    B, regime = op.B, "given"
     findings: list[Failure] = []
-    fed, leaves = B.prepare(args, wrt)
+    fed, leaves = B.prepare(op.args, op.wrt)
     before = _snapshot(B, fed)
-    lin = B.linearize(fn, args, kwargs, wrt, prepared=(fed, leaves))
+    lin = B.linearize(op.fn, op.args, op.kwargs, op.wrt, prepared=(fed, leaves))
     after_fwd = _snapshot(B, fed)
-    findings += _diff(before, after_fwd, "forward", names, B, fed, regime)
-    findings += _alias_failures(B, lin, fed, names, regime)
+    findings += _diff(op, fed, before, after_fwd, "forward")
+    findings += _alias_failures(op, lin, fed)
     checks = [CheckResult("aliasing.output_aliases_input", regime,
                           "fail" if any(f.check.startswith("aliasing") for f in findings) else "pass")]
     cots = lin.cotangent_tensors(cotangent)
     cot_fp = [B.fingerprint(c) for c in cots]
     g1 = [B.to_numpy(g) for g in B.vjp_tensors(lin, cots)]
-    findings += _diff(after_fwd, _snapshot(B, fed), "backward", names, B, fed, regime)
+    findings += _diff(op, fed, after_fwd, _snapshot(B, fed), "backward")
     findings += [Failure(
         check="mutation.grad_output_write", regime=regime, input=lin.out_names[k],
         message=f"backward wrote into the upstream gradient of {lin.out_names[k]} ({B.describe(c)})",
@@ -243,15 +245,16 @@ def audit_mutation(B, fn, args: Sequence[Any], kwargs: dict, wrt: Sequence[int],
         "used twice); writing into it corrupts the other branches' gradients.",
         fix="compute into a new tensor (grad_output * x instead of grad_output.mul_(x)).")
         for k, (c, fp) in enumerate(zip(cots, cot_fp)) if B.fingerprint(c) != fp]
-    findings += _repeat_failures(B, lin, cotangent, g1, names, wrt, regime)
+    findings += _repeat_failures(op, lin, cotangent, g1)
     failed = {f.check for f in findings if f.severity == "failure"}
     checks += [CheckResult(name, regime, "fail" if name in failed else "pass") for name in
                ("mutation.silent_input_write", "mutation.grad_output_write", "mutation.backward_not_repeatable")]
     return findings, checks
 
 
-def _alias_failures(B, lin, fed, names, regime) -> list[Failure]:
+def _alias_failures(op: Subject, lin, fed) -> list[Failure]:
     """Outputs that share memory with an input without autograd knowing they are views."""
+    B, names = op.B, op.names
     found = []
     spans = {i: B.memory_span(t) for i, t in enumerate(fed) if B.is_tensor(t)}
     for out_name, out in lin.all_outputs:
@@ -262,7 +265,7 @@ def _alias_failures(B, lin, fed, names, regime) -> list[Failure]:
             if s is None or not (span[0] < s[1] and s[0] < span[1]) or B.autograd_view_of(out, fed[i]):
                 continue
             found.append(Failure(
-                check="aliasing.output_aliases_input", regime=regime, input=names[i],
+                check="aliasing.output_aliases_input", regime="given", input=names[i],
                 message=f"{out_name} ({B.describe(out)}) shares memory with input {names[i]}, and autograd does not know it is a view",
                 why="writes to the output silently change the input (and vice versa); autograd's view "
                 "tracking and version checks do not cover this alias.",
@@ -275,7 +278,7 @@ def _max_abs(a: np.ndarray) -> float:
     return float(np.max(np.abs(a[np.isfinite(a)]), initial=0.0))
 
 
-def _repeat_failures(B, lin, cotangent, g1, names, wrt, regime) -> list[Failure]:
+def _repeat_failures(op: Subject, lin, cotangent, g1) -> list[Failure]:
     """A second backward with the same upstream gradient must succeed and agree with the first (``g1``)."""
     found = []
     try:
@@ -283,18 +286,18 @@ def _repeat_failures(B, lin, cotangent, g1, names, wrt, regime) -> list[Failure]
     except Exception as exc:  # e.g. PyTorch's own "modified by an inplace operation" on the second backward
         g2 = []
         found.append(Failure(
-            check="mutation.backward_not_repeatable", regime=regime,
+            check="mutation.backward_not_repeatable", regime="given",
             message=f"a second backward through the same graph (retain_graph=True) raised {type(exc).__name__}: {str(exc)[:300]}",
             why="backward changed a tensor it saved (an in-place op on ctx.saved_tensors), so the graph cannot "
             "be differentiated twice (double backward, gradient penalties, retain_graph loops).",
             fix="keep saved tensors read-only in backward: compute into new tensors instead of in place."))
     for i, (a, b) in enumerate(zip(g1, g2)):
-        eps = B.eps(B.dtype_name(lin.leaves[i]))
+        eps = op.B.eps(op.B.dtype_name(lin.leaves[i]))
         m = compare(b, a, TOLERANCES["mutation.backward_not_repeatable"].of(eps) * _max_abs(a))
         if not m.ok:
-            name = names[wrt[i]]
+            name = op.names[op.wrt[i]]
             found.append(Failure(
-                check="mutation.backward_not_repeatable", regime=regime, input=name,
+                check="mutation.backward_not_repeatable", regime="given", input=name,
                 message=f"a second backward with the same upstream gradient (retain_graph=True) gives a different gradient for {name}",
                 max_abs_err=m.max_abs, max_rel_err=m.max_rel,
                 where=f"{name}{list(m.index or ())}: first backward {m.expected:.6g}, second {m.got:.6g}",
@@ -305,12 +308,13 @@ def _repeat_failures(B, lin, cotangent, g1, names, wrt, regime) -> list[Failure]
     return found
 
 
-def _grad_through(B, fn, args, kwargs, i, producer, isolate, cotangent, out_names):
-    leaf, y = B.call_producer(producer, args[i], isolate)
-    fed = [B.clone(a) if B.is_tensor(a) else a for a in args]
+def _grad_through(op: Subject, i, producer, isolate, cotangent, out_names):
+    B = op.B
+    leaf, y = B.call_producer(producer, op.args[i], isolate)
+    fed = [B.clone(a) if B.is_tensor(a) else a for a in op.args]
     fed[i] = y
     y_version, y_fp = B.version(y), B.fingerprint(y)
-    outs = dict(B.run_graph(fn, fed, kwargs))
+    outs = dict(B.run_graph(op.fn, fed, op.kwargs))
     chosen = [outs[n] for n in out_names if n in outs]
     cots = [B.from_numpy(c, o) for c, o in zip(cotangent, chosen)]
     silent = B.version(y) == y_version and B.fingerprint(y) != y_fp
@@ -321,22 +325,22 @@ def _grad_through(B, fn, args, kwargs, i, producer, isolate, cotangent, out_name
     return grad, silent, untouched
 
 
-def audit_composition(B, fn, args: Sequence[Any], kwargs: dict, wrt: Sequence[int], names: Sequence[str],
-                      cotangent: Sequence[np.ndarray], out_names: Sequence[str], notes: list[str],
-                      regime: str = "given") -> tuple[list[Failure], list[CheckResult]]:
+def audit_composition(op: Subject, base: Run, notes: list[str]) -> tuple[list[Failure], list[CheckResult]]:
+    B, args, names, regime = op.B, op.args, op.names, "given"
+    cotangent, out_names = base.U[0], base.lin_d.out_names
     findings: list[Failure] = []
     checks: list[CheckResult] = []
     for pname, producer in B.producers().items():
         check = f"composition.{pname}"
         status = "pass"
-        for i in wrt:
+        for i in op.wrt:
             if B.numel(args[i]) == 0:
                 continue
             try:
-                g_direct, silent, untouched = _grad_through(B, fn, args, kwargs, i, producer, False, cotangent, out_names)
+                g_direct, silent, untouched = _grad_through(op, i, producer, False, cotangent, out_names)
                 if untouched:
                     continue
-                g_ref, _, _ = _grad_through(B, fn, args, kwargs, i, producer, True, cotangent, out_names)
+                g_ref, _, _ = _grad_through(op, i, producer, True, cotangent, out_names)
             except Exception as exc:  # the op may reject the producer's value range (e.g. relu's zeros)
                 notes.append(f"{check} on {names[i]} skipped: fn raised {type(exc).__name__}: {exc}")
                 continue
@@ -467,7 +471,7 @@ class _Audit:
         """What fn does to memory and to its producers: mutation, aliasing, framework checks, opcheck, composition."""
         op, out = self.op, self.out
         if "mutation" in groups or "aliasing" in groups:
-            found, checks = audit_mutation(op.B, op.fn, op.args, op.kwargs, op.wrt, op.names, base.U[0])
+            found, checks = audit_mutation(op, base.U[0])
             keep = lambda c: c.split(".")[0] in groups
             out.findings += [f for f in found if keep(f.check)]
             out.checks += [c for c in checks if keep(c.check)]
@@ -481,15 +485,14 @@ class _Audit:
             from .torch_ops import audit_opcheck, is_library_op
 
             if is_library_op(op.fn):
-                found, checks, notes = audit_opcheck(op.B, op.fn, op.args, op.kwargs, op.wrt)
+                found, checks, notes = audit_opcheck(op)
                 if any(f.check == "opcheck.schema" for f in found):
                     # the write bumped the version, but the schema calls the input read-only: not "declared"
                     out.findings = [f for f in out.findings if f.check != "mutation.input_write"]
                 out.add(found, checks, notes)
 
         if "composition" in groups:
-            out.add(*audit_composition(op.B, op.fn, op.args, op.kwargs, op.wrt, op.names, base.U[0],
-                                       base.lin_d.out_names, out.notes))
+            out.add(*audit_composition(op, base, out.notes))
 
     def _report(self, t0: float) -> OpReport:
         op, B = self.op, self.op.B

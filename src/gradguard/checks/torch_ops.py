@@ -212,10 +212,12 @@ def is_library_op(fn: Any) -> bool:
     return isinstance(fn, (CustomOpDef, torch._ops.OpOverload, torch._ops.OpOverloadPacket))
 
 
-def audit_opcheck(B, fn, args: Sequence[Any], kwargs: dict, wrt: Sequence[int]) -> tuple[list[Failure], list[CheckResult], list[str]]:
-    fed, _ = B.prepare(args, wrt)
+def audit_opcheck(op) -> tuple[list[Failure], list[CheckResult], list[str]]:
+    """``torch.library.opcheck`` on the op under audit (a ``runs.Subject``): NOTE [opcheck]."""
+    fed, _ = op.B.prepare(op.args, op.wrt)
     try:
-        results = torch.library.opcheck(fn, tuple(fed), dict(kwargs), test_utils=OPCHECK_TESTS, raise_exception=False)
+        results = torch.library.opcheck(op.fn, tuple(fed), dict(op.kwargs), test_utils=OPCHECK_TESTS,
+                                        raise_exception=False)
     except Exception as exc:  # opcheck itself could not run (e.g. an op torch.library cannot introspect)
         return [], [CheckResult("opcheck", "given", "skip", f"torch.library.opcheck could not run: {type(exc).__name__}")], [
             f"torch.library.opcheck could not run on this op ({type(exc).__name__}: {str(exc)[:160]}); schema and fake-tensor checks skipped"]
