@@ -48,10 +48,9 @@ class NumericalCheck(Check):
         use64 = run.lin_64 is not None
         fd = Differences(op.B, op.fn, op.kwargs, op.wrt, run.U, op.to64(s.args) if use64 else list(s.args),
                          run.lin_64 if use64 else run.lin_d, dt, op.opts)
-        ok = True
-        for i in range(len(fd.xs)):
-            ok = self._input(fd, i, run.g_64 if use64 else run.g_d, run, regime, s.fail, s.g_r64, dt) and ok
-        s.record("gradient.numerical", ok)
+        G_all = run.g_64 if use64 else run.g_d  # every input is judged (a list: ``all`` would stop at the first)
+        s.record("gradient.numerical", all([self._input(fd, i, G_all, run, regime, s.fail, s.g_r64, dt)
+                                            for i in range(len(fd.xs))]))
 
     def _input(self, fd: Differences, i: int, G_all, run: Run, regime, fail, g_r64, dt: str) -> bool:
         """``gradient.numerical`` for input ``wrt[i]``: whether it passes (failing, it adds the failure)."""
@@ -373,11 +372,8 @@ class GradientReference(Check):
         """``gradient.reference``, taken out of the run's checks and failures (to be listed after gradient.numerical)."""
         run = s.run
         marks = len(run.checks), len(run.failures)
-        if self.op.reference is not None:
-            ok = True
-            for i in range(len(self.op.wrt)):
-                ok = self._input(s, i) and ok
-            s.record("gradient.reference", ok)
+        if self.op.reference is not None:  # every input is judged (a list: ``all`` would stop at the first)
+            s.record("gradient.reference", all([self._input(s, i) for i in range(len(self.op.wrt))]))
         against_ref = run.checks[marks[0]:], run.failures[marks[1]:]
         del run.checks[marks[0]:], run.failures[marks[1]:]
         return against_ref
