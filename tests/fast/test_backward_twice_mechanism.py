@@ -201,3 +201,73 @@ def test_a_tuple_state_on_a_plain_object_is_made_where_its_class_assigns_it_and_
     inserted = [x for x in finding.fixes if x.action == "insert_after"]
     assert [(x.line, x.detail["code"]) for x in inserted] == [
         (made, "self.hidden = tuple(h.detach() for h in self.hidden)")]
+
+
+MEMORY_BANK = '''\
+import collections
+import torch
+import torch.nn as nn
+
+enc = nn.Linear(4, 4)
+opt = torch.optim.SGD(enc.parameters(), lr=0.1)
+bank = collections.deque(maxlen=3)
+
+
+def remember(z):
+    bank.append(z)
+
+
+for step in range(3):
+    z = enc(torch.randn(2, 4))
+    remember(z)
+    loss = (z - torch.stack(list(bank)).mean(0)).pow(2).mean() + z.pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+'''
+
+
+def test_an_item_of_a_deque_kept_across_steps_is_detached_where_it_enters(tmp_path):
+    finding, lines = _finding(tmp_path, MEMORY_BANK)
+    assert finding.rule == "freed_graph_reused"
+    assert finding.tensor.name == "bank[0]"  # a deque's items are walked as a list's are
+    enters = _line(lines, "bank.append(z)")
+    assert f"detach each where it enters: `bank.append(z.detach())` (line {enters})" in finding.suggestion
+    assert [(f.action, f.line, f.target, f.detail, f.preferred) for f in finding.fixes] == [
+        ("detach_argument", enters, "z", {"call": "bank.append"}, True)]
+
+
+LAZY_CACHE = '''\
+import torch
+import torch.nn as nn
+
+
+class Head(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+        self.anchor = nn.Parameter(torch.randn(1, 4))
+        self._cache = None
+
+    def forward(self, x):
+        if self._cache is None:
+            self._cache = self.proj(self.anchor)
+        return x @ self._cache.t()
+
+
+head = Head()
+for step in range(2):
+    loss = head(torch.randn(2, 4)).pow(2).mean()
+    loss.backward()
+'''
+
+
+def test_state_made_only_while_a_test_of_it_holds_is_made_every_time_as_an_alternative(tmp_path):
+    finding, lines = _finding(tmp_path, LAZY_CACHE)
+    assert finding.rule == "freed_graph_reused"
+    guard = _line(lines, "if self._cache is None:")
+    assert (f"It is made only while `self._cache is None` (line {guard + 1} under line {guard}), then kept"
+            in finding.suggestion)
+    assert [(f.action, f.line, f.preferred) for f in finding.fixes] == [
+        ("detach_assignment", guard + 1, True), ("run_unconditionally", guard, False)]
+    assert finding.fixes[1].detail == {"test": "self._cache is None"}

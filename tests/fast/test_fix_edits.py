@@ -206,3 +206,15 @@ def test_a_write_through_out_is_made_an_assignment_or_a_copy_under_no_grad():
         "with torch.no_grad():\n    w.copy_(torch.arange(n)).mul_(pi)\n")
     with pytest.raises(EditNotApplicable, match="no `out=` argument"):
         edit("w.mul_(pi)\n", "wrap_no_grad", 1, out="copy")
+
+
+def test_run_unconditionally_replaces_the_if_by_its_body():
+    source = ("def forward(self, x):\n    # cache\n    if self.cache is None:\n        # made once\n"
+              "        self.cache = self.proj(self.anchor)\n    return x @ self.cache\n")
+    assert edit(source, "run_unconditionally", 3, "self.cache", test="self.cache is None") == (
+        "def forward(self, x):\n    # cache\n    # made once\n    self.cache = self.proj(self.anchor)\n"
+        "    return x @ self.cache\n")
+    with pytest.raises(EditNotApplicable, match="tests `self.cache is None`, not `self.other is None`"):
+        edit(source, "run_unconditionally", 3, "self.cache", test="self.other is None")
+    with pytest.raises(EditNotApplicable, match="no `if` without an else"):
+        edit("if a:\n    b = 1\nelse:\n    b = 2\n", "run_unconditionally", 1, "b")

@@ -104,6 +104,23 @@ def test_candidates_come_from_the_write_and_the_save_whatever_the_rule(tmp_path)
     assert all(r[0].action != "clone_assignment" for r in general_repairs(finding, {}, lambda path: True))
 
 
+def test_an_output_saved_by_its_op_is_copied_where_it_is_bound_whatever_the_write_calls_it(tmp_path):
+    """The write reaches the saved output by another name (`out[0][...]` of a returned tuple): the copy goes on the
+    assignment that binds the op's output at the save point."""
+    from gradguard.fix.search import general_repairs
+
+    script = tmp_path / "s.py"
+    script.write_text("import torch\n\ndef enc(x):\n    h = torch.tanh(x)\n    return (h, x)\n\n"
+                      "out = enc(torch.ones(3, requires_grad=True))\nout[0][0] = 1.0\n")
+    file = str(script)
+    finding = {"kind": "inplace_modification", "rule": "index_assignment", "tensor": {"name": "out[0]"},
+               "saved_at": {"file": file, "line": 4, "argument": "result"},
+               "modified_at": [{"file": file, "line": 8, "category": "index_assign"}]}
+    repairs = general_repairs(finding, {}, lambda path: True)
+    assert [(r[0].action, r[0].line, r[0].target) for r in repairs if r[0].line == 4] == [
+        ("clone_assignment", 4, "h"), ("clone_expression", 4, "x")]
+
+
 def test_a_written_element_of_a_container_is_rebound_then_left_standing_then_cloned_element_first(tmp_path):
     """NOTE [An in-place call whose receiver cannot be rebound]: ``hs[0]`` may be a list's element (rebound), a
     tuple's (the call stands where it is) or a tensor's row (a clone of ``hs`` before the write): the candidates

@@ -459,3 +459,110 @@ def test_a_no_grad_view_read_after_its_base_was_written_is_made_a_copy(tmp_path)
     assert run.returncode == 0, run.stderr
     assert "    first = x[0].clone()\n" in edited
     _runs_clean(tmp_path)
+
+
+# A memory bank filled by a helper (`bank.append(z)`), read by every later loss: each stored item still holds the
+# graph of the step that made it. The detach goes where items enter the bank, which keeps this step's own path.
+MEMORY_BANK = """
+    import torch
+    import torch.nn as nn
+
+    torch.manual_seed(0)
+    enc = nn.Linear(4, 4)
+    opt = torch.optim.SGD(enc.parameters(), lr=0.1)
+    bank = []
+
+    def remember(z):
+        bank.append(z)
+
+    for step in range(3):
+        z = enc(torch.randn(2, 4))
+        remember(z)
+        loss = (z - torch.stack(bank).mean(0)).pow(2).mean() + z.pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    print("ok", round(enc.weight.sum().item(), 5))
+"""
+
+
+def test_an_item_kept_in_a_memory_bank_is_detached_where_it_enters_the_bank(tmp_path):
+    run, edited = _fix(tmp_path, MEMORY_BANK)
+    assert run.returncode == 0, run.stderr
+    assert "    bank.append(z.detach())\n" in edited
+    _runs_clean(tmp_path)
+
+
+# A projection of a parameter cached on the first call (`if self._cache is None:`): the next step backpropagates
+# into the first step's freed graph. Detaching the cache would stop `proj` and `anchor` from learning (verification
+# refuses it); the cache made in every call is the repair.
+LAZY_CACHE = """
+    import torch
+    import torch.nn as nn
+
+    class Head(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = nn.Linear(4, 4)
+            self.anchor = nn.Parameter(torch.randn(1, 4))
+            self._cache = None
+
+        def forward(self, x):
+            if self._cache is None:
+                self._cache = self.proj(self.anchor)
+            return x @ self._cache.t()
+
+    torch.manual_seed(0)
+    head = Head()
+    opt = torch.optim.SGD(head.parameters(), lr=0.1)
+    for step in range(3):
+        loss = head(torch.randn(2, 4)).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    print("ok", round(head.proj.weight.sum().item(), 5))
+"""
+
+
+# exhaustive: tests/fast/test_backward_twice_mechanism.py::
+# test_state_made_only_while_a_test_of_it_holds_is_made_every_time_as_an_alternative derives the intent and
+# tests/fast/test_fix_edits.py::test_run_unconditionally_replaces_the_if_by_its_body the edit
+@pytest.mark.exhaustive
+def test_a_cache_made_once_from_trained_parameters_is_made_in_every_call(tmp_path):
+    run, edited = _fix(tmp_path, LAZY_CACHE)
+    assert run.returncode == 0, run.stderr
+    assert "if self._cache is None" not in edited
+    assert "\n        self._cache = self.proj(self.anchor)\n        return x @ self._cache.t()\n" in edited
+    _runs_clean(tmp_path)
+
+
+# fairseq's encoder output: the tanh output (saved as its result) is returned in a tuple and written column by
+# column as `encoder_out[0][:, :, j]` in the decoder; a tuple has no clone, so the copy goes where tanh's output is
+# bound.
+TUPLE_OUTPUT = """
+    import torch
+    import torch.nn as nn
+
+    torch.manual_seed(0)
+    proj = nn.Linear(4, 6)
+
+    def encode(x):
+        h = torch.tanh(proj(x))
+        return (h, x.new_zeros(x.shape[:2]))
+
+    encoder_out = encode(torch.randn(2, 5, 4))
+    for j in range(6):
+        encoder_out[0][:, :, j] = encoder_out[0][:, :, j] * 0.5
+    encoder_out[0].sum().backward()
+    print("ok", round(proj.weight.grad.sum().item(), 5))
+"""
+
+
+# exhaustive: tests/fast/test_repair_search.py::
+# test_an_output_saved_by_its_op_is_copied_where_it_is_bound_whatever_the_write_calls_it derives this repair
+@pytest.mark.exhaustive
+def test_an_output_written_through_a_tuple_is_copied_where_its_op_binds_it(tmp_path):
+    run, edited = _fix(tmp_path, TUPLE_OUTPUT)
+    assert run.returncode == 0, run.stderr
+    assert "    h = torch.tanh(proj(x)).clone()\n" in edited
+    _runs_clean(tmp_path)

@@ -17,7 +17,7 @@ from .findings import Finding, SourceLocation
 from .fixes import assigned_names, items_copied_before_loop, mask_assignment, out_of_place, statement_code
 from .intents import FixIntent, Verdict
 from .module_sites import split_module_via
-from .source_ast import parse_code, parse_file, parse_statement
+from .source_ast import container_entries, parse_code, parse_file, parse_statement
 
 __all__ = ["check", "leaf_rule", "out_argument_rule", "cut_in_place_rule", "view_of_leaf_rule", "multi_view_rule",
            "no_grad_view_rule", "function_view_rule", "carried_rule", "same_loss_rule", "hoisted_rule", "crossing_rule",
@@ -476,8 +476,12 @@ def crossing_rule(f: Finding, _: object) -> Verdict:
     else:
         fix = (f"Detach `{crossing.name}` where an earlier loss uses it (`{crossing.name}.detach()`), or "
                f"recompute it after the earlier backward, so each backward covers its own graph.")
+        fix += _detach_where_kept(case, crossing, fixes)
         if made is not None:
+            kept = len(fixes)
             fix += _detach_where_made(case, crossing, made, fixes)
+            fixes[kept:] = [dataclasses.replace(x, preferred=not kept) for x in fixes[kept:]]  # an alternative
+            fix += _made_once(case, crossing, fixes)
     crosses = [("crosses", f"`{crossing.name}`, made at {at(made)}: {made.code}")] if made is not None else []
     return Verdict("freed_graph_reused", why, fix, fixes, [*crosses, *case.freed_by()])
 
@@ -504,7 +508,31 @@ def _module_state_fix(case: _Twice, crossing: CrossingTensor, freed_by: str,
            + ". retain_graph=True would only hide it: every iteration would backpropagate into all earlier "
              "ones.")
     fixes += [intent] if intent is not None else []
-    return why, fix
+    return why, fix + _made_once(case, crossing, fixes)
+
+
+def _made_once(case: _Twice, crossing: CrossingTensor, fixes: list[FixIntent]) -> str:
+    """The sentence (and alternative intent) for state made only while a test of it holds (``if self.cache is
+    None:``, a cache filled on the first call): made every time instead, each step has a graph of its own."""
+    made, held = crossing.made, crossing.binding or crossing.name
+    # the name, or the attribute as its class spells it (`head._cache` is `self._cache` in the method)
+    spelt = {held, crossing.name, "self." + crossing.name.rsplit(".", 1)[-1]}
+    tree = parse_file(made.file) if made is not None else None
+    if made is None or tree is None:
+        return ""
+    guards = [node for node in ast.walk(tree) if isinstance(node, ast.If) and not node.orelse
+              and node.lineno < made.line <= (node.end_lineno or node.lineno)
+              and any(ast.unparse(n) in spelt for n in ast.walk(node.test))]
+    if not guards:
+        return ""
+    guard = max(guards, key=lambda node: node.lineno)
+    held = next(ast.unparse(n) for n in ast.walk(guard.test) if ast.unparse(n) in spelt)
+    test = ast.unparse(guard.test)
+    fixes.append(FixIntent("run_unconditionally", made.file, guard.lineno, target=held, detail={"test": test},
+                           preferred=not fixes,
+                           reason=f"`{held}` is made in every call, so each step backpropagates a graph of its own"))
+    return (f" It is made only while `{test}` ({case.at(made)} under line {guard.lineno}), then kept: if it "
+            f"depends on what the optimizer trains, make it in every call instead (drop the `if`).")
 
 
 def _state_detach(at: Callable[[SourceLocation], str], crossing: CrossingTensor, binding: str,
@@ -531,6 +559,26 @@ def _state_detach(at: Callable[[SourceLocation], str], crossing: CrossingTensor,
         return "", None
     return (f", or detach it where it is made: `{detached}` ({at(made)})",
             FixIntent("detach_assignment", made.file, made.line, target=binding, reason=reason))
+
+
+def _detach_where_kept(case: _Twice, crossing: CrossingTensor, fixes: list[FixIntent]) -> str:
+    """The sentence (and intents, applied together) that detach an element of a container where each item enters it
+    (``bank.append(z)``): a container kept across steps (a memory bank, a window of targets, a history) then keeps
+    values, not the graphs they were made in."""
+    if crossing.holder != "element" or "[" not in crossing.name or case.location is None:
+        return ""
+    container = crossing.name.split("[", 1)[0]
+    file = (crossing.made or case.location).file
+    entries = container_entries(file, container)
+    if not entries:
+        return ""
+    reason = f"`{container}` then keeps values across steps, not the graphs they were made in"
+    fixes += [FixIntent("detach_argument", file, line, target=item, detail={"call": callee}, reason=reason)
+              for line, item, callee in entries]
+    line, item, callee = entries[0]
+    return (f" If `{container}` keeps values across steps (a memory bank, a window of targets, a history), detach "
+            f"each where it enters: `{callee}({item}.detach())` (line {line}"
+            f"{' and the other ' + str(len(entries) - 1) if len(entries) > 1 else ''}).")
 
 
 def _detach_where_made(case: _Twice, crossing: CrossingTensor, made: SourceLocation, fixes: list[FixIntent]) -> str:

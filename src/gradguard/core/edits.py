@@ -669,7 +669,7 @@ def apply_intents(source: str, intents: list[FixIntent]) -> str:
     return module.visit(_Replace(changes)).code
 
 
-_STATEMENT_ACTIONS = ("insert_before", "insert_after", "move_statement", "index_loop_variable")
+_STATEMENT_ACTIONS = ("insert_before", "insert_after", "move_statement", "index_loop_variable", "run_unconditionally")
 
 
 def _remove_statement(statement: cst.SimpleStatementLine, intent: FixIntent, locate: _Locate,
@@ -707,6 +707,21 @@ def _move_statement(statement: cst.SimpleStatementLine, intent: FixIntent, locat
     return None
 
 
+def _run_unconditionally(statement: cst.BaseStatement, intent: FixIntent, locate: _Locate,
+                         after: dict[int, list[cst.BaseStatement]]) -> _Replacement:
+    """``if self.cache is None:`` + its block -> the block: what ran once now runs every time."""
+    if not isinstance(statement, cst.If) or statement.orelse is not None \
+            or not isinstance(statement.body, cst.IndentedBlock):
+        raise EditNotApplicable(f"line {intent.line} is no `if` without an else")
+    test = intent.detail.get("test")
+    if test is not None and not _same(_code(statement.test), test):
+        raise EditNotApplicable(f"the `if` at line {intent.line} tests `{_code(statement.test)}`, not `{test}`")
+    first, *rest = statement.body.body
+    if isinstance(first, (cst.SimpleStatementLine, cst.If, cst.For, cst.While, cst.With, cst.Try)):
+        first = first.with_changes(leading_lines=[*statement.leading_lines, *first.leading_lines])
+    return [first, *rest]
+
+
 _EDITS: dict[str, _Edit] = {
     "detach_assignment": lambda statement, intent, *_: _assignment_value(statement, "detach", intent.target),
     "clone_assignment": lambda statement, intent, *_: _assignment_value(statement, "clone", intent.target),
@@ -726,6 +741,7 @@ _EDITS: dict[str, _Edit] = {
     "index_loop_variable": lambda statement, intent, *_: _index_loop_variable(
         statement, intent.target, intent.detail.get("index") or "i"),
     "move_statement": _move_statement,
+    "run_unconditionally": _run_unconditionally,
 }
 
 

@@ -350,6 +350,24 @@ def assignment_before(filename: str, line: int, expression: str) -> SourceLocati
 _BINOP_NAMES = {"Mult": "multiply", "Add": "add", "Sub": "subtract", "Div": "divide", "MatMult": "matmul", "Pow": "pow"}
 
 
+_ENTRY_METHODS = frozenset({"append", "appendleft", "insert"})
+
+
+def container_entries(filename: str, container: str) -> list[tuple[int, str, str]]:
+    """(line, item, callee) for each statement of the file that puts one item into ``container``
+    (``bank.append(z)``, ``window.appendleft(v)``, ``self.queue.insert(0, k)``), in any function of it."""
+    tree = parse_file(filename)
+    found = []
+    for stmt in ast.walk(tree) if tree is not None else ():
+        if not isinstance(stmt, ast.Expr):
+            continue
+        call = stmt.value
+        if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr in _ENTRY_METHODS \
+                and call.args and not call.keywords and ast.unparse(call.func.value) == container:
+            found.append((stmt.lineno, ast.unparse(call.args[-1]), ast.unparse(call.func)))
+    return sorted(found)
+
+
 @functools.lru_cache(maxsize=1024)  # read for every backward pass recorded: the same few lines
 def backward_receiver(code: str) -> str | None:
     """``errG.backward()`` -> ``errG``; ``torch.autograd.backward(loss)`` -> ``loss``."""

@@ -313,6 +313,10 @@ def _save_candidates(finding: dict, receivers: list[str]) -> list[list[FixIntent
         return []
     stmt, _code = found
     repairs = []
+    if saved.get("argument") == "result" and isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+        # the op saved its own output: what the assignment binds is that output, whatever the write calls it later
+        # (`h = torch.tanh(...)`, returned in a tuple and written as `encoder_out[0][...]`)
+        names += [ast.unparse(stmt.targets[0])] if isinstance(stmt.targets[0], (ast.Name, ast.Attribute)) else []
     names += [read for read in _operands(stmt) if read not in names]
     written = _written_in(stmt)
     for name in [n for n in names if n not in written]:  # a clone of what the statement writes would drop the write

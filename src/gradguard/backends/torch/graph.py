@@ -577,7 +577,7 @@ def _tensors(value, path: str, kind: str, depth: int, seen: set):
 
 def _children(value, path: str, kind: str):
     """(value, path, kind) for what ``value`` holds, lazily; None when it is no container."""
-    if isinstance(value, (list, tuple, dict)):
+    if isinstance(value, (list, tuple, dict, collections.deque)):
         return _elements(value, path, "element" if kind == "variable" else kind)
     if isinstance(value, torch.nn.Module):
         return _module_members(value, path)
@@ -593,7 +593,7 @@ def _elements(value, path: str, kind: str):
         keys = [key for key in list(value)[:_ITEMS] if isinstance(key, (str, int))]
         yield from ((value[key], f"{path}[{key!r}]", kind) for key in keys)
     else:
-        yield from ((item, f"{path}[{index}]", kind) for index, item in enumerate(value[:_ITEMS]))
+        yield from ((item, f"{path}[{index}]", kind) for index, item in enumerate(itertools.islice(value, _ITEMS)))
 
 
 def _module_members(value, path: str):
