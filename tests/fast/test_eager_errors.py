@@ -459,3 +459,17 @@ def test_autograd_switched_off_on_a_computed_tensor_becomes_a_detached_tensor(sw
     assert finding.kind == "requires_grad_flag" and finding.rule == "requires_grad_of_non_leaf"
     assert finding.tensor.name == "target"
     assert "`target = target.detach()`" in finding.suggestion
+
+
+def test_autograd_switched_on_on_a_computed_tensor_keeps_its_gradient_instead(tmp_path):
+    script = tmp_path / "fgm.py"  # adversarial training on embeddings: the gradient of the embedding output
+    script.write_text("embeds = emb(ids)\nembeds.requires_grad = True\n")
+    scope = {"emb": torch.nn.Embedding(10, 4), "ids": torch.tensor([[1, 2]])}
+
+    finding = _raised(gradguard.InplaceModificationError,
+                      lambda: exec(compile(script.read_text(), str(script), "exec"), scope)).finding
+    assert finding.kind == "requires_grad_flag" and finding.rule == "requires_grad_of_non_leaf"
+    assert "it requires grad already" in finding.explanation and "switches autograd off" not in finding.explanation
+    assert finding.suggestion == ("To read `embeds.grad` after backward, ask autograd to keep it: "
+                                  "`embeds.retain_grad()`.")
+    assert [x.action for x in finding.fixes] == ["inplace_to_out_of_place"]

@@ -28,6 +28,7 @@ import torch  # noqa: F401
     ("last.detach_()", "last = last.detach()"),
     ("target.requires_grad_(False)", "target = target.detach()"),  # autograd switched off: a detached tensor
     ("self.f.requires_grad = False", "self.f = self.f.detach()"),
+    ("embeds.requires_grad = True", "embeds.retain_grad()"),  # it requires grad already: its .grad is what is wanted
     ("x.requires_grad_(True)", None),
     ("torch.mul(y, 2, out=y)", "y = torch.mul(y, 2)"),
 ])

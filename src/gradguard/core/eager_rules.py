@@ -211,9 +211,16 @@ def cut_in_place_rule(f: Finding, _: object) -> Verdict:
         rule, why = "requires_grad_of_non_leaf", (
             f"`{code}` switches autograd off on `{name}` in place, but `{name}` was computed by autograd (it has a "
             f"grad_fn; only a leaf's flag can change): its history cannot be cut in place, so PyTorch refuses.")
-    detached = out_of_place(statement_code(at)) if at is not None else None
-    fix = (f"Make a detached tensor instead: `{detached}` (the same values without a graph: what is computed from "
-           f"it is a constant to autograd)." if detached else
+    replaced = out_of_place(statement_code(at)) if at is not None else None
+    if replaced is not None and replaced.endswith(".retain_grad()"):  # `x.requires_grad = True`
+        why = (f"`{code}` sets autograd's flag on `{name}`, but `{name}` was computed by autograd: it requires grad "
+               f"already (it has a grad_fn), and only a leaf's flag can be set, so PyTorch refuses. A computed "
+               f"tensor gets no `.grad` unless asked for.")
+        return Verdict(rule, why, f"To read `{name}.grad` after backward, ask autograd to keep it: `{replaced}`.",
+                       _rewrite_intents(at, written, f"`{name}` keeps its gradient in `.grad` after backward"),
+                       _created_at(f))
+    fix = (f"Make a detached tensor instead: `{replaced}` (the same values without a graph: what is computed from "
+           f"it is a constant to autograd)." if replaced else
            f"Use a detached tensor instead: `{name}.detach()` (the same values without a graph).")
     return Verdict(rule, why, fix, _rewrite_intents(at, written, "a detached tensor, made out of place"),
                    _created_at(f))

@@ -452,12 +452,15 @@ def _out_of_place(statement: cst.SimpleStatementLine, detail: dict[str, Any]
 def _rebound(statement: cst.SimpleStatementLine, small: cst.BaseSmallStatement, detail: dict[str, Any]
              ) -> cst.BaseSmallStatement | None:
     """The writes that are no in-place method: ``out=`` (assigned, or ``copy_`` with ``detail["out"] == "copy"``)
-    and ``x.requires_grad = False`` (``x = x.detach()``, as ``requires_grad_(False)``); None for the others."""
+    and ``x.requires_grad = False`` (``x = x.detach()``, as ``requires_grad_(False)``; ``= True`` on a computed
+    tensor, which requires grad already: ``x.retain_grad()``); None for the others."""
     if detail.get("out") == "copy":
         return _out_copied(statement, small)
     if (isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(flag := small.targets[0].target,
                                                                                   cst.Attribute)
-            and flag.attr.value == "requires_grad" and _code(small.value) == "False"):
+            and flag.attr.value == "requires_grad" and _code(small.value) in ("False", "True")):
+        if _code(small.value) == "True":  # it already requires grad: what the flag was set for is its .grad
+            return cst.Expr(_method(flag.value, "retain_grad"))
         return _assign(flag.value, _method(flag.value, "detach"))
     if isinstance(small, (cst.Expr, cst.Assign)) and isinstance(small.value, cst.Call) and (
             out := _out_argument(small.value)) is not None:
