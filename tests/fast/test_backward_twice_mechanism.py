@@ -271,3 +271,61 @@ def test_state_made_only_while_a_test_of_it_holds_is_made_every_time_as_an_alter
     assert [(f.action, f.line, f.preferred) for f in finding.fixes] == [
         ("detach_assignment", guard + 1, True), ("run_unconditionally", guard, False)]
     assert finding.fixes[1].detail == {"test": "self._cache is None"}
+
+
+RUNNING_SUM = '''\
+import torch
+import torch.nn as nn
+
+net = nn.Linear(3, 1)
+opt = torch.optim.SGD(net.parameters(), lr=0.1)
+scaler = torch.amp.GradScaler("cpu")
+acc_loss = 0.0
+for step in range(3):
+    loss = net(torch.randn(4, 3)).pow(2).mean()
+    acc_loss = acc_loss + loss
+    scaler.scale(acc_loss).backward()
+    scaler.step(opt)
+    scaler.update()
+'''
+
+
+def test_a_running_sum_backpropagated_every_step_backpropagates_each_steps_loss_instead(tmp_path):
+    finding, lines = _finding(tmp_path, RUNNING_SUM)
+    assert finding.rule == "accumulated_loss_backpropagated"
+    added, backward = _line(lines, "acc_loss = acc_loss + loss"), _line(lines, "scaler.scale(acc_loss)")
+    assert finding.suggestion == (
+        f"Backpropagate each step's own loss and keep only the value in the sum: `scaler.scale(loss).backward()` "
+        f"(line {backward}) and `acc_loss = acc_loss + loss.detach()` (line {added}). The gradients are those of "
+        f"each step's loss backpropagated once, as gradient accumulation means.")
+    assert [(f.action, f.line, f.target, f.detail) for f in finding.fixes] == [
+        ("replace_expression", backward, "acc_loss", {"with": "loss"}), ("detach_expression", added, "loss", {})]
+
+
+HESSIAN_POWER_ITERATION = '''\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+model = nn.Sequential(nn.Linear(5, 8), nn.Tanh(), nn.Linear(8, 1))
+params = list(model.parameters())
+loss = F.mse_loss(model(torch.randn(16, 5)), torch.randn(16, 1))
+grads = torch.autograd.grad(loss, params, create_graph=True)
+v = [torch.randn_like(p) for p in params]
+for i in range(3):
+    hv = torch.autograd.grad(grads, params, grad_outputs=v)
+    v = [h.detach() for h in hv]
+'''
+
+
+def test_gradients_made_before_the_loop_that_backpropagates_them_are_made_in_it(tmp_path):
+    # The create_graph=True call freed nothing: the earlier backward is the loop's own call, a step earlier.
+    finding, lines = _finding(tmp_path, HESSIAN_POWER_ITERATION)
+    loop_call = _line(lines, "hv = torch.autograd.grad(grads")
+    assert finding.rule == "forward_outside_loop"
+    assert finding.tensor.name == "grads[0]" and finding.tensor.shape == (8, 5)
+    assert [w.location.line for w in finding.modified_at] == [loop_call]
+    assert [(f.action, f.line) for f in finding.fixes] == [("insert_before", loop_call)]
+    assert finding.fixes[0].detail["code"] == (
+        "loss = F.mse_loss(model(torch.randn(16, 5)), torch.randn(16, 1))\n"
+        "grads = torch.autograd.grad(loss, params, create_graph=True)")

@@ -218,3 +218,10 @@ def test_run_unconditionally_replaces_the_if_by_its_body():
         edit(source, "run_unconditionally", 3, "self.cache", test="self.other is None")
     with pytest.raises(EditNotApplicable, match="no `if` without an else"):
         edit("if a:\n    b = 1\nelse:\n    b = 2\n", "run_unconditionally", 1, "b")
+
+
+def test_replace_expression_replaces_the_target_inside_the_statement():
+    assert edit("scaler.scale(total).backward()  # step\n", "replace_expression", 1, "total", **{"with": "loss"}) == (
+        "scaler.scale(loss).backward()  # step\n")
+    with pytest.raises(EditNotApplicable, match="`other` not found"):
+        edit("total.backward()\n", "replace_expression", 1, "other", **{"with": "loss"})

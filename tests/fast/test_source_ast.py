@@ -155,6 +155,9 @@ def test_out_of_place_never_assigns_to_a_call():
     ("torch.autograd.backward(loss)", "loss"),
     ("opt.zero_grad(); loss.backward()", "loss"),
     ("(loss_a + loss_b).backward()", None),  # no name to compare or look up
+    ("scaler.scale(acc_loss).backward()", "acc_loss"),  # a scaling of the loss: the loss
+    ("hv = torch.autograd.grad(grads, params, grad_outputs=v)", "grads"),  # what autograd.grad backpropagates
+    ("g = autograd.grad(outputs=y, inputs=x)", "y"),
     ("loss.item()", None),
 ])
 def test_backward_receiver(code, receiver):

@@ -566,3 +566,66 @@ def test_an_output_written_through_a_tuple_is_copied_where_its_op_binds_it(tmp_p
     assert run.returncode == 0, run.stderr
     assert "    h = torch.tanh(proj(x)).clone()\n" in edited
     _runs_clean(tmp_path)
+
+
+# The beginner's running loss: `total_loss += loss` and `total_loss.backward()` in every step. The second step's
+# backward runs into the first step's freed graph (and would count its loss twice): each step backpropagates its
+# own loss and the total keeps only values.
+RUNNING_LOSS = """
+    import torch
+    import torch.nn as nn
+
+    torch.manual_seed(0)
+    net = nn.Linear(3, 1)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    total_loss = 0
+    for i in range(3):
+        loss = net(torch.randn(4, 3)).pow(2).mean()
+        total_loss += loss
+        opt.zero_grad()
+        total_loss.backward()
+        opt.step()
+    print("ok", round(float(total_loss), 5), round(net.weight.sum().item(), 5))
+"""
+
+
+def test_a_running_loss_backpropagated_every_step_backpropagates_each_steps_loss(tmp_path):
+    run, edited = _fix(tmp_path, RUNNING_LOSS)
+    assert run.returncode == 0, run.stderr
+    assert "    total_loss += loss.detach()\n" in edited and "    loss.backward()\n" in edited
+    _runs_clean(tmp_path)
+
+
+# A physics-informed net's second derivative: the first `torch.autograd.grad` keeps the graph (retain_graph=True)
+# but does not record the gradient (no create_graph), so differentiating `u_x` again finds no graph ("element 0 of
+# tensors does not require grad"). The keyword goes on the call that made `u_x`.
+PINN = """
+    import math
+    import torch
+    import torch.nn as nn
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(1, 8), nn.Tanh(), nn.Linear(8, 1))
+    opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+    x = torch.linspace(0, 1, 6).view(-1, 1).requires_grad_(True)
+
+    def residual(x):
+        u = net(x)
+        u_x = torch.autograd.grad(u, x, torch.ones_like(u), retain_graph=True)[0]
+        u_xx = torch.autograd.grad(u_x, x, torch.ones_like(u_x), create_graph=True)[0]
+        return u_xx + math.pi ** 2 * torch.sin(math.pi * x)
+
+    for it in range(2):
+        loss = residual(x).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    print("ok", round(loss.item(), 5))
+"""
+
+
+def test_a_second_derivative_of_a_gradient_taken_without_create_graph_gets_it(tmp_path):
+    run, edited = _fix(tmp_path, PINN)
+    assert run.returncode == 0, run.stderr
+    assert "u_x = torch.autograd.grad(u, x, torch.ones_like(u), retain_graph=True, create_graph=True)[0]" in edited
+    _runs_clean(tmp_path)

@@ -36,9 +36,10 @@ HEADLINES = {
     "view_inplace": "an in-place operation was applied to a view that autograd cannot track",
     "out_argument": "an op wrote its result through out= while autograd was recording: PyTorch cannot "
     "differentiate a write through out=",
-    "requires_grad_flag": "requires_grad was switched off in place on a tensor autograd computed (not a leaf): "
-    "PyTorch refuses to cut its history in place",
+    "requires_grad_flag": "requires_grad was changed in place on a tensor autograd computed (not a leaf): "
+    "only a leaf's flag can change",
     "backward_twice": "backward ran through a part of the graph that an earlier backward already freed",
+    "no_graph": "backward was asked for a tensor autograd never recorded: nothing on its path requires grad",
     "unchecked_write": "a tensor a custom autograd.Function kept on ctx (not saved with save_for_backward) was "
     "modified in place before backward used it: PyTorch does not check it, gradients would be silently wrong",
     "undeclared_input_write": "a custom autograd.Function's forward wrote into its input in place without "
@@ -639,8 +640,15 @@ RULES: tuple[Rule, ...] = (
     Rule("same_loss_backward_twice", lambda f: f.facts.same_loss, E.same_loss_rule),
     Rule("forward_outside_loop", lambda f: f.facts.forward_before_loop, E.hoisted_rule),
     Rule("freed_graph_reused", lambda f: f.facts.crossing, E.crossing_rule),
+    Rule("accumulated_loss_backpropagated", lambda f: f.facts.accumulation and "term" in f.facts.accumulation,
+         E.running_sum_rule),
     Rule("accumulated_loss_not_reset", lambda f: f.facts.accumulation, E.accumulated_rule),
     Rule("backward_twice", E.check("backward_twice"), E.unknown_twice_rule),
+    Rule("second_order_without_create_graph", lambda f: True if f.facts.eager_check == "no_graph" and (
+        f.facts.graph_cut or {}).get("cause") == "constant_gradient" else None, E.no_graph_rule),
+    Rule("reentrant_checkpoint_without_grad_input", lambda f: True if f.facts.eager_check == "no_graph" and (
+        f.facts.graph_cut or {}).get("cause") == "reentrant_checkpoint" else None, E.no_graph_rule),
+    Rule("no_graph", E.check("no_graph"), E.no_graph_rule),
     Rule("forward_writes_input", _kind("undeclared_input_write"), _forward_writes_input),
     Rule("hook_writes_shared_grad", lambda f: True if f.kind == "shared_grad_write" and f.facts.hook else None,
          _writes_shared_grad),

@@ -21,7 +21,7 @@ from .source_ast import container_entries, parse_code, parse_file, parse_stateme
 
 __all__ = ["check", "leaf_rule", "out_argument_rule", "cut_in_place_rule", "view_of_leaf_rule", "multi_view_rule",
            "no_grad_view_rule", "function_view_rule", "carried_rule", "same_loss_rule", "hoisted_rule", "crossing_rule",
-           "accumulated_rule", "unknown_twice_rule"]
+           "accumulated_rule", "running_sum_rule", "unknown_twice_rule", "no_graph_rule"]
 
 
 def check(name: str) -> Callable[[Finding], bool | None]:
@@ -630,6 +630,81 @@ def accumulated_rule(f: Finding, _: object) -> Verdict:
         [("accumulates", f"`{receiver}` at {at(saver)}, and again at line {lines['again']} without a reset in "
                          f"between"), *case.freed_by()],
     )
+
+
+def running_sum_rule(f: Finding, _: object) -> Verdict:
+    """A loop that adds each step's loss into a running sum and backpropagates the sum in every step."""
+    case, receiver, lines = _Twice(f), f.facts.receiver, f.facts.accumulation
+    assert lines is not None and case.location is not None and receiver is not None  # the row's when
+    at, location, term = case.at, case.location, lines["term"]
+    added = SourceLocation(location.file, lines["first"], location.function)  # code read on first use
+    fixes = [FixIntent("replace_expression", location.file, location.line, target=receiver, detail={"with": term},
+                       reason=f"each step backpropagates its own `{term}` once"),
+             FixIntent("detach_expression", added.file, added.line, target=term,
+                       reason=f"`{receiver}` keeps the sum's value, not every step's graph")]
+    from .edits import EditNotApplicable, apply_intents  # libcst loads on first use, not with the guard
+
+    try:
+        backward, summed = (apply_intents(statement_code(x) + "\n", [dataclasses.replace(i, line=1)]).strip()
+                            for x, i in ((location, fixes[0]), (added, fixes[1])))
+    except EditNotApplicable:
+        backward, summed = f"backward of `{term}`", f"`{term}.detach()` added"
+    return Verdict(
+        "accumulated_loss_backpropagated",
+        f"`{receiver}` adds up the loss of every step ({at(added)}: `{added.code}`), and {at(location)} "
+        f"backpropagates `{receiver}` in every step: the earlier steps' terms were backpropagated already, which "
+        f"freed their graphs, so this backward runs into a freed graph (and would count them twice).",
+        f"Backpropagate each step's own loss and keep only the value in the sum: `{backward}` ({at(location)}) "
+        f"and `{summed}` ({at(added)}). The gradients are those of each step's loss backpropagated once, as "
+        f"gradient accumulation means.",
+        fixes,
+        [("accumulates", f"`{receiver}` at {at(added)}, backpropagated in every step"), *case.freed_by()],
+    )
+
+
+# -- a backward of a tensor autograd never recorded (NOTE [Where the graph stopped], backends/torch/no_graph.py) ----
+
+def no_graph_rule(f: Finding, _: object) -> Verdict:
+    receiver, cut = f.facts.receiver or "the tensor", f.facts.graph_cut or {}
+    at = SourceLocation(cut["file"], cut["line"], "", cut["code"]) if cut else None
+    failing = SourceLocation.from_dict(f.facts.backward_at)
+
+    def where(location: SourceLocation) -> str:  # "line 7" in the failing call's file
+        return f"line {location.line}" if failing is not None and failing.file == location.file else location.short
+    if cut.get("cause") == "constant_gradient" and at is not None:
+        return Verdict(
+            "second_order_without_create_graph",
+            f"`{receiver}` has no graph: it comes from `{cut['call']}` at {where(at)}, called without "
+            f"create_graph=True, which returns the gradient as a constant. Differentiating it again (a second "
+            f"derivative, a gradient penalty) needs the graph of that gradient, so PyTorch finds nothing to "
+            f"backpropagate.",
+            f"Pass create_graph=True to that call ({where(at)}: `{at.code}`): the gradient is then recorded, and can "
+            f"be differentiated again.",
+            [FixIntent("set_keyword", at.file, at.line, target=receiver,
+                       detail={"call": cut["call"], "keyword": "create_graph", "value": True, "add": True},
+                       reason=f"the gradient at {where(at)} is recorded, so it can be differentiated again")],
+            [("gradient", f"made without create_graph at {where(at)}: {at.code}")])
+    if cut.get("cause") == "reentrant_checkpoint" and at is not None:
+        return Verdict(
+            "reentrant_checkpoint_without_grad_input",
+            f"`{receiver}` has no graph. The checkpoint at {where(at)} is reentrant (use_reentrant=True, torch's "
+            f"default): its output requires grad only when one of its tensor inputs does, whatever the parameters "
+            f"inside it; when none does (the output of a frozen embedding), nothing after it is recorded.",
+            f"Pass use_reentrant=False to the checkpoint ({where(at)}): the non-reentrant checkpoint records the graph "
+            f"through the checkpointed function's parameters. Or make its input require grad (Hugging Face: "
+            f"`model.enable_input_require_grads()`).",
+            [FixIntent("set_keyword", at.file, at.line, target=receiver,
+                       detail={"call": cut["call"], "keyword": "use_reentrant", "value": False, "add": True},
+                       reason="the checkpointed function's parameters are recorded whatever its input")],
+            [("checkpoint", f"reentrant at {where(at)}: {at.code}")])
+    return Verdict(
+        "no_graph",
+        f"`{receiver}` does not require grad: nothing on its path was recorded by autograd. It was computed under "
+        f"torch.no_grad() or inference_mode, from detached tensors or numbers (.item(), numpy), or only from "
+        f"tensors that do not require grad (frozen parameters).",
+        "Compute it with grad mode on from tensors that require grad: look for a no_grad block, a .detach() or "
+        ".item() on its path, or parameters with requires_grad=False.",
+        display=[("made", f"at {where(f.facts.made_at)}: {f.facts.made_at.code}")] if f.facts.made_at else [])
 
 
 def unknown_twice_rule(f: Finding, _: object) -> Verdict:

@@ -571,6 +571,8 @@ def _clone_expression(statement: cst.SimpleStatementLine, intent: FixIntent,
     each = bool(intent.detail.get("each"))
 
     def wrap(node: cst.BaseExpression) -> cst.BaseExpression:
+        if "with" in intent.detail:  # replace_expression
+            return cst.parse_expression(intent.detail["with"])
         if each:
             return cst.parse_expression(f"tuple(s.{method}() for s in {_code(_atom(node))})")
         return _method(node, method)
@@ -732,6 +734,7 @@ _EDITS: dict[str, _Edit] = {
     "clone_argument": lambda statement, intent, *_: _edit_argument(statement, intent, "clone"),
     "clone_expression": lambda statement, intent, *_: _clone_expression(statement, intent),
     "detach_expression": lambda statement, intent, *_: _clone_expression(statement, intent, "detach"),
+    "replace_expression": lambda statement, intent, *_: _clone_expression(statement, intent),
     "drop_keyword": lambda statement, intent, *_: _edit_keyword(statement, {**intent.detail, "value": None}),
     "set_keyword": lambda statement, intent, *_: _edit_keyword(statement, intent.detail),
     "augmented_to_binary": lambda statement, *_: _augmented_to_binary(statement),

@@ -135,8 +135,12 @@ class Facts:
     # the loss made once before the loop that backpropagates it: {"line", "code", "name", "first", "last"}
     forward_before_loop: dict[str, Any] | None = field(default=None, metadata=_INPUT)
     crossing: CrossingTensor | None = field(default=None, metadata=_INPUT)  # the tensor crossing into a freed graph
-    # the loss accumulated across the earlier backward, lines: {"first", "again" (after it), "reset_before"}
-    accumulation: dict[str, int] | None = field(default=None, metadata=_INPUT)
+    # where a backward's tensor stopped being recorded: {"cause": "constant_gradient" | "reentrant_checkpoint",
+    # "file", "line", "code", "call"} (backends/torch/no_graph.py)
+    graph_cut: dict[str, Any] | None = field(default=None, metadata=_INPUT)
+    # the loss accumulated across the earlier backward, lines: {"first", "again" (after it), "reset_before"}, and
+    # "term" (what one step adds: `loss`) when the loop backpropagates its running sum in every step
+    accumulation: dict[str, Any] | None = field(default=None, metadata=_INPUT)
     # -- rule inputs: a framework's words for rows whose core text speaks torch (the engine copies them from a probe
     # that has them: Paddle, MindSpore) --
     framework: str | None = field(default=None, metadata=_INPUT)  # how the user spells it: "Paddle", "MindSpore"

@@ -34,6 +34,9 @@ ACTIONS = {
     "inplace_to_out_of_place": "rewrite an in-place call or index assignment out of place",
     # `f(a)` -> `f(a.clone())` for the argument `target` of the call detail["call"] at `line`
     "clone_argument": "clone an argument before a call that writes into it",
+    # `target` inside the statement at `line` replaced by detail["with"] (`scaler.scale(total).backward()` ->
+    # `scaler.scale(loss).backward()`)
+    "replace_expression": "replace an expression of a statement by another",
     # `if self.cache is None: self.cache = f(x)` -> `self.cache = f(x)`: the `if` at `line` (no else) replaced by its
     # body; detail["test"]: the condition as written
     "run_unconditionally": "run the body of an `if` every time",

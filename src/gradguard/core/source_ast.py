@@ -370,13 +370,20 @@ def container_entries(filename: str, container: str) -> list[tuple[int, str, str
 
 @functools.lru_cache(maxsize=1024)  # read for every backward pass recorded: the same few lines
 def backward_receiver(code: str) -> str | None:
-    """``errG.backward()`` -> ``errG``; ``torch.autograd.backward(loss)`` -> ``loss``."""
+    """``errG.backward()`` -> ``errG``; ``torch.autograd.backward(loss)`` -> ``loss``; ``scaler.scale(loss).backward()``
+    -> ``loss`` (a call of one argument: a scaling of the loss)."""
     tree = parse_code(code.strip())
     for node in ast.walk(tree) if tree is not None else ():
+        if isinstance(node, ast.Call) and ast.unparse(node.func) in ("torch.autograd.grad", "autograd.grad"):
+            # `torch.autograd.grad(grads, params, ...)` backpropagates its outputs: the first argument
+            outputs = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "outputs"), None)
+            return ast.unparse(outputs) if isinstance(outputs, (ast.Name, ast.Attribute)) else None
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "backward":
             target = node.func.value if not (isinstance(node.func.value, ast.Attribute)
                                              and ast.unparse(node.func.value) == "torch.autograd") else (
                 node.args[0] if node.args else None)
+            if isinstance(target, ast.Call) and len(target.args) == 1 and not target.keywords:
+                target = target.args[0]
             if isinstance(target, (ast.Name, ast.Attribute)):
                 return ast.unparse(target)
     return None

@@ -121,8 +121,8 @@ def rebinds_a_lost_name(intent: FixIntent) -> bool:
     clean with other numbers, so such a candidate is not tried (NOTE [Repairs from the mechanism, not the rule
     id])."""
     found = _rebound(intent)
-    if found is None or intent.detail.get("returned"):
-        return False
+    if found is None or intent.detail.get("returned") or isinstance(found[0], ast.Return):
+        return False  # `return t.renorm_(...)` becomes `t = t.renorm(...)`, `return t`: the value reaches the caller
     from ..core.source_ast import parse_file
 
     (stmt, name), tree = found, parse_file(intent.file or "")

@@ -371,6 +371,11 @@ def _verdict(result: RunResult, key, first: RunResult, healthy) -> tuple[str | N
         return None, "the re-run timed out"
     if not result.findings and result.exit_code == healthy:
         return "clean", None
+    made = result.findings[0] if result.findings else {}
+    if made.get("kind") == "no_graph" and not any(f.get("kind") == "no_graph" for f in first.findings):
+        # the edit cut the only path to what the backward needs (a detach of the loss): its failure, no new hazard
+        message = (made.get("context") or {}).get("torch_message") or "nothing left to backpropagate"
+        return None, f"the edited script exits {result.exit_code}, not {healthy} (RuntimeError: {message})"
     if result.findings and gone:
         return "partial", None
     if not result.findings:

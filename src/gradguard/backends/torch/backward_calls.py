@@ -124,7 +124,10 @@ def backward_call(skip: int = 2) -> BackwardCall | None:
         frame = frame.f_back
     if frame is None:
         return None
-    _receiver, value = loss_of(frame)
+    code = linecache.getline(frame.f_code.co_filename, frame.f_lineno)
+    # Not for torch.autograd.grad: reading a function's locals caches them on its frame until they are read again,
+    # and the gradients of a create_graph=True call would keep their graph alive there.
+    _receiver, value = loss_of(frame, code) if "autograd.grad" not in code else (None, None)
     if not isinstance(value, torch.Tensor):
         node = torch._C._current_autograd_node()  # the node unpacking: near the root (`accelerator.backward(loss)`)
         return BackwardCall(None, 0, user_chain(frame), node._sequence_nr() if node is not None else None)
@@ -341,7 +344,7 @@ def forward_before_loop(frame, line: int) -> dict | None:
     filename = frame.f_code.co_filename
     receiver, loss = loss_of(frame, linecache.getline(filename, line))
     loop = innermost_loop(filename, line)
-    if not isinstance(loss, torch.Tensor) or loss.grad_fn is None or loop is None:
+    if not carries_graph(loss) or loop is None:
         return None
     chain = _forward_chain(receiver, frame, filename, loop.lineno)
     if not chain or len(chain) > _MAX_FORWARD_STATEMENTS:
@@ -352,6 +355,16 @@ def forward_before_loop(frame, line: int) -> dict | None:
         return None
     return {"line": _first_use(loop, receiver, line), "code": "\n".join(codes), "name": receiver,
             "first": min(chain), "last": max(chain[n].end_lineno or n for n in chain)}
+
+
+def carries_graph(value) -> bool:
+    """A tensor with a grad_fn, or a tuple or list holding one (``torch.autograd.grad``'s gradients, an LSTM's
+    state)."""
+    if isinstance(value, torch.Tensor):
+        return value.grad_fn is not None
+    if isinstance(value, (tuple, list)):
+        return any(carries_graph(v) for v in value)
+    return False
 
 
 def _forward_chain(receiver: str, frame, filename: str, before: int) -> dict[int, ast.stmt] | None:
@@ -365,8 +378,7 @@ def _forward_chain(receiver: str, frame, filename: str, before: int) -> dict[int
         if name in seen:
             continue
         seen.add(name)
-        value = _lookup(name, frame)
-        if not isinstance(value, torch.Tensor) or value.grad_fn is None:
+        if not carries_graph(_lookup(name, frame)):
             continue  # a leaf or a constant: it carries no graph to rebuild
         made = assignment_before(filename, before, name)
         statement = statement_at(filename, made.line) if made is not None else None

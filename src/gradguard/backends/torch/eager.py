@@ -27,7 +27,8 @@ from ...core.source_ast import (statement_at, accumulations, assignment_before, 
 from .backward_calls import _backward_receiver, _lookup, loss_of, raised_chain, second_call_of_same_loss, user_frames_of
 from .graph import Crossing, find_crossing
 from .graph import _reaches_any, walk_nodes
-from .backward_calls import forward_before_loop, innermost_loop
+from .backward_calls import carries_graph, forward_before_loop, innermost_loop
+from .no_graph import NO_GRAPH, missing_graph
 from .graph import first_tensor_step, name_tensor, tensor_info
 from ...core.internal import log_fallback
 
@@ -48,6 +49,10 @@ _FLAG_OF_NON_LEAF = "you can only change requires_grad flags of leaf variables"
 
 
 def _describe(tensor, expression: str | None) -> TensorInfo:
+    if isinstance(tensor, (tuple, list)):  # `grads` of torch.autograd.grad: its first tensor, by its index
+        index = next((i for i, value in enumerate(tensor) if isinstance(value, torch.Tensor)), None)
+        if index is not None:
+            return _describe(tensor[index], f"{expression}[{index}]" if expression else None)
     if not isinstance(tensor, torch.Tensor):
         return TensorInfo(shape=(), dtype="?", name=expression, role="tensor")
     if _stale_no_grad_view(tensor):  # autograd refuses its grad_fn (and is_leaf): nothing more to ask
@@ -71,6 +76,10 @@ def enrich_eager_error(error: BaseException, session=None) -> GradientHazardErro
     try:
         if _BACKWARD_TWICE in message:
             return BackwardTwiceError(_backward_twice(error, session))
+        if NO_GRAPH in message:
+            site = _Site(error)
+            return GradientHazardError(diagnose(missing_graph(site.frame, site.location, message))) if (
+                site.location is not None) else None
         for matcher, kind, check in (
             (lambda m: _VIEW_OF_LEAF in m, "leaf_inplace", "view_of_leaf"),
             (lambda m: _LEAF in m, "leaf_inplace", "leaf"),
@@ -239,14 +248,6 @@ def _holds_sequence(crossing: Crossing, frame) -> bool:
     return any(isinstance(_lookup(name, frame), (tuple, list)) for name in names)
 
 
-def _carries_graph(value) -> bool:
-    if isinstance(value, torch.Tensor):
-        return value.grad_fn is not None
-    if isinstance(value, (tuple, list)):
-        return any(_carries_graph(v) for v in value)
-    return False
-
-
 def _freed(node) -> bool:
     """Whether an earlier backward freed this node's saved tensors (reading one raises then)."""
     for attribute in dir(node):
@@ -395,12 +396,39 @@ def _accumulated_without_reset(site: _Site, earlier):
     statements = accumulations(site.location.file, receiver)
     before = [pair for pair in statements if pair[0].lineno < earlier.line]
     after = [pair for pair in statements if earlier.line < pair[0].lineno < site.location.line]
+    if before and not after and earlier.line == site.location.line:
+        return _running_sum(receiver, before[-1], site.location.line)
     if not before or not after:
         return None
     again, loop = after[0]
     if resets_between(site.location.file, receiver, earlier.line, again.lineno):
         return None
-    return receiver, before[0][0], again, loop
+    return receiver, before[0][0], again, loop, None
+
+
+def _running_sum(receiver: str, accumulation, line: int):
+    """The same backward a step earlier: the loop around ``line`` backpropagates its running sum in every step
+    (``(receiver, statement, statement, loop, the term one step adds)``), else None."""
+    added, loop = accumulation
+    term = _added_term(added)
+    inside = loop is not None and loop.lineno < line <= (loop.end_lineno or loop.lineno)
+    return (receiver, added, added, loop, term) if term is not None and inside else None
+
+
+def _added_term(statement) -> str | None:
+    """``loss`` of ``total += loss`` or ``total = total + loss``: what one step adds to the running sum."""
+    if isinstance(statement, ast.AugAssign) and isinstance(statement.op, ast.Add):
+        return ast.unparse(statement.value)
+    value = getattr(statement, "value", None)
+    return ast.unparse(value.right) if isinstance(value, ast.BinOp) and isinstance(value.op, ast.Add) else None
+
+
+def _keeps_graph(site: SourceLocation) -> bool:
+    """Whether the backward at ``site`` is called with retain_graph=True or create_graph=True: it freed nothing."""
+    statement = statement_at(site.file, site.line)
+    return statement is not None and any(
+        isinstance(node, ast.keyword) and node.arg in ("retain_graph", "create_graph")
+        and isinstance(node.value, ast.Constant) and node.value.value is True for node in ast.walk(statement))
 
 
 class _TwiceCase:
@@ -419,19 +447,24 @@ class _TwiceCase:
             self.earlier = self.mechanism.freed_by
         self.hoisted = self._hoisted()
         self.crossing = self._crossing()
-        self.accumulated = None if (self.carried or self.same_loss is not None or self.hoisted is not None
+        self.accumulated = None if (self.same_loss is not None or self.hoisted is not None
                                     or self.crossing is not None) else _accumulated_without_reset(site, self.earlier)
+        if self.accumulated is not None and self.accumulated[4] is not None:
+            self.carried = []  # the carried state is the running sum backpropagated itself: the sum's row explains it
+        elif self.carried:
+            self.accumulated = None
 
     def _carried(self) -> list:
         site = self.site
         if site.frame is None:
             return []
         scope = {**site.frame.f_globals, **site.frame.f_locals}
-        return [c for c in carried_state(self.location) if _carries_graph(scope.get(c.name))]
+        return [c for c in carried_state(self.location) if carries_graph(scope.get(c.name))]
 
     def _earlier(self, sites: list):
         # In a loop the earlier backward is the same line (carried state); otherwise the failing backward is
         # recorded too (it unpacked its new graph first): the earlier one is the latest on another line.
+        sites = [s for s in sites if not _keeps_graph(s)] or sites
         earlier = sites[-1] if sites else None
         location = self.location
         if not self.carried and location is not None:
@@ -566,6 +599,7 @@ def _backward_twice(error, session) -> Finding:
             crossing.read,
         ) if crossing is not None else None,
         accumulation={"first": accumulated[1].lineno, "again": accumulated[2].lineno,
-                      "reset_before": (accumulated[3] or accumulated[2]).lineno} if accumulated is not None else None)
+                      "reset_before": (accumulated[3] or accumulated[2]).lineno,
+                      **({"term": accumulated[4]} if accumulated[4] else {})} if accumulated is not None else None)
     facts.backward_at = site.location.to_dict() if site.location else None  # after the message, as JSON always had it
     return diagnose(Finding(kind="backward_twice", tensor=tensor, saved_at=saved_at, modified_at=writes, facts=facts))
