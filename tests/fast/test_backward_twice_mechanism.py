@@ -329,3 +329,31 @@ def test_gradients_made_before_the_loop_that_backpropagates_them_are_made_in_it(
     assert finding.fixes[0].detail["code"] == (
         "loss = F.mse_loss(model(torch.randn(16, 5)), torch.randn(16, 1))\n"
         "grads = torch.autograd.grad(loss, params, create_graph=True)")
+
+
+STATES_BY_KEY = '''\
+import torch
+import torch.nn as nn
+
+lstm = nn.LSTM(1, 4, batch_first=True)
+opt = torch.optim.SGD(lstm.parameters(), lr=0.05)
+streams = {"s0": torch.randn(1, 3, 1), "s1": torch.randn(1, 3, 1)}
+state = {sid: None for sid in streams}
+for chunk in range(2):
+    for sid, x in streams.items():
+        out, hidden = lstm(x, state[sid])
+        state[sid] = hidden
+        loss = out.pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+'''
+
+
+def test_a_state_kept_in_a_dict_by_a_computed_key_is_made_where_its_item_is_assigned(tmp_path):
+    finding, lines = _finding(tmp_path, STATES_BY_KEY)
+    assert finding.rule == "freed_graph_reused" and finding.tensor.name == "state['s0'][0]"
+    item = _line(lines, "state[sid] = hidden")
+    assert finding.saved_at.location.line == item
+    assert [(f.action, f.line, f.detail) for f in finding.fixes] == [
+        ("insert_after", item, {"code": "state[sid] = tuple(h.detach() for h in state[sid])"})]

@@ -611,3 +611,22 @@ def test_a_detach_that_leaves_a_later_step_without_gradients_is_refused_though_t
     one_fed = RunResult(0, [], "", coverage=[{"used": set(), "reached": {"0:0", "1:0"}, "stepped": set()},
                                              {"used": {"0:1"}, "reached": {"0:1"}, "stepped": {"0:0", "0:1"}}])
     assert lost_gradients(before, one_fed) is None
+
+
+def test_a_crossing_tensor_is_also_detached_where_a_method_reads_it(tmp_path):
+    """The later loss reads the crossing tensor as a method's receiver (`h = posts.reshape(-1, 8)`), not as an
+    argument: detaching it there is a candidate too; its metadata (`posts.shape`) is no read of its graph."""
+    from gradguard.fix.search import general_repairs
+
+    script = tmp_path / "s.py"
+    script.write_text("import torch\nposts = make()\nmodel_loss = dec(posts) + rew(posts)\nmodel_loss.backward()\n"
+                      "n = posts.shape[0]\nh = posts.reshape(-1, 8)\nactor_loss = h.sum()\nactor_loss.backward()\n")
+    file = str(script)
+    finding = {"kind": "backward_twice", "rule": "freed_graph_reused", "tensor": {"name": "posts"},
+               "saved_at": {"file": file, "line": 2},
+               "context": {"backward_at": {"file": file, "line": 8, "code": "actor_loss.backward()"}},
+               "modified_at": [{"file": file, "line": 4, "category": "backward"}]}
+    repairs = [(r[0].action, r[0].line, r[0].target, r[0].detail.get("call"))
+               for r in general_repairs(finding, {}, lambda path: True) if r[0].line in (3, 5, 6)]
+    assert repairs == [("detach_argument", 3, "posts", "dec"), ("detach_argument", 3, "posts", "rew"),
+                       ("detach_expression", 6, "posts", None)]

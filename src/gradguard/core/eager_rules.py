@@ -591,6 +591,10 @@ def _detach_where_kept(case: _Twice, crossing: CrossingTensor, fixes: list[FixIn
 def _detach_where_made(case: _Twice, crossing: CrossingTensor, made: SourceLocation, fixes: list[FixIntent]) -> str:
     """The sentence (and intent) that detaches the crossing tensor at the statement that made it."""
     names = assigned_names(statement_code(made))
+    stmt = parse_statement(statement_code(made))
+    if isinstance(stmt, ast.Assign) and crossing.binding not in names and crossing.binding in [
+            ast.unparse(t) for t in stmt.targets]:
+        names = [*names, crossing.binding]  # an item by a computed key: `state[sid] = hidden`
     # the name, the attribute as its class writes it, or (for an element, `self.hidden[0]`) what holds it
     wanted = {crossing.name, "self." + crossing.name.rsplit(".", 1)[-1], crossing.binding or crossing.name}
     target = next((t for t in names if t in wanted), None)

@@ -12,7 +12,7 @@ from typing import Any, Iterator, Mapping
 
 from .findings import SourceLocation
 
-__all__ = ["COMPOUND", "bodies_with_line", "line_in_block", "written_expression", "assignment_before",
+__all__ = ["item_assignment_before", "COMPOUND", "bodies_with_line", "line_in_block", "written_expression", "assignment_before",
            "backward_receiver", "call_name", "callee_of", "dotted_reference", "evaluate_reference", "function_node",
            "parse_code", "parse_file", "parse_statement", "reference_prefixes", "written_reference"]
 
@@ -345,6 +345,20 @@ def assignment_before(filename: str, line: int, expression: str) -> SourceLocati
         return None
     code = linecache.getline(filename, found.lineno).strip()
     return SourceLocation(filename, found.lineno, "", code)
+
+
+def item_assignment_before(filename: str, line: int, container: str) -> tuple[SourceLocation, str] | None:
+    """(the statement, its target) of the last assignment before ``line`` to an item of ``container`` by a key the
+    source computes (``state[sid] = hidden``): where a dict or list filled in a loop gets each item."""
+    tree = parse_file(filename)
+    found: tuple[ast.Assign, str] | None = None
+    for node in ast.walk(tree) if tree is not None else ():
+        if isinstance(node, ast.Assign) and node.lineno < line and (found is None or node.lineno > found[0].lineno):
+            found = next(((node, ast.unparse(t)) for t in node.targets if isinstance(t, ast.Subscript)
+                          and ast.unparse(t.value) == container and not isinstance(t.slice, ast.Constant)), found)
+    if found is None:
+        return None
+    return SourceLocation(filename, found[0].lineno, "", linecache.getline(filename, found[0].lineno).strip()), found[1]
 
 
 _BINOP_NAMES = {"Mult": "multiply", "Add": "add", "Sub": "subtract", "Div": "divide", "MatMult": "matmul", "Pow": "pow"}

@@ -572,18 +572,32 @@ def _detach_read_candidates(finding: dict, name: str) -> list[list[FixIntent]]:
     scopes = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
               and n.lineno <= made <= (n.end_lineno or n.lineno)]
     scope = min(scopes, key=lambda n: (n.end_lineno or n.lineno) - n.lineno) if scopes else tree
-    repairs = []
-    # from the line that made it: `hs.append(cell(x, hs[-1]))` reads the previous step's value where it makes this one
-    for call in sorted((n for n in ast.walk(scope) if isinstance(n, ast.Call) and made <= n.lineno < end),
-                       key=lambda n: (n.lineno, n.col_offset)):
-        for arg in call.args:
-            if _plain_read_of(arg, root):
-                target = ast.unparse(arg)
-                repairs.append([FixIntent("detach_argument", file, _statement_line(scope, call), target=target,
-                                          detail={"call": ast.unparse(call.func)},
-                                          reason=f"`{target}` reaches the loss here as a value, not as a path into "
-                                                 f"the graph {freed} frees")])
-    return repairs
+    reason = "reaches the loss here as a value, not as a path into the graph " + freed + " frees"
+    unique: list[list[FixIntent]] = []
+    for intent in _read_intents(scope, file, made, end, root, name, reason):
+        if not any(same_intent(intent, other[0]) for other in unique):  # one candidate per statement and read
+            unique.append([intent])
+    return unique
+
+
+def _read_intents(scope: ast.AST, file: str, made: int, end: int, root: str, name: str, reason: str):
+    """The detach of each read of ``root`` between the lines ``made`` (included: `hs.append(cell(x, hs[-1]))`
+    reads the previous step's value where it makes this one) and ``end``: an argument of a call, or the receiver of
+    a method (`h = posts.reshape(-1, 8)`) when the crossing tensor is ``root`` itself."""
+    reads = sorted((n for n in ast.walk(scope) if isinstance(n, (ast.Call, ast.Attribute)) and made <= n.lineno < end),
+                   key=lambda n: (n.lineno, n.col_offset))
+    for node in reads:
+        if isinstance(node, ast.Call):
+            yield from (FixIntent("detach_argument", file, _statement_line(scope, node), target=ast.unparse(arg),
+                                  detail={"call": ast.unparse(node.func)}, reason=f"`{ast.unparse(arg)}` {reason}")
+                        for arg in node.args if _plain_read_of(arg, root))
+        elif isinstance(node.value, ast.Name) and node.value.id == root == name and node.attr not in _METADATA:
+            yield FixIntent("detach_expression", file, _statement_line(scope, node), target=root,
+                            reason=f"`{root}` {reason}")
+
+
+_METADATA = frozenset({"shape", "size", "dim", "ndim", "numel", "dtype", "device", "requires_grad", "grad_fn",
+                       "is_leaf", "grad", "data"})
 
 
 def _read_window(finding: dict, name: str):

@@ -244,7 +244,8 @@ def _holds_sequence(crossing: Crossing, frame) -> bool:
     itself, or the container an element of it comes from (`self.hidden` of `self.hidden[0]`)."""
     if frame is None:
         return False
-    names = [crossing.name] + ([crossing.name.split("[", 1)[0]] if "[" in crossing.name else [])
+    name = crossing.name  # and each container on the way (`state['s0']` and `state` of `state['s0'][0]`)
+    names = [name] + [name[:i] for i in range(len(name) - 1, 0, -1) if name[i] == "["]
     return any(isinstance(_lookup(name, frame), (tuple, list)) for name in names)
 
 

@@ -67,7 +67,8 @@ from ...core.facts import Facts
 from ...core.findings import Finding, SourceLocation, TensorInfo
 from ...core.frames import user_frames
 from ...core.internal import log_fallback
-from ...core.source_ast import assignment_before, function_node, reference_prefixes, written_reference
+from ...core.source_ast import (assignment_before, function_node, item_assignment_before, reference_prefixes,
+                                 written_reference)
 from ..adapter import layer_tensors
 from .user_hooks import SAVED_TENSOR_DATA, probe_attribute
 
@@ -714,12 +715,15 @@ def _made(path: str, kind: str, frame, frames, node, node_sites) -> tuple[Source
     entry = node_sites.get((node.name(), _seq(node))) if node is not None else None
     if entry is not None:  # the forward line that made the crossed node, as the session noted it
         return entry[0], None
-    if kind == "element":  # the element's own assignment (`state["h"] = ...`), else its container's
+    if kind == "element":  # the element's own assignment (`state["h"] = ...`, `state[sid] = ...`), else its container's
         code = frame.f_code
-        for bound in (path, path.split("[", 1)[0]):
-            made = assignment_before(code.co_filename, frame.f_lineno, bound)
-            if made is not None and made.line >= code.co_firstlineno:
-                return made, bound
+        container = path.split("[", 1)[0]
+        made = assignment_before(code.co_filename, frame.f_lineno, path)
+        item = item_assignment_before(code.co_filename, frame.f_lineno, container) if made is None else None
+        found = (made, path) if made is not None else item or (
+            assignment_before(code.co_filename, frame.f_lineno, container), container)
+        if found[0] is not None and found[0].line >= code.co_firstlineno:
+            return found
     return None, None
 
 
