@@ -361,8 +361,8 @@ class OpRuns:
             return out + [first.pullback(u) for u in U[1:]]
         for u in U[1:]:
             lin = op.B.linearize(fn, args, op.kwargs, op.wrt)
-            if out_names is not None:
-                lin.out_tensors = [lin.out_tensors[lin.out_names.index(n)] for n in out_names]
+            if out_names is not None:  # names too: MindSpore's pull matches cotangents to outputs by name
+                reorder(lin, out_names)
             out.append(lin.pullback(u))
         return out
 
