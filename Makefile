@@ -116,6 +116,7 @@ TORCH_MATRIX_TESTS := tests/fast/test_parity.py tests/fast/test_guard_lifecycle.
 	tests/fast/test_zoo_no_false_findings.py tests/fast/test_module_inputs.py tests/fast/test_second_order.py \
 	tests/fast/test_data_in_forward.py tests/fast/test_check_op_regimes.py tests/fast/test_call_gate.py \
 	tests/fast/test_silent.py tests/fast/test_patching.py tests/fast/test_ledger.py tests/fast/test_eager_errors.py \
+	tests/fast/test_no_graph.py \
 	tests/robustness
 
 .venv-torch-oldest/.installed: pyproject.toml requirements-torch-oldest.txt
