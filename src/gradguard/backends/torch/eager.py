@@ -387,8 +387,9 @@ def _first_call_with(filename: str, start: int, stop: int, name: str):
 
 
 def _accumulated_without_reset(site: _Site, earlier):
-    """(name, first accumulation, accumulation after the earlier backward, its loop) when the failing loss
-    accumulates across the earlier backward without a reset (corpus 061: SAM's two passes), else None."""
+    """(name, first accumulation, accumulation after the earlier backward, its loop, None) when the failing loss
+    accumulates across the earlier backward without a reset (corpus 061: SAM's two passes), a running sum's
+    (:func:`_running_sum`, with the term it adds) when the same backward ran a step earlier, else None."""
     if site.frame is None or site.location is None or earlier is None or earlier.file != site.location.file:
         return None
     receiver = _backward_receiver(site.code)
