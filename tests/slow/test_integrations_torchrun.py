@@ -79,4 +79,7 @@ def test_ddp_buffer_broadcast_is_recognised_and_explained(tmp_path):
     # the launcher, seen on a loaded machine): then rank 0's report is empty, as for any rank stopped by its peer.
     assert [(f["kind"], f["context"]["rank"]) for f in rank0] in ([("inplace_modification", 0)], [])
     assert all(f["rule"] != "ddp_broadcast" for f in rank0)
-    assert "gradguard: SilentModificationError on rank 1" in done.stderr
+    # Its console line, unless the launcher stopped rank 1 after its report was written and before it printed (the
+    # same race: rank 0 failed first and torchrun sent the other rank its closing signal).
+    stopped = "closing signal" in done.stderr
+    assert stopped or "gradguard: SilentModificationError on rank 1" in done.stderr
