@@ -630,3 +630,22 @@ def test_a_crossing_tensor_is_also_detached_where_a_method_reads_it(tmp_path):
                for r in general_repairs(finding, {}, lambda path: True) if r[0].line in (3, 5, 6)]
     assert repairs == [("detach_argument", 3, "posts", "dec"), ("detach_argument", 3, "posts", "rew"),
                        ("detach_expression", 6, "posts", None)]
+
+
+def test_gradients_taken_of_the_loss_a_later_backward_needs_retain_its_graph(tmp_path):
+    """(f): `torch.autograd.grad(loss, ...)` then `loss.backward()`: the same loss, but autograd.grad returns its
+    gradients into no .grad, so retaining the graph adds nothing twice (a gradient norm logged before the step)."""
+    from gradguard.fix.search import general_repairs
+
+    script = tmp_path / "s.py"
+    script.write_text("import torch\nw = torch.ones(3, requires_grad=True)\nloss = torch.tanh(w).sum()\n"
+                      "norms = torch.autograd.grad(loss, [w])\nloss.backward()\n")
+    file = str(script)
+    at = lambda line, code: {"file": file, "line": line, "function": "<module>", "code": code}  # noqa: E731
+    finding = {"kind": "backward_twice", "rule": "backward_twice", "tensor": {"name": "loss"},
+               "saved_at": at(3, "loss = torch.tanh(w).sum()"),
+               "modified_at": [{**at(4, "norms = torch.autograd.grad(loss, [w])"), "category": "backward"}],
+               "context": {"backward_at": at(5, "loss.backward()")}}
+    first = general_repairs(finding, {}, lambda path: True)[0][0]
+    assert (first.action, first.line, first.detail) == (
+        "set_keyword", 4, {"call": "grad", "keyword": "retain_graph", "value": True, "add": True})

@@ -436,6 +436,8 @@ def _shares_a_forward(earlier: dict, later: dict, later_code: str) -> bool:
     # the same loss backpropagated again (by name, or the same expression written twice): retaining its graph would
     # add its gradients twice
     first, second = (earlier.get("code") or "").strip(), later_code.strip()
+    if _graph_call(first) == "grad" and first != second:
+        return True  # torch.autograd.grad returns its gradients, into no .grad: nothing is added twice
     receiver = backward_receiver(first)
     return not ((receiver and receiver == backward_receiver(second)) or first == second)
 
