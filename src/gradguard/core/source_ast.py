@@ -12,8 +12,8 @@ from typing import Any, Iterator, Mapping
 
 from .findings import SourceLocation
 
-__all__ = ["item_assignment_before", "COMPOUND", "bodies_with_line", "line_in_block", "written_expression", "assignment_before",
-           "backward_receiver", "call_name", "callee_of", "dotted_reference", "evaluate_reference", "function_node",
+__all__ = ["COMPOUND", "bodies_with_line", "line_in_block", "written_expression", "assignment_before",
+           "item_assignment_before", "container_entries", "backward_receiver", "call_name", "callee_of", "dotted_reference", "evaluate_reference", "function_node",
            "parse_code", "parse_file", "parse_statement", "reference_prefixes", "written_reference"]
 
 

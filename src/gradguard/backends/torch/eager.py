@@ -28,7 +28,7 @@ from .backward_calls import _backward_receiver, _lookup, loss_of, raised_chain, 
 from .graph import Crossing, find_crossing
 from .graph import _reaches_any, walk_nodes
 from .backward_calls import carries_graph, forward_before_loop, innermost_loop
-from .no_graph import NO_GRAPH, missing_graph
+from .no_graph import NO_GRAPH, missing_graph, passes_true
 from .graph import first_tensor_step, name_tensor, tensor_info
 from ...core.internal import log_fallback
 
@@ -429,8 +429,8 @@ def _keeps_graph(site: SourceLocation) -> bool:
     """Whether the backward at ``site`` is called with retain_graph=True or create_graph=True: it freed nothing."""
     statement = statement_at(site.file, site.line)
     return statement is not None and any(
-        isinstance(node, ast.keyword) and node.arg in ("retain_graph", "create_graph")
-        and isinstance(node.value, ast.Constant) and node.value.value is True for node in ast.walk(statement))
+        passes_true(call, "retain_graph") or passes_true(call, "create_graph")
+        for call in ast.walk(statement) if isinstance(call, ast.Call))
 
 
 class _TwiceCase:

@@ -8,8 +8,8 @@ and the fix.
 # called without create_graph=True is a constant: differentiating it again (a PINN's second derivative, a
 # gradient penalty) finds no graph. The names the failing call backpropagates are followed back through their
 # assignments, while their values carry no graph, to such a call. A reentrant checkpoint
-# (``checkpoint(..., use_reentrant=True)``, torch's default) records a graph only when one of its tensor inputs requires grad: with a
-# frozen embedding in front, nothing does. Any other cause (no_grad, a detach, numbers through numpy) is explained
+# (``checkpoint(..., use_reentrant=True)``, torch's default) records a graph only when one of its tensor inputs
+# requires grad: with a frozen embedding in front, nothing does. Any other cause (no_grad, a detach, numbers through numpy) is explained
 # without an edit: which of them the user meant cannot be read off the program.
 """
 
@@ -24,7 +24,7 @@ from ...core.findings import Finding, SourceLocation, TensorInfo
 from ...core.source_ast import assignment_before, backward_receiver, parse_file, statement_at
 from .backward_calls import _lookup, user_frames_of
 
-__all__ = ["NO_GRAPH", "missing_graph"]
+__all__ = ["NO_GRAPH", "missing_graph", "passes_true"]
 
 NO_GRAPH = "does not require grad and does not have a grad_fn"
 _FOLLOWED = 16  # names followed back from the failing call, at most
@@ -63,7 +63,7 @@ def _constant_gradient(frame, location: SourceLocation, receiver: str | None) ->
             continue
         for call in (n for n in ast.walk(statement) if isinstance(n, ast.Call)):
             callee = ast.unparse(call.func)
-            if callee.endswith("autograd.grad") and not _passes_true(call, "create_graph"):
+            if callee.endswith("autograd.grad") and not passes_true(call, "create_graph"):
                 return {"cause": "constant_gradient", "file": made.file, "line": made.line, "code": made.code,
                         "call": callee}
         pending += [n.id for n in ast.walk(statement) if isinstance(n, ast.Name)]
@@ -88,5 +88,6 @@ def _reentrant_checkpoint(frame) -> dict | None:
     return None
 
 
-def _passes_true(call: ast.Call, keyword: str) -> bool:
+def passes_true(call: ast.Call, keyword: str) -> bool:
+    """Whether the call passes ``keyword=True``."""
     return any(k.arg == keyword and isinstance(k.value, ast.Constant) and k.value.value is True for k in call.keywords)
