@@ -25,8 +25,8 @@ HAZARD = """
     import os, sys, time
     {prelude}
     if os.path.exists("marker"):
-        with open("rerun.pid", "w") as handle:
-            handle.write(str(os.getpid()))
+        open("rerun.pid.part", "w").write(str(os.getpid()))  # closed at once (refcount)
+        os.replace("rerun.pid.part", "rerun.pid")  # whole or absent: a signal cannot find it empty
         time.sleep({second_run_sleep})
     open("marker", "w").close()
     import torch
