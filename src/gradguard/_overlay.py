@@ -66,11 +66,12 @@ def install_overlay() -> None:
     sys.meta_path.insert(0, _OverlayFinder())
 
 
-def read_coverage(path: str) -> list[dict[str, set[str]]] | None:
-    """Per backward of a run, the optimizer parameters it ``used`` and ``reached`` (backends/torch/coverage.py);
-    None when the run recorded none."""
+def read_coverage(path: str) -> list[dict] | None:
+    """Per backward of a run, the optimizer parameters it ``used`` and ``reached`` (sets), and its call ``site``
+    (backends/torch/coverage.py); None when the run recorded none."""
     try:
         with open(path, encoding="utf-8") as handle:
-            return [{name: set(keys) for name, keys in entry.items()} for entry in json.load(handle)]
+            return [{name: set(keys) if isinstance(keys, list) else keys for name, keys in entry.items()}
+                    for entry in json.load(handle)]
     except (OSError, ValueError, AttributeError, TypeError):
         return None

@@ -234,7 +234,69 @@ def test_an_item_of_a_deque_kept_across_steps_is_detached_where_it_enters(tmp_pa
     enters = _line(lines, "bank.append(z)")
     assert f"detach each where it enters: `bank.append(z.detach())` (line {enters})" in finding.suggestion
     assert [(f.action, f.line, f.target, f.detail, f.preferred) for f in finding.fixes] == [
-        ("detach_argument", enters, "z", {"call": "bank.append"}, True)]
+        ("detach_argument", enters, "z", {"call": "bank.append"}, True),
+        # the alternative for a buffer of one episode (NOTE [Buffers filled in step]), after the block of the backward
+        ("insert_after", _line(lines, "opt.step()"), "bank", {"code": "bank.clear()"}, False)]
+
+
+# REINFORCE as pytorch/examples writes it, less the `del policy.rewards[:]` and `del policy.saved_log_probs[:]` at
+# the end of finish_episode: the second episode's loss runs through the first episode's log-probabilities.
+EPISODE_BUFFERS = '''\
+import torch
+import torch.nn as nn
+
+
+class Policy(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.affine = nn.Linear(4, 2)
+        self.saved_log_probs = []
+        self.rewards = []
+        self.history = []
+
+
+policy = Policy()
+optimizer = torch.optim.SGD(policy.parameters(), lr=0.1)
+
+
+def select_action(state):
+    m = torch.distributions.Categorical(logits=policy.affine(state))
+    action = m.sample()
+    policy.saved_log_probs.append(m.log_prob(action))
+    return action.item()
+
+
+def finish_episode():
+    returns = torch.tensor(policy.rewards)
+    log_probs = policy.saved_log_probs
+    loss = -(torch.stack(log_probs) * returns).sum()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    policy.history.append(loss.item())
+
+
+for episode in range(2):
+    for t in range(3):
+        policy.rewards.append(float(select_action(torch.randn(4))))
+    finish_episode()
+'''
+
+
+def test_buffers_filled_in_step_are_emptied_together_after_the_backward_that_used_them(tmp_path):
+    finding, lines = _finding(tmp_path, EPISODE_BUFFERS)
+    assert finding.rule == "freed_graph_reused"
+    # reached through a local alias, spelt as the file fills it; `history` (one item per episode) is no buffer
+    # of the step; the alias detached where it is made is the alternative (verification refuses it)
+    after = _line(lines, "policy.history.append")
+    assert [(f.action, f.line, f.target, f.detail, f.preferred) for f in finding.fixes] == [
+        ("insert_after", after, "policy.saved_log_probs",
+         {"code": "policy.saved_log_probs.clear()\npolicy.rewards.clear()"}, True),
+        ("insert_after", _line(lines, "log_probs = "), "log_probs",
+         {"code": "log_probs = tuple(h.detach() for h in log_probs)"}, False)]
+    assert ("If `policy.saved_log_probs` collects one episode's items for one loss, empty it once that loss is "
+            "backpropagated: `policy.saved_log_probs.clear()` (and `policy.rewards`, filled in step with it) insert "
+            f"after line {after}.") in finding.suggestion
 
 
 LAZY_CACHE = '''\

@@ -13,13 +13,14 @@ def test_a_backward_uses_what_the_steps_before_the_next_backward_update():
     unused = torch.optim.SGD(other.parameters(), lr=0.1)  # noqa: F841 - an optimizer that never steps
     recorder = _Recorder("unused.json")
     loss = head(encoder(torch.randn(3, 2))).sum() + other(torch.randn(3, 2)).sum()
-    recorder.backward([loss])
+    recorder.backward([loss], "train.py|loss.backward()")
     recorder.step(opt)
-    recorder.backward([head(torch.randn(3, 2)).sum()])  # reaches only the head; no step follows
+    recorder.backward([head(torch.randn(3, 2)).sum()], None)  # reaches only the head; no step follows
     # optimizer 0's four parameters (encoder weight, bias, head weight, bias); `other` is reached but never stepped
     everything = ["0:0", "0:1", "0:2", "0:3"]
-    assert recorder.used_sets() == [{"used": everything, "reached": everything, "stepped": everything},
-                                    {"used": [], "reached": ["0:2", "0:3"], "stepped": []}]
+    assert recorder.used_sets() == [
+        {"used": everything, "reached": everything, "stepped": everything, "site": "train.py|loss.backward()"},
+        {"used": [], "reached": ["0:2", "0:3"], "stepped": [], "site": None}]
 
 
 def test_a_cut_gradient_is_named_and_a_kept_one_passes():
@@ -53,3 +54,29 @@ def test_one_backward_feeding_two_optimizers_is_rejected_only_where_the_original
     # a program that steps an encoder's and a decoder's optimizer on one loss is left alone
     shared = RunResult(1, [], coverage=[{"used": critic | actor, "reached": critic | actor}])
     assert merged_losses(shared, moved) is None
+
+
+def test_backward_calls_an_edit_reorders_are_compared_call_by_call():
+    # the original (rlkit's SAC): the two critics' backwards, each with its step, then the policy's, which fails; the
+    # edit moves the policy's update (backward and step) before the critics'
+    qf1, qf2, policy = {"0:0", "0:1"}, {"1:0", "1:1"}, {"2:0", "2:1"}
+    site = {"qf1": "sac.py|qf1_loss.backward()", "qf2": "sac.py|qf2_loss.backward()",
+            "policy": "sac.py|policy_loss.backward()"}
+    before = RunResult(1, [], coverage=[
+        {"used": qf1, "reached": qf1, "stepped": qf1, "site": site["qf1"]},
+        {"used": qf2, "reached": qf2, "stepped": qf2, "site": site["qf2"]},
+        {"used": set(), "reached": qf1 | qf2 | policy, "stepped": set(), "site": site["policy"]}])
+    step = [{"used": policy, "reached": qf1 | qf2 | policy, "stepped": policy, "site": site["policy"]},
+            {"used": qf1, "reached": qf1, "stepped": qf1, "site": site["qf1"]},
+            {"used": qf2, "reached": qf2, "stepped": qf2, "site": site["qf2"]}]
+    assert lost_gradients(before, RunResult(0, [], coverage=step + step)) is None
+    assert merged_losses(before, RunResult(0, [], coverage=step + step)) is None
+    # compared by position, the second critic's pass would be the first's: without the sites the edit is refused
+    unsited = [{k: v for k, v in entry.items() if k != "site"} for entry in step]
+    assert lost_gradients(before, RunResult(0, [], coverage=unsited)) == (
+        "backward call 2 no longer reaches 2 of the 2 parameters that the optimizer step after it updates "
+        "(optimizer 2 in the order they are made): the error goes away, but so does their gradient")
+    # an edit that drops the second critic's backward is refused by its call
+    assert lost_gradients(before, RunResult(0, [], coverage=step[:2])) == (
+        "backward call 2 no longer reaches 2 of the 2 parameters that the optimizer step after it updates "
+        "(optimizer 2 in the order they are made): the error goes away, but so does their gradient")

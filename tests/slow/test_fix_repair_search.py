@@ -629,3 +629,62 @@ def test_a_second_derivative_of_a_gradient_taken_without_create_graph_gets_it(tm
     assert run.returncode == 0, run.stderr
     assert "u_x = torch.autograd.grad(u, x, torch.ones_like(u), retain_graph=True, create_graph=True)[0]" in edited
     _runs_clean(tmp_path)
+
+
+# REINFORCE as pytorch/examples writes it, without the `del ...[:]` that empties the episode's buffers: the next
+# episode's loss runs through the earlier episodes' log-probabilities. Detached where they enter, nothing trains
+# (verification refuses it); both buffers emptied after the block of the backward (NOTE [Buffers filled in step]).
+REINFORCE = """
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+    from torch.distributions import Categorical
+
+    torch.manual_seed(0)
+
+    class Policy(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.affine1 = nn.Linear(4, 16)
+            self.affine2 = nn.Linear(16, 2)
+            self.saved_log_probs = []
+            self.rewards = []
+
+        def forward(self, x):
+            return F.softmax(self.affine2(F.relu(self.affine1(x))), dim=1)
+
+    policy = Policy()
+    optimizer = torch.optim.Adam(policy.parameters(), lr=1e-2)
+
+    def select_action(state):
+        m = Categorical(policy(state.unsqueeze(0)))
+        action = m.sample()
+        policy.saved_log_probs.append(m.log_prob(action))
+        return action.item()
+
+    def finish_episode():
+        R, policy_loss, returns = 0, [], []
+        for r in policy.rewards[::-1]:
+            R = r + 0.99 * R
+            returns.insert(0, R)
+        returns = torch.tensor(returns)
+        for log_prob, R in zip(policy.saved_log_probs, returns):
+            policy_loss.append(-log_prob * R)
+        optimizer.zero_grad()
+        policy_loss = torch.cat(policy_loss).sum()
+        policy_loss.backward()
+        optimizer.step()
+
+    for episode in range(3):
+        for t in range(4):
+            policy.rewards.append(float(select_action(torch.randn(4))))
+        finish_episode()
+    print("ok", round(sum(p.sum().item() for p in policy.parameters()), 5))
+"""
+
+
+def test_episode_buffers_kept_across_episodes_are_emptied_after_the_backward(tmp_path):
+    run, edited = _fix(tmp_path, REINFORCE)
+    assert run.returncode == 0, run.stderr
+    assert "    optimizer.step()\n    policy.saved_log_probs.clear()\n    policy.rewards.clear()\n" in edited
+    _runs_clean(tmp_path)

@@ -17,7 +17,7 @@ from .findings import Finding, SourceLocation
 from .fixes import assigned_names, items_copied_before_loop, mask_assignment, out_of_place, statement_code
 from .intents import FixIntent, Verdict
 from .module_sites import split_module_via
-from .source_ast import container_entries, parse_code, parse_file, parse_statement
+from .source_ast import bodies_with_line, container_entries, parse_code, parse_file, parse_statement
 
 __all__ = ["check", "leaf_rule", "out_argument_rule", "cut_in_place_rule", "view_of_leaf_rule", "multi_view_rule",
            "no_grad_view_rule", "function_view_rule", "carried_rule", "same_loss_rule", "hoisted_rule", "crossing_rule",
@@ -483,8 +483,8 @@ def crossing_rule(f: Finding, _: object) -> Verdict:
     else:
         fix = (f"Detach `{crossing.name}` where an earlier loss uses it (`{crossing.name}.detach()`), or "
                f"recompute it after the earlier backward, so each backward covers its own graph.")
-        fix += _detach_where_kept(case, crossing, fixes)
-        if made is not None:
+        fix += _detach_where_kept(case, crossing, fixes) + _emptied_after_use(case, crossing, fixes)
+        if made is not None and not _makes_empty(made):
             kept = len(fixes)
             fix += _detach_where_made(case, crossing, made, fixes)
             fixes[kept:] = [dataclasses.replace(x, preferred=not kept) for x in fixes[kept:]]  # an alternative
@@ -586,6 +586,62 @@ def _detach_where_kept(case: _Twice, crossing: CrossingTensor, fixes: list[FixIn
     return (f" If `{container}` keeps values across steps (a memory bank, a window of targets, a history), detach "
             f"each where it enters: `{callee}({item}.detach())` (line {line}"
             f"{' and the other ' + str(len(entries) - 1) if len(entries) > 1 else ''}).")
+
+
+# NOTE [Buffers filled in step]
+# A list (or deque) that collects one episode's items for one loss (REINFORCE's log-probabilities, with the rewards
+# filled beside it) must be emptied once that loss has been backpropagated; kept, the next episode's loss runs
+# through the earlier episodes' items into graphs that backward freed. Detaching the items where they enter would
+# cut the only path to the weights (verification refuses it), so the buffer, and every buffer the probe saw
+# holding as many items beside it (filled in step: emptied together, or `zip` would pair the next episode's items
+# with this one's), is emptied after the block of the earlier backward. Only buffers the file fills by
+# `append`/`appendleft`/`insert` are: a history kept for logging has as many items only by chance, and is filled
+# by the same calls, so the verification run decides (a memory bank emptied every step would still run clean: the
+# detach where its items enter is tried first).
+def _emptied_after_use(case: _Twice, crossing: CrossingTensor, fixes: list[FixIntent]) -> str:
+    """The sentence (and intents, applied together) that empty the buffers of NOTE [Buffers filled in step]."""
+    earlier = case.earlier
+    if not crossing.kept_with or earlier is None:
+        return ""
+    filled = crossing.kept_with
+    where = _end_of_block(earlier.file, earlier.line)
+    if where is None:
+        return ""
+    action, line = where
+    code = "\n".join(f"{name}.clear()" for name in filled)
+    fixes.append(FixIntent(action, earlier.file, line, target=filled[0], detail={"code": code},
+                           preferred=not fixes,
+                           reason="each backward then covers only the items collected since the previous one"))
+    beside = f" (and {', '.join(f'`{n}`' for n in filled[1:])}, filled in step with it)" if filled[1:] else ""
+    return (f" If `{filled[0]}` collects one episode's items for one loss, empty it once that loss is "
+            f"backpropagated: `{filled[0]}.clear()`{beside} {action.replace('_', ' ')} line {line}.")
+
+
+def _end_of_block(file: str, line: int) -> tuple[str, int] | None:
+    """Where a statement goes to run last in the block holding the statement at ``line``: ("insert_after", its last
+    simple statement), ("insert_before", a final return/break/continue/raise), or after ``line`` itself when the
+    block ends in a compound statement; None when the file does not parse."""
+    tree = parse_file(file)
+    bodies = list(bodies_with_line(tree, line)) if tree is not None else []
+    if not bodies:
+        return None
+    last = bodies[-1][-1]  # breadth first: the innermost block last
+    if isinstance(last, (ast.Return, ast.Break, ast.Continue, ast.Raise)):
+        return "insert_before", last.lineno
+    if isinstance(last, (ast.Expr, ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete, ast.Pass)):
+        return "insert_after", last.lineno
+    return "insert_after", line
+
+
+def _makes_empty(made: SourceLocation) -> bool:
+    """``self.saved = []``, ``buf = deque(maxlen=8)``: a statement that binds an empty container (there is
+    nothing to detach where it is made)."""
+    stmt = parse_statement(statement_code(made))
+    value = stmt.value if isinstance(stmt, (ast.Assign, ast.AnnAssign)) else None
+    if isinstance(value, (ast.List, ast.Tuple, ast.Dict, ast.Set)):
+        return not (value.keys if isinstance(value, ast.Dict) else value.elts)
+    return isinstance(value, ast.Call) and ast.unparse(value.func).split(".")[-1] in (
+        "list", "deque", "dict") and not value.args
 
 
 def _detach_where_made(case: _Twice, crossing: CrossingTensor, made: SourceLocation, fixes: list[FixIntent]) -> str:

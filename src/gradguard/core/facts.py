@@ -62,6 +62,9 @@ class CrossingTensor:
     binding: str | None  # the assignment target where it is made (`self.v`)
     holds_sequence: bool  # the name holds a tuple or list of tensors (an LSTM's (h, c))
     read: SourceLocation | None = None  # module state its class never assigns: the statement that reads it back
+    # a list or deque of items the crossing is (or is in), then the others held beside it with as many items (an
+    # episode's buffers filled in step: `policy.saved_log_probs`, `policy.rewards`), as the user reaches them
+    kept_with: tuple[str, ...] = ()
 
 
 @dataclass(slots=True, repr=False)

@@ -13,7 +13,8 @@ from typing import Any, Iterator, Mapping
 from .findings import SourceLocation
 
 __all__ = ["COMPOUND", "bodies_with_line", "line_in_block", "written_expression", "assignment_before",
-           "item_assignment_before", "container_entries", "backward_receiver", "call_name", "callee_of", "dotted_reference", "evaluate_reference", "function_node",
+           "item_assignment_before", "container_entries", "backward_receiver", "call_name", "callee_of",
+           "dotted_reference", "evaluate_reference", "function_node",
            "parse_code", "parse_file", "parse_statement", "reference_prefixes", "written_reference"]
 
 
@@ -367,9 +368,9 @@ _BINOP_NAMES = {"Mult": "multiply", "Add": "add", "Sub": "subtract", "Div": "div
 _ENTRY_METHODS = frozenset({"append", "appendleft", "insert"})
 
 
-def container_entries(filename: str, container: str) -> list[tuple[int, str, str]]:
-    """(line, item, callee) for each statement of the file that puts one item into ``container``
-    (``bank.append(z)``, ``window.appendleft(v)``, ``self.queue.insert(0, k)``), in any function of it."""
+def container_entries(filename: str, container: str | None) -> list[tuple[int, str, str]]:
+    """(line, item, callee) for each statement of the file that puts one item into ``container`` (any container
+    when None) (``bank.append(z)``, ``window.appendleft(v)``, ``self.queue.insert(0, k)``), in any function of it."""
     tree = parse_file(filename)
     found = []
     for stmt in ast.walk(tree) if tree is not None else ():
@@ -377,7 +378,7 @@ def container_entries(filename: str, container: str) -> list[tuple[int, str, str
             continue
         call = stmt.value
         if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr in _ENTRY_METHODS \
-                and call.args and not call.keywords and ast.unparse(call.func.value) == container:
+                and call.args and not call.keywords and container in (None, ast.unparse(call.func.value)):
             found.append((stmt.lineno, ast.unparse(call.args[-1]), ast.unparse(call.func)))
     return sorted(found)
 

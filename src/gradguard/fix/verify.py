@@ -49,7 +49,7 @@ class RunResult:
     findings: list[dict]
     stderr_tail: str = ""
     timed_out: bool = False
-    coverage: list[dict[str, set[str]]] | None = None  # per backward: optimizer parameters "used" and "reached"
+    coverage: list[dict] | None = None  # per backward: optimizer parameters "used", "reached" (sets), its "site"
 
 
 @dataclass
@@ -179,7 +179,7 @@ def lost_gradients(before: RunResult, after: RunResult) -> str | None:
     the gradients the optimizer uses]); None when every backward still reaches what its step used."""
     if not before.coverage:
         return None
-    edited = after.coverage or []
+    edited = _in_call_order(before.coverage, after.coverage or [])
     for index, entry in enumerate(before.coverage):
         after = edited[index] if index < len(edited) else {}
         # What the original's steps used, and, for an optimizer the edited run's next step would leave with no
@@ -198,6 +198,25 @@ def lost_gradients(before: RunResult, after: RunResult) -> str | None:
                     f"that the optimizer step after it updates (optimizer {', '.join(map(str, optimizers))} in the "
                     f"order they are made): the error goes away, but so does their gradient")
     return None
+
+
+def _in_call_order(before: list[dict], after: list[dict]) -> list[dict]:
+    """``after``'s backward passes matched to ``before``'s: positionally, unless the edit reordered the calls
+    (a step moved with its loss's backward before another model's): then the n-th pass of each call site (its file
+    and line text) to the n-th pass of the same site."""
+    sites = [entry.get("site") for entry in before]
+    if None in sites or any(entry.get("site") is None for entry in after) or \
+            sites == [entry.get("site") for entry in after[:len(sites)]]:
+        return after
+    by_site: dict[str, list[dict]] = {}
+    for entry in after:
+        by_site.setdefault(entry["site"], []).append(entry)
+    seen: dict[str, int] = {}
+    matched = []
+    for site in sites:
+        nth = seen[site] = seen.get(site, -1) + 1
+        matched.append(by_site[site][nth] if nth < len(by_site.get(site, ())) else {})
+    return matched
 
 
 def merged_losses(before: RunResult, after: RunResult) -> str | None:

@@ -9,7 +9,8 @@
 # they are made, parameter index): keys that are the same in the original and the edited run. A backward's
 # *used* set is what it reaches among the parameters of the steps that follow it (before the next backward).
 # An edit verifies only if each backward of the edited run still reaches the used set of the same backward
-# of the original run (reaches, not uses: an edit may move the step after a later backward), and, for an
+# of the original run (reaches, not uses: an edit may move the step after a later backward; "the same backward" is
+# the same call, by its file and line text, where an edit reorders the calls), and, for an
 # optimizer whose next step in the edited run no backward feeds at all, what the original's backward reached of its
 # parameters (the original may fail before its first step: a detach that lets the run finish must not leave a
 # whole optimizer stepping on nothing).
@@ -21,7 +22,9 @@ from __future__ import annotations
 
 import atexit
 import json
+import linecache
 import os
+import sys
 import threading
 
 from ..._overlay import COVERAGE_ENV
@@ -48,8 +51,8 @@ class _Recorder:
         self.optimizers: dict[int, tuple[int, object]] = {}  # id -> (order made, the optimizer: kept
         # alive so that no later optimizer reuses its id)
 
-    def backward(self, roots) -> None:
-        self.events.append(("backward", _reached_leaves(roots)))
+    def backward(self, roots, site: str | None) -> None:
+        self.events.append(("backward", (_reached_leaves(roots), site)))
 
     def step(self, optimizer, kind: str = "step") -> None:
         index, _ = self.optimizers.setdefault(id(optimizer), (len(self.optimizers), optimizer))
@@ -61,19 +64,20 @@ class _Recorder:
         backward update; ``reached``, every optimizer parameter it reached (an edit may move a step);
         ``stepped``, every parameter those steps update, reached or not."""
         every: dict[int, str] = {}
-        passes: list[tuple[set, set]] = []  # per backward: (the leaves it reached, those the steps after it update)
+        # per backward: (the leaves it reached, its call site, the leaves the steps after it update)
+        passes: list[tuple[set, str | None, set]] = []
         for kind, data in self.events:
             if kind == "backward":
-                passes.append((data, set()))
+                passes.append((*data, set()))
                 continue
             for leaf, key in data.items():  # a parameter two optimizers hold keeps the key of the first made
                 every.setdefault(leaf, key)
             if passes and kind == "step":
-                passes[-1][1].update(data)
+                passes[-1][2].update(data)
         return [{"used": sorted(every[leaf] for leaf in stepped if leaf in reached),
                  "reached": sorted(key for leaf, key in every.items() if leaf in reached),
-                 "stepped": sorted(every[leaf] for leaf in stepped)}
-                for reached, stepped in passes]
+                 "stepped": sorted(every[leaf] for leaf in stepped), "site": site}
+                for reached, site, stepped in passes]
 
     def write(self) -> None:
         with open(self.path, "w", encoding="utf-8") as handle:
@@ -95,8 +99,20 @@ def install_coverage_probe() -> None:
     # Tensor.backward calls torch.autograd.backward: record once, at the outermost call.
     inside = threading.local()
 
+    torch_files = os.path.dirname(torch.__file__)
+
+    def site() -> str | None:
+        """The call of the backward as the program spells it (file and line text: an edit that moves the
+        statement keeps it), from the first frame outside torch."""
+        frame = sys._getframe(2)
+        while frame is not None and frame.f_code.co_filename.startswith(torch_files):
+            frame = frame.f_back
+        if frame is None:
+            return None
+        return f"{frame.f_code.co_filename}|{linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()}"
+
     def backward_method(self, *args, **kwargs):
-        recorder.backward([self])
+        recorder.backward([self], site())
         inside.tensor_backward = True
         try:
             return tensor_backward(self, *args, **kwargs)
@@ -105,7 +121,7 @@ def install_coverage_probe() -> None:
 
     def backward_function(tensors, *args, **kwargs):
         if not getattr(inside, "tensor_backward", False):
-            recorder.backward([tensors] if isinstance(tensors, torch.Tensor) else list(tensors or ()))
+            recorder.backward([tensors] if isinstance(tensors, torch.Tensor) else list(tensors or ()), site())
         return autograd_backward(tensors, *args, **kwargs)
 
     torch.Tensor.backward = backward_method

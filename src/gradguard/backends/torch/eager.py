@@ -22,7 +22,7 @@ from ...core.findings import Finding, SaveSite, SourceLocation, TensorInfo, Writ
 from ...core.frames import innermost_user_entry, user_variable_names
 from ...core.module_sites import path_in_user_self
 from ...core.fixes import assigned_names, carried_state, statement_code
-from ...core.source_ast import (statement_at, accumulations, assignment_before, callee_of,
+from ...core.source_ast import (statement_at, container_entries, accumulations, assignment_before, callee_of,
                                  dotted_reference, resets_between, written_expression, written_reference)
 from .backward_calls import _backward_receiver, _lookup, loss_of, raised_chain, second_call_of_same_loss, user_frames_of
 from .graph import Crossing, find_crossing
@@ -247,6 +247,33 @@ def _holds_sequence(crossing: Crossing, frame) -> bool:
     name = crossing.name  # and each container on the way (`state['s0']` and `state` of `state['s0'][0]`)
     names = [name] + [name[:i] for i in range(len(name) - 1, 0, -1) if name[i] == "["]
     return any(isinstance(_lookup(name, frame), (tuple, list)) for name in names)
+
+
+def _kept_with(name: str, frame) -> tuple[str, ...]:
+    """NOTE [Buffers filled in step] (core/eager_rules.py): for a crossing that is a list or deque (or an item of
+    one) that the file fills by `append`/`appendleft`/`insert`, that container, then the containers the file fills
+    that are held beside it (attributes of the same object, or variables of the frame) with as many items, each
+    spelt as ``frame`` reaches it; () otherwise."""
+    value = _lookup(name.split("[", 1)[0], frame) if frame is not None else None
+    if not isinstance(value, (list, collections.deque)) or not value:
+        return ()
+    filled: dict[int, list[str]] = {}  # id of each container an entry statement of the file fills -> its spellings
+    for receiver in dict.fromkeys(callee.rsplit(".", 1)[0] for _l, _i, callee in container_entries(
+            frame.f_code.co_filename, None)):
+        found = _lookup(receiver, frame)
+        if isinstance(found, (list, collections.deque)):
+            filled.setdefault(id(found), []).append(receiver)
+    spellings = filled.get(id(value))
+    if not spellings:
+        return ()
+    spelt = max(spellings, key=lambda s: "." in s)  # an attribute (`model.saved_actions`) shows what holds it
+    owner_name = spelt.rpartition(".")[0]
+    owner = _lookup(owner_name, frame) if owner_name else None
+    members = ([(f"{owner_name}.{k}", v) for k, v in vars(owner).items()] if hasattr(owner, "__dict__")
+               else list(frame.f_locals.items()) if not owner_name else [])
+    beside = sorted(n for n, other in members if other is not value and id(other) in filled
+                    and isinstance(other, (list, collections.deque)) and len(other) == len(value))
+    return (spelt, *beside)
 
 
 def _freed(node) -> bool:
@@ -598,7 +625,7 @@ def _backward_twice(error, session) -> Finding:
         crossing=CrossingTensor(
             crossing.name, crossing.made, crossing.used, crossing.callee, crossing.holder, crossing.binding,
             _holds_sequence(crossing, site.frame),
-            crossing.read,
+            crossing.read, _kept_with(crossing.name, site.frame),
         ) if crossing is not None else None,
         accumulation={"first": accumulated[1].lineno, "again": accumulated[2].lineno,
                       "reset_before": (accumulated[3] or accumulated[2]).lineno,
