@@ -145,7 +145,12 @@ def test_budget_lists_what_it_did_not_reach_as_skipped():
 
 def test_quick_budget_runs_the_argument_regimes_first():
     case = BY_NAME["roll_shift"]
-    report = gradguard.check_op(case.mutant, *_args(case), reference=case.reference, budget="quick")
+    # "quick" is a share of the wall time the given inputs took: a machine busy with other tests can stall the one
+    # regime that finds this bug past it. Ordering is what is tested: wrong, every attempt misses it.
+    for _attempt in range(3):
+        report = gradguard.check_op(case.mutant, *_args(case), reference=case.reference, budget="quick")
+        if any("fails only with `shift=3`" in f.message for f in report.failures):
+            break
     assert not report.passed and any("fails only with `shift=3`" in f.message for f in report.failures), str(report)
 
 

@@ -80,3 +80,14 @@ def test_backward_calls_an_edit_reorders_are_compared_call_by_call():
     assert lost_gradients(before, RunResult(0, [], coverage=step[:2])) == (
         "backward call 2 no longer reaches 2 of the 2 parameters that the optimizer step after it updates "
         "(optimizer 2 in the order they are made): the error goes away, but so does their gradient")
+
+
+def test_an_edit_that_rewrites_a_backward_line_is_compared_by_position():
+    # seed 000: `rnn_loss.backward(retain_graph=True)` becomes `rnn_loss.backward()`: the original's call site is
+    # gone from the edited run, so its passes are compared in order
+    rnn = {"0:0", "0:1"}
+    retained = "s.py|l.backward(retain_graph=True)"
+    before = RunResult(1, [], coverage=[{"used": rnn, "reached": rnn, "stepped": rnn, "site": retained},
+                                        {"used": set(), "reached": rnn, "stepped": set(), "site": retained}])
+    after = RunResult(0, [], coverage=[{"used": rnn, "reached": rnn, "stepped": rnn, "site": "s.py|l.backward()"}] * 3)
+    assert lost_gradients(before, after) is None

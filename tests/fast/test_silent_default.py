@@ -129,10 +129,60 @@ def test_correct_programs_stay_quiet_and_bit_identical(model):
     assert all(torch.equal(a, b) for a, b in zip(plain, guarded))
 
 
+class ExpandedMessage(nn.Module):
+    """HiDDeN's encoder: the message made 4-d with an in-place unsqueeze of a view of it (its shape, not its values)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(5, 5)
+
+    def forward(self, image, message):
+        expanded = message.unsqueeze(-1)
+        expanded.unsqueeze_(-1)  # bumps the version `message` shares, writes no value
+        return self.fc(image) * expanded.squeeze(-1).squeeze(-1)
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+def test_a_view_reshaped_in_place_is_no_write_into_the_callers_input(transposed):
+    def run():
+        torch.manual_seed(0)
+        m = ExpandedMessage()
+        image, message = torch.randn(4, 5, requires_grad=True), torch.randn(4, 5)
+        if transposed:  # another metadata-only op, on the input itself
+            message = message.t().t_()
+        out = m(image, message)
+        ((out - message) ** 2).sum().backward()  # the caller reads `message` again
+        return [p.grad.clone() for p in m.parameters()] + [image.grad.clone()]
+
+    plain = run()
+    with _sentinel() as g:
+        guarded = run()
+    assert g.findings == []
+    assert all(torch.equal(a, b) for a, b in zip(plain, guarded))
+
+
+def test_a_module_writing_the_values_of_its_input_is_still_found_beside_metadata_ops():
+    class Scaled(ExpandedMessage):
+        def forward(self, image, message):
+            out = super().forward(image, message)
+            message.mul_(2)  # a value written
+            return out
+
+    with pytest.raises(SilentModificationError) as info:
+        with _sentinel():
+            image, message = torch.randn(4, 5, requires_grad=True), torch.randn(4, 5)
+            out = Scaled()(image, message)
+            ((out - message) ** 2).sum().backward()
+    assert info.value.finding.kind == "module_input_write" and info.value.finding.tensor.name == "message"
+
+
 def test_the_hooks_are_removed_when_the_guard_exits():
     from torch.nn.modules import module
 
     before = (len(module._global_forward_pre_hooks), len(module._global_forward_hooks))
+    unsqueeze_ = torch.Tensor.__dict__.get("unsqueeze_")  # inherited from TensorBase: not in Tensor's own dict
     with _sentinel():
         assert len(module._global_forward_hooks) == before[1] + 1
+        assert torch.Tensor.__dict__.get("unsqueeze_") is not None  # NOTE [Metadata-only in-place ops are no writes]
     assert (len(module._global_forward_pre_hooks), len(module._global_forward_hooks)) == before
+    assert torch.Tensor.__dict__.get("unsqueeze_") is unsqueeze_

@@ -203,10 +203,11 @@ def lost_gradients(before: RunResult, after: RunResult) -> str | None:
 def _in_call_order(before: list[dict], after: list[dict]) -> list[dict]:
     """``after``'s backward passes matched to ``before``'s: positionally, unless the edit reordered the calls
     (a step moved with its loss's backward before another model's): then the n-th pass of each call site (its file
-    and line text) to the n-th pass of the same site."""
+    and line text) to the n-th pass of the same site. An edit that rewrote a backward's line
+    (`loss.backward(retain_graph=True)` -> `loss.backward()`) leaves a site the edited run lacks: positionally."""
     sites = [entry.get("site") for entry in before]
-    if None in sites or any(entry.get("site") is None for entry in after) or \
-            sites == [entry.get("site") for entry in after[:len(sites)]]:
+    edited = [entry.get("site") for entry in after]
+    if None in sites or None in edited or sites == edited[:len(sites)] or not set(sites) <= set(edited):
         return after
     by_site: dict[str, list[dict]] = {}
     for entry in after:

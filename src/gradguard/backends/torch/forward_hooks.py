@@ -60,6 +60,7 @@ from ...core.findings import Finding, SourceLocation, WriteRecord
 from ...core.frames import is_gradguard_file, is_plumbing, location_of, user_frames
 from ...core.internal import log_fallback
 from ...core.later_reads import Span, later_reads, position_of, span_contains
+from ...core.patching import SharedPatches
 from ...core.source_ast import evaluate_reference, function_node
 from .backward_calls import _is_user
 from .graph import tensor_finding, walk_nodes
@@ -458,6 +459,46 @@ def _inside_another_module_call() -> bool:
 _COMPILE_WARNING = r"Using `torch\.compile\(module\)` when there are global hooks on modules"
 
 
+# NOTE [Metadata-only in-place ops are no writes]
+# `m.unsqueeze_(-1)` on a view of a module's input (HiDDeN's encoder: `m = message.unsqueeze(-1)`, then
+# `m.unsqueeze_(-1)`) bumps the version counter the view shares with the input and changes none of its values.
+# The post-hook reads a changed version as a write; so while the hooks are installed, the in-place ops that change
+# only a view's shape or strides note the version they leave, per storage, and an input whose version moved only
+# by such bumps was not written (its caller reads the values it passed). Autograd itself still counts those bumps
+# against a saved view: that error is PyTorch's, and is diagnosed as usual.
+_METADATA_INPLACE = ("unsqueeze_", "squeeze_", "t_", "transpose_", "swapdims_", "swapaxes_", "as_strided_")
+_metadata_bumps: dict[int, set[int]] = {}  # storage address -> versions a metadata-only in-place op left
+
+
+def _noting_metadata(original):
+    def metadata_inplace(self, *args, **kwargs):
+        result = original(self, *args, **kwargs)
+        if not torch.compiler.is_compiling():
+            try:
+                if len(_metadata_bumps) > 256:
+                    _metadata_bumps.clear()
+                _metadata_bumps.setdefault(self.untyped_storage().data_ptr(), set()).add(self._version)
+            except Exception as error:  # a tensor without storage (a subclass, sparse): no note, the write stands
+                log_fallback("torch.forward_hooks", "noting a metadata-only in-place op", error)
+        return result
+    return metadata_inplace
+
+
+_METADATA_PATCHES = SharedPatches(lambda: [(torch.Tensor, name, _noting_metadata) for name in _METADATA_INPLACE])
+
+
+def _only_metadata_bumps(tensor: torch.Tensor, version: int) -> bool:
+    """Whether every version ``tensor`` went through since ``version`` was left by a metadata-only op."""
+    if not _metadata_bumps:
+        return False
+    try:
+        noted = _metadata_bumps.get(tensor.untyped_storage().data_ptr(), ())
+    except Exception as error:
+        log_fallback("torch.forward_hooks", "reading the metadata-only ops of a module's input", error)
+        return False
+    return all(v in noted for v in range(version + 1, tensor._version + 1))
+
+
 class ForwardHooks:
     """The two global hooks of one guard session, and what the pre-hook passes to the post-hook."""
 
@@ -480,11 +521,14 @@ class ForwardHooks:
             self._filter = warnings.filters[0]
         self._handles = [nn_module.register_module_forward_pre_hook(self._before),
                          nn_module.register_module_forward_hook(self._after)]
+        _METADATA_PATCHES.acquire()  # NOTE [Metadata-only in-place ops are no writes]
 
     def uninstall(self) -> None:
         handles, self._handles = self._handles, []
         for handle in handles:
             handle.remove()
+        if handles:
+            _METADATA_PATCHES.release()
         if self._filter is not None:
             if self._filter in warnings.filters:
                 warnings.filters.remove(self._filter)
@@ -516,6 +560,13 @@ class ForwardHooks:
         if not stack:
             return
         _module, entry = stack.pop()
+        try:
+            self._check(module, entry, output)
+        finally:
+            if not stack and _metadata_bumps:  # the outermost call ended: a storage's address may be reused next
+                _metadata_bumps.clear()
+
+    def _check(self, module, entry, output) -> None:
         if entry is None:
             self._flush_when_outermost()
             return
@@ -523,7 +574,7 @@ class ForwardHooks:
         try:
             finding = None
             for tensor, version in inputs:
-                if tensor._version != version:
+                if tensor._version != version and not _only_metadata_bumps(tensor, version):
                     inner = self._writers.pop(id(tensor), None)
                     finding = caller_reads_again(module, tensor, inner)
                     if finding is not None:
