@@ -110,7 +110,7 @@ test-mindspore: install-mindspore
 # only CUDA builds of these (about 3 GB each with their libraries; they run on the CPU). pip on this machine may
 # be capped at the releases on its disk (/etc/xdg/pip): the newest release is installed with that configuration
 # switched off.
-TORCH_MATRIX_TESTS := tests/fast/test_parity.py tests/fast/test_guard_lifecycle.py tests/fast/test_seed000.py \
+TORCH_MATRIX_TESTS := tests/fast/test_parity.py tests/fast/test_grad_read.py tests/fast/test_guard_lifecycle.py tests/fast/test_seed000.py \
 	tests/fast/test_diagnosis_rules.py tests/fast/test_guard_composition.py tests/fast/test_callback_modes.py \
 	tests/fast/test_fingerprint.py tests/fast/test_cli.py tests/fast/test_function_hygiene.py \
 	tests/fast/test_zoo_no_false_findings.py tests/fast/test_module_inputs.py tests/fast/test_second_order.py \

@@ -70,6 +70,17 @@ class BackwardTwiceError(GradientHazardError):
     """Backward ran through a part of the graph whose saved tensors an earlier backward freed."""
 
 
+class NonLeafGradError(GradientHazardError, AttributeError):
+    """A gradient read from a tensor autograd computed (not a leaf) was None, and the line failed on it. Subclasses
+    ``AttributeError``, what that line raised (``'NoneType' object has no attribute ...``), so ``except
+    AttributeError`` handlers keep working under the guard."""
+
+
+class NonLeafGradTypeError(GradientHazardError, TypeError):
+    """As ``NonLeafGradError``, where the line raised ``TypeError`` (``unsupported operand type(s) ...
+    'NoneType'``): subclasses ``TypeError``."""
+
+
 def error_for(kind: str) -> type[GradientHazardError]:
     """The exception class raised for a saved-tensor finding of this kind."""
     from .core.findings import SILENT_KINDS

@@ -688,3 +688,30 @@ def test_episode_buffers_kept_across_episodes_are_emptied_after_the_backward(tmp
     assert run.returncode == 0, run.stderr
     assert "    optimizer.step()\n    policy.saved_log_probs.clear()\n    policy.rewards.clear()\n" in edited
     _runs_clean(tmp_path)
+
+
+# PGD whose step turns the adversarial example into a computed tensor: from the second step on, `x_adv.grad` is
+# None ("'NoneType' object has no attribute 'sign'"). Keeping its gradient (retain_grad) runs into the freed graph
+# of the earlier steps; made a leaf where it is made, each step has its own.
+PGD = """
+    import torch
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
+    x, y = torch.randn(5, 4), torch.randint(0, 3, (5,))
+    x_adv = x.clone().requires_grad_(True)
+    for _ in range(3):
+        loss = F.cross_entropy(model(x_adv), y)
+        loss.backward()
+        x_adv = x_adv + 0.01 * x_adv.grad.sign()
+        x_adv = torch.min(torch.max(x_adv, x - 0.1), x + 0.1)
+    print("ok", round(F.cross_entropy(model(x_adv), y).item(), 5))
+"""
+
+
+def test_an_attack_step_that_reads_the_gradient_of_a_computed_tensor_makes_it_a_leaf(tmp_path):
+    run, edited = _fix(tmp_path, PGD)
+    assert run.returncode == 0, run.stderr
+    assert "    x_adv = (torch.min(torch.max(x_adv, x - 0.1), x + 0.1)).detach().requires_grad_()\n" in edited
+    _runs_clean(tmp_path)

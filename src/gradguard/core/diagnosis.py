@@ -40,6 +40,8 @@ HEADLINES = {
     "only a leaf's flag can change",
     "backward_twice": "backward ran through a part of the graph that an earlier backward already freed",
     "no_graph": "backward was asked for a tensor autograd never recorded: nothing on its path requires grad",
+    "non_leaf_grad": "a gradient was read from a tensor autograd computed (not a leaf): backward keeps .grad only "
+    "for leaves, so the read got None",
     "unchecked_write": "a tensor a custom autograd.Function kept on ctx (not saved with save_for_backward) was "
     "modified in place before backward used it: PyTorch does not check it, gradients would be silently wrong",
     "undeclared_input_write": "a custom autograd.Function's forward wrote into its input in place without "
@@ -649,6 +651,7 @@ RULES: tuple[Rule, ...] = (
     Rule("reentrant_checkpoint_without_grad_input", lambda f: True if f.facts.eager_check == "no_graph" and (
         f.facts.graph_cut or {}).get("cause") == "reentrant_checkpoint" else None, E.no_graph_rule),
     Rule("no_graph", E.check("no_graph"), E.no_graph_rule),
+    Rule("grad_of_non_leaf", E.check("non_leaf_grad"), E.non_leaf_grad_rule),
     Rule("forward_writes_input", _kind("undeclared_input_write"), _forward_writes_input),
     Rule("hook_writes_shared_grad", lambda f: True if f.kind == "shared_grad_write" and f.facts.hook else None,
          _writes_shared_grad),

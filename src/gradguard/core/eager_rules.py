@@ -21,7 +21,7 @@ from .source_ast import bodies_with_line, container_entries, parse_code, parse_f
 
 __all__ = ["check", "leaf_rule", "out_argument_rule", "cut_in_place_rule", "view_of_leaf_rule", "multi_view_rule",
            "no_grad_view_rule", "function_view_rule", "carried_rule", "same_loss_rule", "hoisted_rule", "crossing_rule",
-           "accumulated_rule", "running_sum_rule", "unknown_twice_rule", "no_graph_rule"]
+           "accumulated_rule", "running_sum_rule", "unknown_twice_rule", "no_graph_rule", "non_leaf_grad_rule"]
 
 
 def check(name: str) -> Callable[[Finding], bool | None]:
@@ -765,6 +765,42 @@ def no_graph_rule(f: Finding, _: object) -> Verdict:
         "Compute it with grad mode on from tensors that require grad: look for a no_grad block, a .detach() or "
         ".item() on its path, or parameters with requires_grad=False.",
         display=[("made", f"at {where(f.facts.made_at)}: {f.facts.made_at.code}")] if f.facts.made_at else [])
+
+
+# -- a gradient read from a tensor that is no leaf (NOTE [A gradient read from a tensor that is no leaf],
+# backends/torch/grad_read.py) ---------------------------------------------------------------------------------
+
+def non_leaf_grad_rule(f: Finding, _: object) -> Verdict:
+    name, made, read = f.facts.receiver or "the tensor", f.facts.made_at, SourceLocation.from_dict(f.facts.backward_at)
+
+    def where(location: SourceLocation) -> str:
+        return f"line {location.line}" if read is not None and read.file == location.file else location.short
+    produced = f" (output of {f.tensor.producer})" if f.tensor is not None and f.tensor.producer else ""
+    at_read = f" at {where(read)}" if read is not None else ""
+    made_text = f", made at {where(made)} (`{made.code}`)" if made is not None else ""
+    fixes = [FixIntent("insert_after", made.file, made.line, target=name, detail={"code": f"{name}.retain_grad()"},
+                       reason=f"backward then keeps the gradient of `{name}`")] if made is not None else []
+    keep = f"insert `{name}.retain_grad()` after {where(made)}" if made is not None else (
+        f"call `{name}.retain_grad()` where it is made")
+    stmt = parse_statement(statement_code(made)) if made is not None else None
+    leaf = ""
+    if made is not None and isinstance(stmt, ast.Assign) and [ast.unparse(t) for t in stmt.targets] == [name]:
+        value = ast.unparse(stmt.value)
+        leaf = f"({value}).detach().requires_grad_()"
+        # the leaf comes second: a history a later loss still needs (a saliency map's input) stays as it was
+        fixes.append(FixIntent("replace_expression", made.file, made.line, target=value, detail={"with": leaf},
+                               preferred=False, reason=f"`{name}` is a leaf of its own from there on"))
+        leaf = (f" If it should be an input of its own from there on (an adversarial example between attack "
+                f"steps: kept, each step's backward would run through all earlier ones), make it a leaf where it "
+                f"is made: `{name} = {leaf}`.")
+    return Verdict(
+        "grad_of_non_leaf",
+        f"`{name}` is a tensor autograd computed{produced}{made_text}, not a leaf: backward accumulates gradients "
+        f"only into leaves (and tensors that called .retain_grad()), so `{name}.grad`{at_read} is None and the "
+        f"line fails on it ({f.facts.torch_message}). PyTorch only warns at the read.",
+        f"Keep its gradient: {keep}.{leaf}",
+        fixes,
+        [("made", f"at {where(made)}: {made.code}")] if made is not None else [])
 
 
 def unknown_twice_rule(f: Finding, _: object) -> Verdict:

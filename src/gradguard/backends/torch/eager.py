@@ -15,7 +15,8 @@ import re
 
 import torch
 
-from ..._errors import BackwardTwiceError, GradientHazardError, InplaceModificationError
+from ..._errors import (BackwardTwiceError, GradientHazardError, InplaceModificationError, NonLeafGradError,
+                        NonLeafGradTypeError)
 from ...core.diagnosis import diagnose
 from ...core.facts import CrossingTensor, Facts
 from ...core.findings import Finding, SaveSite, SourceLocation, TensorInfo, WriteRecord
@@ -28,6 +29,7 @@ from .backward_calls import _backward_receiver, _lookup, loss_of, raised_chain, 
 from .graph import Crossing, find_crossing
 from .graph import _reaches_any, walk_nodes
 from .backward_calls import carries_graph, forward_before_loop, innermost_loop
+from .grad_read import NONE_ERRORS, grad_read_of_non_leaf
 from .no_graph import NO_GRAPH, missing_graph, passes_true
 from .graph import first_tensor_step, name_tensor, tensor_info
 from ...core.internal import log_fallback
@@ -70,6 +72,12 @@ def _describe(tensor, expression: str | None) -> TensorInfo:
 
 def enrich_eager_error(error: BaseException, session=None) -> GradientHazardError | None:
     """A gradguard error carrying a finding for one of PyTorch's eager in-place/backward errors, or None."""
+    if isinstance(error, NONE_ERRORS):  # NOTE [A gradient read from a tensor that is no leaf] (grad_read.py)
+        try:
+            return _grad_read(error, session)
+        except Exception as problem:  # an enrichment failure must never replace the user's error
+            log_fallback("backends.torch", "explaining an error about None after a .grad read", problem)
+            return None
     if not isinstance(error, RuntimeError) or isinstance(error, GradientHazardError):
         return None
     message = str(error)
@@ -104,6 +112,20 @@ def enrich_eager_error(error: BaseException, session=None) -> GradientHazardErro
         log_fallback("backends.torch", "explaining an eager error", error)
         return None
     return None
+
+
+def _grad_read(error: BaseException, session) -> GradientHazardError | None:
+    entry = innermost_user_entry(error.__traceback__)
+    if entry is None:
+        return None
+    frame, line = entry.tb_frame, entry.tb_lineno
+    filename = frame.f_code.co_filename
+    location = SourceLocation(filename, line, frame.f_code.co_name, linecache.getline(filename, line).strip())
+    finding = grad_read_of_non_leaf(error, frame, location, getattr(session, "node_sites", None) or {})
+    if finding is None:
+        return None
+    # the error the user's line raised stays what it was to `except` handlers
+    return (NonLeafGradError if isinstance(error, AttributeError) else NonLeafGradTypeError)(diagnose(finding))
 
 
 class _Site:

@@ -1,0 +1,56 @@
+"""A gradient read from a tensor autograd computed: PyTorch keeps ``.grad`` only for leaves (and for tensors that
+called ``retain_grad()``), so the read gets None and the user's own next step fails ("'NoneType' object has no
+attribute 'sign'"). PyTorch only warns at the read. This probe names the tensor and where it was made; the row in
+``core/eager_rules.py`` says why and the fix.
+
+# NOTE [A gradient read from a tensor that is no leaf]
+# PGD written as `x_adv = x_adv + alpha * x_adv.grad.sign()` turns the leaf it started from into a computed tensor:
+# from the second step on, `x_adv.grad` is None. When the user's error is an AttributeError or TypeError about None
+# on a line that reads `<reference>.grad`, and that reference holds, in the failing frame, a computed tensor that
+# requires grad and keeps no gradient, the finding names it and where it was made: the forward line the session
+# noted for its node (the assignment of the previous iteration in a loop), else the last assignment before the
+# read. The fix keeps its gradient there (`x_adv.retain_grad()` right after it is made).
+"""
+
+from __future__ import annotations
+
+import ast
+
+import torch
+
+from ...core.facts import Facts
+from ...core.findings import Finding, SourceLocation, TensorInfo
+from ...core.source_ast import assignment_before, statement_at
+from .backward_calls import _lookup
+
+__all__ = ["NONE_ERRORS", "grad_read_of_non_leaf"]
+
+NONE_ERRORS = (AttributeError, TypeError)
+
+
+def grad_read_of_non_leaf(error: BaseException, frame, location: SourceLocation,
+                          node_sites: dict) -> Finding | None:
+    """The finding for ``error`` (raised at ``location``, in ``frame``) when it comes from a ``.grad`` read of a
+    computed tensor (NOTE [A gradient read from a tensor that is no leaf]); None otherwise."""
+    if "NoneType" not in str(error):
+        return None
+    statement = statement_at(location.file, location.line)
+    reads = [node.value for node in ast.walk(statement) if isinstance(node, ast.Attribute) and node.attr == "grad"
+             and isinstance(node.value, (ast.Name, ast.Attribute, ast.Subscript))] if statement is not None else []
+    for read in reads:
+        name = ast.unparse(read)
+        value = _lookup(name, frame)
+        if not (isinstance(value, torch.Tensor) and value.grad_fn is not None and value.requires_grad
+                and not value.retains_grad):
+            continue
+        node = value.grad_fn
+        entry = node_sites.get((node.name(), node._sequence_nr()))
+        made = entry[0] if entry is not None and entry[0].file == location.file else assignment_before(
+            location.file, location.line, name)
+        facts = Facts(display=[], torch_message=f"{type(error).__name__}: {error}", eager_check="non_leaf_grad",
+                      receiver=name, made_at=made)
+        facts.backward_at = location.to_dict()  # the read: where the error surfaced
+        tensor = TensorInfo(tuple(value.shape), str(value.dtype).replace("torch.", ""), str(value.device), name,
+                            "activation", producer=node.name())
+        return Finding(kind="non_leaf_grad", tensor=tensor, facts=facts)
+    return None
