@@ -76,6 +76,11 @@ class NonLeafGradError(GradientHazardError, AttributeError):
     AttributeError`` handlers keep working under the guard."""
 
 
+class NonLeafParamError(GradientHazardError, ValueError):
+    """An optimizer was given a tensor autograd computed (not a leaf): torch.optim's ``ValueError`` ("can't optimize
+    a non-leaf Tensor") with the finding; subclasses ``ValueError``."""
+
+
 class NonLeafGradTypeError(GradientHazardError, TypeError):
     """As ``NonLeafGradError``, where the line raised ``TypeError`` (``unsupported operand type(s) ...
     'NoneType'``): subclasses ``TypeError``."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 import gradguard
-from gradguard._errors import NonLeafGradError, NonLeafGradTypeError
+from gradguard._errors import NonLeafGradError, NonLeafGradTypeError, NonLeafParamError
 
 
 def _finding(tmp_path, code: str, error: type):
@@ -89,4 +89,32 @@ def test_other_errors_about_none_are_left_as_they_were(tmp_path, code, error):
 
 def test_the_error_classes_keep_what_the_line_raised():
     assert issubclass(NonLeafGradError, AttributeError) and issubclass(NonLeafGradTypeError, TypeError)
+    assert issubclass(NonLeafParamError, ValueError)
     assert not issubclass(NonLeafGradError, TypeError) and not issubclass(NonLeafGradTypeError, AttributeError)
+
+
+TEMPERATURE = '''\
+import torch
+import torch.nn as nn
+
+
+class Calibrator(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.temperature = torch.ones(1, requires_grad=True) * 1.5
+        self.optimizer = torch.optim.LBFGS([self.temperature], lr=0.01)
+
+
+Calibrator()
+'''
+
+
+def test_an_optimizer_given_a_computed_tensor_gets_it_made_a_leaf_where_it_is_made(tmp_path):
+    finding, lines = _finding(tmp_path, TEMPERATURE, ValueError)
+    made = _line(lines, "self.temperature = ")
+    assert finding.kind == "non_leaf_param" and finding.rule == "optimizer_of_non_leaf"
+    assert finding.tensor.name == "self.temperature" and finding.tensor.producer == "MulBackward0"
+    assert [(f.action, f.line, f.target, f.detail, f.preferred) for f in finding.fixes] == [
+        ("replace_expression", made, "torch.ones(1, requires_grad=True) * 1.5",
+         {"with": "(torch.ones(1, requires_grad=True) * 1.5).detach().requires_grad_()"}, True)]
+    assert "the optimizer at line 9 refuses it (ValueError: can't optimize a non-leaf Tensor)" in finding.explanation

@@ -21,7 +21,8 @@ from .source_ast import bodies_with_line, container_entries, parse_code, parse_f
 
 __all__ = ["check", "leaf_rule", "out_argument_rule", "cut_in_place_rule", "view_of_leaf_rule", "multi_view_rule",
            "no_grad_view_rule", "function_view_rule", "carried_rule", "same_loss_rule", "hoisted_rule", "crossing_rule",
-           "accumulated_rule", "running_sum_rule", "unknown_twice_rule", "no_graph_rule", "non_leaf_grad_rule"]
+           "accumulated_rule", "running_sum_rule", "unknown_twice_rule", "no_graph_rule", "non_leaf_grad_rule",
+           "non_leaf_param_rule"]
 
 
 def check(name: str) -> Callable[[Finding], bool | None]:
@@ -782,17 +783,13 @@ def non_leaf_grad_rule(f: Finding, _: object) -> Verdict:
                        reason=f"backward then keeps the gradient of `{name}`")] if made is not None else []
     keep = f"insert `{name}.retain_grad()` after {where(made)}" if made is not None else (
         f"call `{name}.retain_grad()` where it is made")
-    stmt = parse_statement(statement_code(made)) if made is not None else None
+    made_leaf, intent = _leaf_where_made(name, made, preferred=False)
     leaf = ""
-    if made is not None and isinstance(stmt, ast.Assign) and [ast.unparse(t) for t in stmt.targets] == [name]:
-        value = ast.unparse(stmt.value)
-        leaf = f"({value}).detach().requires_grad_()"
-        # the leaf comes second: a history a later loss still needs (a saliency map's input) stays as it was
-        fixes.append(FixIntent("replace_expression", made.file, made.line, target=value, detail={"with": leaf},
-                               preferred=False, reason=f"`{name}` is a leaf of its own from there on"))
+    if intent is not None:  # second: a history a later loss still needs (a saliency map's input) stays as it was
+        fixes.append(intent)
         leaf = (f" If it should be an input of its own from there on (an adversarial example between attack "
                 f"steps: kept, each step's backward would run through all earlier ones), make it a leaf where it "
-                f"is made: `{name} = {leaf}`.")
+                f"is made: `{name} = {made_leaf}`.")
     return Verdict(
         "grad_of_non_leaf",
         f"`{name}` is a tensor autograd computed{produced}{made_text}, not a leaf: backward accumulates gradients "
@@ -800,6 +797,38 @@ def non_leaf_grad_rule(f: Finding, _: object) -> Verdict:
         f"line fails on it ({f.facts.torch_message}). PyTorch only warns at the read.",
         f"Keep its gradient: {keep}.{leaf}",
         fixes,
+        [("made", f"at {where(made)}: {made.code}")] if made is not None else [])
+
+
+def _leaf_where_made(name: str, made: SourceLocation | None, preferred: bool) -> tuple[str, FixIntent | None]:
+    """(the leaf's expression, the intent) that make ``name`` a leaf where ``made`` assigns it alone."""
+    stmt = parse_statement(statement_code(made)) if made is not None else None
+    if made is None or not isinstance(stmt, ast.Assign) or [ast.unparse(t) for t in stmt.targets] != [name]:
+        return "", None
+    value = ast.unparse(stmt.value)
+    leaf = f"({value}).detach().requires_grad_()"
+    return leaf, FixIntent("replace_expression", made.file, made.line, target=value, detail={"with": leaf},
+                           preferred=preferred, reason=f"`{name}` is a leaf of its own from there on")
+
+
+def non_leaf_param_rule(f: Finding, _: object) -> Verdict:
+    name, made, at = f.facts.receiver or "the tensor", f.facts.made_at, SourceLocation.from_dict(f.facts.backward_at)
+
+    def where(location: SourceLocation) -> str:
+        return f"line {location.line}" if at is not None and at.file == location.file else location.short
+    produced = f" (output of {f.tensor.producer})" if f.tensor is not None and f.tensor.producer else ""
+    made_text = f", made at {where(made)} (`{made.code}`)" if made is not None else ""
+    leaf, intent = _leaf_where_made(name, made, preferred=True)
+    fix = (f"Make it a leaf where it is made: `{name} = {leaf}`" if intent is not None and made is not None else
+           f"Make `{name}` a leaf: compute its value first, then call `.requires_grad_()` on it")
+    return Verdict(
+        "optimizer_of_non_leaf",
+        f"`{name}` is a tensor autograd computed{produced}{made_text}, not a leaf: an optimizer updates leaves, the "
+        f"tensors backward accumulates .grad into, so the optimizer{' at ' + where(at) if at is not None else ''} "
+        f"refuses it ({f.facts.torch_message}). `requires_grad=True` on a tensor that is then scaled or shifted "
+        f"makes the leaf before the arithmetic, and the parameter after it.",
+        f"{fix}, so the value is computed first and the parameter is that value.",
+        [intent] if intent is not None else [],
         [("made", f"at {where(made)}: {made.code}")] if made is not None else [])
 
 

@@ -16,7 +16,7 @@ import re
 import torch
 
 from ..._errors import (BackwardTwiceError, GradientHazardError, InplaceModificationError, NonLeafGradError,
-                        NonLeafGradTypeError)
+                        NonLeafGradTypeError, NonLeafParamError)
 from ...core.diagnosis import diagnose
 from ...core.facts import CrossingTensor, Facts
 from ...core.findings import Finding, SaveSite, SourceLocation, TensorInfo, WriteRecord
@@ -29,7 +29,7 @@ from .backward_calls import _backward_receiver, _lookup, loss_of, raised_chain, 
 from .graph import Crossing, find_crossing
 from .graph import _reaches_any, walk_nodes
 from .backward_calls import carries_graph, forward_before_loop, innermost_loop
-from .grad_read import NONE_ERRORS, grad_read_of_non_leaf
+from .grad_read import NON_LEAF_PARAM, NONE_ERRORS, grad_read_of_non_leaf, optimizer_of_non_leaf
 from .no_graph import NO_GRAPH, missing_graph, passes_true
 from .graph import first_tensor_step, name_tensor, tensor_info
 from ...core.internal import log_fallback
@@ -72,8 +72,8 @@ def _describe(tensor, expression: str | None) -> TensorInfo:
 
 def enrich_eager_error(error: BaseException, session=None) -> GradientHazardError | None:
     """A gradguard error carrying a finding for one of PyTorch's eager in-place/backward errors, or None."""
-    if isinstance(error, NONE_ERRORS):  # NOTE [A gradient read from a tensor that is no leaf] (grad_read.py)
-        try:
+    if isinstance(error, NONE_ERRORS) or (isinstance(error, ValueError) and NON_LEAF_PARAM in str(error)):
+        try:  # NOTE [A gradient read from a tensor that is no leaf] (grad_read.py)
             return _grad_read(error, session)
         except Exception as problem:  # an enrichment failure must never replace the user's error
             log_fallback("backends.torch", "explaining an error about None after a .grad read", problem)
@@ -121,6 +121,9 @@ def _grad_read(error: BaseException, session) -> GradientHazardError | None:
     frame, line = entry.tb_frame, entry.tb_lineno
     filename = frame.f_code.co_filename
     location = SourceLocation(filename, line, frame.f_code.co_name, linecache.getline(filename, line).strip())
+    if isinstance(error, ValueError):
+        finding = optimizer_of_non_leaf(error, frame, location)
+        return NonLeafParamError(diagnose(finding)) if finding is not None else None
     finding = grad_read_of_non_leaf(error, frame, location, getattr(session, "node_sites", None) or {})
     if finding is None:
         return None

@@ -10,6 +10,9 @@ attribute 'sign'"). PyTorch only warns at the read. This probe names the tensor 
 # requires grad and keeps no gradient, the finding names it and where it was made: the forward line the session
 # noted for its node (the assignment of the previous iteration in a loop), else the last assignment before the
 # read. The fix keeps its gradient there (`x_adv.retain_grad()` right after it is made).
+# The same tensor handed to an optimizer (`w = torch.randn(4, requires_grad=True) / 2`, then `SGD([w, b])`) is
+# refused at once ("can't optimize a non-leaf Tensor"): the finding names the computed tensor among those the
+# failing line passes, and the fix makes it a leaf where it is made.
 """
 
 from __future__ import annotations
@@ -20,12 +23,14 @@ import torch
 
 from ...core.facts import Facts
 from ...core.findings import Finding, SourceLocation, TensorInfo
+from ...core.frames import user_variable_names
 from ...core.source_ast import assignment_before, statement_at
 from .backward_calls import _lookup
 
-__all__ = ["NONE_ERRORS", "grad_read_of_non_leaf"]
+__all__ = ["NONE_ERRORS", "NON_LEAF_PARAM", "grad_read_of_non_leaf", "optimizer_of_non_leaf"]
 
 NONE_ERRORS = (AttributeError, TypeError)
+NON_LEAF_PARAM = "can't optimize a non-leaf Tensor"  # torch.optim's ValueError
 
 
 def grad_read_of_non_leaf(error: BaseException, frame, location: SourceLocation,
@@ -54,3 +59,35 @@ def grad_read_of_non_leaf(error: BaseException, frame, location: SourceLocation,
                             "activation", producer=node.name())
         return Finding(kind="non_leaf_grad", tensor=tensor, facts=facts)
     return None
+
+
+def optimizer_of_non_leaf(error: BaseException, frame, location: SourceLocation) -> Finding | None:
+    """The finding for torch.optim's "can't optimize a non-leaf Tensor" raised at ``location``: the computed tensor
+    among those the line passes (directly, or in a list, tuple or dict of parameter groups)."""
+    statement = statement_at(location.file, location.line)
+    references = [ast.unparse(node) for node in ast.walk(statement)
+                  if isinstance(node, (ast.Name, ast.Attribute, ast.Subscript))] if statement is not None else []
+    values = [_lookup(reference, frame) for reference in references]
+    spelt = {id(v): r for r, v in zip(references, values) if isinstance(v, torch.Tensor)}  # `self.scale` as written
+    computed: list[torch.Tensor] = []
+    pending = list(values)
+    while pending and len(computed) < 64:
+        value = pending.pop(0)
+        if isinstance(value, torch.Tensor):
+            if value.grad_fn is not None and all(value is not c for c in computed):
+                computed.append(value)
+        elif isinstance(value, (list, tuple)):
+            pending += list(value)[:64]
+        elif isinstance(value, dict):
+            pending.append(value.get("params"))
+    names = {**user_variable_names({id(t) for t in computed}, start=frame), **spelt}
+    named = next(((t, names[id(t)]) for t in computed if id(t) in names), None)
+    if named is None:
+        return None
+    value, name = named
+    facts = Facts(display=[], torch_message=f"{type(error).__name__}: {error}", eager_check="non_leaf_param",
+                  receiver=name, made_at=assignment_before(location.file, location.line, name))
+    facts.backward_at = location.to_dict()  # the optimizer's construction: where the error surfaced
+    tensor = TensorInfo(tuple(value.shape), str(value.dtype).replace("torch.", ""), str(value.device), name,
+                        "activation", producer=value.grad_fn.name())
+    return Finding(kind="non_leaf_param", tensor=tensor, facts=facts)
