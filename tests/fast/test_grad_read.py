@@ -118,3 +118,55 @@ def test_an_optimizer_given_a_computed_tensor_gets_it_made_a_leaf_where_it_is_ma
         ("replace_expression", made, "torch.ones(1, requires_grad=True) * 1.5",
          {"with": "(torch.ones(1, requires_grad=True) * 1.5).detach().requires_grad_()"}, True)]
     assert "the optimizer at line 9 refuses it (ValueError: can't optimize a non-leaf Tensor)" in finding.explanation
+
+
+SALIENCY = '''\
+import torch
+import torch.nn as nn
+
+
+def normalise(x):
+    x = (x - x.mean()) / x.std()
+    return x
+
+
+def vanilla_gradient(model, x, y):
+    loss = nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    return x.grad.abs()
+
+
+def perturb(model, x):
+    xadv = x + 0.1 * torch.randn_like(x)
+    return torch.clamp(xadv, 0, 1)
+
+
+model = nn.Linear(4, 3)
+image = torch.rand(2, 4)
+vanilla_gradient(model, image, torch.tensor([0, 2]))
+'''
+
+
+def test_a_tensor_that_does_not_require_grad_gets_it_where_its_caller_made_it(tmp_path):
+    finding, lines = _finding(tmp_path, SALIENCY, AttributeError)
+    # `x` is the function's argument (an earlier function of the file assigns an `x` of its own): the caller's
+    # `image` is where it was made
+    made = _line(lines, "image = torch.rand")
+    assert finding.kind == "non_leaf_grad" and finding.rule == "grad_of_tensor_not_requiring_grad"
+    assert finding.tensor.name == "x" and finding.tensor.role == "leaf"
+    assert finding.explanation.startswith(
+        f"`image` (made at line {made}: `image = torch.rand(2, 4)`), read as `x`, does not require grad")
+    assert [(f.action, f.line, f.target, f.detail) for f in finding.fixes] == [
+        ("insert_after", made, "image", {"code": "image.requires_grad_()"})]
+
+
+def test_a_value_made_in_a_helper_is_kept_where_the_caller_binds_it(tmp_path):
+    code = SALIENCY.replace("vanilla_gradient(model, image, torch.tensor([0, 2]))\n", '''\
+adv = perturb(model, image.requires_grad_())
+nn.functional.cross_entropy(model(adv), torch.tensor([0, 2])).backward()
+adv.grad.sign()
+''')
+    finding, lines = _finding(tmp_path, code, AttributeError)
+    # the clamp's node was noted inside `perturb`, where it is called `xadv`: the caller's assignment binds `adv`
+    assert finding.rule == "grad_of_non_leaf" and finding.facts.made_at.line == _line(lines, "adv = perturb")
+    assert finding.fixes[0].detail == {"code": "adv.retain_grad()"}

@@ -158,6 +158,8 @@ def test_out_of_place_never_assigns_to_a_call():
     ("scaler.scale(acc_loss).backward()", "acc_loss"),  # a scaling of the loss: the loss
     ("hv = torch.autograd.grad(grads, params, grad_outputs=v)", "grads"),  # what autograd.grad backpropagates
     ("g = autograd.grad(outputs=y, inputs=x)", "y"),
+    ("loss.mean().backward()", "loss"),  # a reduction of the loss: the loss
+    ("self.critic(x).sum().backward()", None),  # a module's output: no name
     ("loss.item()", None),
 ])
 def test_backward_receiver(code, receiver):

@@ -40,8 +40,8 @@ HEADLINES = {
     "only a leaf's flag can change",
     "backward_twice": "backward ran through a part of the graph that an earlier backward already freed",
     "no_graph": "backward was asked for a tensor autograd never recorded: nothing on its path requires grad",
-    "non_leaf_grad": "a gradient was read from a tensor autograd computed (not a leaf): backward keeps .grad only "
-    "for leaves, so the read got None",
+    "non_leaf_grad": "a gradient was read from a tensor backward fills no .grad for (a computed tensor, or one that "
+    "does not require grad), so the read got None",
     "non_leaf_param": "an optimizer was given a tensor autograd computed (not a leaf): backward keeps .grad only "
     "for leaves, so it could never update it",
     "unchecked_write": "a tensor a custom autograd.Function kept on ctx (not saved with save_for_backward) was "
@@ -654,6 +654,7 @@ RULES: tuple[Rule, ...] = (
         f.facts.graph_cut or {}).get("cause") == "reentrant_checkpoint" else None, E.no_graph_rule),
     Rule("no_graph", E.check("no_graph"), E.no_graph_rule),
     Rule("grad_of_non_leaf", E.check("non_leaf_grad"), E.non_leaf_grad_rule),
+    Rule("grad_of_tensor_not_requiring_grad", E.check("grad_not_required"), E.grad_not_required_rule),
     Rule("optimizer_of_non_leaf", E.check("non_leaf_param"), E.non_leaf_param_rule),
     Rule("forward_writes_input", _kind("undeclared_input_write"), _forward_writes_input),
     Rule("hook_writes_shared_grad", lambda f: True if f.kind == "shared_grad_write" and f.facts.hook else None,

@@ -22,7 +22,7 @@ from .source_ast import bodies_with_line, container_entries, parse_code, parse_f
 __all__ = ["check", "leaf_rule", "out_argument_rule", "cut_in_place_rule", "view_of_leaf_rule", "multi_view_rule",
            "no_grad_view_rule", "function_view_rule", "carried_rule", "same_loss_rule", "hoisted_rule", "crossing_rule",
            "accumulated_rule", "running_sum_rule", "unknown_twice_rule", "no_graph_rule", "non_leaf_grad_rule",
-           "non_leaf_param_rule"]
+           "non_leaf_param_rule", "grad_not_required_rule"]
 
 
 def check(name: str) -> Callable[[Finding], bool | None]:
@@ -778,6 +778,8 @@ def non_leaf_grad_rule(f: Finding, _: object) -> Verdict:
         return f"line {location.line}" if read is not None and read.file == location.file else location.short
     produced = f" (output of {f.tensor.producer})" if f.tensor is not None and f.tensor.producer else ""
     at_read = f" at {where(read)}" if read is not None else ""
+    read_as = (f.tensor.name if f.tensor is not None else None) or name
+    at_read = f" (read as `{read_as}.grad`{at_read})" if read_as != name else at_read
     made_text = f", made at {where(made)} (`{made.code}`)" if made is not None else ""
     fixes = [FixIntent("insert_after", made.file, made.line, target=name, detail={"code": f"{name}.retain_grad()"},
                        reason=f"backward then keeps the gradient of `{name}`")] if made is not None else []
@@ -797,6 +799,26 @@ def non_leaf_grad_rule(f: Finding, _: object) -> Verdict:
         f"line fails on it ({f.facts.torch_message}). PyTorch only warns at the read.",
         f"Keep its gradient: {keep}.{leaf}",
         fixes,
+        [("made", f"at {where(made)}: {made.code}")] if made is not None else [])
+
+
+def grad_not_required_rule(f: Finding, _: object) -> Verdict:
+    name, made, read = f.facts.receiver or "the tensor", f.facts.made_at, SourceLocation.from_dict(f.facts.backward_at)
+
+    def where(location: SourceLocation) -> str:
+        return f"line {location.line}" if read is not None and read.file == location.file else location.short
+    made_text = f" (made at {where(made)}: `{made.code}`)" if made is not None else ""
+    read_as = (f.tensor.name if f.tensor is not None else None) or name  # the caller's `image` is the read's `x`
+    called = f", read as `{read_as}`," if read_as != name else ""
+    return Verdict(
+        "grad_of_tensor_not_requiring_grad",
+        f"`{name}`{made_text}{called} does not require grad: backward computes gradients only for tensors that do, "
+        f"so `{read_as}.grad`{' at ' + where(read) if read is not None else ''} is None and the line fails on it "
+        f"({f.facts.torch_message}).",
+        (f"Ask for its gradient before the forward reads it: insert `{name}.requires_grad_()` after {where(made)}."
+         if made is not None else f"Call `{name}.requires_grad_()` before the forward reads it."),
+        [FixIntent("insert_after", made.file, made.line, target=name, detail={"code": f"{name}.requires_grad_()"},
+                   reason=f"backward then computes the gradient of `{name}`")] if made is not None else [],
         [("made", f"at {where(made)}: {made.code}")] if made is not None else [])
 
 

@@ -386,7 +386,7 @@ def container_entries(filename: str, container: str | None) -> list[tuple[int, s
 @functools.lru_cache(maxsize=1024)  # read for every backward pass recorded: the same few lines
 def backward_receiver(code: str) -> str | None:
     """``errG.backward()`` -> ``errG``; ``torch.autograd.backward(loss)`` -> ``loss``; ``scaler.scale(loss).backward()``
-    -> ``loss`` (a call of one argument: a scaling of the loss)."""
+    -> ``loss`` (a call of one argument: a scaling of the loss); ``loss.mean().backward()`` -> ``loss``."""
     tree = parse_code(code.strip())
     for node in ast.walk(tree) if tree is not None else ():
         if isinstance(node, ast.Call) and ast.unparse(node.func) in ("torch.autograd.grad", "autograd.grad"):
@@ -399,6 +399,9 @@ def backward_receiver(code: str) -> str | None:
                 node.args[0] if node.args else None)
             if isinstance(target, ast.Call) and len(target.args) == 1 and not target.keywords:
                 target = target.args[0]
+            while isinstance(target, ast.Call) and isinstance(target.func, ast.Attribute) and not target.args \
+                    and not target.keywords:  # `loss.mean().backward()`: a reduction of the loss
+                target = target.func.value
             if isinstance(target, (ast.Name, ast.Attribute)):
                 return ast.unparse(target)
     return None

@@ -10,6 +10,8 @@ attribute 'sign'"). PyTorch only warns at the read. This probe names the tensor 
 # requires grad and keeps no gradient, the finding names it and where it was made: the forward line the session
 # noted for its node (the assignment of the previous iteration in a loop), else the last assignment before the
 # read. The fix keeps its gradient there (`x_adv.retain_grad()` right after it is made).
+# A leaf that does not require grad (an input image given to a saliency map without `requires_grad_()`) reads None
+# the same way: the fix is `x.requires_grad_()` where it is made, before the forward reads it.
 # The same tensor handed to an optimizer (`w = torch.randn(4, requires_grad=True) / 2`, then `SGD([w, b])`) is
 # refused at once ("can't optimize a non-leaf Tensor"): the finding names the computed tensor among those the
 # failing line passes, and the fix makes it a leaf where it is made.
@@ -23,6 +25,7 @@ import torch
 
 from ...core.facts import Facts
 from ...core.findings import Finding, SourceLocation, TensorInfo
+from ...core.fixes import assigned_names, statement_code
 from ...core.frames import user_variable_names
 from ...core.source_ast import assignment_before, statement_at
 from .backward_calls import _lookup
@@ -45,20 +48,44 @@ def grad_read_of_non_leaf(error: BaseException, frame, location: SourceLocation,
     for read in reads:
         name = ast.unparse(read)
         value = _lookup(name, frame)
-        if not (isinstance(value, torch.Tensor) and value.grad_fn is not None and value.requires_grad
-                and not value.retains_grad):
+        if not isinstance(value, torch.Tensor) or value.retains_grad:
             continue
         node = value.grad_fn
-        entry = node_sites.get((node.name(), node._sequence_nr()))
-        made = entry[0] if entry is not None and entry[0].file == location.file else assignment_before(
-            location.file, location.line, name)
-        facts = Facts(display=[], torch_message=f"{type(error).__name__}: {error}", eager_check="non_leaf_grad",
-                      receiver=name, made_at=made)
+        if node is None and value.requires_grad:  # a leaf that requires grad: its None is no autograd matter
+            continue
+        # a computed tensor: where the session saw its node made, when that statement binds this name (inside a
+        # helper the value has another name: then the caller's assignment); a leaf without requires_grad: the
+        # assignment before the read
+        entry = node_sites.get((node.name(), node._sequence_nr())) if node is not None else None
+        if entry is not None and entry[0].file == location.file and name in assigned_names(statement_code(entry[0])):
+            made, spelt = entry[0], name
+        else:
+            made, spelt = _bound(name, value, frame)
+        facts = Facts(display=[], torch_message=f"{type(error).__name__}: {error}",
+                      eager_check="non_leaf_grad" if node is not None else "grad_not_required",
+                      receiver=spelt, made_at=made)
         facts.backward_at = location.to_dict()  # the read: where the error surfaced
         tensor = TensorInfo(tuple(value.shape), str(value.dtype).replace("torch.", ""), str(value.device), name,
-                            "activation", producer=node.name())
+                            "activation" if node is not None else "leaf",
+                            producer=node.name() if node is not None else None)
         return Finding(kind="non_leaf_grad", tensor=tensor, facts=facts)
     return None
+
+
+def _bound(name: str, value: torch.Tensor, frame) -> tuple[SourceLocation | None, str]:
+    """(the assignment that bound ``value``, the name it binds there): the last one before the frame's line in the
+    frame's own function, else, frame by frame outwards, in the caller that holds the same tensor in a variable (a
+    function's argument: the caller's `x = torch.rand(...)`)."""
+    spelt: str | None = name
+    while frame is not None and spelt is not None:
+        code = frame.f_code
+        made = assignment_before(code.co_filename, frame.f_lineno, spelt)
+        if made is not None and made.line >= code.co_firstlineno:
+            return made, spelt
+        frame = frame.f_back
+        spelt = next((k for k, v in list(frame.f_locals.items()) if v is value and not k.startswith("_")),
+                     None) if frame is not None else None
+    return None, name
 
 
 def optimizer_of_non_leaf(error: BaseException, frame, location: SourceLocation) -> Finding | None:
