@@ -394,17 +394,25 @@ def backward_receiver(code: str) -> str | None:
             outputs = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "outputs"), None)
             return ast.unparse(outputs) if isinstance(outputs, (ast.Name, ast.Attribute)) else None
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "backward":
-            target = node.func.value if not (isinstance(node.func.value, ast.Attribute)
-                                             and ast.unparse(node.func.value) == "torch.autograd") else (
-                node.args[0] if node.args else None)
-            if isinstance(target, ast.Call) and len(target.args) == 1 and not target.keywords:
-                target = target.args[0]
-            while isinstance(target, ast.Call) and isinstance(target.func, ast.Attribute) and not target.args \
-                    and not target.keywords:  # `loss.mean().backward()`: a reduction of the loss
-                target = target.func.value
+            target = _backpropagated(node)
             if isinstance(target, (ast.Name, ast.Attribute)):
                 return ast.unparse(target)
     return None
+
+
+def _backpropagated(call: ast.Call) -> ast.expr | None:
+    """What a ``.backward()`` call backpropagates, as written: its receiver (``torch.autograd.backward``'s first
+    argument), seen through a scaling of one argument (``scaler.scale(loss)``) and reductions (``loss.mean()``)."""
+    assert isinstance(call.func, ast.Attribute)
+    receiver = call.func.value
+    target = (call.args[0] if call.args else None) if (
+        isinstance(receiver, ast.Attribute) and ast.unparse(receiver) == "torch.autograd") else receiver
+    if isinstance(target, ast.Call) and len(target.args) == 1 and not target.keywords:
+        target = target.args[0]
+    while isinstance(target, ast.Call) and isinstance(target.func, ast.Attribute) and not target.args \
+            and not target.keywords:  # `loss.mean().backward()`: a reduction of the loss
+        target = target.func.value
+    return target
 
 
 def call_name(code: str, operand: str | None = None) -> str | None:
