@@ -771,19 +771,36 @@ def no_graph_rule(f: Finding, _: object) -> Verdict:
 # -- a gradient read from a tensor that is no leaf (NOTE [A gradient read from a tensor that is no leaf],
 # backends/torch/grad_read.py) ---------------------------------------------------------------------------------
 
-def non_leaf_grad_rule(f: Finding, _: object) -> Verdict:
-    name, made, read = f.facts.receiver or "the tensor", f.facts.made_at, SourceLocation.from_dict(f.facts.backward_at)
+class _Grad:
+    """What every row about a tensor backward fills no .grad for reads: its name where the fix goes, the name the
+    failing line reads it by, where it was made, where the error surfaced, and how to name a line."""
 
-    def where(location: SourceLocation) -> str:
-        return f"line {location.line}" if read is not None and read.file == location.file else location.short
-    produced = f" (output of {f.tensor.producer})" if f.tensor is not None and f.tensor.producer else ""
-    at_read = f" at {where(read)}" if read is not None else ""
-    read_as = (f.tensor.name if f.tensor is not None else None) or name
-    at_read = f" (read as `{read_as}.grad`{at_read})" if read_as != name else at_read
-    made_text = f", made at {where(made)} (`{made.code}`)" if made is not None else ""
-    fixes = [FixIntent("insert_after", made.file, made.line, target=name, detail={"code": f"{name}.retain_grad()"},
-                       reason=f"backward then keeps the gradient of `{name}`")] if made is not None else []
-    keep = f"insert `{name}.retain_grad()` after {where(made)}" if made is not None else (
+    def __init__(self, f: Finding):
+        self.name = f.facts.receiver or "the tensor"
+        self.made, self.at = f.facts.made_at, SourceLocation.from_dict(f.facts.backward_at)
+        self.read_as = (f.tensor.name if f.tensor is not None else None) or self.name  # the caller's `image`: `x`
+        self.produced = f" (output of {f.tensor.producer})" if f.tensor is not None and f.tensor.producer else ""
+        self.display = [("made", f"at {self.where(self.made)}: {self.made.code}")] if self.made is not None else []
+
+    def where(self, location: SourceLocation) -> str:
+        return f"line {location.line}" if self.at is not None and self.at.file == location.file else location.short
+
+    def made_text(self) -> str:
+        return f", made at {self.where(self.made)} (`{self.made.code}`)" if self.made is not None else ""
+
+    def inserted(self, code: str, reason: str) -> list[FixIntent]:
+        made = self.made
+        return [FixIntent("insert_after", made.file, made.line, target=self.name, detail={"code": code},
+                          reason=reason)] if made is not None else []
+
+
+def non_leaf_grad_rule(f: Finding, _: object) -> Verdict:
+    g = _Grad(f)
+    name, made = g.name, g.made
+    at_read = f" at {g.where(g.at)}" if g.at is not None else ""
+    at_read = f" (read as `{g.read_as}.grad`{at_read})" if g.read_as != name else at_read
+    fixes = g.inserted(f"{name}.retain_grad()", f"backward then keeps the gradient of `{name}`")
+    keep = f"insert `{name}.retain_grad()` after {g.where(made)}" if made is not None else (
         f"call `{name}.retain_grad()` where it is made")
     made_leaf, intent = _leaf_where_made(name, made, preferred=False)
     leaf = ""
@@ -794,32 +811,25 @@ def non_leaf_grad_rule(f: Finding, _: object) -> Verdict:
                 f"is made: `{name} = {made_leaf}`.")
     return Verdict(
         "grad_of_non_leaf",
-        f"`{name}` is a tensor autograd computed{produced}{made_text}, not a leaf: backward accumulates gradients "
-        f"only into leaves (and tensors that called .retain_grad()), so `{name}.grad`{at_read} is None and the "
-        f"line fails on it ({f.facts.torch_message}). PyTorch only warns at the read.",
-        f"Keep its gradient: {keep}.{leaf}",
-        fixes,
-        [("made", f"at {where(made)}: {made.code}")] if made is not None else [])
+        f"`{name}` is a tensor autograd computed{g.produced}{g.made_text()}, not a leaf: backward accumulates "
+        f"gradients only into leaves (and tensors that called .retain_grad()), so `{name}.grad`{at_read} is None "
+        f"and the line fails on it ({f.facts.torch_message}). PyTorch only warns at the read.",
+        f"Keep its gradient: {keep}.{leaf}", fixes, g.display)
 
 
 def grad_not_required_rule(f: Finding, _: object) -> Verdict:
-    name, made, read = f.facts.receiver or "the tensor", f.facts.made_at, SourceLocation.from_dict(f.facts.backward_at)
-
-    def where(location: SourceLocation) -> str:
-        return f"line {location.line}" if read is not None and read.file == location.file else location.short
-    made_text = f" (made at {where(made)}: `{made.code}`)" if made is not None else ""
-    read_as = (f.tensor.name if f.tensor is not None else None) or name  # the caller's `image` is the read's `x`
-    called = f", read as `{read_as}`," if read_as != name else ""
+    g = _Grad(f)
+    name, made = g.name, g.made
+    made_text = f" (made at {g.where(made)}: `{made.code}`)" if made is not None else ""
+    called = f", read as `{g.read_as}`," if g.read_as != name else ""
     return Verdict(
         "grad_of_tensor_not_requiring_grad",
         f"`{name}`{made_text}{called} does not require grad: backward computes gradients only for tensors that do, "
-        f"so `{read_as}.grad`{' at ' + where(read) if read is not None else ''} is None and the line fails on it "
-        f"({f.facts.torch_message}).",
-        (f"Ask for its gradient before the forward reads it: insert `{name}.requires_grad_()` after {where(made)}."
-         if made is not None else f"Call `{name}.requires_grad_()` before the forward reads it."),
-        [FixIntent("insert_after", made.file, made.line, target=name, detail={"code": f"{name}.requires_grad_()"},
-                   reason=f"backward then computes the gradient of `{name}`")] if made is not None else [],
-        [("made", f"at {where(made)}: {made.code}")] if made is not None else [])
+        f"so `{g.read_as}.grad`{' at ' + g.where(g.at) if g.at is not None else ''} is None and the line fails on "
+        f"it ({f.facts.torch_message}).",
+        (f"Ask for its gradient before the forward reads it: insert `{name}.requires_grad_()` after "
+         f"{g.where(made)}." if made is not None else f"Call `{name}.requires_grad_()` before the forward reads it."),
+        g.inserted(f"{name}.requires_grad_()", f"backward then computes the gradient of `{name}`"), g.display)
 
 
 def _leaf_where_made(name: str, made: SourceLocation | None, preferred: bool) -> tuple[str, FixIntent | None]:
@@ -834,24 +844,20 @@ def _leaf_where_made(name: str, made: SourceLocation | None, preferred: bool) ->
 
 
 def non_leaf_param_rule(f: Finding, _: object) -> Verdict:
-    name, made, at = f.facts.receiver or "the tensor", f.facts.made_at, SourceLocation.from_dict(f.facts.backward_at)
-
-    def where(location: SourceLocation) -> str:
-        return f"line {location.line}" if at is not None and at.file == location.file else location.short
-    produced = f" (output of {f.tensor.producer})" if f.tensor is not None and f.tensor.producer else ""
-    made_text = f", made at {where(made)} (`{made.code}`)" if made is not None else ""
-    leaf, intent = _leaf_where_made(name, made, preferred=True)
-    fix = (f"Make it a leaf where it is made: `{name} = {leaf}`" if intent is not None and made is not None else
+    g = _Grad(f)
+    name = g.name
+    leaf, intent = _leaf_where_made(name, g.made, preferred=True)
+    fix = (f"Make it a leaf where it is made: `{name} = {leaf}`" if intent is not None else
            f"Make `{name}` a leaf: compute its value first, then call `.requires_grad_()` on it")
     return Verdict(
         "optimizer_of_non_leaf",
-        f"`{name}` is a tensor autograd computed{produced}{made_text}, not a leaf: an optimizer updates leaves, the "
-        f"tensors backward accumulates .grad into, so the optimizer{' at ' + where(at) if at is not None else ''} "
-        f"refuses it ({f.facts.torch_message}). `requires_grad=True` on a tensor that is then scaled or shifted "
-        f"makes the leaf before the arithmetic, and the parameter after it.",
+        f"`{name}` is a tensor autograd computed{g.produced}{g.made_text()}, not a leaf: an optimizer updates leaves, "
+        f"the tensors backward accumulates .grad into, so the optimizer"
+        f"{' at ' + g.where(g.at) if g.at is not None else ''} refuses it ({f.facts.torch_message}). "
+        f"`requires_grad=True` on a tensor that is then scaled or shifted makes the leaf before the arithmetic, and "
+        f"the parameter after it.",
         f"{fix}, so the value is computed first and the parameter is that value.",
-        [intent] if intent is not None else [],
-        [("made", f"at {where(made)}: {made.code}")] if made is not None else [])
+        [intent] if intent is not None else [], g.display)
 
 
 def unknown_twice_rule(f: Finding, _: object) -> Verdict:
