@@ -601,10 +601,9 @@ def _detach_where_kept(case: _Twice, crossing: CrossingTensor, fixes: list[FixIn
 # detach where its items enter is tried first).
 def _emptied_after_use(case: _Twice, crossing: CrossingTensor, fixes: list[FixIntent]) -> str:
     """The sentence (and intents, applied together) that empty the buffers of NOTE [Buffers filled in step]."""
-    earlier = case.earlier
-    if not crossing.kept_with or earlier is None:
+    earlier, filled = case.earlier, crossing.kept_with
+    if not filled or earlier is None:
         return ""
-    filled = crossing.kept_with
     where = _end_of_block(earlier.file, earlier.line)
     if where is None:
         return ""

@@ -24,11 +24,12 @@ import ast
 import torch
 
 from ...core.facts import Facts
-from ...core.findings import Finding, SourceLocation, TensorInfo
+from ...core.findings import Finding, SourceLocation
 from ...core.fixes import assigned_names, statement_code
 from ...core.frames import user_variable_names
 from ...core.source_ast import assignment_before, statement_at
 from .backward_calls import _lookup
+from .graph import tensor_info
 
 __all__ = ["NONE_ERRORS", "NON_LEAF_PARAM", "grad_read_of_non_leaf", "optimizer_of_non_leaf"]
 
@@ -65,10 +66,8 @@ def grad_read_of_non_leaf(error: BaseException, frame, location: SourceLocation,
                       eager_check="non_leaf_grad" if node is not None else "grad_not_required",
                       receiver=spelt, made_at=made)
         facts.backward_at = location.to_dict()  # the read: where the error surfaced
-        tensor = TensorInfo(tuple(value.shape), str(value.dtype).replace("torch.", ""), str(value.device), name,
-                            "activation" if node is not None else "leaf",
-                            producer=node.name() if node is not None else None)
-        return Finding(kind="non_leaf_grad", tensor=tensor, facts=facts)
+        return Finding(kind="non_leaf_grad", tensor=tensor_info(value, name, "activation" if node is not None
+                                                                else "leaf"), facts=facts)
     return None
 
 
@@ -112,9 +111,8 @@ def optimizer_of_non_leaf(error: BaseException, frame, location: SourceLocation)
     if named is None:
         return None
     value, name = named
+    made, spelt = _bound(name, value, frame)  # in the function that assigns it, as the grad read's is found
     facts = Facts(display=[], torch_message=f"{type(error).__name__}: {error}", eager_check="non_leaf_param",
-                  receiver=name, made_at=assignment_before(location.file, location.line, name))
+                  receiver=spelt, made_at=made)
     facts.backward_at = location.to_dict()  # the optimizer's construction: where the error surfaced
-    tensor = TensorInfo(tuple(value.shape), str(value.dtype).replace("torch.", ""), str(value.device), name,
-                        "activation", producer=value.grad_fn.name())
-    return Finding(kind="non_leaf_param", tensor=tensor, facts=facts)
+    return Finding(kind="non_leaf_param", tensor=tensor_info(value, name, "activation"), facts=facts)
